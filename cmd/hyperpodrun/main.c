@@ -1,0 +1,84 @@
+/* hyperpodrun: argv and environment → config → agent → exit status. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "hp-config.h"
+#include "hyperpod/common.h"
+#include "hyperpod/config.h"
+#include "hyperpod/supervise.h"
+
+/* Exit status for a bad command line or setup, before anything runs. */
+#define EXIT_USAGE 2
+
+int main(int argc, char **argv)
+{
+        /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
+         * off the stack. */
+        static struct hp_config cfg;
+        static struct hp_agent agent;
+        const char *level_text = getenv("LOGLEVEL");
+        enum hp_log_level level;
+        char err[1024];
+        uv_loop_t loop;
+        int code, r;
+
+        /* The chain-load step of every spawned process (see reaper.c). */
+        if (argc >= 2 && strcmp(argv[1], "__exec") == 0)
+                hp_exec_child(argc - 2, argv + 2);
+
+        if (level_text != NULL && *level_text != '\0') {
+                if (hp_log_level_parse(level_text, &level) < 0) {
+                        fprintf(stderr,
+                                "hyperpodrun: error: invalid value '%s' for "
+                                "LOGLEVEL (environment): expected DEBUG, "
+                                "INFO, WARNING or ERROR\n",
+                                level_text);
+                        return EXIT_USAGE;
+                }
+                hp_log_set_level(level);
+        }
+
+        r = hp_config_parse(&cfg, argc, argv, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                return EXIT_USAGE;
+        }
+        if (cfg.show_help) {
+                fputs(hp_config_help(), stdout);
+                return 0;
+        }
+        if (cfg.show_version) {
+                printf("hyperpodrun %s\n", HP_VERSION);
+                return 0;
+        }
+        r = hp_config_check_files(&cfg, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                return EXIT_USAGE;
+        }
+
+        r = uv_loop_init(&loop);
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: event loop: %s\n",
+                        uv_strerror(r));
+                return 1;
+        }
+        r = hp_agent_init(&agent, &loop, &cfg, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                uv_run(&loop, UV_RUN_DEFAULT);
+                uv_loop_close(&loop);
+                return EXIT_USAGE;
+        }
+        code = hp_agent_run(&agent);
+        hp_agent_close(&agent);
+        r = uv_loop_close(&loop);
+        if (r < 0)
+                hp_log_warn("event loop closed with handles open: %s",
+                            uv_strerror(r));
+        return code;
+}

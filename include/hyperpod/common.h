@@ -1,0 +1,107 @@
+/* hyperpodrun: shared error codes, logging and small helpers. */
+#ifndef HYPERPOD_COMMON_H
+#define HYPERPOD_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Errors are 0 or a negative number: a negative errno (libuv results pass
+ * through untouched) or one of the project codes below, which live in a
+ * reserved block far away from any errno value.
+ */
+#define HP_ERRNO_MAP(XX)                                                     \
+        XX(HP_ECONFIG, -5001, "invalid configuration")                      \
+        XX(HP_EUSAGE, -5002, "invalid command line")                        \
+        XX(HP_ENOTSUP, -5003, "not supported")                              \
+        XX(HP_ERDZV, -5004, "rendezvous failed")                            \
+        XX(HP_ESPAWN, -5005, "could not start a process")                   \
+        XX(HP_ETOOBIG, -5006, "value too large")
+
+enum hp_error {
+#define XX(name, value, text) name = value,
+        HP_ERRNO_MAP(XX)
+#undef XX
+};
+
+/* Text for any error this project returns: project codes or -errno. */
+const char *hp_strerror(int err);
+/* The symbolic name ("HP_ECONFIG", "ENOENT") of an error. */
+const char *hp_err_name(int err);
+
+#define HP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define hp_container_of(ptr, type, member)                                  \
+        ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Logging: one process-wide level, which the OS-level nature of stderr
+ * forces on us anyway. Messages go to stderr as "hyperpodrun[pid]: ...". */
+enum hp_log_level {
+        HP_LOG_ERROR = 0,
+        HP_LOG_WARNING = 1,
+        HP_LOG_INFO = 2,
+        HP_LOG_DEBUG = 3,
+};
+
+void hp_log_set_level(enum hp_log_level level);
+enum hp_log_level hp_log_get_level(void);
+/* Parses DEBUG/INFO/WARNING/ERROR (any case). Returns 0 or HP_ECONFIG. */
+int hp_log_level_parse(const char *text, enum hp_log_level *out);
+void hp_log(enum hp_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+
+#define hp_log_error(...) hp_log(HP_LOG_ERROR, __VA_ARGS__)
+#define hp_log_warn(...) hp_log(HP_LOG_WARNING, __VA_ARGS__)
+#define hp_log_info(...) hp_log(HP_LOG_INFO, __VA_ARGS__)
+#define hp_log_debug(...)                                                   \
+        do {                                                                \
+                if (hp_log_get_level() >= HP_LOG_DEBUG)                     \
+                        hp_log(HP_LOG_DEBUG, __VA_ARGS__);                  \
+        } while (0)
+
+/*
+ * Strict number parsing: the whole string must be the number, with no sign
+ * where none is allowed and no overflow. Return 0 or HP_ECONFIG.
+ */
+int hp_parse_u64(const char *text, uint64_t max, uint64_t *out);
+int hp_parse_int(const char *text, int min, int max, int *out);
+/* Seconds as a decimal ("15", "0.5"), non-negative, to milliseconds. */
+int hp_parse_seconds_ms(const char *text, uint64_t *out_ms);
+
+/* snprintf that reports truncation as HP_ETOOBIG instead of silently
+ * cutting the string. */
+int hp_snprintf(char *buf, size_t len, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* Fills buf with len random characters from [a-z0-9_], as Python's
+ * tempfile does, from getrandom(). */
+void hp_random_name(char *buf, size_t len);
+
+/* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0
+ * or -errno. Blocking: only for files and for the console writer thread. */
+int hp_write_all(int fd, const void *buf, size_t len);
+
+/* mkdir -p with the given mode. Returns 0 or -errno. */
+int hp_mkdir_p(const char *path, unsigned mode);
+/* rm -rf that does not follow symlinks. A missing path is not an error. */
+int hp_remove_tree(const char *path);
+
+/*
+ * Python string.Template-style expansion of "${name}" and "$name" ("$$" is
+ * a dollar sign) with a fixed table of variables. An unknown variable is an
+ * error (HP_ECONFIG, its name in errbuf); so is an output longer than len.
+ */
+struct hp_template_var {
+        const char *name;
+        const char *value;
+};
+int hp_template_expand(const char *tmpl, const struct hp_template_var *vars,
+                       size_t nvars, char *out, size_t len, size_t *out_len,
+                       char *errbuf, size_t errlen);
+
+/* Name of a signal ("SIGTERM"), or NULL when unknown. */
+const char *hp_signal_name(int signum);
+
+#endif

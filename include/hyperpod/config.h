@@ -1,0 +1,115 @@
+/* hyperpodrun: the command line and environment, parsed and validated. */
+#ifndef HYPERPOD_CONFIG_H
+#define HYPERPOD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Upper bound on --nproc-per-node. The largest nodes today have 64
+ * accelerator cores; this leaves room without letting a typo fork 10^6
+ * processes. */
+#define HP_MAX_NPROC 1024
+
+enum hp_rdzv_backend {
+        HP_RDZV_HYPERPOD = 0,   /* operator-driven (default, as the reference) */
+        HP_RDZV_STATIC,         /* torchrun static: flags give everything */
+        HP_RDZV_SLURM,          /* self-driven from the Slurm step */
+        HP_RDZV_RESOURCE_CONFIG /* self-driven from resource_config.json */
+};
+
+/* Bits of -r/--redirects and -t/--tee. */
+enum hp_std_stream {
+        HP_STD_NONE = 0,
+        HP_STD_OUT = 1,
+        HP_STD_ERR = 2,
+        HP_STD_BOTH = 3,
+};
+
+/*
+ * Everything hyperpodrun was asked to do. Strings are borrowed from argv or
+ * the environment (both outlive the agent) or point at static defaults;
+ * nothing in here is heap-allocated, so the struct is freed by dropping it.
+ */
+struct hp_config {
+        /* torchrun flags */
+        int nnodes;
+        int nproc;                  /* resolved from a number, gpu, cpu, auto */
+        int node_rank;
+        const char *master_addr;
+        int master_port;
+        bool master_port_given;
+        enum hp_rdzv_backend rdzv_backend;
+        const char *rdzv_backend_name;
+        const char *rdzv_endpoint;
+        const char *rdzv_id;
+        const char *rdzv_conf;
+        bool standalone;
+        int max_restarts;
+        uint64_t monitor_interval_ms;
+        const char *start_method;
+        const char *role;
+        bool module;
+        bool no_python;
+        const char *log_dir;        /* NULL: a torchelastic_* temp dir */
+        bool log_to_devnull;        /* --log-dir /dev/null: no files at all */
+        uint8_t redirects[HP_MAX_NPROC]; /* per local rank, enum hp_std_stream */
+        uint8_t tee[HP_MAX_NPROC];
+        bool console_filter_set;
+        bool console_shown[HP_MAX_NPROC]; /* --local-ranks-filter */
+        const char *prefix_template; /* NULL: "[${role_name}${local_rank}]:" */
+        const char *local_addr;
+
+        /* hyperpodrun flags */
+        int shutdown_signal;        /* SIGTERM or SIGKILL */
+        uint64_t shutdown_timeout_ms;
+        const char *pre_train_script;
+        const char *pre_train_args; /* NULL: the script gets no argument */
+        const char *post_train_script;
+        const char *post_train_args;
+        const char *server_host;
+        int server_port;
+        const char *server_log_level;
+        uint64_t server_shutdown_timeout_ms;
+
+        /* the training command */
+        const char *python_exec;    /* $PYTHON_EXEC, else "python3" */
+        const char *script;         /* or the module with -m */
+        char *const *script_args;   /* borrowed from argv */
+        int script_argc;
+
+        /* what main should do instead of running a job */
+        bool show_help;
+        bool show_version;
+};
+
+/*
+ * Parses argv and the environment (envp may be NULL for the process
+ * environment) into cfg. On a bad value returns HP_EUSAGE and writes one
+ * line into errbuf that names the value and where it came from (the flag
+ * or the PET_* variable). argv is borrowed and must outlive cfg.
+ */
+int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
+                    char *errbuf, size_t errlen);
+
+/* Checks what only the file system can tell: scripts and hooks exist and
+ * are executable, the interpreter is found. Same error contract. */
+int hp_config_check_files(const struct hp_config *cfg, char *errbuf,
+                          size_t errlen);
+
+/* The --help text. */
+const char *hp_config_help(void);
+
+/* Parses a torchrun stream spec ("3", "0:3,1:1") into per-rank values for
+ * nproc ranks. Exposed for tests. */
+int hp_config_parse_std_spec(const char *text, int nproc, uint8_t *out,
+                             char *errbuf, size_t errlen);
+
+/* Checks a console prefix template: only known ${variables}. */
+int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen);
+
+/* Finds an executable the way execvp would. Returns 0 and the path, or
+ * -ENOENT / -EACCES. */
+int hp_config_find_executable(const char *name, char *path, size_t len);
+
+#endif

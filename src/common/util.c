@@ -1,0 +1,191 @@
+/* Small helpers: strict number parsing, random names, file-system walks. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+
+int hp_parse_u64(const char *text, uint64_t max, uint64_t *out)
+{
+        unsigned long long v;
+        char *end;
+
+        if (text == NULL || *text < '0' || *text > '9')
+                return HP_ECONFIG;
+        errno = 0;
+        v = strtoull(text, &end, 10);
+        if (errno != 0 || *end != '\0' || v > max)
+                return HP_ECONFIG;
+        *out = v;
+        return 0;
+}
+
+int hp_parse_int(const char *text, int min, int max, int *out)
+{
+        long v;
+        char *end;
+
+        if (text == NULL || *text == '\0' || *text == ' ' || *text == '+')
+                return HP_ECONFIG;
+        errno = 0;
+        v = strtol(text, &end, 10);
+        if (errno != 0 || *end != '\0' || v < min || v > max)
+                return HP_ECONFIG;
+        *out = (int)v;
+        return 0;
+}
+
+int hp_parse_seconds_ms(const char *text, uint64_t *out_ms)
+{
+        double v;
+        char *end;
+
+        if (text == NULL || *text < '0' || *text > '9')
+                return HP_ECONFIG;
+        errno = 0;
+        v = strtod(text, &end);
+        if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0 ||
+            v > 1e9)
+                return HP_ECONFIG;
+        *out_ms = (uint64_t)llround(v * 1000.0);
+        return 0;
+}
+
+int hp_snprintf(char *buf, size_t len, const char *fmt, ...)
+{
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(buf, len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return -errno;
+        if ((size_t)n >= len)
+                return HP_ETOOBIG;
+        return 0;
+}
+
+void hp_random_name(char *buf, size_t len)
+{
+        static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+        unsigned char bytes[64];
+        size_t got = 0;
+
+        if (len > sizeof(bytes))
+                len = sizeof(bytes);
+        while (got < len) {
+                ssize_t n = getrandom(bytes + got, len - got, 0);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        /* getrandom cannot fail on Linux >= 3.17 with a
+                         * small buffer; fall back to the address space
+                         * layout rather than abort. */
+                        for (; got < len; got++)
+                                bytes[got] = (unsigned char)((uintptr_t)&bytes[got] >> 3);
+                        break;
+                }
+                got += (size_t)n;
+        }
+        for (size_t i = 0; i < len; i++)
+                buf[i] = alphabet[bytes[i] % (sizeof(alphabet) - 1)];
+}
+
+int hp_write_all(int fd, const void *buf, size_t len)
+{
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+int hp_mkdir_p(const char *path, unsigned mode)
+{
+        char tmp[PATH_MAX];
+        size_t len = strlen(path);
+
+        if (len == 0)
+                return -ENOENT;
+        if (len >= sizeof(tmp))
+                return -ENAMETOOLONG;
+        memcpy(tmp, path, len + 1);
+        for (char *p = tmp + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = '\0';
+                if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        if (mkdir(tmp, mode) < 0) {
+                struct stat st;
+                if (errno != EEXIST)
+                        return -errno;
+                if (stat(tmp, &st) < 0)
+                        return -errno;
+                if (!S_ISDIR(st.st_mode))
+                        return -ENOTDIR;
+        }
+        return 0;
+}
+
+static int remove_entry_cb(const char *path, const struct stat *st, int type,
+                           struct FTW *ftw)
+{
+        if (remove(path) < 0 && errno != ENOENT)
+                return -errno;
+        return 0;
+}
+
+int hp_remove_tree(const char *path)
+{
+        int r = nftw(path, remove_entry_cb, 16, FTW_DEPTH | FTW_PHYS);
+
+        if (r < 0)
+                return errno == ENOENT ? 0 : -errno;
+        return r;
+}
+
+const char *hp_signal_name(int signum)
+{
+        static const struct {
+                int num;
+                const char *name;
+        } names[] = {
+                { SIGHUP, "SIGHUP" },   { SIGINT, "SIGINT" },
+                { SIGQUIT, "SIGQUIT" }, { SIGILL, "SIGILL" },
+                { SIGTRAP, "SIGTRAP" }, { SIGABRT, "SIGABRT" },
+                { SIGBUS, "SIGBUS" },   { SIGFPE, "SIGFPE" },
+                { SIGKILL, "SIGKILL" }, { SIGUSR1, "SIGUSR1" },
+                { SIGSEGV, "SIGSEGV" }, { SIGUSR2, "SIGUSR2" },
+                { SIGPIPE, "SIGPIPE" }, { SIGALRM, "SIGALRM" },
+                { SIGTERM, "SIGTERM" }, { SIGCHLD, "SIGCHLD" },
+                { SIGCONT, "SIGCONT" }, { SIGSTOP, "SIGSTOP" },
+                { SIGTSTP, "SIGTSTP" }, { SIGXCPU, "SIGXCPU" },
+                { SIGXFSZ, "SIGXFSZ" }, { SIGSYS, "SIGSYS" },
+        };
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(names); i++)
+                if (names[i].num == signum)
+                        return names[i].name;
+        return NULL;
+}

@@ -1,0 +1,815 @@
+/* Command line and PET_* environment → struct hp_config. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/config.h"
+#include "options.h"
+
+struct option_row {
+        const char *name;
+        int letter;
+        bool takes_arg;
+        const char *env;
+};
+
+static const struct option_row option_rows[HP_OPT_COUNT] = {
+#define XX(id, name, letter, arg, env) [HP_OPT_##id] = { name, letter, arg, env },
+        HP_OPTION_TABLE(XX)
+#undef XX
+};
+
+/* A raw value and where it came from, kept until every option is known so
+ * that cross-checks can name their sources too. */
+struct raw_value {
+        const char *text;
+        char source[80];
+};
+
+#define ERR(...)                                                             \
+        do {                                                                 \
+                snprintf(errbuf, errlen, __VA_ARGS__);                       \
+                return HP_EUSAGE;                                            \
+        } while (0)
+
+static void config_defaults(struct hp_config *cfg)
+{
+        memset(cfg, 0, sizeof(*cfg));
+        cfg->nnodes = 1;
+        cfg->nproc = 1;
+        cfg->master_addr = "127.0.0.1";
+        cfg->master_port = 29500;
+        cfg->rdzv_backend = HP_RDZV_HYPERPOD;
+        cfg->rdzv_backend_name = "hyperpod";
+        cfg->rdzv_endpoint = "";
+        cfg->rdzv_id = "none";
+        cfg->rdzv_conf = "";
+        cfg->monitor_interval_ms = 100;
+        cfg->start_method = "spawn";
+        cfg->role = "default";
+        cfg->shutdown_signal = SIGKILL;
+        cfg->shutdown_timeout_ms = 15000;
+        cfg->server_host = "0.0.0.0";
+        cfg->server_port = 8080;
+        cfg->server_log_level = "info";
+        cfg->server_shutdown_timeout_ms = 300000;
+        cfg->python_exec = "python3";
+}
+
+/* Builds the getopt tables: each long option under its dashed name and,
+ * where it has dashes, under torchrun's underscored spelling too. */
+static void build_getopt_tables(struct option *longopts, char *names,
+                                size_t names_len, char *shortopts)
+{
+        size_t n = 0, used = 0, s = 0;
+
+        shortopts[s++] = '+'; /* stop at the training script */
+        shortopts[s++] = ':'; /* report a missing argument as ':' */
+        for (int id = 0; id < HP_OPT_COUNT; id++) {
+                const struct option_row *row = &option_rows[id];
+                int has_arg = row->takes_arg ? required_argument : no_argument;
+
+                longopts[n++] = (struct option){ row->name, has_arg, NULL,
+                                                 256 + id };
+                if (strchr(row->name, '-') != NULL) {
+                        char *alt = names + used;
+                        size_t len = strlen(row->name) + 1;
+
+                        if (used + len > names_len)
+                                abort(); /* sized at compile time below */
+                        memcpy(alt, row->name, len);
+                        for (char *p = alt; *p; p++)
+                                if (*p == '-')
+                                        *p = '_';
+                        used += len;
+                        longopts[n++] = (struct option){ alt, has_arg, NULL,
+                                                         256 + id };
+                }
+                if (row->letter) {
+                        shortopts[s++] = (char)row->letter;
+                        if (row->takes_arg)
+                                shortopts[s++] = ':';
+                }
+        }
+        longopts[n] = (struct option){ NULL, 0, NULL, 0 };
+        shortopts[s] = '\0';
+}
+
+static int letter_to_id(int letter)
+{
+        for (int id = 0; id < HP_OPT_COUNT; id++)
+                if (option_rows[id].letter == letter)
+                        return id;
+        return -1;
+}
+
+/* PET_* booleans follow torchrun's check_env: a non-zero integer is true. */
+static bool env_flag_value(const char *text)
+{
+        char *end;
+        long v;
+
+        errno = 0;
+        v = strtol(text, &end, 10);
+        return errno == 0 && end != text && *end == '\0' && v != 0;
+}
+
+static int count_gpus(void)
+{
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        /* CUDA_VISIBLE_DEVICES narrows what a worker can use, so it is the
+         * count when set, as torch.cuda.device_count() would report. */
+        if (visible != NULL) {
+                if (*visible == '\0')
+                        return 0;
+                n = 1;
+                for (const char *p = visible; *p; p++)
+                        if (*p == ',')
+                                n++;
+                return n;
+        }
+        dir = opendir("/proc/driver/nvidia/gpus");
+        if (dir == NULL)
+                return 0;
+        while ((de = readdir(dir)) != NULL)
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+static int count_cpus(void)
+{
+        cpu_set_t set;
+
+        if (sched_getaffinity(0, sizeof(set), &set) == 0)
+                return CPU_COUNT(&set);
+        return (int)sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+static int parse_nproc(const struct raw_value *v, int *out, char *errbuf,
+                       size_t errlen)
+{
+        int n;
+
+        if (strcmp(v->text, "gpu") == 0 || strcmp(v->text, "cuda") == 0) {
+                n = count_gpus();
+                if (n == 0)
+                        ERR("%s gpu: no NVIDIA GPU found (CUDA_VISIBLE_DEVICES "
+                            "and /proc/driver/nvidia/gpus are empty)",
+                            v->source);
+        } else if (strcmp(v->text, "cpu") == 0) {
+                n = count_cpus();
+        } else if (strcmp(v->text, "auto") == 0) {
+                n = count_gpus();
+                if (n == 0)
+                        n = count_cpus();
+        } else if (hp_parse_int(v->text, 1, HP_MAX_NPROC, &n) < 0) {
+                ERR("invalid value '%s' for %s: expected a number from 1 to "
+                    "%d, or gpu, cpu, auto",
+                    v->text, v->source, HP_MAX_NPROC);
+        }
+        if (n > HP_MAX_NPROC)
+                n = HP_MAX_NPROC;
+        *out = n;
+        return 0;
+}
+
+static int parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
+                        size_t errlen)
+{
+        const char *colon = strchr(v->text, ':');
+        char min_text[32];
+        int min, max;
+
+        if (colon == NULL) {
+                if (hp_parse_int(v->text, 1, 1 << 20, &min) < 0)
+                        ERR("invalid value '%s' for %s: expected a node count "
+                            "N or MIN:MAX",
+                            v->text, v->source);
+                *out = min;
+                return 0;
+        }
+        if ((size_t)(colon - v->text) >= sizeof(min_text))
+                ERR("invalid value '%s' for %s: expected MIN:MAX", v->text,
+                    v->source);
+        memcpy(min_text, v->text, (size_t)(colon - v->text));
+        min_text[colon - v->text] = '\0';
+        if (hp_parse_int(min_text, 1, 1 << 20, &min) < 0 ||
+            hp_parse_int(colon + 1, 1, 1 << 20, &max) < 0)
+                ERR("invalid value '%s' for %s: expected MIN:MAX with two "
+                    "node counts",
+                    v->text, v->source);
+        if (min != max)
+                ERR("%s %s: an elastic cluster size is not supported; "
+                    "MIN must equal MAX",
+                    v->source, v->text);
+        *out = min;
+        return 0;
+}
+
+int hp_config_parse_std_spec(const char *text, int nproc, uint8_t *out,
+                             char *errbuf, size_t errlen)
+{
+        int value;
+
+        if (strchr(text, ':') == NULL) {
+                if (hp_parse_int(text, 0, 3, &value) < 0) {
+                        snprintf(errbuf, errlen,
+                                 "'%s': expected 0 (none), 1 (stdout), "
+                                 "2 (stderr), 3 (both) or a map like 0:3,1:1",
+                                 text);
+                        return HP_EUSAGE;
+                }
+                for (int i = 0; i < nproc; i++)
+                        out[i] = (uint8_t)value;
+                return 0;
+        }
+        /* The map form: local ranks that are not listed get 0. */
+        for (int i = 0; i < nproc; i++)
+                out[i] = 0;
+        for (const char *p = text; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                char item[32], *colon;
+                int rank;
+
+                if (len == 0 || len >= sizeof(item))
+                        goto bad_item;
+                memcpy(item, p, len);
+                item[len] = '\0';
+                colon = strchr(item, ':');
+                if (colon == NULL)
+                        goto bad_item;
+                *colon = '\0';
+                if (hp_parse_int(item, 0, INT_MAX, &rank) < 0 ||
+                    hp_parse_int(colon + 1, 0, 3, &value) < 0)
+                        goto bad_item;
+                if (rank >= nproc) {
+                        snprintf(errbuf, errlen,
+                                 "'%s': local rank %d is not below "
+                                 "--nproc-per-node %d",
+                                 text, rank, nproc);
+                        return HP_EUSAGE;
+                }
+                out[rank] = (uint8_t)value;
+                p += len;
+                if (*p == ',') {
+                        p++;
+                        if (*p == '\0')
+                                goto bad_item;
+                }
+                continue;
+bad_item:
+                snprintf(errbuf, errlen,
+                         "'%s': expected LOCAL_RANK:VALUE items such as "
+                         "0:3,1:1 with values 0 to 3",
+                         text);
+                return HP_EUSAGE;
+        }
+        return 0;
+}
+
+static int parse_ranks_filter(const struct raw_value *v, int nproc,
+                              bool *shown, char *errbuf, size_t errlen)
+{
+        for (int i = 0; i < nproc; i++)
+                shown[i] = false;
+        for (const char *p = v->text; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                char item[16];
+                int rank;
+
+                if (len == 0 || len >= sizeof(item))
+                        ERR("invalid value '%s' for %s: expected a list of "
+                            "local ranks like 0,3",
+                            v->text, v->source);
+                memcpy(item, p, len);
+                item[len] = '\0';
+                if (hp_parse_int(item, 0, INT_MAX, &rank) < 0)
+                        ERR("invalid value '%s' for %s: '%s' is not a local "
+                            "rank",
+                            v->text, v->source, item);
+                if (rank >= nproc)
+                        ERR("invalid value '%s' for %s: local rank %d is not "
+                            "below --nproc-per-node %d",
+                            v->text, v->source, rank, nproc);
+                shown[rank] = true;
+                p += len;
+                if (*p == ',')
+                        p++;
+        }
+        return 0;
+}
+
+int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen)
+{
+        static const struct hp_template_var probe[] = {
+                { "role_name", "r" },     { "rank", "0" },
+                { "local_rank", "0" },    { "group_rank", "0" },
+                { "restart_count", "0" }, { "hostname", "h" },
+                { "pid", "1" },
+        };
+        char out[4096];
+
+        return hp_template_expand(tmpl, probe, HP_ARRAY_SIZE(probe), out,
+                                  sizeof(out), NULL, errbuf, errlen);
+}
+
+static int parse_seconds(const struct raw_value *v, uint64_t *out,
+                         char *errbuf, size_t errlen)
+{
+        if (hp_parse_seconds_ms(v->text, out) < 0)
+                ERR("invalid value '%s' for %s: expected seconds, e.g. 15 or "
+                    "0.5",
+                    v->text, v->source);
+        return 0;
+}
+
+static int parse_int_value(const struct raw_value *v, int min, int max,
+                           int *out, char *errbuf, size_t errlen)
+{
+        if (hp_parse_int(v->text, min, max, out) < 0)
+                ERR("invalid value '%s' for %s: expected an integer from %d "
+                    "to %d",
+                    v->text, v->source, min, max);
+        return 0;
+}
+
+static int parse_choice(const struct raw_value *v, const char *const *choices,
+                        size_t n, int *index, char *errbuf, size_t errlen)
+{
+        char list[256] = "";
+
+        for (size_t i = 0; i < n; i++) {
+                if (strcmp(v->text, choices[i]) == 0) {
+                        *index = (int)i;
+                        return 0;
+                }
+                if (i > 0)
+                        strncat(list, ", ", sizeof(list) - strlen(list) - 1);
+                strncat(list, choices[i], sizeof(list) - strlen(list) - 1);
+        }
+        ERR("invalid value '%s' for %s: expected one of %s", v->text,
+            v->source, list);
+}
+
+static int convert_values(struct hp_config *cfg, struct raw_value *raw,
+                          char *errbuf, size_t errlen)
+{
+        static const char *const backends[] = {
+                "hyperpod", "static", "slurm", "resource-config",
+                "c10d",     "etcd",   "etcd-v2",
+        };
+        static const char *const start_methods[] = { "spawn", "fork",
+                                                     "forkserver" };
+        static const char *const signals[] = { "SIGTERM", "SIGKILL" };
+        static const char *const levels[] = { "critical", "error", "warning",
+                                              "info",     "debug", "trace" };
+        int r, index;
+
+        if (raw[HP_OPT_INPROCESS_RESTART].text)
+                ERR("%s is not supported: hyperpodrun restarts whole process "
+                    "groups (process-level restart); in-process restart "
+                    "needs the reference agent's worker IPC",
+                    raw[HP_OPT_INPROCESS_RESTART].source);
+        if (raw[HP_OPT_INPROCESS_TIMEOUT].text)
+                ERR("%s is not supported: it only applies to in-process "
+                    "restart, which hyperpodrun does not provide",
+                    raw[HP_OPT_INPROCESS_TIMEOUT].source);
+
+        if (raw[HP_OPT_NNODES].text) {
+                r = parse_nnodes(&raw[HP_OPT_NNODES], &cfg->nnodes, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_NPROC_PER_NODE].text) {
+                r = parse_nproc(&raw[HP_OPT_NPROC_PER_NODE], &cfg->nproc,
+                                errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_NODE_RANK].text) {
+                r = parse_int_value(&raw[HP_OPT_NODE_RANK], 0, (1 << 20) - 1,
+                                    &cfg->node_rank, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_MASTER_ADDR].text) {
+                if (raw[HP_OPT_MASTER_ADDR].text[0] == '\0')
+                        ERR("empty value for %s",
+                            raw[HP_OPT_MASTER_ADDR].source);
+                cfg->master_addr = raw[HP_OPT_MASTER_ADDR].text;
+        }
+        if (raw[HP_OPT_MASTER_PORT].text) {
+                r = parse_int_value(&raw[HP_OPT_MASTER_PORT], 1, 65535,
+                                    &cfg->master_port, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                cfg->master_port_given = true;
+        }
+        if (raw[HP_OPT_RDZV_BACKEND].text) {
+                r = parse_choice(&raw[HP_OPT_RDZV_BACKEND], backends,
+                                 HP_ARRAY_SIZE(backends), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                if (index >= 4)
+                        ERR("%s %s is not supported: hyperpodrun does not "
+                            "speak PyTorch's TCPStore rendezvous protocol; "
+                            "use static (with --nnodes, --node-rank, "
+                            "--master-addr), slurm, resource-config or "
+                            "--standalone",
+                            raw[HP_OPT_RDZV_BACKEND].source,
+                            raw[HP_OPT_RDZV_BACKEND].text);
+                cfg->rdzv_backend = (enum hp_rdzv_backend)index;
+                cfg->rdzv_backend_name = backends[index];
+        }
+        if (raw[HP_OPT_RDZV_ENDPOINT].text)
+                cfg->rdzv_endpoint = raw[HP_OPT_RDZV_ENDPOINT].text;
+        if (raw[HP_OPT_RDZV_ID].text) {
+                const char *id = raw[HP_OPT_RDZV_ID].text;
+                if (*id == '\0' || strchr(id, '/') != NULL)
+                        ERR("invalid value '%s' for %s: the run id names a "
+                            "directory, so it must be non-empty and hold no "
+                            "'/'",
+                            id, raw[HP_OPT_RDZV_ID].source);
+                cfg->rdzv_id = id;
+        }
+        if (raw[HP_OPT_RDZV_CONF].text) {
+                const char *conf = raw[HP_OPT_RDZV_CONF].text;
+                for (const char *p = conf; *p;) {
+                        const char *comma = strchr(p, ',');
+                        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                        const char *eq = memchr(p, '=', len);
+                        if (eq == NULL || eq == p)
+                                ERR("invalid value '%s' for %s: expected "
+                                    "KEY=VALUE[,KEY=VALUE...]",
+                                    conf, raw[HP_OPT_RDZV_CONF].source);
+                        p += len;
+                        if (*p == ',')
+                                p++;
+                }
+                cfg->rdzv_conf = conf;
+        }
+        if (raw[HP_OPT_STANDALONE].text)
+                cfg->standalone = true;
+        if (raw[HP_OPT_MAX_RESTARTS].text) {
+                r = parse_int_value(&raw[HP_OPT_MAX_RESTARTS], 0, 1000000,
+                                    &cfg->max_restarts, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_MONITOR_INTERVAL].text) {
+                r = parse_seconds(&raw[HP_OPT_MONITOR_INTERVAL],
+                                  &cfg->monitor_interval_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_START_METHOD].text) {
+                r = parse_choice(&raw[HP_OPT_START_METHOD], start_methods,
+                                 HP_ARRAY_SIZE(start_methods), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->start_method = start_methods[index];
+        }
+        if (raw[HP_OPT_ROLE].text) {
+                if (raw[HP_OPT_ROLE].text[0] == '\0')
+                        ERR("empty value for %s", raw[HP_OPT_ROLE].source);
+                cfg->role = raw[HP_OPT_ROLE].text;
+        }
+        cfg->module = raw[HP_OPT_MODULE].text != NULL;
+        cfg->no_python = raw[HP_OPT_NO_PYTHON].text != NULL;
+        if (cfg->module && cfg->no_python)
+                ERR("%s and %s cannot be used together: a module needs the "
+                    "python interpreter",
+                    raw[HP_OPT_MODULE].source, raw[HP_OPT_NO_PYTHON].source);
+        if (raw[HP_OPT_LOG_DIR].text) {
+                const char *dir = raw[HP_OPT_LOG_DIR].text;
+                if (*dir == '\0')
+                        ERR("empty value for %s", raw[HP_OPT_LOG_DIR].source);
+                cfg->log_dir = dir;
+                cfg->log_to_devnull = strcmp(dir, "/dev/null") == 0;
+        }
+        for (int which = 0; which < 2; which++) {
+                int id = which == 0 ? HP_OPT_REDIRECTS : HP_OPT_TEE;
+                uint8_t *out = which == 0 ? cfg->redirects : cfg->tee;
+                char detail[200];
+
+                if (raw[id].text == NULL)
+                        continue;
+                r = hp_config_parse_std_spec(raw[id].text, cfg->nproc, out,
+                                             detail, sizeof(detail));
+                if (r < 0)
+                        ERR("invalid value for %s: %s", raw[id].source,
+                            detail);
+        }
+        if (raw[HP_OPT_LOCAL_RANKS_FILTER].text &&
+            raw[HP_OPT_LOCAL_RANKS_FILTER].text[0] != '\0') {
+                r = parse_ranks_filter(&raw[HP_OPT_LOCAL_RANKS_FILTER],
+                                       cfg->nproc, cfg->console_shown, errbuf,
+                                       errlen);
+                if (r < 0)
+                        return r;
+                cfg->console_filter_set = true;
+        }
+        if (raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text) {
+                char detail[200];
+                cfg->prefix_template = raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text;
+                if (hp_config_check_template(cfg->prefix_template, detail,
+                                             sizeof(detail)) < 0)
+                        ERR("invalid value for %s: %s",
+                            raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].source,
+                            detail);
+        }
+        if (raw[HP_OPT_LOCAL_ADDR].text)
+                cfg->local_addr = raw[HP_OPT_LOCAL_ADDR].text;
+
+        if (raw[HP_OPT_SHUTDOWN_SIGNAL].text) {
+                r = parse_choice(&raw[HP_OPT_SHUTDOWN_SIGNAL], signals,
+                                 HP_ARRAY_SIZE(signals), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->shutdown_signal = index == 0 ? SIGTERM : SIGKILL;
+        }
+        if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text) {
+                r = parse_seconds(&raw[HP_OPT_SHUTDOWN_TIMEOUT],
+                                  &cfg->shutdown_timeout_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        for (int which = 0; which < 2; which++) {
+                int script_id = which ? HP_OPT_POST_TRAIN_SCRIPT
+                                      : HP_OPT_PRE_TRAIN_SCRIPT;
+                int args_id = which ? HP_OPT_POST_TRAIN_ARGS
+                                    : HP_OPT_PRE_TRAIN_ARGS;
+                const char **script = which ? &cfg->post_train_script
+                                            : &cfg->pre_train_script;
+                const char **args = which ? &cfg->post_train_args
+                                          : &cfg->pre_train_args;
+
+                if (raw[script_id].text) {
+                        if (raw[script_id].text[0] == '\0')
+                                ERR("empty value for %s",
+                                    raw[script_id].source);
+                        *script = raw[script_id].text;
+                }
+                if (raw[args_id].text) {
+                        if (*script == NULL)
+                                ERR("%s was given without %s",
+                                    raw[args_id].source,
+                                    which ? "--post-train-script"
+                                          : "--pre-train-script");
+                        *args = raw[args_id].text;
+                }
+        }
+        if (raw[HP_OPT_SERVER_HOST].text) {
+                if (raw[HP_OPT_SERVER_HOST].text[0] == '\0')
+                        ERR("empty value for %s",
+                            raw[HP_OPT_SERVER_HOST].source);
+                cfg->server_host = raw[HP_OPT_SERVER_HOST].text;
+        }
+        if (raw[HP_OPT_SERVER_PORT].text) {
+                r = parse_int_value(&raw[HP_OPT_SERVER_PORT], 0, 65535,
+                                    &cfg->server_port, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_SERVER_LOG_LEVEL].text) {
+                r = parse_choice(&raw[HP_OPT_SERVER_LOG_LEVEL], levels,
+                                 HP_ARRAY_SIZE(levels), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->server_log_level = levels[index];
+        }
+        if (raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text) {
+                r = parse_seconds(&raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT],
+                                  &cfg->server_shutdown_timeout_ms, errbuf,
+                                  errlen);
+                if (r < 0)
+                        return r;
+        }
+
+        /* Cross-checks between options. */
+        if (cfg->standalone && cfg->nnodes != 1)
+                ERR("--standalone runs a single node, but --nnodes is %d",
+                    cfg->nnodes);
+        if (!cfg->standalone && cfg->node_rank >= cfg->nnodes &&
+            cfg->rdzv_backend == HP_RDZV_STATIC)
+                ERR("%s %d is out of range: --nnodes is %d, so node ranks "
+                    "go from 0 to %d",
+                    raw[HP_OPT_NODE_RANK].text ? raw[HP_OPT_NODE_RANK].source
+                                               : "--node-rank",
+                    cfg->node_rank, cfg->nnodes, cfg->nnodes - 1);
+        return 0;
+}
+
+int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
+                    char *errbuf, size_t errlen)
+{
+        struct option longopts[2 * HP_OPT_COUNT + 1];
+        char alt_names[2048];
+        char shortopts[2 * HP_OPT_COUNT + 4];
+        struct raw_value raw[HP_OPT_COUNT];
+        const char *env;
+        int c;
+
+        config_defaults(cfg);
+        memset(raw, 0, sizeof(raw));
+        build_getopt_tables(longopts, alt_names, sizeof(alt_names), shortopts);
+
+        /* optind = 0 makes glibc re-initialise, so parsing twice (tests)
+         * works. opterr = 0: errors are ours, with the value named. */
+        optind = 0;
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+                const char *culprit = argv[optind - 1];
+                int id;
+
+                if (c == '?') {
+                        if (optopt != 0)
+                                ERR("unrecognized option '-%c' (see --help)",
+                                    optopt);
+                        ERR("unrecognized option '%s' (see --help)", culprit);
+                }
+                if (c == ':')
+                        ERR("option '%s' needs a value (see --help)", culprit);
+                id = c >= 256 ? c - 256 : letter_to_id(c);
+                if (id < 0 || id >= HP_OPT_COUNT)
+                        ERR("unrecognized option '%s' (see --help)", culprit);
+                raw[id].text = option_rows[id].takes_arg ? optarg : "1";
+                if (c >= 256)
+                        snprintf(raw[id].source, sizeof(raw[id].source),
+                                 "--%s", option_rows[id].name);
+                else
+                        snprintf(raw[id].source, sizeof(raw[id].source),
+                                 "-%c", c);
+        }
+        if (raw[HP_OPT_HELP].text) {
+                cfg->show_help = true;
+                return 0;
+        }
+        if (raw[HP_OPT_VERSION].text) {
+                cfg->show_version = true;
+                return 0;
+        }
+
+        /* The environment fills what the command line left unset. */
+        for (int id = 0; id < HP_OPT_COUNT; id++) {
+                const char *name = option_rows[id].env;
+
+                if (raw[id].text != NULL || name == NULL)
+                        continue;
+                env = getenv(name);
+                if (env == NULL)
+                        continue;
+                if (!option_rows[id].takes_arg && !env_flag_value(env))
+                        continue;
+                raw[id].text = env;
+                snprintf(raw[id].source, sizeof(raw[id].source),
+                         "%s (environment)", name);
+        }
+        if (raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text == NULL) {
+                env = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+                if (env != NULL) {
+                        raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text = env;
+                        snprintf(raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].source,
+                                 sizeof(raw[0].source), "%s",
+                                 "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE "
+                                 "(environment)");
+                }
+        }
+
+        c = convert_values(cfg, raw, errbuf, errlen);
+        if (c < 0)
+                return c;
+
+        env = getenv("PYTHON_EXEC");
+        if (env != NULL && *env != '\0')
+                cfg->python_exec = env;
+
+        if (optind >= argc)
+                ERR("missing the training script (usage: hyperpodrun [OPTIONS] "
+                    "TRAINING_SCRIPT [ARGS...]; see --help)");
+        cfg->script = argv[optind];
+        if (cfg->script[0] == '\0')
+                ERR("the training script is an empty string");
+        cfg->script_args = argv + optind + 1;
+        cfg->script_argc = argc - optind - 1;
+        return 0;
+}
+
+int hp_config_find_executable(const char *name, char *path, size_t len)
+{
+        const char *search;
+        int result = -ENOENT;
+
+        if (strchr(name, '/') != NULL) {
+                struct stat st;
+                if (stat(name, &st) < 0)
+                        return -errno;
+                if (S_ISDIR(st.st_mode))
+                        return -EISDIR;
+                if (access(name, X_OK) < 0)
+                        return -EACCES;
+                return hp_snprintf(path, len, "%s", name) < 0 ? -ENAMETOOLONG
+                                                             : 0;
+        }
+        search = getenv("PATH");
+        if (search == NULL)
+                search = "/usr/local/bin:/usr/bin:/bin";
+        while (*search) {
+                const char *colon = strchr(search, ':');
+                size_t dir_len = colon ? (size_t)(colon - search)
+                                       : strlen(search);
+                struct stat st;
+
+                if (hp_snprintf(path, len, "%.*s/%s", (int)dir_len, search,
+                                name) == 0 &&
+                    stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+                        if (access(path, X_OK) == 0)
+                                return 0;
+                        result = -EACCES;
+                }
+                search += dir_len;
+                if (*search == ':')
+                        search++;
+        }
+        return result;
+}
+
+static int check_executable(const char *what, const char *name, char *errbuf,
+                            size_t errlen)
+{
+        char path[PATH_MAX];
+        int r = hp_config_find_executable(name, path, sizeof(path));
+
+        if (r == 0)
+                return 0;
+        if (r == -EACCES)
+                ERR("%s '%s' is not executable (chmod +x it, and give it a "
+                    "#! line)",
+                    what, name);
+        if (r == -EISDIR)
+                ERR("%s '%s' is a directory", what, name);
+        if (strchr(name, '/') == NULL)
+                ERR("%s '%s' was not found in PATH", what, name);
+        ERR("%s '%s' does not exist", what, name);
+}
+
+int hp_config_check_files(const struct hp_config *cfg, char *errbuf,
+                          size_t errlen)
+{
+        int r;
+
+        if (cfg->pre_train_script) {
+                r = check_executable("--pre-train-script",
+                                     cfg->pre_train_script, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (cfg->post_train_script) {
+                r = check_executable("--post-train-script",
+                                     cfg->post_train_script, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (cfg->no_python)
+                return check_executable("training program", cfg->script,
+                                        errbuf, errlen);
+        r = check_executable("python interpreter (PYTHON_EXEC)",
+                             cfg->python_exec, errbuf, errlen);
+        if (r < 0)
+                return r;
+        if (!cfg->module) {
+                struct stat st;
+                if (stat(cfg->script, &st) < 0)
+                        ERR("training script '%s' does not exist",
+                            cfg->script);
+                if (S_ISDIR(st.st_mode))
+                        ERR("training script '%s' is a directory",
+                            cfg->script);
+                if (access(cfg->script, R_OK) < 0)
+                        ERR("training script '%s' is not readable",
+                            cfg->script);
+        }
+        return 0;
+}

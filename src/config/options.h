@@ -1,0 +1,57 @@
+/* The option table: one row per flag, used for getopt, PET_* and errors. */
+#ifndef HP_CONFIG_OPTIONS_H
+#define HP_CONFIG_OPTIONS_H
+
+/*
+ * XX(id, long name, short letter or 0, takes an argument, PET_* variable or
+ * NULL). torchrun's flags have a PET_<DEST> fallback; the reference agent's
+ * own flags have none, and neither do ours.
+ */
+#define HP_OPTION_TABLE(XX)                                                   \
+        XX(NNODES, "nnodes", 0, 1, "PET_NNODES")                              \
+        XX(NPROC_PER_NODE, "nproc-per-node", 0, 1, "PET_NPROC_PER_NODE")      \
+        XX(NODE_RANK, "node-rank", 0, 1, "PET_NODE_RANK")                     \
+        XX(MASTER_ADDR, "master-addr", 0, 1, "PET_MASTER_ADDR")               \
+        XX(MASTER_PORT, "master-port", 0, 1, "PET_MASTER_PORT")               \
+        XX(RDZV_BACKEND, "rdzv-backend", 0, 1, "PET_RDZV_BACKEND")            \
+        XX(RDZV_ENDPOINT, "rdzv-endpoint", 0, 1, "PET_RDZV_ENDPOINT")         \
+        XX(RDZV_ID, "rdzv-id", 0, 1, "PET_RDZV_ID")                           \
+        XX(RDZV_CONF, "rdzv-conf", 0, 1, "PET_RDZV_CONF")                     \
+        XX(STANDALONE, "standalone", 0, 0, "PET_STANDALONE")                  \
+        XX(MAX_RESTARTS, "max-restarts", 0, 1, "PET_MAX_RESTARTS")            \
+        XX(MONITOR_INTERVAL, "monitor-interval", 0, 1, "PET_MONITOR_INTERVAL") \
+        XX(START_METHOD, "start-method", 0, 1, "PET_START_METHOD")            \
+        XX(ROLE, "role", 0, 1, "PET_ROLE")                                    \
+        XX(MODULE, "module", 'm', 0, "PET_MODULE")                            \
+        XX(NO_PYTHON, "no-python", 0, 0, "PET_NO_PYTHON")                     \
+        XX(LOG_DIR, "log-dir", 0, 1, "PET_LOG_DIR")                           \
+        XX(REDIRECTS, "redirects", 'r', 1, "PET_REDIRECTS")                   \
+        XX(TEE, "tee", 't', 1, "PET_TEE")                                     \
+        XX(LOCAL_RANKS_FILTER, "local-ranks-filter", 0, 1,                    \
+           "PET_LOCAL_RANKS_FILTER")                                          \
+        XX(LOG_LINE_PREFIX_TEMPLATE, "log-line-prefix-template", 0, 1,        \
+           "PET_LOG_LINE_PREFIX_TEMPLATE")                                    \
+        XX(LOCAL_ADDR, "local-addr", 0, 1, "PET_LOCAL_ADDR")                  \
+        XX(SHUTDOWN_SIGNAL, "shutdown-signal", 0, 1, NULL)                    \
+        XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1, NULL)                  \
+        XX(INPROCESS_RESTART, "inprocess-restart", 0, 0, NULL)                \
+        XX(INPROCESS_TIMEOUT, "inprocess-timeout", 0, 1, NULL)                \
+        XX(PRE_TRAIN_SCRIPT, "pre-train-script", 0, 1, NULL)                  \
+        XX(PRE_TRAIN_ARGS, "pre-train-args", 0, 1, NULL)                      \
+        XX(POST_TRAIN_SCRIPT, "post-train-script", 0, 1, NULL)                \
+        XX(POST_TRAIN_ARGS, "post-train-args", 0, 1, NULL)                    \
+        XX(SERVER_HOST, "server-host", 0, 1, NULL)                            \
+        XX(SERVER_PORT, "server-port", 0, 1, NULL)                            \
+        XX(SERVER_LOG_LEVEL, "server-log-level", 0, 1, NULL)                  \
+        XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
+        XX(HELP, "help", 'h', 0, NULL)                                        \
+        XX(VERSION, "version", 'V', 0, NULL)
+
+enum hp_option_id {
+#define XX(id, name, letter, arg, env) HP_OPT_##id,
+        HP_OPTION_TABLE(XX)
+#undef XX
+        HP_OPT_COUNT
+};
+
+#endif

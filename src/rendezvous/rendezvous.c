@@ -1,0 +1,158 @@
+/* Rendezvous backends that need no network peer: static and standalone. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/rendezvous.h"
+
+static void uuid4(char *out, size_t len)
+{
+        unsigned char b[16];
+        size_t got = 0;
+
+        while (got < sizeof(b)) {
+                ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        memset(b + got, 0x5a, sizeof(b) - got);
+                        break;
+                }
+                got += (size_t)n;
+        }
+        b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+        b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+        snprintf(out, len,
+                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+                 "%02x%02x%02x%02x%02x%02x",
+                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                 b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
+                 char *errbuf, size_t errlen)
+{
+        rdzv->cfg = cfg;
+        if (cfg->standalone)
+                uuid4(rdzv->run_id, sizeof(rdzv->run_id));
+        else if (hp_snprintf(rdzv->run_id, sizeof(rdzv->run_id), "%s",
+                             cfg->rdzv_id) < 0) {
+                snprintf(errbuf, errlen, "--rdzv-id '%s' is too long",
+                         cfg->rdzv_id);
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
+int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
+                           int default_port, int *port)
+{
+        const char *host_start = text, *host_end, *colon;
+        size_t n;
+
+        *port = default_port;
+        if (*text == '[') {
+                host_start = text + 1;
+                host_end = strchr(host_start, ']');
+                if (host_end == NULL)
+                        return HP_ECONFIG;
+                colon = host_end[1] == ':' ? host_end + 1 : NULL;
+                if (host_end[1] != '\0' && colon == NULL)
+                        return HP_ECONFIG;
+        } else {
+                colon = strrchr(text, ':');
+                /* A bare IPv6 address has several colons and no port. */
+                if (colon != NULL && strchr(text, ':') != colon)
+                        colon = NULL;
+                host_end = colon ? colon : text + strlen(text);
+        }
+        n = (size_t)(host_end - host_start);
+        if (n == 0 || n >= host_len)
+                return HP_ECONFIG;
+        memcpy(host, host_start, n);
+        host[n] = '\0';
+        if (colon != NULL && hp_parse_int(colon + 1, 1, 65535, port) < 0)
+                return HP_ECONFIG;
+        return 0;
+}
+
+/* A port nobody listens on now, as torchrun's standalone mode picks one. */
+static int pick_free_port(int *port)
+{
+        struct sockaddr_in addr = { .sin_family = AF_INET };
+        socklen_t len = sizeof(addr);
+        int fd, r = 0;
+
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+            getsockname(fd, (struct sockaddr *)&addr, &len) < 0)
+                r = -errno;
+        else
+                *port = ntohs(addr.sin_port);
+        close(fd);
+        return r;
+}
+
+int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
+                 size_t errlen)
+{
+        const struct hp_config *cfg = rdzv->cfg;
+        int r;
+
+        memset(out, 0, sizeof(*out));
+        out->nproc = cfg->nproc;
+        if (cfg->standalone) {
+                out->nnodes = 1;
+                out->node_rank = 0;
+                snprintf(out->master_addr, sizeof(out->master_addr), "%s",
+                         "127.0.0.1");
+                r = pick_free_port(&out->master_port);
+                if (r < 0) {
+                        snprintf(errbuf, errlen,
+                                 "--standalone: no free port on 127.0.0.1: %s",
+                                 hp_strerror(r));
+                        return HP_ERDZV;
+                }
+        } else if (cfg->rdzv_backend == HP_RDZV_STATIC) {
+                out->nnodes = cfg->nnodes;
+                out->node_rank = cfg->node_rank;
+                out->master_port = cfg->master_port;
+                snprintf(out->master_addr, sizeof(out->master_addr), "%s",
+                         cfg->master_addr);
+                /* torchrun's static backend takes the master from the
+                 * endpoint when one is given. */
+                if (cfg->rdzv_endpoint[0] != '\0' &&
+                    hp_rdzv_parse_endpoint(cfg->rdzv_endpoint,
+                                           out->master_addr,
+                                           sizeof(out->master_addr),
+                                           cfg->master_port,
+                                           &out->master_port) < 0) {
+                        snprintf(errbuf, errlen,
+                                 "invalid --rdzv-endpoint '%s': expected "
+                                 "HOST[:PORT] or [IPV6]:PORT",
+                                 cfg->rdzv_endpoint);
+                        return HP_ECONFIG;
+                }
+        } else {
+                snprintf(errbuf, errlen,
+                         "--rdzv-backend %s is not available in this build "
+                         "yet; use --standalone, or --rdzv-backend static "
+                         "with --nnodes, --node-rank, --master-addr and "
+                         "--master-port",
+                         cfg->rdzv_backend_name);
+                return HP_ENOTSUP;
+        }
+        out->world_size = out->nnodes * out->nproc;
+        out->group_world_size = out->nnodes;
+        out->base_rank = out->node_rank * out->nproc;
+        return 0;
+}

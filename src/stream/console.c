@@ -1,0 +1,196 @@
+/* The console writer: a fixed ring drained by one thread per output fd. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/stream.h"
+
+static const char capped_marker[] = " [hyperpodrun: line longer than 65536 "
+                                    "bytes, continued on the next line]";
+
+static void writer_main(void *arg)
+{
+        struct hp_console *con = arg;
+
+        uv_mutex_lock(&con->lock);
+        for (;;) {
+                size_t off, n;
+                int r;
+
+                while (con->head == con->tail && !con->stopping)
+                        uv_cond_wait(&con->wake, &con->lock);
+                if (con->head == con->tail)
+                        break;
+                /* Write the longest contiguous run; the lock is not held
+                 * during write(), so producers are never blocked by it. */
+                off = (size_t)(con->tail % con->cap);
+                n = (size_t)(con->head - con->tail);
+                if (n > con->cap - off)
+                        n = con->cap - off;
+                uv_mutex_unlock(&con->lock);
+                r = con->write_error ? con->write_error
+                                     : hp_write_all(con->fd, con->ring + off, n);
+                uv_mutex_lock(&con->lock);
+                if (r < 0)
+                        con->write_error = r;
+                con->tail += n;
+                uv_cond_signal(&con->drained);
+        }
+        uv_cond_signal(&con->drained);
+        uv_mutex_unlock(&con->lock);
+}
+
+int hp_console_init(struct hp_console *con, int fd, size_t cap)
+{
+        int r;
+
+        memset(con, 0, sizeof(*con));
+        con->fd = fd;
+        con->cap = cap;
+        con->ring = malloc(cap);
+        if (con->ring == NULL)
+                return -ENOMEM;
+        r = uv_mutex_init(&con->lock);
+        if (r < 0)
+                goto err_ring;
+        r = uv_cond_init(&con->wake);
+        if (r < 0)
+                goto err_lock;
+        r = uv_cond_init(&con->drained);
+        if (r < 0)
+                goto err_wake;
+        r = uv_thread_create(&con->thread, writer_main, con);
+        if (r < 0)
+                goto err_drained;
+        return 0;
+
+err_drained:
+        uv_cond_destroy(&con->drained);
+err_wake:
+        uv_cond_destroy(&con->wake);
+err_lock:
+        uv_mutex_destroy(&con->lock);
+err_ring:
+        free(con->ring);
+        con->ring = NULL;
+        return r;
+}
+
+/* Copies into the ring at head; the caller checked the room. */
+static void ring_copy(struct hp_console *con, const char *data, size_t n)
+{
+        size_t off = (size_t)(con->head % con->cap);
+        size_t first = n < con->cap - off ? n : con->cap - off;
+
+        memcpy(con->ring + off, data, first);
+        memcpy(con->ring, data + first, n - first);
+        con->head += n;
+}
+
+static bool ring_put(struct hp_console *con, const char *prefix,
+                     size_t prefix_len, const char *line, size_t len,
+                     const char *marker, size_t marker_len)
+{
+        size_t need = prefix_len + len + marker_len + 1;
+
+        if (con->cap - (size_t)(con->head - con->tail) < need)
+                return false;
+        ring_copy(con, prefix, prefix_len);
+        ring_copy(con, line, len);
+        ring_copy(con, marker, marker_len);
+        ring_copy(con, "\n", 1);
+        return true;
+}
+
+bool hp_console_put_line(struct hp_console *con, const char *prefix,
+                         size_t prefix_len, const char *line, size_t len,
+                         enum hp_line_end end)
+{
+        const char *marker = end == HP_LINE_CAPPED ? capped_marker : "";
+        size_t marker_len = end == HP_LINE_CAPPED ? sizeof(capped_marker) - 1
+                                                  : 0;
+        bool queued;
+
+        uv_mutex_lock(&con->lock);
+        if (con->dropped_unreported > 0) {
+                char note[128];
+                int n = snprintf(note, sizeof(note),
+                                 "[hyperpodrun]: %llu console lines dropped "
+                                 "(console too slow); the log files have "
+                                 "them",
+                                 (unsigned long long)con->dropped_unreported);
+                if (ring_put(con, "", 0, note, (size_t)n, "", 0))
+                        con->dropped_unreported = 0;
+        }
+        queued = con->dropped_unreported == 0 &&
+                 ring_put(con, prefix, prefix_len, line, len, marker,
+                          marker_len);
+        if (queued) {
+                con->lines_queued++;
+                uv_cond_signal(&con->wake);
+        } else {
+                con->lines_dropped++;
+                con->bytes_dropped += prefix_len + len + marker_len + 1;
+                con->dropped_unreported++;
+        }
+        uv_mutex_unlock(&con->lock);
+        return queued;
+}
+
+/* With the lock held: wait for the writer, bounded by the deadline, so
+ * that a console nobody reads cannot keep the agent from going on. */
+static void wait_drained(struct hp_console *con, uint64_t timeout_ms)
+{
+        uint64_t deadline = uv_hrtime() + timeout_ms * 1000000ull;
+
+        while (con->head != con->tail) {
+                uint64_t now = uv_hrtime();
+                if (now >= deadline)
+                        break;
+                (void)uv_cond_timedwait(&con->drained, &con->lock,
+                                        deadline - now);
+        }
+}
+
+void hp_console_flush(struct hp_console *con, uint64_t timeout_ms)
+{
+        if (con->ring == NULL)
+                return;
+        uv_mutex_lock(&con->lock);
+        wait_drained(con, timeout_ms);
+        uv_mutex_unlock(&con->lock);
+}
+
+void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
+{
+        if (con->ring == NULL)
+                return;
+        uv_mutex_lock(&con->lock);
+        wait_drained(con, timeout_ms);
+        if (con->head != con->tail) {
+                /* The writer is stuck in write(): what is left is lost to
+                 * the console (never to the files). Count it and move on. */
+                con->bytes_dropped += con->head - con->tail;
+                con->lines_dropped++;
+                uv_mutex_unlock(&con->lock);
+                hp_log_warn("console: %llu bytes still queued after %llu ms, "
+                            "given up (the log files are complete)",
+                            (unsigned long long)con->bytes_dropped,
+                            (unsigned long long)timeout_ms);
+                /* The thread cannot be joined while it blocks in write().
+                 * Leave it, and the ring it reads, to process exit. */
+                return;
+        }
+        con->stopping = true;
+        uv_cond_signal(&con->wake);
+        uv_mutex_unlock(&con->lock);
+        uv_thread_join(&con->thread);
+        uv_cond_destroy(&con->drained);
+        uv_cond_destroy(&con->wake);
+        uv_mutex_destroy(&con->lock);
+        free(con->ring);
+        con->ring = NULL;
+}

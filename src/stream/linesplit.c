@@ -1,0 +1,82 @@
+/* Splitting a byte stream into lines without copying complete lines. */
+#include <string.h>
+
+#include "hyperpod/stream.h"
+
+void hp_linesplit_init(struct hp_linesplit *ls, char *buf, size_t cap)
+{
+        ls->buf = buf;
+        ls->cap = cap;
+        ls->len = 0;
+        ls->after_cr = false;
+}
+
+/* Appends to the held partial line, emitting full-capacity pieces as
+ * HP_LINE_CAPPED lines. */
+static void hold(struct hp_linesplit *ls, const char *data, size_t n,
+                 hp_line_cb cb, void *ctx)
+{
+        while (n > 0) {
+                size_t room, take;
+
+                /* A full buffer is emitted only when more bytes arrive, so
+                 * that a line of exactly cap bytes ends as a normal line. */
+                if (ls->len == ls->cap) {
+                        cb(ctx, ls->buf, ls->len, HP_LINE_CAPPED);
+                        ls->len = 0;
+                }
+                room = ls->cap - ls->len;
+                take = n < room ? n : room;
+                memcpy(ls->buf + ls->len, data, take);
+                ls->len += take;
+                data += take;
+                n -= take;
+        }
+}
+
+void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
+                       hp_line_cb cb, void *ctx)
+{
+        const char *end = data + n;
+        const char *p = data;
+
+        if (n > 0 && ls->after_cr && *p == '\n')
+                p++;
+        ls->after_cr = false;
+        while (p < end) {
+                const char *eol = p;
+
+                /* memchr twice would scan the chunk twice; one loop that
+                 * stops at either terminator is cheaper for short lines. */
+                while (eol < end && *eol != '\n' && *eol != '\r')
+                        eol++;
+                if (eol == end) {
+                        hold(ls, p, (size_t)(end - p), cb, ctx);
+                        return;
+                }
+                if (ls->len == 0 && (size_t)(eol - p) <= ls->cap) {
+                        cb(ctx, p, (size_t)(eol - p), HP_LINE_EOL);
+                } else {
+                        hold(ls, p, (size_t)(eol - p), cb, ctx);
+                        cb(ctx, ls->buf, ls->len, HP_LINE_EOL);
+                        ls->len = 0;
+                }
+                if (*eol == '\r') {
+                        if (eol + 1 == end) {
+                                ls->after_cr = true;
+                                return;
+                        }
+                        if (eol[1] == '\n')
+                                eol++;
+                }
+                p = eol + 1;
+        }
+}
+
+void hp_linesplit_finish(struct hp_linesplit *ls, hp_line_cb cb, void *ctx)
+{
+        if (ls->len > 0)
+                cb(ctx, ls->buf, ls->len, HP_LINE_EOF);
+        ls->len = 0;
+        ls->after_cr = false;
+}

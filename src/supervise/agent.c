@@ -1,0 +1,439 @@
+/* The agent: attempts, stages, signals and exit status in self-driven mode.
+ *
+ * An attempt runs the stages in order, each one group of processes:
+ *   pre-train (if configured) → train (nproc workers) → post-train
+ * A non-zero exit in any stage fails the attempt; with restarts left the
+ * next attempt starts from pre-train with TORCHELASTIC_RESTART_COUNT + 1.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+static const int forwarded_signals[] = { SIGTERM, SIGINT,  SIGHUP,
+                                         SIGQUIT, SIGUSR1, SIGUSR2 };
+
+const char *hp_stage_name(enum hp_stage stage)
+{
+        static const char *const names[] = {
+                [HP_STAGE_PRE_TRAIN] = "pre_train",
+                [HP_STAGE_TRAIN] = "train",
+                [HP_STAGE_POST_TRAIN] = "post_train",
+        };
+        return names[stage];
+}
+
+static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
+{
+        switch (stage) {
+        case HP_STAGE_PRE_TRAIN:
+                return a->cfg->pre_train_script != NULL;
+        case HP_STAGE_POST_TRAIN:
+                return a->cfg->post_train_script != NULL;
+        default:
+                return true;
+        }
+}
+
+static void finish(struct hp_agent *a, int exit_code)
+{
+        a->state = HP_AGENT_FINISHED;
+        a->exit_code = exit_code;
+        uv_stop(a->loop);
+}
+
+static bool is_managed(pid_t pid, void *ctx)
+{
+        const struct hp_agent *a = ctx;
+
+        return a->group_active && hp_group_owns_pid(&a->group, pid);
+}
+
+void hp_agent__process_exited(struct hp_agent *a)
+{
+        (void)hp_reaper_sweep(is_managed, a);
+}
+
+static void sigchld_cb(uv_signal_t *handle, int signum)
+{
+        struct hp_agent *a = handle->data;
+
+        (void)hp_reaper_sweep(is_managed, a);
+}
+
+static void start_attempt(struct hp_agent *a);
+static void start_stage(struct hp_agent *a, enum hp_stage stage);
+
+static void report_console_drops(struct hp_agent *a)
+{
+        struct hp_console *cons[] = { &a->console_out, &a->console_err };
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cons); i++) {
+                uint64_t dropped;
+                uv_mutex_lock(&cons[i]->lock);
+                dropped = cons[i]->lines_dropped;
+                uv_mutex_unlock(&cons[i]->lock);
+                if (dropped > 0)
+                        hp_log_warn("console %s: %llu lines dropped so far "
+                                    "because it could not keep up; the log "
+                                    "files have every byte",
+                                    i == 0 ? "stdout" : "stderr",
+                                    (unsigned long long)dropped);
+        }
+}
+
+static void group_done_cb(struct hp_group *g, enum hp_group_result result)
+{
+        struct hp_agent *a = g->agent;
+        enum hp_stage stage = g->stage;
+        int code;
+
+        a->group_active = false;
+        /* Everything the workers printed is queued by now; let it reach the
+         * console before our own report, for a readable order. */
+        hp_console_flush(&a->console_out, 2000);
+        hp_console_flush(&a->console_err, 2000);
+        report_console_drops(a);
+
+        if (result == HP_GROUP_FAILED) {
+                hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                code = hp_agent__root_cause_exit_code(g);
+                hp_group_release(g);
+                if (a->received_signal) {
+                        finish(a, 128 + a->received_signal);
+                } else if (a->restart_count < a->cfg->max_restarts) {
+                        a->restart_count++;
+                        hp_log_warn("%s failed; restarting the worker group "
+                                    "(restart %d of %d)",
+                                    hp_stage_name(stage), a->restart_count,
+                                    a->cfg->max_restarts);
+                        start_attempt(a);
+                } else {
+                        if (a->cfg->max_restarts > 0)
+                                hp_log_error("no restarts left (--max-restarts "
+                                             "%d)",
+                                             a->cfg->max_restarts);
+                        finish(a, code);
+                }
+                return;
+        }
+        hp_group_release(g);
+        if (result == HP_GROUP_STOPPED || a->received_signal) {
+                hp_log_info("stopped by %s",
+                            hp_signal_name(a->received_signal));
+                finish(a, 128 + a->received_signal);
+                return;
+        }
+        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++) {
+                if (stage_enabled(a, (enum hp_stage)next)) {
+                        start_stage(a, (enum hp_stage)next);
+                        return;
+                }
+        }
+        hp_log_info("all stages succeeded");
+        finish(a, 0);
+}
+
+static void start_stage(struct hp_agent *a, enum hp_stage stage)
+{
+        int r;
+
+        a->stage = stage;
+        a->group.done_cb = group_done_cb;
+        r = hp_group_start(&a->group, a, stage);
+        if (r < 0) {
+                hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
+                             hp_strerror(r));
+                finish(a, 1);
+                return;
+        }
+        a->group_active = true;
+}
+
+static int prepare_attempt_dirs(struct hp_agent *a)
+{
+        for (int s = 0; s < HP_STAGE_COUNT; s++) {
+                char *dir = a->attempt_dir[s];
+                int r;
+
+                dir[0] = '\0';
+                if (a->run_dir[s][0] == '\0')
+                        continue;
+                if (hp_snprintf(a->attempt_dir[s], sizeof(a->attempt_dir[s]),
+                                "%s/attempt_%d", a->run_dir[s],
+                                a->restart_count) < 0)
+                        return -ENAMETOOLONG;
+                /* As torch does: a reused attempt number starts clean. */
+                r = hp_remove_tree(dir);
+                if (r == 0)
+                        r = hp_mkdir_p(dir, 0755);
+                if (r < 0) {
+                        hp_log_error("cannot create '%s': %s", dir,
+                                     hp_strerror(r));
+                        return r;
+                }
+        }
+        return 0;
+}
+
+static void start_attempt(struct hp_agent *a)
+{
+        char err[512];
+        int r;
+
+        /* The first round was run by hp_agent_init, to fail before any
+         * process starts; each later attempt asks again, so a replaced
+         * node's address is picked up. */
+        if (a->restart_count > 0) {
+                r = hp_rdzv_next(&a->rdzv, &a->round, err, sizeof(err));
+                if (r < 0) {
+                        hp_log_error("rendezvous: %s", err);
+                        finish(a, 1);
+                        return;
+                }
+        }
+        if (prepare_attempt_dirs(a) < 0) {
+                finish(a, 1);
+                return;
+        }
+        hp_log_info("attempt %d: %d worker%s, node %d of %d, world size %d, "
+                    "master %s:%d, run id %s%s%s",
+                    a->restart_count, a->round.nproc,
+                    a->round.nproc == 1 ? "" : "s", a->round.node_rank,
+                    a->round.nnodes, a->round.world_size, a->round.master_addr,
+                    a->round.master_port, a->rdzv.run_id,
+                    a->no_files ? "" : ", logs in ",
+                    a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
+        start_stage(a, stage_enabled(a, HP_STAGE_PRE_TRAIN)
+                               ? HP_STAGE_PRE_TRAIN
+                               : HP_STAGE_TRAIN);
+}
+
+static void signal_cb(uv_signal_t *handle, int signum)
+{
+        struct hp_agent *a = handle->data;
+
+        if (signum == SIGUSR1 || signum == SIGUSR2) {
+                if (a->group_active)
+                        hp_group_signal(&a->group, signum);
+                return;
+        }
+        if (!a->group_active) {
+                finish(a, 128 + signum);
+                return;
+        }
+        if (a->received_signal == 0) {
+                a->received_signal = signum;
+                hp_log_warn("received %s: stopping the workers (%s, then "
+                            "SIGKILL after %.3g s; send it again to kill "
+                            "at once)",
+                            hp_signal_name(signum), hp_signal_name(signum),
+                            (double)a->cfg->shutdown_timeout_ms / 1000.0);
+        }
+        a->group.stop_requested = true;
+        /* torchrun closes the group with the signal it received. */
+        hp_group_stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
+}
+
+static int make_run_dir(const char *root, const char *prefix,
+                        const char *run_id, char *out, size_t len)
+{
+        for (int tries = 0; tries < 100; tries++) {
+                char rand[9];
+
+                hp_random_name(rand, 8);
+                rand[8] = '\0';
+                if (hp_snprintf(out, len, "%s/%s%s_%s", root, prefix, run_id,
+                                rand) < 0)
+                        return -ENAMETOOLONG;
+                if (mkdir(out, 0755) == 0)
+                        return 0;
+                if (errno != EEXIST)
+                        return -errno;
+        }
+        return -EEXIST;
+}
+
+static int prepare_log_dirs(struct hp_agent *a, char *errbuf, size_t errlen)
+{
+        static const char *const prefixes[] = { "pre_train_", "", "post_train_" };
+        const struct hp_config *cfg = a->cfg;
+        int r;
+
+        if (cfg->log_to_devnull) {
+                a->no_files = true;
+                return 0;
+        }
+        if (cfg->log_dir != NULL) {
+                if (hp_snprintf(a->log_root, sizeof(a->log_root), "%s",
+                                cfg->log_dir) < 0)
+                        goto too_long;
+                r = hp_mkdir_p(a->log_root, 0755);
+                if (r < 0) {
+                        snprintf(errbuf, errlen,
+                                 "--log-dir '%s' cannot be created: %s",
+                                 cfg->log_dir, hp_strerror(r));
+                        return HP_ECONFIG;
+                }
+        } else {
+                const char *tmp = getenv("TMPDIR");
+                r = make_run_dir(tmp && *tmp ? tmp : "/tmp", "torchelastic",
+                                 "", a->log_root, sizeof(a->log_root));
+                if (r < 0) {
+                        snprintf(errbuf, errlen,
+                                 "cannot create a log directory in %s: %s",
+                                 tmp && *tmp ? tmp : "/tmp", hp_strerror(r));
+                        return HP_ECONFIG;
+                }
+        }
+        for (int s = 0; s < HP_STAGE_COUNT; s++) {
+                a->run_dir[s][0] = '\0';
+                if (!stage_enabled(a, (enum hp_stage)s))
+                        continue;
+                r = make_run_dir(a->log_root, prefixes[s], a->rdzv.run_id,
+                                 a->run_dir[s], sizeof(a->run_dir[s]));
+                if (r == -ENAMETOOLONG)
+                        goto too_long;
+                if (r < 0) {
+                        snprintf(errbuf, errlen,
+                                 "log directory '%s' is not writable: %s",
+                                 a->log_root, hp_strerror(r));
+                        return HP_ECONFIG;
+                }
+        }
+        return 0;
+
+too_long:
+        snprintf(errbuf, errlen, "--log-dir '%s' is too long", cfg->log_dir);
+        return HP_ECONFIG;
+}
+
+int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
+                  const struct hp_config *cfg, char *errbuf, size_t errlen)
+{
+        ssize_t n;
+        int r;
+
+        memset(a, 0, sizeof(*a));
+        a->loop = loop;
+        a->cfg = cfg;
+        loop->data = a;
+
+        n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
+        if (n <= 0) {
+                snprintf(errbuf, errlen, "cannot find our own binary: %s",
+                         strerror(errno));
+                return -errno;
+        }
+        a->self_exe[n] = '\0';
+        if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
+                snprintf(a->hostname, sizeof(a->hostname), "localhost");
+
+        r = hp_rdzv_init(&a->rdzv, cfg, errbuf, errlen);
+        if (r < 0)
+                return r;
+        r = hp_rdzv_next(&a->rdzv, &a->round, errbuf, errlen);
+        if (r < 0)
+                return r;
+        r = prepare_log_dirs(a, errbuf, errlen);
+        if (r < 0)
+                return r;
+
+        /* torchrun's rule: many workers each with a full OpenMP pool would
+         * oversubscribe the CPUs, so they get 1 thread unless told. */
+        if (a->round.nproc > 1 && getenv("OMP_NUM_THREADS") == NULL) {
+                setenv("OMP_NUM_THREADS", "1", 1);
+                hp_log_warn("OMP_NUM_THREADS is not set; setting it to 1 for "
+                            "each of the %d workers (set it to tune)",
+                            a->round.nproc);
+        }
+
+        /* Orphaned grandchildren come to us, not to init, so we can reap
+         * them and kill them at the end. PID 1 is a reaper anyway. */
+        if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 && getpid() != 1)
+                hp_log_warn("cannot become a child subreaper (%s): orphaned "
+                            "worker processes will escape; run under tini or "
+                            "as PID 1",
+                            strerror(errno));
+        /* A console that went away must show up as a write error, which
+         * the console counts, not kill the agent. */
+        signal(SIGPIPE, SIG_IGN);
+
+        r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
+        if (r < 0)
+                goto err;
+        r = hp_console_init(&a->console_err, STDERR_FILENO, HP_CONSOLE_RING);
+        if (r < 0) {
+                hp_console_close(&a->console_out, 0);
+                goto err;
+        }
+        for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
+                uv_signal_init(loop, &a->signals[i]);
+                a->signals[i].data = a;
+                uv_signal_start(&a->signals[i], signal_cb, forwarded_signals[i]);
+        }
+        uv_signal_init(loop, &a->sigchld);
+        a->sigchld.data = a;
+        uv_signal_start(&a->sigchld, sigchld_cb, SIGCHLD);
+        uv_timer_init(loop, &a->group.timer);
+        return 0;
+
+err:
+        snprintf(errbuf, errlen, "cannot start the console writer: %s",
+                 hp_strerror(r));
+        return r;
+}
+
+int hp_agent_run(struct hp_agent *a)
+{
+        a->state = HP_AGENT_RUNNING;
+        start_attempt(a);
+        if (a->state != HP_AGENT_FINISHED)
+                uv_run(a->loop, UV_RUN_DEFAULT);
+        return a->exit_code;
+}
+
+static void reap_leftovers(void)
+{
+        struct timespec pause = { 0, 1000000 };
+
+        /* Bounded: a process stuck in uninterruptible sleep cannot be
+         * reaped, and must not keep the agent from exiting. */
+        for (int i = 0; i < 2000; i++) {
+                pid_t pid = waitpid(-1, NULL, WNOHANG);
+                if (pid < 0)
+                        return; /* ECHILD: all reaped */
+                if (pid == 0)
+                        nanosleep(&pause, NULL);
+        }
+}
+
+void hp_agent_close(struct hp_agent *a)
+{
+        for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++)
+                uv_close((uv_handle_t *)&a->signals[i], NULL);
+        uv_close((uv_handle_t *)&a->sigchld, NULL);
+        uv_close((uv_handle_t *)&a->group.timer, NULL);
+        uv_run(a->loop, UV_RUN_DEFAULT);
+
+        /* Anything still alive escaped its worker's process group (setsid,
+         * daemonized): the job is over, so it goes too. */
+        if (hp_reaper_kill_descendants(SIGKILL) > 0)
+                reap_leftovers();
+        else
+                (void)hp_reaper_sweep(NULL, NULL);
+
+        hp_console_close(&a->console_out, 5000);
+        hp_console_close(&a->console_err, 5000);
+}

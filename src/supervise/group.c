@@ -1,0 +1,541 @@
+/* One stage's processes: spawn, tee, stop, and know when they are done.
+ *
+ * Worker lifecycle (logged at debug level):
+ *   RUNNING ─stop─▶ STOPPING ─timeout─▶ KILLING
+ *      │               │                   │
+ *      └──────exit─────┴───────exit────────┴─▶ EXITED ─EOF on both pipes─▶ DONE
+ *
+ * A worker is DONE only after its exit and EOF on both pipes, so the last
+ * lines before a crash are always in the files and on the console before
+ * the group reports its result.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+extern char **environ;
+
+const char *hp_worker_state_name(enum hp_worker_state state)
+{
+        static const char *const names[] = {
+                [HP_WORKER_RUNNING] = "RUNNING",
+                [HP_WORKER_STOPPING] = "STOPPING",
+                [HP_WORKER_KILLING] = "KILLING",
+                [HP_WORKER_EXITED] = "EXITED",
+                [HP_WORKER_DONE] = "DONE",
+        };
+        return names[state];
+}
+
+static void worker_set_state(struct hp_worker *w, enum hp_worker_state state,
+                             const char *event)
+{
+        hp_log_debug("%s worker %d (pid %d): %s → %s → %s",
+                     hp_stage_name(w->group->stage), w->local_rank, (int)w->pid,
+                     hp_worker_state_name(w->state), event,
+                     hp_worker_state_name(state));
+        w->state = state;
+}
+
+static double wall_now(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void group_check_done(struct hp_group *g)
+{
+        enum hp_group_result result;
+
+        if (g->done < g->count)
+                return;
+        uv_timer_stop(&g->timer);
+        if (g->first_failure != NULL)
+                result = HP_GROUP_FAILED;
+        else if (g->stop_requested)
+                result = HP_GROUP_STOPPED;
+        else
+                result = HP_GROUP_SUCCEEDED;
+        g->done_cb(g, result);
+}
+
+static void worker_unref(struct hp_worker *w)
+{
+        if (--w->refs > 0)
+                return;
+        worker_set_state(w, HP_WORKER_DONE, "eof");
+        w->group->done++;
+        group_check_done(w->group);
+}
+
+static void stream_closed_cb(struct hp_stream *s)
+{
+        struct hp_worker *w = s->data;
+
+        if (s->file_fd >= 0) {
+                close(s->file_fd);
+                s->file_fd = -1;
+        }
+        worker_unref(w);
+}
+
+static void process_closed_cb(uv_handle_t *handle)
+{
+        struct hp_worker *w = hp_container_of(handle, struct hp_worker, proc);
+
+        worker_unref(w);
+}
+
+static void signal_group(struct hp_worker *w, int sig)
+{
+        /* The worker leads its own process group (it was spawned detached,
+         * i.e. setsid), so this reaches its dataloaders and shells too. A
+         * group whose members are all gone answers ESRCH, which is fine. */
+        if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
+                hp_log_warn("signalling process group %d with %s: %s",
+                            (int)w->pid, hp_signal_name(sig), strerror(errno));
+}
+
+static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
+{
+        struct hp_worker *w = hp_container_of(proc, struct hp_worker, proc);
+        struct hp_group *g = w->group;
+        bool failed = status != 0 || term_signal != 0;
+
+        w->exit_status = status;
+        w->term_signal = term_signal;
+        w->exit_time = wall_now();
+        worker_set_state(w, HP_WORKER_EXITED, "exit");
+        g->exited++;
+        uv_close((uv_handle_t *)proc, process_closed_cb);
+        hp_agent__process_exited(g->agent);
+
+        if (failed && !w->signalled) {
+                hp_log_info("%s worker %d (pid %d) %s %d", hp_stage_name(g->stage),
+                            w->local_rank, (int)w->pid,
+                            term_signal ? "was killed by signal"
+                                        : "exited with code",
+                            term_signal ? term_signal : (int)status);
+                if (g->first_failure == NULL)
+                        g->first_failure = w;
+                if (!g->stopping)
+                        hp_group_stop(g, g->agent->cfg->shutdown_signal,
+                                      g->agent->cfg->shutdown_timeout_ms);
+                return;
+        }
+        /* Once every process has exited, whatever they left in their
+         * groups (a background job still holding the pipe) is stopped the
+         * same way, so the pipes reach EOF. */
+        if (g->exited == g->count && !g->stopping)
+                hp_group_stop(g, SIGTERM, g->agent->cfg->shutdown_timeout_ms);
+}
+
+static int open_log_file(const char *dir, const char *name, int *fd)
+{
+        char path[PATH_MAX];
+        int r = hp_snprintf(path, sizeof(path), "%s/%s", dir, name);
+
+        if (r < 0)
+                return -ENAMETOOLONG;
+        *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND,
+                   0644);
+        return *fd < 0 ? -errno : 0;
+}
+
+static void set_prefix(struct hp_group *g, struct hp_worker *w,
+                       struct hp_stream *s)
+{
+        const struct hp_agent *a = g->agent;
+        char rank[16], local_rank[16], group_rank[16], restarts[16], pid[16];
+        const char *role = g->stage == HP_STAGE_TRAIN ? a->cfg->role
+                                                      : hp_stage_name(g->stage);
+        const struct hp_template_var vars[] = {
+                { "role_name", role },         { "rank", rank },
+                { "local_rank", local_rank },  { "group_rank", group_rank },
+                { "restart_count", restarts }, { "hostname", a->hostname },
+                { "pid", pid },
+        };
+        const char *tmpl = a->cfg->prefix_template
+                                   ? a->cfg->prefix_template
+                                   : "[${role_name}${local_rank}]:";
+        char err[256];
+
+        s->prefix_len = 0;
+        s->prefix[0] = '\0';
+        /* A stream that is neither tee'd nor redirected reaches the console
+         * as torchrun's inherited fd would: without a prefix. */
+        if (!s->prefixed)
+                return;
+        snprintf(rank, sizeof(rank), "%d", w->rank);
+        snprintf(local_rank, sizeof(local_rank), "%d", w->local_rank);
+        snprintf(group_rank, sizeof(group_rank), "%d", a->round.node_rank);
+        snprintf(restarts, sizeof(restarts), "%d", a->restart_count);
+        snprintf(pid, sizeof(pid), "%d", (int)w->pid);
+        if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), s->prefix,
+                               sizeof(s->prefix), &s->prefix_len, err,
+                               sizeof(err)) < 0) {
+                /* The template was checked at startup; only the length can
+                 * fail here, with a very long hostname. Keep what fits. */
+                s->prefix_len = strlen(s->prefix);
+        }
+}
+
+/* Decides where one stream goes, per torchrun's -r/-t and the filter. */
+static int setup_stream(struct hp_group *g, struct hp_worker *w,
+                        struct hp_stream *s, int bit)
+{
+        const struct hp_config *cfg = g->agent->cfg;
+        int rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0;
+        bool redirect = (cfg->redirects[rank] & bit) != 0;
+        bool tee = (cfg->tee[rank] & bit) != 0;
+        bool shown = !cfg->console_filter_set || cfg->console_shown[rank];
+        int r;
+
+        s->file_fd = -1;
+        s->data = w;
+        s->closed_cb = stream_closed_cb;
+        s->listener = NULL;
+        s->listener_ctx = NULL;
+        s->console = NULL;
+        if ((redirect || tee) && w->dir[0] != '\0') {
+                r = open_log_file(w->dir, bit == HP_STD_OUT ? "stdout.log"
+                                                            : "stderr.log",
+                                  &s->file_fd);
+                if (r < 0)
+                        return r;
+        }
+        if (shown && (tee || !redirect))
+                s->console = bit == HP_STD_OUT ? &g->agent->console_out
+                                               : &g->agent->console_err;
+        s->prefixed = tee;
+        return 0;
+}
+
+/* A worker that could not be started is reported like an exec failure
+ * (127) through the normal path: its handles close, the references drop,
+ * and the group sees a failed worker. */
+static void worker_fail_to_start(struct hp_worker *w, int err)
+{
+        struct hp_group *g = w->group;
+
+        hp_log_error("%s worker %d: cannot start: %s", hp_stage_name(g->stage),
+                     w->local_rank, hp_strerror(err));
+        w->exit_status = 127;
+        w->exit_time = wall_now();
+        w->state = HP_WORKER_EXITED;
+        g->exited++;
+        if (g->first_failure == NULL)
+                g->first_failure = w;
+        hp_stream_drain_and_close(&w->out);
+        hp_stream_drain_and_close(&w->err);
+}
+
+static int spawn_worker(struct hp_group *g, struct hp_worker *w,
+                        const struct hp_argv *cmd)
+{
+        struct hp_agent *a = g->agent;
+        const struct hp_config *cfg = a->cfg;
+        struct hp_env_params params = {
+                .local_rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0,
+                .rank = w->rank,
+                .group_rank = a->round.node_rank,
+                .local_world_size = g->stage == HP_STAGE_TRAIN ? a->round.nproc
+                                                               : 1,
+                .world_size = a->round.world_size,
+                .group_world_size = a->round.group_world_size,
+                .role = cfg->role,
+                .master_addr = a->round.master_addr,
+                .master_port = a->round.master_port,
+                .restart_count = a->restart_count,
+                .max_restarts = cfg->max_restarts,
+                .run_id = a->rdzv.run_id,
+                .error_file = w->error_file,
+        };
+        struct hp_envbuf env = { 0 };
+        uv_process_options_t opts;
+        uv_stdio_container_t stdio[3];
+        char parent_pid[16];
+        char **argv = NULL;
+        int r;
+
+        r = hp_env_build(&params, environ, &env);
+        if (r < 0)
+                return r;
+        /* Chain-load through ourselves: "hyperpodrun __exec PPID CMD...".
+         * The step sets PR_SET_PDEATHSIG, which libuv has no hook for. */
+        argv = calloc((size_t)cmd->argc + 4, sizeof(char *));
+        if (argv == NULL) {
+                r = -ENOMEM;
+                goto out;
+        }
+        snprintf(parent_pid, sizeof(parent_pid), "%d", (int)getpid());
+        argv[0] = a->self_exe;
+        argv[1] = "__exec";
+        argv[2] = parent_pid;
+        memcpy(argv + 3, cmd->argv, (size_t)cmd->argc * sizeof(char *));
+
+        r = hp_stream_init(&w->out, a->loop);
+        if (r < 0)
+                goto out;
+        w->refs++;
+        r = hp_stream_init(&w->err, a->loop);
+        if (r < 0) {
+                w->out.data = w;
+                w->out.closed_cb = stream_closed_cb;
+                w->out.file_fd = -1;
+                hp_stream_drain_and_close(&w->out);
+                goto out;
+        }
+        w->refs++;
+        for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
+                s->data = w;
+                s->closed_cb = stream_closed_cb;
+                s->file_fd = -1;
+                s->console = NULL;
+                s->listener = NULL;
+        }
+
+        r = setup_stream(g, w, &w->out, HP_STD_OUT);
+        if (r == 0)
+                r = setup_stream(g, w, &w->err, HP_STD_ERR);
+        if (r < 0) {
+                worker_fail_to_start(w, r);
+                goto out;
+        }
+
+        memset(&opts, 0, sizeof(opts));
+        stdio[0].flags = UV_INHERIT_FD;
+        stdio[0].data.fd = STDIN_FILENO;
+        stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+        stdio[1].data.stream = (uv_stream_t *)&w->out.pipe;
+        stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+        stdio[2].data.stream = (uv_stream_t *)&w->err.pipe;
+        opts.file = a->self_exe;
+        opts.args = argv;
+        opts.env = env.envp;
+        opts.stdio = stdio;
+        opts.stdio_count = 3;
+        opts.exit_cb = exit_cb;
+        opts.flags = UV_PROCESS_DETACHED;
+
+        r = uv_spawn(a->loop, &w->proc, &opts);
+        if (r < 0) {
+                w->refs++;
+                uv_close((uv_handle_t *)&w->proc, process_closed_cb);
+                worker_fail_to_start(w, r);
+                goto out;
+        }
+        w->refs++;
+        w->pid = w->proc.pid;
+        w->state = HP_WORKER_RUNNING;
+
+        /* The prefix may name the pid, known only now. */
+        set_prefix(g, w, &w->out);
+        set_prefix(g, w, &w->err);
+        r = hp_stream_start(&w->out);
+        if (r == 0)
+                r = hp_stream_start(&w->err);
+        if (r < 0) {
+                /* The process runs but its output cannot be read: stop it
+                 * as a failure rather than let it block on a full pipe. */
+                hp_log_error("%s worker %d: cannot read its output: %s",
+                             hp_stage_name(g->stage), w->local_rank,
+                             hp_strerror(r));
+                if (g->first_failure == NULL)
+                        g->first_failure = w;
+        }
+        hp_log_debug("%s worker %d started as pid %d", hp_stage_name(g->stage),
+                     w->local_rank, (int)w->pid);
+out:
+        free(argv);
+        hp_env_free(&env);
+        return r;
+}
+
+static void timer_cb(uv_timer_t *timer)
+{
+        struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
+
+        if (g->kill_phase == 1) {
+                /* The grace period is over. */
+                g->kill_phase = 2;
+                for (int i = 0; i < g->count; i++) {
+                        struct hp_worker *w = &g->workers[i];
+                        if (w->state == HP_WORKER_DONE)
+                                continue;
+                        if (w->state != HP_WORKER_EXITED) {
+                                w->signalled = true;
+                                worker_set_state(w, HP_WORKER_KILLING,
+                                                 "timeout");
+                        }
+                        signal_group(w, SIGKILL);
+                }
+                uv_timer_start(&g->timer, timer_cb, HP_DRAIN_GRACE_MS, 0);
+                return;
+        }
+        if (g->kill_phase == 2) {
+                /* Everything in the groups is dead. A pipe still open is
+                 * held by a process that left the group (setsid): take what
+                 * it holds and stop waiting for it. */
+                g->kill_phase = 3;
+                for (int i = 0; i < g->count; i++) {
+                        struct hp_worker *w = &g->workers[i];
+                        if (w->state != HP_WORKER_EXITED)
+                                continue;
+                        hp_log_warn("%s worker %d: output pipe still held "
+                                    "by an escaped process; closing it",
+                                    hp_stage_name(g->stage), w->local_rank);
+                        hp_stream_drain_and_close(&w->out);
+                        hp_stream_drain_and_close(&w->err);
+                }
+        }
+}
+
+void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
+{
+        if (g->stopping) {
+                /* A second stop (a second Ctrl-C) escalates at once. */
+                if (g->kill_phase == 1) {
+                        uv_timer_stop(&g->timer);
+                        timer_cb(&g->timer);
+                }
+                return;
+        }
+        g->stopping = true;
+        g->stop_signal = sig;
+        g->kill_phase = 1;
+        for (int i = 0; i < g->count; i++) {
+                struct hp_worker *w = &g->workers[i];
+                if (w->state == HP_WORKER_DONE)
+                        continue;
+                if (w->state == HP_WORKER_RUNNING) {
+                        w->signalled = true;
+                        worker_set_state(w, HP_WORKER_STOPPING,
+                                         hp_signal_name(sig));
+                }
+                signal_group(w, sig);
+        }
+        uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
+}
+
+void hp_group_signal(struct hp_group *g, int sig)
+{
+        for (int i = 0; i < g->count; i++)
+                if (g->workers[i].state < HP_WORKER_EXITED)
+                        signal_group(&g->workers[i], sig);
+}
+
+static int prepare_dir(struct hp_group *g, struct hp_worker *w, int index)
+{
+        struct hp_agent *a = g->agent;
+        const char *attempt = a->attempt_dir[g->stage];
+        int r;
+
+        w->dir[0] = '\0';
+        w->error_file[0] = '\0';
+        if (attempt[0] == '\0')
+                return 0; /* --log-dir /dev/null */
+        if (hp_snprintf(w->dir, sizeof(w->dir), "%s/%d", attempt, index) < 0 ||
+            hp_snprintf(w->error_file, sizeof(w->error_file), "%s/error.json",
+                        w->dir) < 0)
+                return -ENAMETOOLONG;
+        r = hp_mkdir_p(w->dir, 0755);
+        return r;
+}
+
+int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
+{
+        const struct hp_config *cfg = a->cfg;
+        int count = stage == HP_STAGE_TRAIN ? a->round.nproc : 1;
+        int r = 0;
+
+        g->agent = a;
+        g->stage = stage;
+        g->count = 0;
+        g->exited = 0;
+        g->done = 0;
+        g->stopping = false;
+        g->stop_requested = false;
+        g->kill_phase = 0;
+        g->first_failure = NULL;
+        g->workers = calloc((size_t)count, sizeof(*g->workers));
+        if (g->workers == NULL)
+                return -ENOMEM;
+
+        for (int i = 0; i < count; i++) {
+                struct hp_worker *w = &g->workers[i];
+                struct hp_argv cmd = { 0 };
+
+                w->group = g;
+                w->local_rank = i;
+                w->rank = a->round.base_rank + i;
+                w->state = HP_WORKER_DONE; /* until spawned */
+                r = prepare_dir(g, w, i);
+                if (r < 0) {
+                        hp_log_error("%s: cannot create '%s': %s",
+                                     hp_stage_name(stage), w->dir,
+                                     hp_strerror(r));
+                        break;
+                }
+                if (stage == HP_STAGE_TRAIN)
+                        r = hp_argv_build_worker(cfg, i, &cmd);
+                else if (stage == HP_STAGE_PRE_TRAIN)
+                        r = hp_argv_build_hook(cfg->pre_train_script,
+                                               cfg->pre_train_args, &cmd);
+                else
+                        r = hp_argv_build_hook(cfg->post_train_script,
+                                               cfg->post_train_args, &cmd);
+                if (r == 0)
+                        r = spawn_worker(g, w, &cmd);
+                hp_argv_free(&cmd);
+                if (w->refs > 0)
+                        g->count = i + 1;
+                if (r < 0 && w->refs > 0 && g->first_failure == NULL)
+                        g->first_failure = w;
+                if (r < 0) {
+                        hp_log_error("%s worker %d: cannot start: %s",
+                                     hp_stage_name(stage), i, hp_strerror(r));
+                        break;
+                }
+        }
+        /* Whatever started is stopped, and the group reports a failure
+         * through done_cb once every handle is closed. */
+        if (r < 0) {
+                if (g->count == 0) {
+                        free(g->workers);
+                        g->workers = NULL;
+                        return r;
+                }
+                hp_group_stop(g, SIGKILL, 0);
+        }
+        return 0;
+}
+
+void hp_group_release(struct hp_group *g)
+{
+        free(g->workers);
+        g->workers = NULL;
+        g->count = 0;
+}
+
+bool hp_group_owns_pid(const struct hp_group *g, pid_t pid)
+{
+        for (int i = 0; i < g->count; i++)
+                if (g->workers[i].pid == pid &&
+                    g->workers[i].state < HP_WORKER_EXITED)
+                        return true;
+        return false;
+}

@@ -1,0 +1,222 @@
+/* torchrun's failure summary: which worker failed first, and why. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+/* What error.json says, in the two shapes torch writes. */
+struct error_report {
+        bool present;
+        double timestamp;
+        char message[8192];
+};
+
+static void read_error_file(const char *path, struct error_report *rep)
+{
+        char buf[256 * 1024];
+        const cJSON *msg, *extra, *stack, *ts;
+        cJSON *root;
+        ssize_t n;
+        int fd;
+
+        rep->present = false;
+        rep->message[0] = '\0';
+        if (path[0] == '\0')
+                return;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        root = cJSON_Parse(buf);
+        if (root == NULL) {
+                snprintf(rep->message, sizeof(rep->message),
+                         "(%s is not valid JSON)", path);
+                rep->present = true;
+                return;
+        }
+        msg = cJSON_GetObjectItemCaseSensitive(root, "message");
+        if (cJSON_IsString(msg)) {
+                ts = cJSON_GetObjectItemCaseSensitive(root, "timestamp");
+                snprintf(rep->message, sizeof(rep->message), "%s",
+                         msg->valuestring);
+                if (cJSON_IsNumber(ts))
+                        rep->timestamp = ts->valuedouble;
+                rep->present = true;
+        } else if (cJSON_IsObject(msg)) {
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(msg,
+                                                                     "message");
+                extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
+                stack = cJSON_GetObjectItemCaseSensitive(extra, "py_callstack");
+                ts = cJSON_GetObjectItemCaseSensitive(extra, "timestamp");
+                if (cJSON_IsString(stack))
+                        snprintf(rep->message, sizeof(rep->message), "%s",
+                                 stack->valuestring);
+                else if (cJSON_IsString(text))
+                        snprintf(rep->message, sizeof(rep->message), "%s",
+                                 text->valuestring);
+                if (cJSON_IsString(ts))
+                        rep->timestamp = strtod(ts->valuestring, NULL);
+                else if (cJSON_IsNumber(ts))
+                        rep->timestamp = ts->valuedouble;
+                rep->present = true;
+        }
+        cJSON_Delete(root);
+}
+
+static bool worker_failed(const struct hp_worker *w)
+{
+        return w->state >= HP_WORKER_EXITED &&
+               (w->exit_status != 0 || w->term_signal != 0);
+}
+
+static double failure_time(const struct hp_worker *w,
+                           const struct error_report *rep)
+{
+        return rep->present && rep->timestamp > 0 ? rep->timestamp
+                                                  : w->exit_time;
+}
+
+static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
+                          int index, int fd)
+{
+        struct error_report rep;
+        char when[64], text[10240], exitcode[32];
+        time_t t;
+        struct tm tm;
+        int n;
+
+        read_error_file(w->error_file, &rep);
+        t = (time_t)failure_time(w, &rep);
+        localtime_r(&t, &tm);
+        strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
+        if (w->term_signal)
+                snprintf(exitcode, sizeof(exitcode), "%d", -w->term_signal);
+        else
+                snprintf(exitcode, sizeof(exitcode), "%lld",
+                         (long long)w->exit_status);
+        if (!rep.present && w->term_signal) {
+                const char *name = hp_signal_name(w->term_signal);
+                snprintf(rep.message, sizeof(rep.message),
+                         "Signal %d (%s) received by PID %d", w->term_signal,
+                         name ? name : "unknown", (int)w->pid);
+        } else if (!rep.present) {
+                snprintf(rep.message, sizeof(rep.message),
+                         "To enable traceback see: "
+                         "https://pytorch.org/docs/stable/elastic/errors.html");
+        }
+        /* Continuation lines of a traceback are indented under the field. */
+        n = snprintf(text, sizeof(text),
+                     "[%d]:\n"
+                     "  time      : %s\n"
+                     "  host      : %s\n"
+                     "  rank      : %d (local_rank: %d)\n"
+                     "  exitcode  : %s (pid: %d)\n"
+                     "  error_file: %s\n"
+                     "  traceback : ",
+                     index, when, a->hostname, w->rank, w->local_rank,
+                     exitcode, (int)w->pid,
+                     rep.present ? w->error_file : "<N/A>");
+        for (const char *p = rep.message; *p && n < (int)sizeof(text) - 4; p++) {
+                text[n++] = *p;
+                if (*p == '\n' && p[1] != '\0') {
+                        text[n++] = ' ';
+                        text[n++] = ' ';
+                }
+        }
+        if (n > 0 && text[n - 1] != '\n')
+                text[n++] = '\n';
+        (void)hp_write_all(fd, text, (size_t)n);
+}
+
+const struct hp_worker *hp_agent__root_cause(const struct hp_group *g)
+{
+        const struct hp_worker *root = NULL;
+        double root_time = 0;
+
+        /* The root cause is the first failure by time: the error file's
+         * timestamp when the worker wrote one, else when we saw it exit.
+         * Workers we killed while stopping the group are not failures. */
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+                struct error_report rep;
+                double t;
+
+                if (!worker_failed(w) || (w->signalled && w != g->first_failure))
+                        continue;
+                read_error_file(w->error_file, &rep);
+                t = failure_time(w, &rep);
+                if (root == NULL || t < root_time) {
+                        root = w;
+                        root_time = t;
+                }
+        }
+        return root;
+}
+
+void hp_agent__print_failure_summary(const struct hp_agent *a,
+                                     const struct hp_group *g, int fd)
+{
+        static const char eq[] = "============================================================\n";
+        static const char dash[] = "------------------------------------------------------------\n";
+        const struct hp_worker *root = hp_agent__root_cause(g);
+        const char *entry;
+        char title[512];
+        int others = 0;
+
+        if (root == NULL)
+                return;
+        if (g->stage == HP_STAGE_TRAIN)
+                entry = a->cfg->script;
+        else if (g->stage == HP_STAGE_PRE_TRAIN)
+                entry = a->cfg->pre_train_script;
+        else
+                entry = a->cfg->post_train_script;
+        if (strrchr(entry, '/') != NULL)
+                entry = strrchr(entry, '/') + 1;
+        snprintf(title, sizeof(title), "%s FAILED\n", entry);
+
+        (void)hp_write_all(fd, eq, sizeof(eq) - 1);
+        (void)hp_write_all(fd, title, strlen(title));
+        (void)hp_write_all(fd, dash, sizeof(dash) - 1);
+        (void)hp_write_all(fd, "Failures:\n", 10);
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+                if (w == root || !worker_failed(w) || w->signalled)
+                        continue;
+                print_failure(a, w, ++others, fd);
+        }
+        if (others == 0)
+                (void)hp_write_all(fd, "  <NO_OTHER_FAILURES>\n", 22);
+        (void)hp_write_all(fd, dash, sizeof(dash) - 1);
+        (void)hp_write_all(fd, "Root Cause (first observed failure):\n", 37);
+        print_failure(a, root, 0, fd);
+        (void)hp_write_all(fd, eq, sizeof(eq) - 1);
+}
+
+int hp_agent__root_cause_exit_code(const struct hp_group *g)
+{
+        const struct hp_worker *w = hp_agent__root_cause(g);
+
+        if (w == NULL)
+                return 1;
+        if (w->term_signal)
+                return 128 + w->term_signal;
+        if (w->exit_status < 0 || w->exit_status > 255)
+                return 1;
+        return (int)w->exit_status;
+}

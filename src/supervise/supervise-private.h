@@ -1,0 +1,36 @@
+/* Shared inside src/supervise only. */
+#ifndef HP_SUPERVISE_PRIVATE_H
+#define HP_SUPERVISE_PRIVATE_H
+
+#include "hyperpod/supervise.h"
+
+/* After SIGKILL, how long a pipe may stay open before we stop waiting for
+ * EOF: only a process that left the worker's group (setsid) can hold it
+ * then, and it is killed at exit with the other leftovers. */
+#define HP_DRAIN_GRACE_MS 1000
+
+int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage);
+/* Sends sig to every process group, SIGKILL after timeout_ms; a second
+ * call escalates to SIGKILL at once. */
+void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
+/* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
+void hp_group_signal(struct hp_group *g, int sig);
+void hp_group_release(struct hp_group *g);
+bool hp_group_owns_pid(const struct hp_group *g, pid_t pid);
+
+/* Called by the group after each process exit: reap orphans now that libuv
+ * has taken its child. */
+void hp_agent__process_exited(struct hp_agent *agent);
+
+/* Prints torchrun's failure summary for the group to fd. */
+void hp_agent__print_failure_summary(const struct hp_agent *agent,
+                                     const struct hp_group *g, int fd);
+
+/* The first failure by time, or NULL. */
+const struct hp_worker *hp_agent__root_cause(const struct hp_group *g);
+
+/* The exit status the root cause asks for: its code, or 128+N for a
+ * signal N (tini's convention). */
+int hp_agent__root_cause_exit_code(const struct hp_group *g);
+
+#endif
