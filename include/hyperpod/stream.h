@@ -133,8 +133,10 @@ struct hp_stream {
  * uv_spawn, then call hp_stream_start. */
 int hp_stream_init(struct hp_stream *s, uv_loop_t *loop);
 int hp_stream_start(struct hp_stream *s);
-/* Reads whatever the pipe still holds without blocking, then closes it:
- * for a pipe some escaped grandchild keeps open after the worker is gone. */
-void hp_stream_drain_and_close(struct hp_stream *s);
+/* Reads whatever the pipe holds without blocking, then closes it: for a
+ * worker whose process group is gone, so that a pipe an escaped (setsid)
+ * grandchild keeps open cannot hold the worker up. Returns true if the
+ * read reached EOF, false if a writer was still there. */
+bool hp_stream_drain_and_close(struct hp_stream *s);
 
 #endif

@@ -106,12 +106,13 @@ int hp_stream_start(struct hp_stream *s)
         return r;
 }
 
-void hp_stream_drain_and_close(struct hp_stream *s)
+bool hp_stream_drain_and_close(struct hp_stream *s)
 {
+        bool eof = false;
         uv_os_fd_t fd;
 
         if (!s->open || uv_is_closing((uv_handle_t *)&s->pipe))
-                return;
+                return true;
         /* libuv keeps the fd non-blocking, so this loop ends at EAGAIN
          * even though the writer end is still open somewhere. */
         if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0) {
@@ -123,8 +124,12 @@ void hp_stream_drain_and_close(struct hp_stream *s)
                         }
                         if (n < 0 && errno == EINTR)
                                 continue;
+                        eof = n == 0;
                         break;
                 }
+        } else {
+                eof = true; /* never connected */
         }
         finish(s);
+        return eof;
 }

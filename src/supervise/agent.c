@@ -70,6 +70,10 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
         struct hp_agent *a = handle->data;
 
         (void)hp_reaper_sweep(is_managed, a);
+        /* A reaped orphan may have been the last member of a worker's
+         * process group. */
+        if (a->group_active)
+                hp_group_recheck(&a->group);
 }
 
 static void start_attempt(struct hp_agent *a);

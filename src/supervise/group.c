@@ -109,6 +109,33 @@ static void signal_group(struct hp_worker *w, int sig)
                             (int)w->pid, hp_signal_name(sig), strerror(errno));
 }
 
+/* A worker whose process has exited and whose process group is empty can
+ * only be waiting for EOF from a process that left the group (or from data
+ * already sitting in the pipe): read what is there and stop waiting. */
+static void drain_if_group_gone(struct hp_worker *w)
+{
+        bool out_eof, err_eof;
+
+        if (w->state != HP_WORKER_EXITED || w->pid <= 0)
+                return;
+        if (kill(-w->pid, 0) == 0 || errno != ESRCH)
+                return; /* members left: they get the stop signal */
+        out_eof = hp_stream_drain_and_close(&w->out);
+        err_eof = hp_stream_drain_and_close(&w->err);
+        if (!out_eof || !err_eof)
+                hp_log_warn("%s worker %d: its output pipe is held by a "
+                            "process that left its process group; output "
+                            "written after the worker exited is not "
+                            "captured",
+                            hp_stage_name(w->group->stage), w->local_rank);
+}
+
+void hp_group_recheck(struct hp_group *g)
+{
+        for (int i = 0; i < g->count; i++)
+                drain_if_group_gone(&g->workers[i]);
+}
+
 static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
 {
         struct hp_worker *w = hp_container_of(proc, struct hp_worker, proc);
@@ -122,6 +149,7 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
         g->exited++;
         uv_close((uv_handle_t *)proc, process_closed_cb);
         hp_agent__process_exited(g->agent);
+        drain_if_group_gone(w);
 
         if (failed && !w->signalled) {
                 hp_log_info("%s worker %d (pid %d) %s %d", hp_stage_name(g->stage),
@@ -395,11 +423,13 @@ static void timer_cb(uv_timer_t *timer)
                         struct hp_worker *w = &g->workers[i];
                         if (w->state != HP_WORKER_EXITED)
                                 continue;
-                        hp_log_warn("%s worker %d: output pipe still held "
-                                    "by an escaped process; closing it",
-                                    hp_stage_name(g->stage), w->local_rank);
-                        hp_stream_drain_and_close(&w->out);
-                        hp_stream_drain_and_close(&w->err);
+                        if (!hp_stream_drain_and_close(&w->out) ||
+                            !hp_stream_drain_and_close(&w->err))
+                                hp_log_warn("%s worker %d: output pipe "
+                                            "still held by an escaped "
+                                            "process; closing it",
+                                            hp_stage_name(g->stage),
+                                            w->local_rank);
                 }
         }
 }

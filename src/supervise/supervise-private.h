@@ -16,6 +16,8 @@ void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
 void hp_group_signal(struct hp_group *g, int sig);
 void hp_group_release(struct hp_group *g);
+/* After a child exit: drains workers whose process group is now empty. */
+void hp_group_recheck(struct hp_group *g);
 bool hp_group_owns_pid(const struct hp_group *g, pid_t pid);
 
 /* Called by the group after each process exit: reap orphans now that libuv

@@ -1,0 +1,89 @@
+#!/bin/sh
+# hyperpodrun's two entry points on a fresh Debian machine:
+#   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
+#   ./dev.sh test   install what is missing, build, run the whole test suite
+#                   (then again under ASan+UBSan, and the unit tests under
+#                   valgrind), ending with one "N passed, N failed" line
+set -eu
+cd "$(dirname "$0")"
+
+PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
+libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
+python3-torch valgrind mandoc man-db procps"
+
+install_missing() {
+        missing=""
+        for p in $PACKAGES; do
+                dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+                        grep -q "install ok installed" || missing="$missing $p"
+        done
+        [ -z "$missing" ] && return 0
+        echo "dev.sh: installing:$missing"
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        $SUDO apt-get update
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y \
+                --no-install-recommends $missing
+}
+
+build() { # build DIR [meson options...]
+        dir=$1
+        shift
+        if [ ! -f "$dir/build.ninja" ]; then
+                meson setup "$dir" "$@"
+        fi
+        ninja -C "$dir"
+}
+
+# Runs one meson test pass and adds its test cases to the totals.
+PASSED=0
+FAILED=0
+run_suite() { # run_suite LABEL BUILD_DIR [meson test options...]
+        label=$1
+        dir=$2
+        shift 2
+        echo "==> $label"
+        rm -f "$dir"/meson-logs/testlog*.json
+        meson test -C "$dir" --print-errorlogs "$@" || true
+        # The log is testlog.json, or testlog-SETUP.json with --setup.
+        log=$(ls "$dir"/meson-logs/testlog*.json 2>/dev/null | head -n 1)
+        if [ -n "$log" ]; then
+                set -- $(/usr/bin/python3 tools/count_tests.py "$log")
+        else
+                set -- 0 1
+        fi
+        echo "==> $label: $1 passed, $2 failed"
+        PASSED=$((PASSED + $1))
+        FAILED=$((FAILED + $2))
+}
+
+case "${1:-}" in
+demo)
+        install_missing
+        build build
+        rm -rf /tmp/hyperpod-demo
+        PYTHON_EXEC=/usr/bin/python3 exec build/cmd/hyperpodrun/hyperpodrun \
+                --standalone --nproc-per-node 2 --tee 3 \
+                --log-dir /tmp/hyperpod-demo examples/demo_train.py 20
+        ;;
+test)
+        install_missing
+        build build
+        run_suite "tests" build
+        # Sanitizers: any report fails the test that triggered it.
+        build build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+                -Dbuildtype=debug
+        ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+                run_suite "tests under ASan+UBSan" build-asan
+        # The C unit tests leak-free under valgrind.
+        run_suite "unit tests under valgrind" build --suite unit \
+                --setup valgrind
+        echo "$PASSED passed, $FAILED failed"
+        [ "$FAILED" -eq 0 ]
+        ;;
+*)
+        echo "usage: ./dev.sh demo|test" >&2
+        exit 2
+        ;;
+esac
