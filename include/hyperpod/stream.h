@@ -61,6 +61,10 @@ void hp_linesplit_finish(struct hp_linesplit *ls, hp_line_cb cb, void *ctx);
  */
 struct hp_console {
         int fd;
+        /* A regular file or /dev/null cannot block for long, so it is
+         * written from the loop thread, one write per batch of lines; the
+         * ring then is a plain buffer and there is no thread. */
+        bool direct;
         char *ring;
         size_t cap;
         uint64_t head; /* bytes ever queued */
@@ -87,6 +91,9 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap);
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
                          size_t prefix_len, const char *line, size_t len,
                          enum hp_line_end end);
+/* Ends a batch of lines (one pipe read): a direct console writes what it
+ * buffered. Cheap no-op for a threaded one, whose writer is already awake. */
+void hp_console_commit(struct hp_console *con);
 /* Waits at most timeout_ms until everything queued is written. */
 void hp_console_flush(struct hp_console *con, uint64_t timeout_ms);
 /* Drains for at most timeout_ms, stops the thread, frees the ring. Lines

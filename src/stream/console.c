@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
@@ -47,12 +49,17 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
 {
         int r;
 
+        struct stat st;
+
         memset(con, 0, sizeof(*con));
         con->fd = fd;
         con->cap = cap;
         con->ring = malloc(cap);
         if (con->ring == NULL)
                 return -ENOMEM;
+        con->direct = fstat(fd, &st) == 0 &&
+                      (S_ISREG(st.st_mode) ||
+                       (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)));
         r = uv_mutex_init(&con->lock);
         if (r < 0)
                 goto err_ring;
@@ -62,6 +69,8 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
         r = uv_cond_init(&con->drained);
         if (r < 0)
                 goto err_wake;
+        if (con->direct)
+                return 0;
         r = uv_thread_create(&con->thread, writer_main, con);
         if (r < 0)
                 goto err_drained;
@@ -105,6 +114,30 @@ static bool ring_put(struct hp_console *con, const char *prefix,
         return true;
 }
 
+/* Direct mode: the ring is a linear buffer written out when full and at
+ * each commit. The loop thread is the only user, so no lock. */
+static void direct_write_out(struct hp_console *con)
+{
+        size_t n = (size_t)(con->head - con->tail);
+        int r;
+
+        if (n == 0)
+                return;
+        r = con->write_error ? con->write_error
+                             : hp_write_all(con->fd, con->ring, n);
+        if (r < 0 && con->write_error == 0) {
+                con->write_error = r;
+                con->bytes_dropped += n;
+        }
+        con->head = con->tail = 0;
+}
+
+void hp_console_commit(struct hp_console *con)
+{
+        if (con->direct)
+                direct_write_out(con);
+}
+
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
                          size_t prefix_len, const char *line, size_t len,
                          enum hp_line_end end)
@@ -114,6 +147,16 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                                                   : 0;
         bool queued;
 
+        if (con->direct) {
+                if (con->cap - (size_t)(con->head - con->tail) <
+                    prefix_len + len + marker_len + 1)
+                        direct_write_out(con);
+                /* Lines are at most HP_LINE_MAX, far below the buffer. */
+                queued = ring_put(con, prefix, prefix_len, line, len, marker,
+                                  marker_len);
+                con->lines_queued++;
+                return queued;
+        }
         uv_mutex_lock(&con->lock);
         if (con->dropped_unreported > 0) {
                 char note[128];
@@ -159,6 +202,10 @@ void hp_console_flush(struct hp_console *con, uint64_t timeout_ms)
 {
         if (con->ring == NULL)
                 return;
+        if (con->direct) {
+                direct_write_out(con);
+                return;
+        }
         uv_mutex_lock(&con->lock);
         wait_drained(con, timeout_ms);
         uv_mutex_unlock(&con->lock);
@@ -168,6 +215,15 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
 {
         if (con->ring == NULL)
                 return;
+        if (con->direct) {
+                direct_write_out(con);
+                uv_cond_destroy(&con->drained);
+                uv_cond_destroy(&con->wake);
+                uv_mutex_destroy(&con->lock);
+                free(con->ring);
+                con->ring = NULL;
+                return;
+        }
         uv_mutex_lock(&con->lock);
         wait_drained(con, timeout_ms);
         if (con->head != con->tail) {

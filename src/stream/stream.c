@@ -37,6 +37,8 @@ static void consume(struct hp_stream *s, const char *data, size_t n)
                 }
         }
         hp_linesplit_feed(&s->split, data, n, on_line, s);
+        if (s->console != NULL)
+                hp_console_commit(s->console);
 }
 
 static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -61,6 +63,8 @@ static void close_cb(uv_handle_t *handle)
 static void finish(struct hp_stream *s)
 {
         hp_linesplit_finish(&s->split, on_line, s);
+        if (s->console != NULL)
+                hp_console_commit(s->console);
         if (s->reading)
                 uv_read_stop((uv_stream_t *)&s->pipe);
         s->reading = false;
