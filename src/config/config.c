@@ -645,7 +645,18 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
                 int id;
 
                 if (c == '?') {
-                        if (optopt != 0)
+                        /* glibc puts a long option's val (256 + id) in
+                         * optopt when it was given a value it takes none
+                         * of; only a short option's letter is printable. */
+                        if (optopt >= 256 && optopt < 256 + HP_OPT_COUNT) {
+                                const char *eq = strchr(culprit, '=');
+                                int len = eq ? (int)(eq - culprit)
+                                             : (int)strlen(culprit);
+                                ERR("option '%.*s' takes no value, but was "
+                                    "given '%s' (see --help)",
+                                    len, culprit, eq ? eq + 1 : "");
+                        }
+                        if (optopt > 0 && optopt < 256)
                                 ERR("unrecognized option '-%c' (see --help)",
                                     optopt);
                         ERR("unrecognized option '%s' (see --help)", culprit);

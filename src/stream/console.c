@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -151,10 +152,29 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                 if (con->cap - (size_t)(con->head - con->tail) <
                     prefix_len + len + marker_len + 1)
                         direct_write_out(con);
-                /* Lines are at most HP_LINE_MAX, far below the buffer. */
                 queued = ring_put(con, prefix, prefix_len, line, len, marker,
                                   marker_len);
-                con->lines_queued++;
+                if (!queued) {
+                        /* Larger than the whole buffer (only with a buffer
+                         * smaller than HP_LINE_MAX): a file can take it
+                         * as it is, in pieces, still one line. */
+                        const struct iovec parts[] = {
+                                { (void *)prefix, prefix_len },
+                                { (void *)line, len },
+                                { (void *)marker, marker_len },
+                                { (void *)"\n", 1 },
+                        };
+                        for (size_t i = 0; i < HP_ARRAY_SIZE(parts); i++)
+                                if (con->write_error == 0)
+                                        con->write_error = hp_write_all(
+                                                con->fd, parts[i].iov_base,
+                                                parts[i].iov_len);
+                        queued = con->write_error == 0;
+                }
+                if (queued)
+                        con->lines_queued++;
+                else
+                        con->lines_dropped++;
                 return queued;
         }
         uv_mutex_lock(&con->lock);
@@ -228,9 +248,12 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
         wait_drained(con, timeout_ms);
         if (con->head != con->tail) {
                 /* The writer is stuck in write(): what is left is lost to
-                 * the console (never to the files). Count it and move on. */
+                 * the console (never to the files). Count it and move on;
+                 * every queued line ends with its newline. */
+                for (uint64_t i = con->tail; i != con->head; i++)
+                        if (con->ring[i % con->cap] == '\n')
+                                con->lines_dropped++;
                 con->bytes_dropped += con->head - con->tail;
-                con->lines_dropped++;
                 uv_mutex_unlock(&con->lock);
                 hp_log_warn("console: %llu bytes still queued after %llu ms, "
                             "given up (the log files are complete)",

@@ -40,7 +40,9 @@ void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
         const char *end = data + n;
         const char *p = data;
 
-        if (n > 0 && ls->after_cr && *p == '\n')
+        if (n == 0)
+                return; /* an empty read must not forget a pending \r */
+        if (ls->after_cr && *p == '\n')
                 p++;
         ls->after_cr = false;
         while (p < end) {

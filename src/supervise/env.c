@@ -175,9 +175,10 @@ int hp_argv_build_hook(const char *script, const char *args,
 {
         const char *items[2] = { script, args };
 
-        /* The args string is one opaque argument; no flag, no argument
-         * (the reference passes a literal "None" there; we do not). */
-        return argv_pack(out, items, args ? 2 : 1, 1, 0);
+        /* The args string is one opaque argument, passed untouched (no
+         * ${local_rank} either); no flag, no argument (the reference
+         * passes a literal "None" there; we do not). */
+        return argv_pack(out, items, args ? 2 : 1, 2, 0);
 }
 
 void hp_argv_free(struct hp_argv *a)

@@ -1,6 +1,1091 @@
+/* Unit tests for the command line and PET_* parsing (src/config/config.c).
+ *
+ * Each case gives an environment and an argv. Accepted cases list the
+ * fields they expect as text ("nproc" = "4", "tee" = "3,1"), so one table
+ * can check any field; refused cases list what the one-line error must
+ * mention: the bad value and where it came from.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmocka.h>
-int main(void) { return 0; }
+
+#include "hyperpod/common.h"
+#include "hyperpod/config.h"
+
+extern char **environ;
+
+/* Table loops report every failing case, then fail once at the end, so
+ * that one broken case does not hide the others. */
+#define CASE_FAILED(failures, ...)                                          \
+        do {                                                                \
+                print_error(__VA_ARGS__);                                   \
+                print_error("\n");                                          \
+                (failures)++;                                               \
+        } while (0)
+
+struct env_var {
+        const char *name; /* NULL ends the list */
+        const char *value;
+};
+
+struct field_expect {
+        const char *field; /* NULL ends the list */
+        const char *value;
+};
+
+struct parse_case {
+        const char *name;
+        struct env_var env[4];
+        const char *argv[16]; /* argv[0] included, NULL-terminated */
+        struct field_expect expect[24];
+};
+
+/* A case that sets no variable (C forbids empty braces). */
+#define NO_ENV { { NULL, NULL } }
+
+struct error_case {
+        const char *name;
+        struct env_var env[4];
+        const char *argv[16];
+        const char *mentions[4]; /* substrings of the error message */
+};
+
+/* ---- The environment each case starts from ---- */
+
+/* Removes everything that hp_config_parse reads from the environment, so
+ * that no case sees another's variables or the test runner's. */
+static void clear_config_env(void)
+{
+        static const char *const others[] = {
+                "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                "PYTHON_EXEC",
+                "CUDA_VISIBLE_DEVICES",
+        };
+        char *names[256];
+        size_t n = 0;
+
+        /* Collect first: unsetenv while walking environ would skip some. */
+        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names); e++) {
+                const char *eq = strchr(*e, '=');
+
+                if (strncmp(*e, "PET_", 4) != 0 || eq == NULL)
+                        continue;
+                names[n] = strndup(*e, (size_t)(eq - *e));
+                assert_non_null(names[n]);
+                n++;
+        }
+        for (size_t i = 0; i < n; i++) {
+                assert_int_equal(unsetenv(names[i]), 0);
+                free(names[i]);
+        }
+        for (size_t i = 0; i < HP_ARRAY_SIZE(others); i++)
+                assert_int_equal(unsetenv(others[i]), 0);
+}
+
+static void set_case_env(const struct env_var *env, size_t n)
+{
+        clear_config_env();
+        for (size_t i = 0; i < n && env[i].name != NULL; i++)
+                assert_int_equal(setenv(env[i].name, env[i].value, 1), 0);
+}
+
+/* Runs hp_config_parse on a table argv. */
+static int parse_argv(struct hp_config *cfg, const char *const *args,
+                      size_t max, char *errbuf, size_t errlen)
+{
+        char *argv[32];
+        int argc = 0;
+
+        assert_true(max < HP_ARRAY_SIZE(argv));
+        while ((size_t)argc < max && args[argc] != NULL) {
+                /* getopt_long with '+' neither permutes nor writes argv. */
+                argv[argc] = (char *)args[argc];
+                argc++;
+        }
+        argv[argc] = NULL;
+        errbuf[0] = '\0';
+        return hp_config_parse(cfg, argc, argv, errbuf, errlen);
+}
+
+/* ---- Fields as text ---- */
+
+#define INT_FIELDS(X)                                                       \
+        X(nnodes) X(nproc) X(node_rank) X(master_port) X(max_restarts)      \
+        X(server_port) X(script_argc)
+
+#define BOOL_FIELDS(X)                                                      \
+        X(master_port_given) X(standalone) X(module) X(no_python)           \
+        X(log_to_devnull) X(console_filter_set) X(show_help)                \
+        X(show_version)
+
+#define U64_FIELDS(X)                                                       \
+        X(monitor_interval_ms) X(shutdown_timeout_ms)                       \
+        X(server_shutdown_timeout_ms)
+
+#define STRING_FIELDS(X)                                                    \
+        X(master_addr) X(rdzv_backend_name) X(rdzv_endpoint) X(rdzv_id)     \
+        X(rdzv_conf) X(start_method) X(role) X(log_dir) X(prefix_template)  \
+        X(local_addr) X(pre_train_script) X(pre_train_args)                 \
+        X(post_train_script) X(post_train_args) X(server_host)              \
+        X(server_log_level) X(python_exec) X(script)
+
+static void join_ranks(const uint8_t *values, int n, char *buf, size_t len)
+{
+        size_t used = 0;
+
+        buf[0] = '\0';
+        for (int i = 0; i < n; i++)
+                used += (size_t)snprintf(buf + used, len - used, "%s%d",
+                                         i ? "," : "", values[i]);
+        assert_true(used < len);
+}
+
+/* The value of one field of cfg as text, for comparing with a table. */
+static const char *field_text(const struct hp_config *cfg, const char *field,
+                              char *buf, size_t len)
+{
+#define X(f)                                                                \
+        if (strcmp(field, #f) == 0) {                                       \
+                snprintf(buf, len, "%d", cfg->f);                           \
+                return buf;                                                 \
+        }
+        INT_FIELDS(X)
+#undef X
+#define X(f)                                                                \
+        if (strcmp(field, #f) == 0)                                         \
+                return cfg->f ? "true" : "false";
+        BOOL_FIELDS(X)
+#undef X
+#define X(f)                                                                \
+        if (strcmp(field, #f) == 0) {                                       \
+                snprintf(buf, len, "%llu", (unsigned long long)cfg->f);     \
+                return buf;                                                 \
+        }
+        U64_FIELDS(X)
+#undef X
+#define X(f)                                                                \
+        if (strcmp(field, #f) == 0)                                         \
+                return cfg->f ? cfg->f : "(null)";
+        STRING_FIELDS(X)
+#undef X
+        if (strcmp(field, "shutdown_signal") == 0) {
+                const char *name = hp_signal_name(cfg->shutdown_signal);
+
+                return name ? name : "(unknown)";
+        }
+        if (strcmp(field, "tee") == 0 || strcmp(field, "redirects") == 0) {
+                join_ranks(field[0] == 't' ? cfg->tee : cfg->redirects,
+                           cfg->nproc, buf, len);
+                return buf;
+        }
+        if (strcmp(field, "console_shown") == 0) {
+                uint8_t shown[HP_MAX_NPROC];
+
+                for (int i = 0; i < cfg->nproc; i++)
+                        shown[i] = cfg->console_shown[i];
+                join_ranks(shown, cfg->nproc, buf, len);
+                return buf;
+        }
+        if (strcmp(field, "script_args") == 0) {
+                size_t used = 0;
+
+                buf[0] = '\0';
+                for (int i = 0; i < cfg->script_argc; i++)
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "%s%s", i ? " " : "",
+                                                 cfg->script_args[i]);
+                assert_true(used < len);
+                return buf;
+        }
+        fail_msg("the test asks for an unknown field '%s'", field);
+        return NULL;
+}
+
+/* ---- Accepted command lines ---- */
+
+static const struct parse_case parse_cases[] = {
+        {
+                .name = "defaults",
+                .argv = { "hyperpodrun", "train.py" },
+                .expect = {
+                        { "nproc", "1" },
+                        { "nnodes", "1" },
+                        { "node_rank", "0" },
+                        { "shutdown_signal", "SIGKILL" },
+                        { "shutdown_timeout_ms", "15000" },
+                        { "server_port", "8080" },
+                        { "server_host", "0.0.0.0" },
+                        { "role", "default" },
+                        { "rdzv_id", "none" },
+                        { "rdzv_backend_name", "hyperpod" },
+                        { "master_addr", "127.0.0.1" },
+                        { "master_port", "29500" },
+                        { "master_port_given", "false" },
+                        { "max_restarts", "0" },
+                        { "standalone", "false" },
+                        { "module", "false" },
+                        { "no_python", "false" },
+                        { "python_exec", "python3" },
+                        { "log_dir", "(null)" },
+                        { "prefix_template", "(null)" },
+                        { "tee", "0" },
+                        { "redirects", "0" },
+                        { "script", "train.py" },
+                        { "script_argc", "0" },
+                },
+        },
+        {
+                .name = "options stop at the training script",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "train.py",
+                          "--lr", "3" },
+                .expect = { { "nproc", "2" },
+                            { "script", "train.py" },
+                            { "script_argc", "2" },
+                            { "script_args", "--lr 3" } },
+        },
+        {
+                .name = "hyperpodrun flags after the script are the "
+                        "script's",
+                .argv = { "hyperpodrun", "train.py", "--nproc-per-node", "8",
+                          "-m" },
+                .expect = { { "nproc", "1" },
+                            { "module", "false" },
+                            { "script_argc", "3" },
+                            { "script_args", "--nproc-per-node 8 -m" } },
+        },
+        {
+                .name = "-- ends the options",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "--",
+                          "train.py", "--x" },
+                .expect = { { "nproc", "2" },
+                            { "script", "train.py" },
+                            { "script_args", "--x" } },
+        },
+        {
+                .name = "underscore spelling with a separate value",
+                .argv = { "hyperpodrun", "--nproc_per_node", "4", "t.py" },
+                .expect = { { "nproc", "4" } },
+        },
+        {
+                .name = "underscore spelling with =",
+                .argv = { "hyperpodrun", "--nproc_per_node=4", "t.py" },
+                .expect = { { "nproc", "4" } },
+        },
+        {
+                .name = "dash spelling with =",
+                .argv = { "hyperpodrun", "--nproc-per-node=3", "t.py" },
+                .expect = { { "nproc", "3" } },
+        },
+        {
+                .name = "max restarts, both spellings",
+                .argv = { "hyperpodrun", "--max_restarts", "3", "t.py" },
+                .expect = { { "max_restarts", "3" } },
+        },
+        {
+                .name = "max restarts with = and dashes",
+                .argv = { "hyperpodrun", "--max-restarts=7", "t.py" },
+                .expect = { { "max_restarts", "7" } },
+        },
+        {
+                .name = "the static backend's flags",
+                .argv = { "hyperpodrun", "--nnodes", "2", "--node_rank", "1",
+                          "--rdzv_backend", "static", "--master_addr",
+                          "10.0.0.1", "--master-port=1234", "t.py" },
+                .expect = { { "nnodes", "2" },
+                            { "node_rank", "1" },
+                            { "rdzv_backend_name", "static" },
+                            { "master_addr", "10.0.0.1" },
+                            { "master_port", "1234" },
+                            { "master_port_given", "true" } },
+        },
+        {
+                .name = "nnodes MIN:MAX with MIN equal to MAX",
+                .argv = { "hyperpodrun", "--nnodes", "2:2", "t.py" },
+                .expect = { { "nnodes", "2" } },
+        },
+        {
+                .name = "rdzv endpoint, id and role",
+                .argv = { "hyperpodrun", "--rdzv-endpoint", "[::1]:29400",
+                          "--rdzv-id", "job7", "--role", "trainer",
+                          "--rdzv-conf", "a=1,b=2", "t.py" },
+                .expect = { { "rdzv_endpoint", "[::1]:29400" },
+                            { "rdzv_id", "job7" },
+                            { "role", "trainer" },
+                            { "rdzv_conf", "a=1,b=2" } },
+        },
+        {
+                .name = "-t with one value for every rank",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "-t", "3",
+                          "t.py" },
+                .expect = { { "tee", "3,3" }, { "redirects", "0,0" } },
+        },
+        {
+                .name = "-t with a map, attached; unlisted ranks get 0",
+                .argv = { "hyperpodrun", "--nproc-per-node", "3",
+                          "-t0:3,1:1", "t.py" },
+                .expect = { { "tee", "3,1,0" } },
+        },
+        {
+                .name = "--tee= with a map",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2",
+                          "--tee=1:2", "t.py" },
+                .expect = { { "tee", "0,2" } },
+        },
+        {
+                .name = "-r and --redirects",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "-r", "2",
+                          "t.py" },
+                .expect = { { "redirects", "2,2" }, { "tee", "0,0" } },
+        },
+        {
+                .name = "a map read before --nproc-per-node is known",
+                .argv = { "hyperpodrun", "--redirects", "1:1",
+                          "--nproc-per-node", "2", "t.py" },
+                .expect = { { "redirects", "0,1" } },
+        },
+        {
+                .name = "local ranks filter",
+                .argv = { "hyperpodrun", "--nproc-per-node", "3",
+                          "--local-ranks-filter", "0,2", "t.py" },
+                .expect = { { "console_filter_set", "true" },
+                            { "console_shown", "1,0,1" } },
+        },
+        {
+                .name = "an empty local ranks filter shows every rank",
+                .argv = { "hyperpodrun", "--local-ranks-filter", "", "t.py" },
+                .expect = { { "console_filter_set", "false" } },
+        },
+        {
+                .name = "standalone",
+                .argv = { "hyperpodrun", "--standalone", "t.py" },
+                .expect = { { "standalone", "true" } },
+        },
+        {
+                .name = "-m runs a module",
+                .argv = { "hyperpodrun", "-m", "pkg.train", "--epochs", "2" },
+                .expect = { { "module", "true" },
+                            { "script", "pkg.train" },
+                            { "script_args", "--epochs 2" } },
+        },
+        {
+                .name = "--no-python runs a program",
+                .argv = { "hyperpodrun", "--no_python", "./run.sh" },
+                .expect = { { "no_python", "true" },
+                            { "script", "./run.sh" } },
+        },
+        {
+                .name = "graceful shutdown",
+                .argv = { "hyperpodrun", "--shutdown-signal", "SIGTERM",
+                          "--shutdown-timeout", "0.5", "t.py" },
+                .expect = { { "shutdown_signal", "SIGTERM" },
+                            { "shutdown_timeout_ms", "500" } },
+        },
+        {
+                .name = "server flags",
+                .argv = { "hyperpodrun", "--server-host", "127.0.0.1",
+                          "--server-port=9000", "--server-log-level",
+                          "debug", "--server-shutdown-timeout", "2", "t.py" },
+                .expect = { { "server_host", "127.0.0.1" },
+                            { "server_port", "9000" },
+                            { "server_log_level", "debug" },
+                            { "server_shutdown_timeout_ms", "2000" } },
+        },
+        {
+                .name = "hooks with their one argument",
+                .argv = { "hyperpodrun", "--pre-train-script", "/bin/pre",
+                          "--pre-train-args", "a b", "--post-train-script",
+                          "/bin/post", "t.py" },
+                .expect = { { "pre_train_script", "/bin/pre" },
+                            { "pre_train_args", "a b" },
+                            { "post_train_script", "/bin/post" },
+                            { "post_train_args", "(null)" } },
+        },
+        {
+                .name = "log dir /dev/null means no files",
+                .argv = { "hyperpodrun", "--log-dir", "/dev/null", "t.py" },
+                .expect = { { "log_dir", "/dev/null" },
+                            { "log_to_devnull", "true" } },
+        },
+        {
+                .name = "a log dir",
+                .argv = { "hyperpodrun", "--log_dir=/tmp/logs", "t.py" },
+                .expect = { { "log_dir", "/tmp/logs" },
+                            { "log_to_devnull", "false" } },
+        },
+        {
+                .name = "a prefix template on the command line",
+                .argv = { "hyperpodrun", "--log-line-prefix-template",
+                          "[${role_name}${rank}]", "t.py" },
+                .expect = { { "prefix_template", "[${role_name}${rank}]" } },
+        },
+        {
+                .name = "--help needs no script",
+                .argv = { "hyperpodrun", "--help" },
+                .expect = { { "show_help", "true" } },
+        },
+        {
+                .name = "-h",
+                .argv = { "hyperpodrun", "-h" },
+                .expect = { { "show_help", "true" } },
+        },
+        {
+                .name = "--help wins over a bad value",
+                .argv = { "hyperpodrun", "--nproc-per-node", "abc",
+                          "--help" },
+                .expect = { { "show_help", "true" } },
+        },
+        {
+                .name = "--version",
+                .argv = { "hyperpodrun", "--version" },
+                .expect = { { "show_version", "true" },
+                            { "show_help", "false" } },
+        },
+
+        /* The environment fills what the command line leaves unset. */
+        {
+                .name = "PET_NPROC_PER_NODE",
+                .env = { { "PET_NPROC_PER_NODE", "4" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "nproc", "4" } },
+        },
+        {
+                .name = "the command line wins over PET_*",
+                .env = { { "PET_NPROC_PER_NODE", "4" } },
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "t.py" },
+                .expect = { { "nproc", "2" } },
+        },
+        {
+                .name = "PET_STANDALONE=1",
+                .env = { { "PET_STANDALONE", "1" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "standalone", "true" } },
+        },
+        {
+                .name = "PET_STANDALONE=0",
+                .env = { { "PET_STANDALONE", "0" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "standalone", "false" } },
+        },
+        {
+                .name = "PET_* for the static backend",
+                .env = { { "PET_NNODES", "3" },
+                         { "PET_NODE_RANK", "2" },
+                         { "PET_RDZV_BACKEND", "static" },
+                         { "PET_MAX_RESTARTS", "5" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "nnodes", "3" },
+                            { "node_rank", "2" },
+                            { "rdzv_backend_name", "static" },
+                            { "max_restarts", "5" } },
+        },
+        {
+                .name = "PET_TEE and PET_MODULE",
+                .env = { { "PET_TEE", "3" }, { "PET_MODULE", "1" } },
+                .argv = { "hyperpodrun", "pkg.mod" },
+                .expect = { { "tee", "3" }, { "module", "true" } },
+        },
+        {
+                .name = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                .env = { { "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                           "<${local_rank}>" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "prefix_template", "<${local_rank}>" } },
+        },
+        {
+                .name = "PET_LOG_LINE_PREFIX_TEMPLATE wins over "
+                        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                .env = { { "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                           "<${local_rank}>" },
+                         { "PET_LOG_LINE_PREFIX_TEMPLATE", "{${rank}}" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "prefix_template", "{${rank}}" } },
+        },
+        {
+                .name = "the command line wins over both templates",
+                .env = { { "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+                           "<${local_rank}>" },
+                         { "PET_LOG_LINE_PREFIX_TEMPLATE", "{${rank}}" } },
+                .argv = { "hyperpodrun", "--log-line-prefix-template",
+                          "${pid}", "t.py" },
+                .expect = { { "prefix_template", "${pid}" } },
+        },
+        {
+                .name = "PYTHON_EXEC",
+                .env = { { "PYTHON_EXEC", "/opt/py/bin/python" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "python_exec", "/opt/py/bin/python" } },
+        },
+        {
+                .name = "an empty PYTHON_EXEC is ignored",
+                .env = { { "PYTHON_EXEC", "" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "python_exec", "python3" } },
+        },
+        {
+                .name = "gpu counts CUDA_VISIBLE_DEVICES",
+                .env = { { "CUDA_VISIBLE_DEVICES", "0,1,2" } },
+                .argv = { "hyperpodrun", "--nproc-per-node", "gpu", "t.py" },
+                .expect = { { "nproc", "3" } },
+        },
+        {
+                .name = "auto is gpu when there are GPUs",
+                .env = { { "CUDA_VISIBLE_DEVICES", "4,5" } },
+                .argv = { "hyperpodrun", "--nproc-per-node", "auto", "t.py" },
+                .expect = { { "nproc", "2" } },
+        },
+};
+
+static void test_accepted_command_lines(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(parse_cases); k++) {
+                const struct parse_case *c = &parse_cases[k];
+                struct hp_config cfg;
+                char errbuf[512], text[512];
+                int r;
+
+                set_case_env(c->env, HP_ARRAY_SIZE(c->env));
+                r = parse_argv(&cfg, c->argv, HP_ARRAY_SIZE(c->argv), errbuf,
+                               sizeof(errbuf));
+                if (r != 0) {
+                        CASE_FAILED(failures, "%s: refused with %s: %s",
+                                    c->name, hp_err_name(r), errbuf);
+                        continue;
+                }
+                for (size_t i = 0; i < HP_ARRAY_SIZE(c->expect); i++) {
+                        const struct field_expect *e = &c->expect[i];
+                        const char *got;
+
+                        if (e->field == NULL)
+                                break;
+                        got = field_text(&cfg, e->field, text, sizeof(text));
+                        if (strcmp(got, e->value) != 0)
+                                CASE_FAILED(failures,
+                                            "%s: %s is '%s', expected '%s'",
+                                            c->name, e->field, got, e->value);
+                }
+        }
+        clear_config_env();
+        assert_int_equal(failures, 0);
+}
+
+/* "cpu" is whatever this process may run on, which the test asks too. */
+static void test_nproc_cpu_counts_usable_cpus(void **state)
+{
+        const char *argv[] = { "hyperpodrun", "--nproc-per-node", "cpu",
+                               "t.py", NULL };
+        struct hp_config cfg;
+        cpu_set_t set;
+        char errbuf[256];
+
+        (void)state;
+        clear_config_env();
+        assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+        assert_int_equal(parse_argv(&cfg, argv, HP_ARRAY_SIZE(argv), errbuf,
+                                    sizeof(errbuf)),
+                         0);
+        assert_int_equal(cfg.nproc, CPU_COUNT(&set));
+}
+
+/* ---- Refused command lines ---- */
+
+static const struct error_case error_cases[] = {
+        { "nproc 0", NO_ENV, { "hyperpodrun", "--nproc-per-node", "0", "t.py" },
+          { "'0'", "--nproc-per-node" } },
+        { "nproc abc", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "abc", "t.py" },
+          { "'abc'", "--nproc-per-node" } },
+        { "nproc -1 with the underscore spelling", NO_ENV,
+          { "hyperpodrun", "--nproc_per_node=-1", "t.py" },
+          { "'-1'", "--nproc-per-node" } },
+        { "nproc above the limit", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "1025", "t.py" },
+          { "'1025'", "--nproc-per-node" } },
+        { "nproc from the environment",
+          { { "PET_NPROC_PER_NODE", "abc" } }, { "hyperpodrun", "t.py" },
+          { "'abc'", "PET_NPROC_PER_NODE" } },
+        { "gpu with no GPU visible", { { "CUDA_VISIBLE_DEVICES", "" } },
+          { "hyperpodrun", "--nproc-per-node", "gpu", "t.py" },
+          { "gpu", "--nproc-per-node" } },
+        { "an elastic nnodes", NO_ENV,
+          { "hyperpodrun", "--nnodes", "1:4", "t.py" },
+          { "1:4", "--nnodes" } },
+        { "an elastic nnodes from the environment",
+          { { "PET_NNODES", "1:4" } }, { "hyperpodrun", "t.py" },
+          { "1:4", "PET_NNODES" } },
+        { "nnodes 0", NO_ENV, { "hyperpodrun", "--nnodes", "0", "t.py" },
+          { "'0'", "--nnodes" } },
+        { "node rank not below nnodes, static", NO_ENV,
+          { "hyperpodrun", "--nnodes", "2", "--node-rank", "5",
+            "--rdzv-backend", "static", "t.py" },
+          { "5", "--node-rank", "--nnodes is 2" } },
+        { "node rank from the environment not below nnodes",
+          { { "PET_NODE_RANK", "5" } },
+          { "hyperpodrun", "--nnodes", "2", "--rdzv-backend", "static",
+            "t.py" },
+          { "5", "PET_NODE_RANK" } },
+        { "node rank -1", NO_ENV,
+          { "hyperpodrun", "--node-rank", "-1", "t.py" },
+          { "'-1'", "--node-rank" } },
+        { "master port 0", NO_ENV,
+          { "hyperpodrun", "--master-port", "0", "t.py" },
+          { "'0'", "--master-port" } },
+        { "master port 70000", NO_ENV,
+          { "hyperpodrun", "--master_port=70000", "t.py" },
+          { "'70000'", "--master-port" } },
+        { "master port from the environment",
+          { { "PET_MASTER_PORT", "70000" } }, { "hyperpodrun", "t.py" },
+          { "'70000'", "PET_MASTER_PORT" } },
+        { "an empty master address", NO_ENV,
+          { "hyperpodrun", "--master-addr", "", "t.py" },
+          { "--master-addr" } },
+        { "shutdown signal SIGINT", NO_ENV,
+          { "hyperpodrun", "--shutdown-signal", "SIGINT", "t.py" },
+          { "'SIGINT'", "--shutdown-signal" } },
+        { "a negative shutdown timeout", NO_ENV,
+          { "hyperpodrun", "--shutdown-timeout", "-1", "t.py" },
+          { "'-1'", "--shutdown-timeout" } },
+        { "tee 4", NO_ENV, { "hyperpodrun", "--tee", "4", "t.py" },
+          { "'4'", "--tee" } },
+        { "-t 4 names the short flag", NO_ENV,
+          { "hyperpodrun", "-t", "4", "t.py" }, { "'4'", "-t" } },
+        { "tee map with a rank not below nproc", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "2", "--tee", "0:3,9:1",
+            "t.py" },
+          { "'0:3,9:1'", "--tee", "9" } },
+        { "tee from the environment", { { "PET_TEE", "4" } },
+          { "hyperpodrun", "t.py" }, { "'4'", "PET_TEE" } },
+        { "redirects map with a bad value", NO_ENV,
+          { "hyperpodrun", "--redirects", "0:7", "t.py" },
+          { "'0:7'", "--redirects" } },
+        { "local ranks filter beyond nproc", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "2",
+            "--local-ranks-filter", "5", "t.py" },
+          { "'5'", "--local-ranks-filter" } },
+        { "local ranks filter that is not a number", NO_ENV,
+          { "hyperpodrun", "--local-ranks-filter", "0,x", "t.py" },
+          { "'0,x'", "--local-ranks-filter" } },
+        { "an unknown template variable", NO_ENV,
+          { "hyperpodrun", "--log-line-prefix-template", "[${nope}]",
+            "t.py" },
+          { "nope", "--log-line-prefix-template" } },
+        { "an unknown template variable from TORCHELASTIC_*",
+          { { "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "$nope" } },
+          { "hyperpodrun", "t.py" },
+          { "nope", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" } },
+        { "-m with --no-python", NO_ENV,
+          { "hyperpodrun", "-m", "--no-python", "mod" },
+          { "-m", "--no-python" } },
+        { "-m with PET_NO_PYTHON", { { "PET_NO_PYTHON", "1" } },
+          { "hyperpodrun", "--module", "mod" },
+          { "--module", "PET_NO_PYTHON" } },
+        { "in-process restart", NO_ENV,
+          { "hyperpodrun", "--inprocess-restart", "t.py" },
+          { "--inprocess-restart", "not supported" } },
+        { "in-process timeout", NO_ENV,
+          { "hyperpodrun", "--inprocess-timeout", "5", "t.py" },
+          { "--inprocess-timeout", "not supported" } },
+        { "the c10d backend", NO_ENV,
+          { "hyperpodrun", "--rdzv-backend", "c10d", "t.py" },
+          { "c10d", "--rdzv-backend", "not supported" } },
+        { "the etcd backend from the environment",
+          { { "PET_RDZV_BACKEND", "etcd" } }, { "hyperpodrun", "t.py" },
+          { "etcd", "PET_RDZV_BACKEND", "not supported" } },
+        { "an unknown backend", NO_ENV,
+          { "hyperpodrun", "--rdzv-backend", "bogus", "t.py" },
+          { "'bogus'", "--rdzv-backend" } },
+        { "a run id with a slash", NO_ENV,
+          { "hyperpodrun", "--rdzv-id", "a/b", "t.py" },
+          { "'a/b'", "--rdzv-id" } },
+        { "a rdzv conf item without =", NO_ENV,
+          { "hyperpodrun", "--rdzv-conf", "a=1,b", "t.py" },
+          { "'a=1,b'", "--rdzv-conf" } },
+        { "pre-train args without a pre-train script", NO_ENV,
+          { "hyperpodrun", "--pre-train-args", "x", "t.py" },
+          { "--pre-train-args", "--pre-train-script" } },
+        { "post-train args without a post-train script", NO_ENV,
+          { "hyperpodrun", "--post-train-args", "x", "t.py" },
+          { "--post-train-args", "--post-train-script" } },
+        { "an empty pre-train script", NO_ENV,
+          { "hyperpodrun", "--pre-train-script", "", "t.py" },
+          { "--pre-train-script" } },
+        { "standalone with several nodes", NO_ENV,
+          { "hyperpodrun", "--standalone", "--nnodes", "2", "t.py" },
+          { "--standalone", "2" } },
+        { "negative max restarts", NO_ENV,
+          { "hyperpodrun", "--max-restarts", "-1", "t.py" },
+          { "'-1'", "--max-restarts" } },
+        { "server port 70000", NO_ENV,
+          { "hyperpodrun", "--server-port", "70000", "t.py" },
+          { "'70000'", "--server-port" } },
+        { "an unknown start method", NO_ENV,
+          { "hyperpodrun", "--start-method", "thread", "t.py" },
+          { "'thread'", "--start-method" } },
+        { "an unknown long option", NO_ENV,
+          { "hyperpodrun", "--bogus", "t.py" }, { "--bogus" } },
+        { "an unknown short option", NO_ENV, { "hyperpodrun", "-x", "t.py" },
+          { "-x" } },
+        { "a missing option value", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node" },
+          { "--nproc-per-node", "needs a value" } },
+        { "a missing short option value", NO_ENV, { "hyperpodrun", "-t" },
+          { "-t", "needs a value" } },
+        { "a missing training script", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "2" },
+          { "missing the training script" } },
+        { "an empty training script", NO_ENV, { "hyperpodrun", "" },
+          { "empty" } },
+};
+
+/* Checks one refused command line; returns the number of failures. */
+static int check_refused(const struct error_case *c)
+{
+        struct hp_config cfg;
+        char errbuf[512];
+        int failures = 0;
+        int r;
+
+        set_case_env(c->env, HP_ARRAY_SIZE(c->env));
+        r = parse_argv(&cfg, c->argv, HP_ARRAY_SIZE(c->argv), errbuf,
+                       sizeof(errbuf));
+        if (r != HP_EUSAGE) {
+                CASE_FAILED(failures, "%s: returned %s, expected HP_EUSAGE "
+                            "(%s)",
+                            c->name, r ? hp_err_name(r) : "0", errbuf);
+                return failures;
+        }
+        for (const char *p = errbuf; *p != '\0'; p++) {
+                if (*p < ' ') {
+                        CASE_FAILED(failures, "%s: the error holds a control "
+                                    "character: '%s'",
+                                    c->name, errbuf);
+                        break;
+                }
+        }
+        for (size_t i = 0; i < HP_ARRAY_SIZE(c->mentions); i++) {
+                if (c->mentions[i] == NULL)
+                        break;
+                if (strstr(errbuf, c->mentions[i]) == NULL)
+                        CASE_FAILED(failures, "%s: '%s' does not mention '%s'",
+                                    c->name, errbuf, c->mentions[i]);
+        }
+        return failures;
+}
+
+static void test_refused_command_lines(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(error_cases); k++)
+                failures += check_refused(&error_cases[k]);
+        clear_config_env();
+        assert_int_equal(failures, 0);
+}
+
+/* A flag that takes no value, given one with '=': the error must name the
+ * flag, as for any other bad option. */
+static const struct error_case flag_value_cases[] = {
+        { "--standalone=1", NO_ENV,
+          { "hyperpodrun", "--standalone=1", "t.py" }, { "--standalone" } },
+        { "--no_python=1", NO_ENV,
+          { "hyperpodrun", "--no_python=1", "t.py" }, { "--no_python" } },
+        { "--inprocess-restart=1", NO_ENV,
+          { "hyperpodrun", "--inprocess-restart=1", "t.py" },
+          { "--inprocess-restart" } },
+};
+
+static void test_flag_given_a_value_is_named(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(flag_value_cases); k++)
+                failures += check_refused(&flag_value_cases[k]);
+        clear_config_env();
+        assert_int_equal(failures, 0);
+}
+
+/* ---- Stream specs, directly ---- */
+
+struct spec_case {
+        const char *text;
+        int nproc;
+        int result;
+        const char *values; /* per rank, on success */
+};
+
+static const struct spec_case spec_cases[] = {
+        { "3", 2, 0, "3,3" },
+        { "0", 1, 0, "0" },
+        { "2", 4, 0, "2,2,2,2" },
+        { "0:3,1:1", 3, 0, "3,1,0" },
+        { "1:2", 2, 0, "0,2" },
+        { "2:1,0:2", 3, 0, "2,0,1" },
+        { "0:1,0:2", 1, 0, "2" }, /* the last item for a rank wins */
+        { "4", 2, HP_EUSAGE, NULL },
+        { "-1", 2, HP_EUSAGE, NULL },
+        { "", 2, HP_EUSAGE, NULL },
+        { "x", 2, HP_EUSAGE, NULL },
+        { "0:3,9:1", 2, HP_EUSAGE, NULL },
+        { "2:1", 2, HP_EUSAGE, NULL },
+        { "0:4", 2, HP_EUSAGE, NULL },
+        { "0:3,", 2, HP_EUSAGE, NULL },
+        { ",0:3", 2, HP_EUSAGE, NULL },
+        { "0:3,,1:1", 2, HP_EUSAGE, NULL },
+        { "a:1", 2, HP_EUSAGE, NULL },
+        { "0:", 2, HP_EUSAGE, NULL },
+        { ":1", 2, HP_EUSAGE, NULL },
+        { "0:3:1", 2, HP_EUSAGE, NULL },
+        { "-1:3", 2, HP_EUSAGE, NULL },
+};
+
+static void test_std_spec(void **state)
+{
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(spec_cases); k++) {
+                const struct spec_case *c = &spec_cases[k];
+                uint8_t out[8];
+                char errbuf[256] = "", text[64];
+                int r;
+
+                assert_true((size_t)c->nproc < sizeof(out));
+                memset(out, 0xad, sizeof(out));
+                r = hp_config_parse_std_spec(c->text, c->nproc, out, errbuf,
+                                             sizeof(errbuf));
+                if (r != c->result)
+                        fail_msg("'%s' with nproc %d: returned %d, expected "
+                                 "%d (%s)",
+                                 c->text, c->nproc, r, c->result, errbuf);
+                /* Ranks past nproc are never written. */
+                for (size_t i = (size_t)c->nproc; i < sizeof(out); i++)
+                        if (out[i] != 0xad)
+                                fail_msg("'%s': wrote past nproc %d",
+                                         c->text, c->nproc);
+                if (r == 0) {
+                        join_ranks(out, c->nproc, text, sizeof(text));
+                        if (strcmp(text, c->values) != 0)
+                                fail_msg("'%s' with nproc %d gave %s, "
+                                         "expected %s",
+                                         c->text, c->nproc, text, c->values);
+                } else if (strstr(errbuf, c->text) == NULL) {
+                        fail_msg("'%s': the error '%s' does not quote it",
+                                 c->text, errbuf);
+                }
+        }
+}
+
+/* ---- Templates ---- */
+
+struct template_check_case {
+        const char *tmpl;
+        int result;
+};
+
+static const struct template_check_case template_check_cases[] = {
+        { "[${role_name}${local_rank}]:", 0 },
+        { "${rank}/${group_rank}/${restart_count}", 0 },
+        { "$hostname:$pid", 0 },
+        { "no variables", 0 },
+        { "${nope}", HP_ECONFIG },
+        { "${rank", HP_ECONFIG },
+        { "cost $", HP_ECONFIG },
+};
+
+static void test_check_template(void **state)
+{
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(template_check_cases); k++) {
+                const struct template_check_case *c = &template_check_cases[k];
+                char errbuf[256] = "";
+                int r = hp_config_check_template(c->tmpl, errbuf,
+                                                 sizeof(errbuf));
+
+                if (r != c->result)
+                        fail_msg("'%s': returned %d, expected %d (%s)",
+                                 c->tmpl, r, c->result, errbuf);
+        }
+}
+
+/* ---- Finding executables ---- */
+
+struct exec_fixture {
+        char dir[64];
+        char dir2[80];
+        char path_saved[4096];
+        bool had_path;
+};
+
+static void write_file(const char *dir, const char *name, mode_t mode)
+{
+        char path[PATH_MAX];
+        int fd;
+
+        assert_int_equal(hp_snprintf(path, sizeof(path), "%s/%s", dir, name),
+                         0);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "#!/bin/sh\n", 10), 10);
+        assert_int_equal(close(fd), 0);
+        /* chmod, not open's mode, so that the umask cannot add or drop
+         * the bits the test is about. */
+        assert_int_equal(chmod(path, mode), 0);
+}
+
+static int exec_setup(void **state)
+{
+        struct exec_fixture *fx = calloc(1, sizeof(*fx));
+        const char *path = getenv("PATH");
+        char sub[PATH_MAX];
+
+        if (fx == NULL)
+                return -1;
+        snprintf(fx->dir, sizeof(fx->dir), "/tmp/hp-test-config-XXXXXX");
+        if (mkdtemp(fx->dir) == NULL)
+                return -1;
+        snprintf(fx->dir2, sizeof(fx->dir2), "%s/second", fx->dir);
+        if (mkdir(fx->dir2, 0755) < 0)
+                return -1;
+        write_file(fx->dir, "runme", 0755);
+        write_file(fx->dir, "plain", 0644);
+        write_file(fx->dir, "tool", 0644);
+        write_file(fx->dir2, "tool", 0755);
+        snprintf(sub, sizeof(sub), "%s/subdir", fx->dir);
+        if (mkdir(sub, 0755) < 0)
+                return -1;
+        fx->had_path = path != NULL;
+        if (path != NULL)
+                snprintf(fx->path_saved, sizeof(fx->path_saved), "%s", path);
+        *state = fx;
+        return 0;
+}
+
+static int exec_teardown(void **state)
+{
+        struct exec_fixture *fx = *state;
+        int r = hp_remove_tree(fx->dir);
+
+        if (fx->had_path)
+                setenv("PATH", fx->path_saved, 1);
+        else
+                unsetenv("PATH");
+        free(fx);
+        return r;
+}
+
+struct exec_case {
+        const char *name;
+        const char *lookup; /* "@" stands for the temp dir */
+        const char *path;   /* PATH, "@" the temp dir, "@2" the second */
+        size_t len;         /* the path buffer size, 0 for PATH_MAX */
+        int result;
+        const char *found; /* "@" the temp dir */
+};
+
+static const struct exec_case exec_cases[] = {
+        { "an executable by path", "@/runme", "/nonexistent", 0, 0,
+          "@/runme" },
+        { "a non-executable file by path", "@/plain", "/nonexistent", 0,
+          -EACCES, NULL },
+        { "a missing file by path", "@/missing", "/nonexistent", 0,
+          -ENOENT, NULL },
+        { "a directory by path", "@/subdir", "/nonexistent", 0, -EISDIR,
+          NULL },
+        { "a path too long for the buffer", "@/runme", "/nonexistent", 8,
+          -ENAMETOOLONG, NULL },
+        { "an executable in PATH", "runme", "@", 0, 0, "@/runme" },
+        { "an executable in the second PATH entry", "runme",
+          "/nonexistent:@", 0, 0, "@/runme" },
+        { "a non-executable file in PATH", "plain", "@", 0, -EACCES, NULL },
+        { "a name not in PATH", "missing", "@", 0, -ENOENT, NULL },
+        { "a directory in PATH is not a program", "subdir", "@", 0,
+          -ENOENT, NULL },
+        { "a non-executable match is skipped for a later executable",
+          "tool", "@:@2", 0, 0, "@2/tool" },
+};
+
+/* Replaces "@2" and "@" in text with the fixture's directories. */
+static void substitute(const struct exec_fixture *fx, const char *text,
+                       char *out, size_t len)
+{
+        size_t used = 0;
+
+        for (const char *p = text; *p != '\0';) {
+                const char *put = p;
+                size_t n = 1;
+
+                if (p[0] == '@' && p[1] == '2') {
+                        put = fx->dir2;
+                        n = strlen(fx->dir2);
+                        p += 2;
+                } else if (p[0] == '@') {
+                        put = fx->dir;
+                        n = strlen(fx->dir);
+                        p++;
+                } else {
+                        p++;
+                }
+                assert_true(used + n < len);
+                memcpy(out + used, put, n);
+                used += n;
+        }
+        out[used] = '\0';
+}
+
+static void test_find_executable(void **state)
+{
+        const struct exec_fixture *fx = *state;
+
+        for (size_t k = 0; k < HP_ARRAY_SIZE(exec_cases); k++) {
+                const struct exec_case *c = &exec_cases[k];
+                char lookup[PATH_MAX], search[PATH_MAX], want[PATH_MAX];
+                char found[PATH_MAX] = "";
+                size_t len = c->len ? c->len : sizeof(found);
+                int r;
+
+                substitute(fx, c->lookup, lookup, sizeof(lookup));
+                substitute(fx, c->path, search, sizeof(search));
+                assert_int_equal(setenv("PATH", search, 1), 0);
+                r = hp_config_find_executable(lookup, found, len);
+                if (r != c->result)
+                        fail_msg("%s: returned %s, expected %s", c->name,
+                                 r ? hp_err_name(r) : "0",
+                                 c->result ? hp_err_name(c->result) : "0");
+                if (c->found == NULL)
+                        continue;
+                substitute(fx, c->found, want, sizeof(want));
+                if (strcmp(found, want) != 0)
+                        fail_msg("%s: found '%s', expected '%s'", c->name,
+                                 found, want);
+        }
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_accepted_command_lines),
+                cmocka_unit_test(test_nproc_cpu_counts_usable_cpus),
+                cmocka_unit_test(test_refused_command_lines),
+                cmocka_unit_test(test_flag_given_a_value_is_named),
+                cmocka_unit_test(test_std_spec),
+                cmocka_unit_test(test_check_template),
+                cmocka_unit_test_setup_teardown(test_find_executable,
+                                                exec_setup, exec_teardown),
+        };
+
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}

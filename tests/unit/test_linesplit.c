@@ -321,7 +321,7 @@ static size_t join_chunks(const struct split_case *c, char *out, size_t len)
 static void run_cuts(const struct split_case *c, const char *input, size_t n,
                      const size_t *cuts, size_t ncuts, const char *how)
 {
-        struct collector *col = calloc(1, sizeof(*col));
+        struct collector *col = test_calloc(1, sizeof(*col));
         struct hp_linesplit ls;
         char buf[64];
         size_t from = 0;
@@ -338,13 +338,13 @@ static void run_cuts(const struct split_case *c, const char *input, size_t n,
         }
         hp_linesplit_finish(&ls, collect_cb, col);
         check_lines(c, col, how);
-        free(col);
+        test_free(col);
 }
 
 /* Runs the splitter over the chunks exactly as the case lists them. */
 static void run_as_chunked(const struct split_case *c)
 {
-        struct collector *col = calloc(1, sizeof(*col));
+        struct collector *col = test_calloc(1, sizeof(*col));
         struct hp_linesplit ls;
         char buf[64];
 
@@ -359,7 +359,7 @@ static void run_as_chunked(const struct split_case *c)
         }
         hp_linesplit_finish(&ls, collect_cb, col);
         check_lines(c, col, "the case's own chunks");
-        free(col);
+        test_free(col);
 }
 
 static void test_split_cases_as_chunked(void **state)
@@ -442,7 +442,7 @@ static void test_finish_resets_the_splitter(void **state)
                            { BYTES(""), HP_LINE_EOL },
                            { BYTES("new"), HP_LINE_EOF } },
         };
-        struct collector *col = calloc(1, sizeof(*col));
+        struct collector *col = test_calloc(1, sizeof(*col));
         struct hp_linesplit ls;
         char buf[16];
 
@@ -457,7 +457,7 @@ static void test_finish_resets_the_splitter(void **state)
         hp_linesplit_feed(&ls, BYTES("\nnew"), collect_cb, col);
         hp_linesplit_finish(&ls, collect_cb, col);
         check_lines(&after_finish, col, "finish between streams");
-        free(col);
+        test_free(col);
 }
 
 /* A worker that prints 10 MB with no newline: the splitter hands it on in
@@ -509,8 +509,8 @@ static void test_ten_megabyte_line_without_newline(void **state)
         const size_t cap = 1000; /* does not divide the total */
         struct long_line_check chk = { .cap = cap };
         struct hp_linesplit ls;
-        char *input = malloc(total);
-        char *buf = malloc(cap);
+        char *input = test_malloc(total);
+        char *buf = test_malloc(cap);
 
         (void)state;
         assert_non_null(input);
@@ -535,8 +535,8 @@ static void test_ten_megabyte_line_without_newline(void **state)
         assert_int_equal(chk.other, 0);
         assert_int_equal(chk.short_capped, 0);
         assert_int_equal(chk.wrong_bytes, 0);
-        free(buf);
-        free(input);
+        test_free(buf);
+        test_free(input);
 }
 
 int main(void)
