@@ -74,6 +74,8 @@ struct hp_console {
         uint64_t bytes_dropped;
         uint64_t dropped_unreported; /* lines lost since the last marker */
         int write_error;             /* -errno of a failed write, then we drop */
+        bool stalled;                /* a flush timed out with tail here: */
+        uint64_t stalled_tail;       /* later waits skip if still no progress */
         bool stopping;
         uv_mutex_t lock;
         uv_cond_t wake;    /* the writer waits for data */

@@ -209,12 +209,21 @@ static void wait_drained(struct hp_console *con, uint64_t timeout_ms)
 {
         uint64_t deadline = uv_hrtime() + timeout_ms * 1000000ull;
 
+        /* A reader that made no progress since the last timed-out wait is
+         * not waited for again: one stuck console costs one timeout. */
+        if (con->stalled && con->tail == con->stalled_tail)
+                return;
+        con->stalled = false;
         while (con->head != con->tail) {
                 uint64_t now = uv_hrtime();
                 if (now >= deadline)
                         break;
                 (void)uv_cond_timedwait(&con->drained, &con->lock,
                                         deadline - now);
+        }
+        if (con->head != con->tail) {
+                con->stalled = true;
+                con->stalled_tail = con->tail;
         }
 }
 

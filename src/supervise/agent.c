@@ -149,12 +149,39 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         finish(a, 0);
 }
 
+/* A stage's attempt directory is made when the stage starts, so that an
+ * attempt that failed in pre-train leaves no empty train directory. */
+static int prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
+{
+        char *dir = a->attempt_dir[stage];
+        int r;
+
+        dir[0] = '\0';
+        if (a->run_dir[stage][0] == '\0')
+                return 0;
+        if (hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
+                        a->run_dir[stage], a->restart_count) < 0)
+                return -ENAMETOOLONG;
+        /* As torch does: a reused attempt number starts clean. */
+        r = hp_remove_tree(dir);
+        if (r == 0)
+                r = hp_mkdir_p(dir, 0755);
+        if (r < 0)
+                hp_log_error("cannot create '%s': %s", dir, hp_strerror(r));
+        return r;
+}
+
 static void start_stage(struct hp_agent *a, enum hp_stage stage)
 {
         int r;
 
         a->stage = stage;
         a->group.done_cb = group_done_cb;
+        r = prepare_attempt_dir(a, stage);
+        if (r < 0) {
+                finish(a, 1);
+                return;
+        }
         r = hp_group_start(&a->group, a, stage);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
@@ -163,32 +190,6 @@ static void start_stage(struct hp_agent *a, enum hp_stage stage)
                 return;
         }
         a->group_active = true;
-}
-
-static int prepare_attempt_dirs(struct hp_agent *a)
-{
-        for (int s = 0; s < HP_STAGE_COUNT; s++) {
-                char *dir = a->attempt_dir[s];
-                int r;
-
-                dir[0] = '\0';
-                if (a->run_dir[s][0] == '\0')
-                        continue;
-                if (hp_snprintf(a->attempt_dir[s], sizeof(a->attempt_dir[s]),
-                                "%s/attempt_%d", a->run_dir[s],
-                                a->restart_count) < 0)
-                        return -ENAMETOOLONG;
-                /* As torch does: a reused attempt number starts clean. */
-                r = hp_remove_tree(dir);
-                if (r == 0)
-                        r = hp_mkdir_p(dir, 0755);
-                if (r < 0) {
-                        hp_log_error("cannot create '%s': %s", dir,
-                                     hp_strerror(r));
-                        return r;
-                }
-        }
-        return 0;
 }
 
 static void start_attempt(struct hp_agent *a)
@@ -206,10 +207,6 @@ static void start_attempt(struct hp_agent *a)
                         finish(a, 1);
                         return;
                 }
-        }
-        if (prepare_attempt_dirs(a) < 0) {
-                finish(a, 1);
-                return;
         }
         hp_log_info("attempt %d: %d worker%s, node %d of %d, world size %d, "
                     "master %s:%d, run id %s%s%s",

@@ -186,8 +186,7 @@ void hp_agent__print_failure_summary(const struct hp_agent *a,
                 entry = a->cfg->pre_train_script;
         else
                 entry = a->cfg->post_train_script;
-        if (strrchr(entry, '/') != NULL)
-                entry = strrchr(entry, '/') + 1;
+        /* torchrun titles the summary with the entry point as given. */
         snprintf(title, sizeof(title), "%s FAILED\n", entry);
 
         (void)hp_write_all(fd, eq, sizeof(eq) - 1);

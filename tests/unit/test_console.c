@@ -657,11 +657,12 @@ static void test_stuck_reader_times_out_and_counts_lines(void **state)
         assert_true(elapsed_ms < FLUSH_TIMEOUT_MS);
         assert_int_equal(queued_bytes(con), 3 * (4 + sizeof(line)));
 
+        /* The reader made no progress since: one stuck console costs one
+         * timeout, so close does not wait a second time. */
         start = uv_hrtime();
         hp_console_close(con, timeout_ms);
         elapsed_ms = (uv_hrtime() - start) / 1000000;
-        assert_true(elapsed_ms >= timeout_ms);
-        assert_true(elapsed_ms < FLUSH_TIMEOUT_MS);
+        assert_true(elapsed_ms < timeout_ms);
         /* The thread could not be joined, so the ring is left to it. */
         assert_non_null(con->ring);
         assert_int_equal(con->bytes_dropped, 3 * (4 + sizeof(line)));

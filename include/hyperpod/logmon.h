@@ -1,0 +1,296 @@
+/* hyperpodrun: the log-rule engine ("logagent" of the HyperPod agent).
+ *
+ *   rules (cJSON) ──logmon_ruleset_new──▶ compiled, shared ruleset
+ *                                            │
+ *   lines + now ──logmon_stream_feed──▶ one logmon_stream per monitored rank
+ *   timer   now ──logmon_stream_tick──▶   ──▶ state changes (events),
+ *                                             next deadline, verdict
+ *
+ * The engine is pure: it never reads a clock, never touches libuv and does
+ * not allocate once a stream exists. Time is a caller-supplied millisecond
+ * count that never goes backwards (a smaller value is treated as the last
+ * one seen). The caller arms one timer at logmon_stream_next_deadline().
+ *
+ * Semantics follow the reference agent (hyperpod-agent.md §4.1-§4.5) with
+ * the deliberate improvements listed in README/man: decimal thresholds,
+ * no idle evaluation of "", millisecond deadlines, sticky FAULTED, and
+ * bad input (invalid UTF-8, NUL bytes, non-numeric captures, runaway
+ * regexes) reported and survived instead of ending monitoring.
+ */
+#ifndef HYPERPOD_LOGMON_H
+#define HYPERPOD_LOGMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+/* At most this many rules in one configuration. It bounds the per-call
+ * event array, so that feeding a line never allocates or loses events. */
+#define LOGMON_RULES_MAX 64
+/* Longest rule name, in bytes; it becomes part of the reason code. */
+#define LOGMON_NAME_MAX 256
+/* The last matched line of each rule is kept up to this many bytes. */
+#define LOGMON_LAST_LINE_MAX 1024
+/* Default PCRE2 limits: a runaway pattern costs at most a few
+ * milliseconds per line instead of stalling the agent. */
+#define LOGMON_MATCH_LIMIT 1000000
+#define LOGMON_DEPTH_LIMIT 100000
+
+/* Rule and stream states, in precedence order: a stream's state is the
+ * highest state of its rules. */
+enum logmon_state {
+        LOGMON_WAITING = 0,
+        LOGMON_HEALTHY,
+        LOGMON_SLOW,
+        LOGMON_HANGING,
+        LOGMON_FAULTED,
+};
+
+/* "WAITING", "HEALTHY", ... ; "?" for an out-of-range value. */
+const char *logmon_state_name(enum logmon_state state);
+/* Parses a state name (case-sensitive). Returns 0 or HP_ECONFIG. */
+int logmon_state_parse(const char *name, enum logmon_state *out);
+/* Whether a stream may go from one state to the other (§4.3): WAITING to
+ * anything, never back to WAITING, nothing out of FAULTED. */
+bool logmon_state_transition_allowed(enum logmon_state from,
+                                     enum logmon_state to);
+
+/* ---------------------------------------------------------------------
+ * Rule sets
+ */
+
+struct logmon_ruleset;
+
+struct logmon_ruleset_opts {
+        uint32_t match_limit; /* 0: LOGMON_MATCH_LIMIT */
+        uint32_t depth_limit; /* 0: LOGMON_DEPTH_LIMIT */
+        bool no_jit;          /* use the interpreter even where JIT works */
+};
+
+/*
+ * Validates and compiles a JSON list of rule objects (borrowed; nothing is
+ * kept from it). All or nothing: on any invalid rule, *out is left alone,
+ * HP_ECONFIG is returned and errbuf names the rule index and name, the
+ * field and the problem (for a regex, PCRE2's message and offset). opts
+ * may be NULL. Returns 0, HP_ECONFIG or -ENOMEM. The new set has one
+ * reference.
+ */
+int logmon_ruleset_new(const cJSON *rules,
+                       const struct logmon_ruleset_opts *opts,
+                       struct logmon_ruleset **out, char *errbuf,
+                       size_t len);
+struct logmon_ruleset *logmon_ruleset_ref(struct logmon_ruleset *rs);
+void logmon_ruleset_unref(struct logmon_ruleset *rs);
+
+size_t logmon_ruleset_count(const struct logmon_ruleset *rs);
+/* The name of rule i (borrowed from the set). */
+const char *logmon_ruleset_rule_name(const struct logmon_ruleset *rs,
+                                     size_t i);
+/* Index of the rule called name, or -1. */
+int logmon_ruleset_find(const struct logmon_ruleset *rs, const char *name);
+/* Things that were accepted but are probably mistakes (unknown keys, a
+ * threshold without an operator, duplicate names): one per line, "" when
+ * there are none. Borrowed from the set. */
+const char *logmon_ruleset_warnings(const struct logmon_ruleset *rs);
+/* Whether every pattern runs JIT-compiled. */
+bool logmon_ruleset_jit(const struct logmon_ruleset *rs);
+
+/* ---------------------------------------------------------------------
+ * Per-stream monitors
+ */
+
+enum logmon_event_kind {
+        LOGMON_EVENT_STATE = 0, /* a rule changed state */
+        LOGMON_EVENT_NONNUMERIC, /* capture 1 was not a number: the line
+                                  * counted as non-matching for the rule */
+        LOGMON_EVENT_LIMIT,      /* a pattern hit a PCRE2 limit and counted
+                                  * as not matching */
+};
+
+enum logmon_pattern {
+        LOGMON_PATTERN_LOG = 0,
+        LOGMON_PATTERN_STOP,
+};
+
+struct logmon_event {
+        uint32_t rule;
+        uint8_t kind;    /* enum logmon_event_kind */
+        uint8_t pattern; /* LIMIT: enum logmon_pattern */
+        uint8_t from;    /* STATE: enum logmon_state */
+        uint8_t to;
+};
+
+/* Room for every event one call can produce: per rule a state change, a
+ * logPattern problem and a stopPattern problem. */
+#define LOGMON_EVENTS_MAX (3 * LOGMON_RULES_MAX)
+
+/* What one feed or tick did; filled by the call (no allocation). */
+struct logmon_events {
+        size_t n;
+        bool stream_changed; /* the stream's state changed */
+        uint8_t stream_from;
+        uint8_t stream_to;
+        struct logmon_event ev[LOGMON_EVENTS_MAX];
+};
+
+/* A rule's state on one stream, as seen by logmon_stream_rule_info. */
+struct logmon_rule_info {
+        enum logmon_state state;
+        bool retired;           /* a stopPattern matched */
+        bool matched;           /* logPattern matched at least once */
+        uint64_t matches;       /* lines that matched logPattern */
+        uint64_t nonnumeric;    /* matches whose capture was not a number */
+        uint64_t limit_hits;    /* matches abandoned at a PCRE2 limit */
+        uint32_t consecutive;   /* consecutive data points over threshold */
+        const char *last_line;  /* borrowed until the next feed; NULL */
+        size_t last_line_len;   /* when nothing matched yet */
+        bool last_line_capped;  /* cut at LOGMON_LAST_LINE_MAX */
+};
+
+struct logmon_stream;
+
+/* A monitor for one stream (one rank's stdout), holding a reference to rs.
+ * It starts out stopped: lines and ticks are ignored until start. Returns
+ * NULL with errno set (ENOMEM). */
+struct logmon_stream *logmon_stream_new(struct logmon_ruleset *rs);
+void logmon_stream_free(struct logmon_stream *s);
+
+/*
+ * Lifecycle (§4.4). start begins monitoring; the first start after new or
+ * clear starts the cut-off clocks. suspend stops the clocks and ignores
+ * input, keeping every rule's state; resume (or start) continues. All are
+ * idempotent; resume does nothing on a never-started stream. clear forgets
+ * all rule state and stops, as if new.
+ */
+void logmon_stream_start(struct logmon_stream *s, uint64_t now_ms);
+void logmon_stream_suspend(struct logmon_stream *s, uint64_t now_ms);
+void logmon_stream_resume(struct logmon_stream *s, uint64_t now_ms);
+void logmon_stream_clear(struct logmon_stream *s);
+bool logmon_stream_running(const struct logmon_stream *s);
+
+/*
+ * Evaluates one line (without its terminator; the bytes are borrowed for
+ * the call and may hold anything, NUL and invalid UTF-8 included) against
+ * every rule in configuration order. out (may be NULL) receives what
+ * changed. Ignored unless running.
+ */
+void logmon_stream_feed(struct logmon_stream *s, const char *line,
+                        size_t len, uint64_t now_ms,
+                        struct logmon_events *out);
+/* Applies the time-based checks at now_ms: call it when the deadline
+ * timer fires (calling it early or often is harmless). */
+void logmon_stream_tick(struct logmon_stream *s, uint64_t now_ms,
+                        struct logmon_events *out);
+/* The earliest time at which a tick can change a state, or UINT64_MAX.
+ * Cut-offs are strict: a rule with a 10 s cut-off started at 0 turns
+ * HANGING at 10001 ms, not at 10000 ms. */
+uint64_t logmon_stream_next_deadline(const struct logmon_stream *s);
+
+/* The stream's state: the highest of its rules' states. */
+enum logmon_state logmon_stream_state(const struct logmon_stream *s);
+/* "LogFault_<rule>", "LogHang_<rule>" or "LogSlow_<rule>", naming the
+ * first rule in configuration order that is in the stream's state; ""
+ * when the stream is WAITING or HEALTHY. Borrowed from the stream. */
+const char *logmon_stream_reason(const struct logmon_stream *s);
+/* Index of the rule the reason names, or -1. */
+int logmon_stream_reason_rule(const struct logmon_stream *s);
+/* Fills *out for rule i. Returns 0 or -EINVAL for a bad index. */
+int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
+                            struct logmon_rule_info *out);
+/* Lines given to feed while not running. */
+uint64_t logmon_stream_lines_ignored(const struct logmon_stream *s);
+
+/* ---------------------------------------------------------------------
+ * Configuration files
+ */
+
+/*
+ * Reads rules from path: a JSON list of rules, a JSON object with a
+ * "logMonitoringConfiguration" list (or a whole job as JSON), or a
+ * HyperPodPyTorchJob job.yaml (spec.runPolicy.logMonitoringConfiguration;
+ * the first document of a stream that has one). *out receives the rule
+ * list (ownership passes to the caller, cJSON_Delete it). Errors name the
+ * file and, for syntax errors, line and column. Returns 0, HP_ECONFIG,
+ * HP_ETOOBIG or -errno.
+ */
+int logmon_config_load(const char *path, cJSON **out, char *errbuf,
+                       size_t len);
+/* The same from a buffer (borrowed); name is used in messages. */
+int logmon_config_parse(const char *name, const char *data, size_t n,
+                        cJSON **out, char *errbuf, size_t len);
+/* logmon_config_load followed by logmon_ruleset_new; validation errors
+ * are prefixed with the path. */
+int logmon_config_load_ruleset(const char *path,
+                               const struct logmon_ruleset_opts *opts,
+                               struct logmon_ruleset **out, char *errbuf,
+                               size_t len);
+
+/* ---------------------------------------------------------------------
+ * Replay: recorded logs through the rules, with no processes
+ */
+
+struct logmon_replay_opts {
+        /* Lines per second: line i (from 0) happens at i * 1000 / rate ms.
+         * 0 means: take time from a timestamp at the start of each line
+         * (asctime "2025-06-17 05:51:29,300", ISO 8601 with optional
+         * fraction and zone, or epoch seconds), a line without one
+         * happening when the line before it did. */
+        double rate;
+        /* How long the clock runs on after the last line, so that a log
+         * that ends in silence can still turn HANGING. */
+        uint64_t tail_ms;
+        /* Do not treat a leading "[name]:" as a console prefix. */
+        bool keep_prefix;
+};
+
+struct logmon_replay;
+
+/*
+ * Feeds the log in (borrowed, read to EOF) through rs. Lines are split at
+ * \n, \r and \r\n. A leading torchrun console prefix "[default0]:" is
+ * stripped and names the stream; each stream has its own monitor, started
+ * at time 0, which is the first line's time. If out is not NULL, every
+ * event is written to it as one JSON object per line:
+ *   {"time":1.5,"stream":"default0","rule":"Hang","from":"HEALTHY",
+ *    "state":"HANGING","line_no":null,"line":null}
+ * ("time" in seconds since the start, line_no 1-based, null for a
+ * deadline; nonnumeric captures and regex limits appear with an "event"
+ * key instead of "state"), then one {"summary":{...}} object. *result
+ * (may be NULL) receives what happened, for logmon_expect_check. opts may
+ * be NULL. Returns 0 or -errno.
+ */
+int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
+                      const struct logmon_replay_opts *opts, FILE *out,
+                      struct logmon_replay **result);
+/* The same over a buffer (borrowed). */
+int logmon_replay_buffer(struct logmon_ruleset *rs, const char *data,
+                         size_t n, const struct logmon_replay_opts *opts,
+                         FILE *out, struct logmon_replay **result);
+void logmon_replay_free(struct logmon_replay *r);
+/* The highest state any stream ended in. */
+enum logmon_state logmon_replay_state(const struct logmon_replay *r);
+
+/*
+ * Compares a replay with an expectation (borrowed):
+ *   {"final": {"<rule>": "HEALTHY", ...},    rules not named: unchecked
+ *    "state": "HANGING",                      optional: the stream state
+ *    "stream": "default0",                    optional: which stream; by
+ *                                             default every stream
+ *    "transitions": [{"rule": "Hang", "state": "HANGING",
+ *                     "line_no": 12, "time": 30.0, "stream": "..."}]}
+ * transitions, when present, must be exactly the state changes in order;
+ * line_no, time (seconds, 1 ms tolerance) and stream are compared only
+ * where given. A readable diff goes to diff (may be NULL). Returns the
+ * number of differences (0: met), or HP_ECONFIG for a malformed
+ * expectation, described in errbuf.
+ */
+int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
+                        FILE *diff, char *errbuf, size_t len);
+/* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
+int logmon_expect_load(const char *path, cJSON **out, char *errbuf,
+                       size_t len);
+
+#endif

@@ -1,0 +1,101 @@
+/* Internals shared by the files of the log-rule engine. */
+#ifndef LOGMON_PRIVATE_H
+#define LOGMON_PRIVATE_H
+
+#include <locale.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "hyperpod/logmon.h"
+
+enum logmon_op {
+        LOGMON_OP_NONE = 0,
+        LOGMON_OP_GT,
+        LOGMON_OP_GTEQ,
+        LOGMON_OP_LT,
+        LOGMON_OP_LTEQ,
+        LOGMON_OP_EQ,
+};
+
+struct logmon_rule {
+        char *name;
+        pcre2_code *log_re;
+        pcre2_code *stop_re;  /* NULL: no stopPattern */
+        uint32_t captures;    /* capture groups in logPattern */
+        bool has_cutoff;
+        uint64_t cutoff_ms;
+        bool has_freq;
+        uint64_t freq_ms;
+        bool has_threshold;
+        double threshold;
+        enum logmon_op op;
+        uint32_t datapoints;
+        bool fault_on_match;
+        bool metric;          /* capture 1 is compared with threshold */
+};
+
+struct logmon_ruleset {
+        int refs;
+        size_t n;
+        struct logmon_rule *rules;
+        pcre2_match_context *mctx;
+        pcre2_jit_stack *jit_stack;
+        uint32_t max_pairs;   /* ovector pairs any pattern needs */
+        bool jit;
+        locale_t c_locale;    /* strtod must not follow LC_NUMERIC */
+        char *warnings;
+};
+
+struct logmon_rule_state {
+        enum logmon_state state;
+        bool retired;
+        bool matched;
+        uint64_t last_match;  /* effective ms */
+        uint32_t consecutive;
+        uint64_t matches;
+        uint64_t nonnumeric;
+        uint64_t limit_hits;
+        size_t last_len;
+        bool last_capped;
+        char last_line[LOGMON_LAST_LINE_MAX];
+};
+
+/* Room for a line whose invalid UTF-8 was replaced by U+FFFD. */
+#define LOGMON_FIXED_MAX (64 * 1024)
+
+struct logmon_stream {
+        struct logmon_ruleset *rs;
+        pcre2_match_data *md;
+        char *fixed;          /* LOGMON_FIXED_MAX bytes */
+        bool installed;       /* started since new or clear */
+        bool running;         /* installed and not suspended */
+        uint64_t last_now;    /* largest now seen: time never goes back */
+        uint64_t paused;      /* ms spent suspended since install */
+        uint64_t suspended_at;
+        uint64_t created;     /* effective ms at install */
+        uint64_t ignored;
+        enum logmon_state state;
+        int reason_rule;
+        char reason[LOGMON_NAME_MAX + 16];
+        struct logmon_rule_state st[];
+};
+
+/* Python float() over n bytes: surrounding ASCII whitespace, underscores
+ * between digits, inf/infinity/nan in any case, no hex. */
+bool logmon__parse_float(const char *text, size_t n, locale_t loc,
+                         double *out);
+
+/* Length of the valid UTF-8 sequence starting with a byte >= 0x80 at p,
+ * or 0 when it is invalid (overlong, surrogate, past U+10FFFF, cut). */
+size_t logmon__utf8_len(const unsigned char *p, size_t n);
+
+/* JSON string escaping for the replay output: control characters are
+ * escaped and invalid UTF-8 becomes U+FFFD, so the output is always
+ * valid JSON. */
+void logmon__json_string(FILE *f, const char *s, size_t n);
+
+#endif

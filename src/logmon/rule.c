@@ -1,0 +1,549 @@
+/* Rule validation and compilation: JSON rule objects to a shared,
+ * read-only ruleset. All or nothing, with an error that says which rule,
+ * which field and what is wrong with it. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "logmon-private.h"
+
+/* The largest number of seconds we accept: a deadline in milliseconds
+ * must not overflow when added to a monotonic clock. 10^10 s is three
+ * centuries. */
+#define SECONDS_MAX 1e10
+#define WARNINGS_MAX 4096
+
+struct validator {
+        char *errbuf;
+        size_t len;
+        size_t index;
+        const char *name; /* NULL until the name is known */
+        char *warnings;
+        size_t warnings_len;
+        locale_t loc;
+};
+
+static void verr(struct validator *v, const char *field, const char *fmt,
+                 ...) __attribute__((format(printf, 3, 4)));
+
+/* "rule 2 (LossSpike): metricThreshold: <message>". */
+static void verr(struct validator *v, const char *field, const char *fmt,
+                 ...)
+{
+        char msg[512];
+        va_list ap;
+
+        if (v->errbuf == NULL || v->len == 0)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (v->name != NULL)
+                snprintf(v->errbuf, v->len, "rule %zu (%s): %s: %s",
+                         v->index, v->name, field, msg);
+        else if (field != NULL)
+                snprintf(v->errbuf, v->len, "rule %zu: %s: %s", v->index,
+                         field, msg);
+        else
+                snprintf(v->errbuf, v->len, "rule %zu: %s", v->index, msg);
+}
+
+static void vwarn(struct validator *v, const char *field, const char *fmt,
+                  ...) __attribute__((format(printf, 3, 4)));
+
+/* Warnings are collected into one bounded text; past the bound they are
+ * dropped, which only loses advice, never a decision. */
+static void vwarn(struct validator *v, const char *field, const char *fmt,
+                  ...)
+{
+        char msg[512];
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (v->warnings_len >= WARNINGS_MAX - 1)
+                return;
+        n = snprintf(v->warnings + v->warnings_len,
+                     WARNINGS_MAX - v->warnings_len, "rule %zu (%s): %s: %s\n",
+                     v->index, v->name, field, msg);
+        if (n > 0)
+                v->warnings_len += (size_t)n;
+        if (v->warnings_len >= WARNINGS_MAX)
+                v->warnings_len = WARNINGS_MAX - 1;
+}
+
+/* Describes a JSON value for an error message, the way a user wrote it. */
+static const char *describe(const cJSON *item, char *buf, size_t len)
+{
+        if (cJSON_IsNull(item))
+                return "null";
+        if (cJSON_IsTrue(item))
+                return "true";
+        if (cJSON_IsFalse(item))
+                return "false";
+        if (cJSON_IsArray(item))
+                return "a list";
+        if (cJSON_IsObject(item))
+                return "an object";
+        if (cJSON_IsNumber(item)) {
+                snprintf(buf, len, "the number %.17g", item->valuedouble);
+                return buf;
+        }
+        if (cJSON_IsString(item)) {
+                if (strlen(item->valuestring) > 40)
+                        snprintf(buf, len, "the string \"%.37s...\"",
+                                 item->valuestring);
+                else
+                        snprintf(buf, len, "the string \"%s\"",
+                                 item->valuestring);
+                return buf;
+        }
+        return "an invalid value";
+}
+
+static const char *const known_keys[] = {
+        "name",
+        "logPattern",
+        "expectedStartCutOffInSeconds",
+        "expectedRecurringFrequencyInSeconds",
+        "stopPattern",
+        "metricThreshold",
+        "operator",
+        "metricEvaluationDataPoints",
+        "faultOnMatch",
+};
+
+static const struct {
+        const char *text;
+        enum logmon_op op;
+} operators[] = {
+        { "gt", LOGMON_OP_GT },     { "gteq", LOGMON_OP_GTEQ },
+        { "lt", LOGMON_OP_LT },     { "lteq", LOGMON_OP_LTEQ },
+        { "eq", LOGMON_OP_EQ },
+};
+
+/* Optional fields: absent and JSON null mean the same, because a CRD
+ * round-trip may spell an unset field either way. Keys are matched
+ * case-sensitively, as Python's dict.get does. */
+static const cJSON *field(const cJSON *rule, const char *key)
+{
+        const cJSON *item = cJSON_GetObjectItemCaseSensitive(rule, key);
+
+        return cJSON_IsNull(item) ? NULL : item;
+}
+
+/* A JSON number, or a string float() accepts, as a double. */
+static bool numeric(struct validator *v, const cJSON *item, double *out)
+{
+        if (cJSON_IsNumber(item)) {
+                *out = item->valuedouble;
+                return true;
+        }
+        if (cJSON_IsString(item))
+                return logmon__parse_float(item->valuestring,
+                                           strlen(item->valuestring),
+                                           v->loc, out);
+        return false;
+}
+
+/* Seconds: a non-negative number of seconds, fractions kept to the
+ * millisecond (the reference's int() would cut 2.5 to 2; the CRD types
+ * these as integers, so only hand-written configurations differ). */
+static int seconds(struct validator *v, const cJSON *rule, const char *key,
+                   bool *has, uint64_t *out_ms)
+{
+        const cJSON *item = field(rule, key);
+        char desc[80];
+        double d;
+
+        *has = false;
+        if (item == NULL)
+                return 0;
+        if (!numeric(v, item, &d) || isnan(d)) {
+                verr(v, key, "expected a number of seconds, got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+        if (d < 0 || d > SECONDS_MAX) {
+                verr(v, key, "%g seconds is out of range (0 to %.0f)", d,
+                     SECONDS_MAX);
+                return HP_ECONFIG;
+        }
+        *has = true;
+        *out_ms = (uint64_t)llround(d * 1000.0);
+        return 0;
+}
+
+static int regex(struct validator *v, const struct logmon_ruleset *rs,
+                 const char *key, const cJSON *item, bool no_jit,
+                 pcre2_code **out, bool *jit_ok)
+{
+        /* Anchored at compile time rather than per match: PCRE2 runs a
+         * match-time PCRE2_ANCHORED without JIT. UTF without
+         * PCRE2_MATCH_INVALID_UTF: the engine repairs each line to valid
+         * UTF-8 once and matches with PCRE2_NO_UTF_CHECK, which is both
+         * cheaper than a check per rule and avoids a PCRE2 10.42 JIT bug
+         * in invalid-UTF mode (\S, \D and \W never match a multi-byte
+         * character; PCRE2Project/pcre2#224, fixed in 10.43). No
+         * PCRE2_UCP: \d, \w, \s and \b stay ASCII, which keeps \d in
+         * line with the ASCII float parser (a Python str pattern would
+         * match other scripts' digits). */
+        const uint32_t options = PCRE2_ANCHORED | PCRE2_UTF;
+        char desc[80];
+        PCRE2_UCHAR msg[256];
+        PCRE2_SIZE offset;
+        int code;
+
+        if (!cJSON_IsString(item)) {
+                verr(v, key, "expected a regular expression string, got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+        *out = pcre2_compile((PCRE2_SPTR)item->valuestring,
+                             PCRE2_ZERO_TERMINATED, options, &code, &offset,
+                             NULL);
+        if (*out == NULL) {
+                pcre2_get_error_message(code, msg, sizeof(msg));
+                verr(v, key, "%s at offset %zu in \"%s\"", (char *)msg,
+                     (size_t)offset, item->valuestring);
+                return code == PCRE2_ERROR_HEAPLIMIT ? -ENOMEM : HP_ECONFIG;
+        }
+        /* A JIT failure (no executable memory under some hardening) is
+         * not an error: the interpreter gives the same answers. */
+        if (no_jit || pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE) != 0)
+                *jit_ok = false;
+        (void)rs;
+        return 0;
+}
+
+static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
+                         const cJSON *obj, struct logmon_rule *r,
+                         const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item, *key;
+        char desc[80];
+        double d;
+        size_t i;
+        int err;
+
+        if (!cJSON_IsObject(obj)) {
+                verr(v, NULL, "expected an object, got %s",
+                     describe(obj, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+
+        item = field(obj, "name");
+        if (item == NULL) {
+                verr(v, "name", "required");
+                return HP_ECONFIG;
+        }
+        if (!cJSON_IsString(item) || item->valuestring[0] == '\0') {
+                verr(v, "name", "expected a non-empty string, got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+        if (strlen(item->valuestring) >= LOGMON_NAME_MAX) {
+                verr(v, "name", "longer than %d bytes", LOGMON_NAME_MAX - 1);
+                return HP_ECONFIG;
+        }
+        r->name = strdup(item->valuestring);
+        if (r->name == NULL)
+                return -ENOMEM;
+        v->name = r->name;
+        for (i = 0; i < v->index; i++) {
+                if (strcmp(rs->rules[i].name, r->name) == 0) {
+                        vwarn(v, "name",
+                              "same name as rule %zu: reasons will name "
+                              "the first", i);
+                        break;
+                }
+        }
+
+        item = field(obj, "logPattern");
+        if (item == NULL) {
+                verr(v, "logPattern", "required");
+                return HP_ECONFIG;
+        }
+        err = regex(v, rs, "logPattern", item, opts->no_jit, &r->log_re,
+                    &rs->jit);
+        if (err != 0)
+                return err;
+        pcre2_pattern_info(r->log_re, PCRE2_INFO_CAPTURECOUNT, &r->captures);
+
+        err = seconds(v, obj, "expectedStartCutOffInSeconds", &r->has_cutoff,
+                      &r->cutoff_ms);
+        if (err != 0)
+                return err;
+        err = seconds(v, obj, "expectedRecurringFrequencyInSeconds",
+                      &r->has_freq, &r->freq_ms);
+        if (err != 0)
+                return err;
+
+        item = field(obj, "stopPattern");
+        if (item != NULL) {
+                /* An empty pattern matches every line: the rule would
+                 * retire on the first line it sees. */
+                if (cJSON_IsString(item) && item->valuestring[0] == '\0') {
+                        verr(v, "stopPattern", "empty pattern would retire "
+                             "the rule on its first line");
+                        return HP_ECONFIG;
+                }
+                err = regex(v, rs, "stopPattern", item, opts->no_jit,
+                            &r->stop_re, &rs->jit);
+                if (err != 0)
+                        return err;
+        }
+
+        item = field(obj, "metricThreshold");
+        if (item != NULL) {
+                if (!numeric(v, item, &d)) {
+                        verr(v, "metricThreshold",
+                             "expected a number, got %s",
+                             describe(item, desc, sizeof(desc)));
+                        return HP_ECONFIG;
+                }
+                if (isnan(d)) {
+                        verr(v, "metricThreshold", "nan compares false "
+                             "with everything; the rule could never be "
+                             "SLOW");
+                        return HP_ECONFIG;
+                }
+                r->has_threshold = true;
+                r->threshold = d;
+        }
+
+        item = field(obj, "operator");
+        if (item != NULL) {
+                for (i = 0; i < HP_ARRAY_SIZE(operators); i++) {
+                        if (cJSON_IsString(item) &&
+                            strcmp(item->valuestring, operators[i].text) == 0)
+                                r->op = operators[i].op;
+                }
+                if (r->op == LOGMON_OP_NONE) {
+                        verr(v, "operator", "expected one of gt, gteq, lt, "
+                             "lteq, eq, got %s",
+                             describe(item, desc, sizeof(desc)));
+                        return HP_ECONFIG;
+                }
+        }
+
+        r->datapoints = 1;
+        item = field(obj, "metricEvaluationDataPoints");
+        if (item != NULL) {
+                if (!numeric(v, item, &d) || d != floor(d) || d < 0 ||
+                    d > UINT32_MAX) {
+                        verr(v, "metricEvaluationDataPoints",
+                             "expected a non-negative integer, got %s",
+                             describe(item, desc, sizeof(desc)));
+                        return HP_ECONFIG;
+                }
+                r->datapoints = (uint32_t)d;
+        }
+
+        /* Python truthiness would make the string "false" true. Booleans
+         * and the two words are what people mean; anything else is more
+         * likely a mistake than a wish. */
+        item = field(obj, "faultOnMatch");
+        if (item != NULL) {
+                if (cJSON_IsBool(item))
+                        r->fault_on_match = cJSON_IsTrue(item);
+                else if (cJSON_IsString(item) &&
+                         strcasecmp(item->valuestring, "true") == 0)
+                        r->fault_on_match = true;
+                else if (cJSON_IsString(item) &&
+                         strcasecmp(item->valuestring, "false") == 0)
+                        r->fault_on_match = false;
+                else {
+                        verr(v, "faultOnMatch", "expected true or false, "
+                             "got %s", describe(item, desc, sizeof(desc)));
+                        return HP_ECONFIG;
+                }
+        }
+
+        r->metric = r->has_threshold && r->op != LOGMON_OP_NONE &&
+                    r->captures > 0;
+        if (r->has_threshold != (r->op != LOGMON_OP_NONE))
+                vwarn(v, r->has_threshold ? "metricThreshold" : "operator",
+                      "needs %s as well; the rule never reports SLOW",
+                      r->has_threshold ? "operator" : "metricThreshold");
+        else if (r->has_threshold && r->captures == 0)
+                vwarn(v, "logPattern", "has no capture group for the "
+                      "metric; the rule never reports SLOW");
+
+        /* Unknown keys are ignored with a warning rather than refused:
+         * the operator forwards the job spec verbatim, and a newer CRD
+         * may carry fields this version does not know. */
+        cJSON_ArrayForEach(key, obj) {
+                bool known = false;
+
+                for (i = 0; i < HP_ARRAY_SIZE(known_keys); i++)
+                        if (strcmp(key->string, known_keys[i]) == 0)
+                                known = true;
+                if (!known)
+                        vwarn(v, key->string, "unknown key, ignored");
+        }
+        return 0;
+}
+
+static void rules_free(struct logmon_ruleset *rs)
+{
+        size_t i;
+
+        for (i = 0; i < rs->n; i++) {
+                free(rs->rules[i].name);
+                pcre2_code_free(rs->rules[i].log_re);
+                pcre2_code_free(rs->rules[i].stop_re);
+        }
+        free(rs->rules);
+        pcre2_jit_stack_free(rs->jit_stack);
+        pcre2_match_context_free(rs->mctx);
+        if (rs->c_locale != (locale_t)0)
+                freelocale(rs->c_locale);
+        free(rs->warnings);
+        free(rs);
+}
+
+int logmon_ruleset_new(const cJSON *rules,
+                       const struct logmon_ruleset_opts *opts,
+                       struct logmon_ruleset **out, char *errbuf,
+                       size_t len)
+{
+        static const struct logmon_ruleset_opts defaults = { 0 };
+        struct validator v = { .errbuf = errbuf, .len = len };
+        struct logmon_ruleset *rs;
+        const cJSON *obj;
+        char desc[80];
+        int count, err = -ENOMEM;
+        uint32_t pairs;
+        size_t i;
+
+        if (opts == NULL)
+                opts = &defaults;
+        if (!cJSON_IsArray(rules)) {
+                snprintf(errbuf, len, "rules: expected a list of rule "
+                         "objects, got %s",
+                         describe(rules, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+        count = cJSON_GetArraySize(rules);
+        if (count > LOGMON_RULES_MAX) {
+                snprintf(errbuf, len, "rules: %d rules, at most %d are "
+                         "supported", count, LOGMON_RULES_MAX);
+                return HP_ECONFIG;
+        }
+
+        rs = calloc(1, sizeof(*rs));
+        if (rs == NULL)
+                return -ENOMEM;
+        rs->refs = 1;
+        rs->jit = true;
+        rs->max_pairs = 1;
+        rs->rules = calloc(count > 0 ? (size_t)count : 1,
+                           sizeof(*rs->rules));
+        rs->warnings = calloc(1, WARNINGS_MAX);
+        rs->c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+        rs->mctx = pcre2_match_context_create(NULL);
+        if (rs->rules == NULL || rs->warnings == NULL ||
+            rs->c_locale == (locale_t)0 || rs->mctx == NULL)
+                goto error;
+        pcre2_set_match_limit(rs->mctx, opts->match_limit != 0 ?
+                              opts->match_limit : LOGMON_MATCH_LIMIT);
+        pcre2_set_depth_limit(rs->mctx, opts->depth_limit != 0 ?
+                              opts->depth_limit : LOGMON_DEPTH_LIMIT);
+        v.warnings = rs->warnings;
+        v.loc = rs->c_locale;
+
+        i = 0;
+        cJSON_ArrayForEach(obj, rules) {
+                struct logmon_rule *r = &rs->rules[i];
+
+                v.index = i;
+                v.name = NULL;
+                /* Counting the rule before validating it lets rules_free
+                 * release what a half-validated rule holds. */
+                rs->n = ++i;
+                err = validate_rule(&v, rs, obj, r, opts);
+                if (err != 0)
+                        goto error;
+                pcre2_pattern_info(r->log_re, PCRE2_INFO_CAPTURECOUNT,
+                                   &pairs);
+                if (pairs + 1 > rs->max_pairs)
+                        rs->max_pairs = pairs + 1;
+                if (r->stop_re != NULL) {
+                        pcre2_pattern_info(r->stop_re,
+                                           PCRE2_INFO_CAPTURECOUNT, &pairs);
+                        if (pairs + 1 > rs->max_pairs)
+                                rs->max_pairs = pairs + 1;
+                }
+        }
+
+        /* One JIT stack for the set: streams run on one thread, and the
+         * 32 KiB default on the machine stack gives up on patterns like
+         * (a|b)* over long lines that Python handles. */
+        if (rs->jit && rs->n > 0) {
+                rs->jit_stack = pcre2_jit_stack_create(32 * 1024,
+                                                       1024 * 1024, NULL);
+                if (rs->jit_stack == NULL) {
+                        err = -ENOMEM;
+                        goto error;
+                }
+                pcre2_jit_stack_assign(rs->mctx, NULL, rs->jit_stack);
+        }
+        *out = rs;
+        return 0;
+
+error:
+        if (err == -ENOMEM && errbuf != NULL && len > 0)
+                snprintf(errbuf, len, "out of memory");
+        rules_free(rs);
+        return err;
+}
+
+struct logmon_ruleset *logmon_ruleset_ref(struct logmon_ruleset *rs)
+{
+        rs->refs++;
+        return rs;
+}
+
+void logmon_ruleset_unref(struct logmon_ruleset *rs)
+{
+        if (rs != NULL && --rs->refs == 0)
+                rules_free(rs);
+}
+
+size_t logmon_ruleset_count(const struct logmon_ruleset *rs)
+{
+        return rs->n;
+}
+
+const char *logmon_ruleset_rule_name(const struct logmon_ruleset *rs,
+                                     size_t i)
+{
+        return i < rs->n ? rs->rules[i].name : NULL;
+}
+
+int logmon_ruleset_find(const struct logmon_ruleset *rs, const char *name)
+{
+        size_t i;
+
+        for (i = 0; i < rs->n; i++)
+                if (strcmp(rs->rules[i].name, name) == 0)
+                        return (int)i;
+        return -1;
+}
+
+const char *logmon_ruleset_warnings(const struct logmon_ruleset *rs)
+{
+        return rs->warnings;
+}
+
+bool logmon_ruleset_jit(const struct logmon_ruleset *rs)
+{
+        return rs->jit;
+}

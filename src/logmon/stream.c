@@ -1,0 +1,580 @@
+/* The per-stream rule state machine (§4.2), driven by lines and by the
+ * caller's clock. Nothing here allocates after logmon_stream_new. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "logmon-private.h"
+
+static const char *const state_names[] = {
+        [LOGMON_WAITING] = "WAITING", [LOGMON_HEALTHY] = "HEALTHY",
+        [LOGMON_SLOW] = "SLOW",       [LOGMON_HANGING] = "HANGING",
+        [LOGMON_FAULTED] = "FAULTED",
+};
+
+static const char *const reason_prefix[] = {
+        [LOGMON_SLOW] = "LogSlow_",
+        [LOGMON_HANGING] = "LogHang_",
+        [LOGMON_FAULTED] = "LogFault_",
+};
+
+const char *logmon_state_name(enum logmon_state state)
+{
+        if ((unsigned)state >= HP_ARRAY_SIZE(state_names))
+                return "?";
+        return state_names[state];
+}
+
+int logmon_state_parse(const char *name, enum logmon_state *out)
+{
+        size_t i;
+
+        for (i = 0; i < HP_ARRAY_SIZE(state_names); i++) {
+                if (strcmp(name, state_names[i]) == 0) {
+                        *out = (enum logmon_state)i;
+                        return 0;
+                }
+        }
+        return HP_ECONFIG;
+}
+
+bool logmon_state_transition_allowed(enum logmon_state from,
+                                     enum logmon_state to)
+{
+        if (from == to || from == LOGMON_FAULTED)
+                return false;
+        return to != LOGMON_WAITING;
+}
+
+static void rule_states_reset(struct logmon_stream *s)
+{
+        size_t i;
+
+        for (i = 0; i < s->rs->n; i++) {
+                struct logmon_rule_state *st = &s->st[i];
+
+                st->state = LOGMON_WAITING;
+                st->retired = false;
+                st->matched = false;
+                st->last_match = 0;
+                st->consecutive = 0;
+                st->matches = 0;
+                st->nonnumeric = 0;
+                st->limit_hits = 0;
+                st->last_len = 0;
+                st->last_capped = false;
+        }
+        s->state = LOGMON_WAITING;
+        s->reason_rule = -1;
+        s->reason[0] = '\0';
+}
+
+struct logmon_stream *logmon_stream_new(struct logmon_ruleset *rs)
+{
+        struct logmon_stream *s;
+
+        s = calloc(1, sizeof(*s) + rs->n * sizeof(s->st[0]));
+        if (s == NULL)
+                return NULL;
+        /* Match data sized for the widest pattern, made once: with it the
+         * interpreter keeps its backtracking frames between matches, so a
+         * line costs no allocation even without JIT. */
+        s->md = pcre2_match_data_create(rs->max_pairs, NULL);
+        /* Zeroed: PCRE2's JIT reads ahead of a subject's end in whole
+         * words (within the buffer), which valgrind would otherwise
+         * report as a use of uninitialised bytes. */
+        s->fixed = calloc(1, LOGMON_FIXED_MAX);
+        if (s->md == NULL || s->fixed == NULL) {
+                pcre2_match_data_free(s->md);
+                free(s->fixed);
+                free(s);
+                errno = ENOMEM;
+                return NULL;
+        }
+        s->rs = logmon_ruleset_ref(rs);
+        rule_states_reset(s);
+        return s;
+}
+
+void logmon_stream_free(struct logmon_stream *s)
+{
+        if (s == NULL)
+                return;
+        pcre2_match_data_free(s->md);
+        free(s->fixed);
+        logmon_ruleset_unref(s->rs);
+        free(s);
+}
+
+/* A caller's clock that steps back (two sources, a bug) must not make an
+ * unsigned difference wrap into an enormous age. */
+static uint64_t clamp_now(struct logmon_stream *s, uint64_t now)
+{
+        if (now < s->last_now)
+                return s->last_now;
+        s->last_now = now;
+        return now;
+}
+
+void logmon_stream_start(struct logmon_stream *s, uint64_t now_ms)
+{
+        uint64_t now = clamp_now(s, now_ms);
+
+        if (!s->installed) {
+                s->installed = true;
+                s->running = true;
+                s->paused = 0;
+                s->created = now;
+                return;
+        }
+        logmon_stream_resume(s, now);
+}
+
+void logmon_stream_suspend(struct logmon_stream *s, uint64_t now_ms)
+{
+        uint64_t now = clamp_now(s, now_ms);
+
+        if (!s->running)
+                return;
+        s->running = false;
+        s->suspended_at = now;
+}
+
+void logmon_stream_resume(struct logmon_stream *s, uint64_t now_ms)
+{
+        uint64_t now = clamp_now(s, now_ms);
+
+        if (!s->installed || s->running)
+                return;
+        s->paused += now - s->suspended_at;
+        s->running = true;
+}
+
+void logmon_stream_clear(struct logmon_stream *s)
+{
+        s->installed = false;
+        s->running = false;
+        s->paused = 0;
+        s->ignored = 0;
+        rule_states_reset(s);
+}
+
+bool logmon_stream_running(const struct logmon_stream *s)
+{
+        return s->running;
+}
+
+static void push(struct logmon_events *out, size_t rule,
+                 enum logmon_event_kind kind, unsigned a, unsigned b)
+{
+        struct logmon_event *e;
+
+        /* The array holds three events per rule and a call makes at most
+         * that many, so this bound is only a guard. */
+        if (out == NULL || out->n >= LOGMON_EVENTS_MAX)
+                return;
+        e = &out->ev[out->n++];
+        e->rule = (uint32_t)rule;
+        e->kind = (uint8_t)kind;
+        e->pattern = kind == LOGMON_EVENT_LIMIT ? (uint8_t)a : 0;
+        e->from = kind == LOGMON_EVENT_STATE ? (uint8_t)a : 0;
+        e->to = kind == LOGMON_EVENT_STATE ? (uint8_t)b : 0;
+}
+
+static void set_state(struct logmon_rule_state *st, size_t i,
+                      enum logmon_state to, struct logmon_events *out)
+{
+        if (st->state == to)
+                return;
+        push(out, i, LOGMON_EVENT_STATE, st->state, to);
+        st->state = to;
+}
+
+/* 1: match, 0: no match, -1: the match was abandoned at a limit (or an
+ * internal PCRE2 error, which is equally a reason to report). */
+static int match(struct logmon_stream *s, const pcre2_code *re,
+                 const char *line, size_t len)
+{
+        /* The line was made valid UTF-8 by sanitize(). */
+        int rc = pcre2_match(re, (PCRE2_SPTR)line, len, 0,
+                             PCRE2_NO_UTF_CHECK, s->md, s->rs->mctx);
+
+        if (rc >= 0)
+                return 1;
+        if (rc == PCRE2_ERROR_NOMATCH || rc == PCRE2_ERROR_PARTIAL)
+                return 0;
+        return -1;
+}
+
+static bool capture_value(struct logmon_stream *s, const char *line,
+                          double *out)
+{
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+
+        /* An optional group that took no part is no more a number than
+         * "abc" is (Python's float(None) raises as well). */
+        if (ov[2] == PCRE2_UNSET)
+                return false;
+        return logmon__parse_float(line + ov[2], ov[3] - ov[2],
+                                   s->rs->c_locale, out);
+}
+
+static bool compare(enum logmon_op op, double v, double t)
+{
+        switch (op) {
+        case LOGMON_OP_GT:
+                return v > t;
+        case LOGMON_OP_GTEQ:
+                return v >= t;
+        case LOGMON_OP_LT:
+                return v < t;
+        case LOGMON_OP_LTEQ:
+                return v <= t;
+        case LOGMON_OP_EQ:
+                return v == t;
+        case LOGMON_OP_NONE:
+                break;
+        }
+        return false;
+}
+
+/* Effective time: the caller's clock minus the time spent suspended. */
+static uint64_t effective(const struct logmon_stream *s, uint64_t now)
+{
+        return now - s->paused;
+}
+
+/* Steps 4 and 5 of §4.2: strict, so exactly at the cut-off is still in
+ * time. */
+static bool overdue(const struct logmon_stream *s,
+                    const struct logmon_rule *r,
+                    const struct logmon_rule_state *st, uint64_t eff)
+{
+        if (!st->matched)
+                return r->has_cutoff && eff - s->created > r->cutoff_ms;
+        return r->has_freq && eff - st->last_match > r->freq_ms;
+}
+
+static void record(struct logmon_rule_state *st, const char *line,
+                   size_t len, uint64_t eff)
+{
+        size_t keep = len < sizeof(st->last_line) ? len : sizeof(st->last_line);
+
+        memcpy(st->last_line, line, keep);
+        st->last_len = keep;
+        st->last_capped = keep < len;
+        st->matched = true;
+        st->last_match = eff;
+        st->matches++;
+}
+
+/* Length of the valid UTF-8 sequence at p, or 0 (overlongs, surrogates
+ * and code points past U+10FFFF are invalid, as for Python's decoder). */
+size_t logmon__utf8_len(const unsigned char *p, size_t n)
+{
+        size_t len, i;
+        uint32_t cp;
+
+        if (p[0] >= 0xc2 && p[0] <= 0xdf)
+                len = 2, cp = p[0] & 0x1fu;
+        else if (p[0] >= 0xe0 && p[0] <= 0xef)
+                len = 3, cp = p[0] & 0x0fu;
+        else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+                len = 4, cp = p[0] & 0x07u;
+        else
+                return 0;
+        if (len > n)
+                return 0;
+        for (i = 1; i < len; i++) {
+                if ((p[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = (cp << 6) | (p[i] & 0x3fu);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+                return 0;
+        return len;
+}
+
+/*
+ * The reference read logs as text; we see bytes. A line with invalid
+ * UTF-8 is matched as if decoded with errors="replace": each bad byte
+ * becomes U+FFFD, so "." still crosses it and ".*loss=(\d+)" still finds
+ * the loss. The patterns are then always given valid UTF-8, which lets
+ * them run with PCRE2_NO_UTF_CHECK. Valid lines (nearly all) are matched
+ * in place, uncopied, after one scan. A repaired line is cut at
+ * LOGMON_FIXED_MAX bytes, on a character boundary.
+ */
+static const char *sanitize(struct logmon_stream *s, const char *line,
+                            size_t len, size_t *out_len)
+{
+        const unsigned char *p = (const unsigned char *)line;
+        size_t i = 0, o, k;
+
+        while (i < len && p[i] < 0x80)
+                i++;
+        for (; i < len; i += k) {
+                if (p[i] < 0x80)
+                        k = 1;
+                else if ((k = logmon__utf8_len(p + i, len - i)) == 0)
+                        break;
+        }
+        if (i == len) {
+                *out_len = len;
+                return line;
+        }
+        memcpy(s->fixed, line, i);
+        o = i;
+        while (i < len) {
+                k = p[i] < 0x80 ? 1 : logmon__utf8_len(p + i, len - i);
+                if (o + (k == 0 ? 3 : k) > LOGMON_FIXED_MAX)
+                        break;
+                if (k == 0) {
+                        memcpy(s->fixed + o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                        i++;
+                } else {
+                        memcpy(s->fixed + o, p + i, k);
+                        o += k;
+                        i += k;
+                }
+        }
+        *out_len = o;
+        return s->fixed;
+}
+
+static void eval_line(struct logmon_stream *s, size_t i, const char *line,
+                      size_t len, const char *subj, size_t slen,
+                      uint64_t eff, struct logmon_events *out)
+{
+        const struct logmon_rule *r = &s->rs->rules[i];
+        struct logmon_rule_state *st = &s->st[i];
+        double value = 0;
+        int m, stop;
+
+        /* FAULTED is final for the rule, not only for the stream: the
+         * reference could move a faulted rule on to HANGING or HEALTHY
+         * and then die publishing that. A retired rule has said its last
+         * word. */
+        if (st->state == LOGMON_FAULTED || st->retired)
+                return;
+
+        m = match(s, r->log_re, subj, slen);
+        if (m < 0) {
+                st->limit_hits++;
+                push(out, i, LOGMON_EVENT_LIMIT, LOGMON_PATTERN_LOG, 0);
+                m = 0;
+        }
+        /* The metric is read before anything is recorded, so that a line
+         * whose capture is not a number is, for this rule only, a line
+         * that did not match; the reference raised here and skipped the
+         * remaining rules too. */
+        if (m > 0 && r->metric && !r->fault_on_match &&
+            !capture_value(s, subj, &value)) {
+                st->nonnumeric++;
+                push(out, i, LOGMON_EVENT_NONNUMERIC, 0, 0);
+                m = 0;
+        }
+        if (m > 0) {
+                record(st, line, len, eff);
+                if (r->fault_on_match) {
+                        set_state(st, i, LOGMON_FAULTED, out);
+                        return;
+                }
+        }
+        /* After the logPattern, so that a line matching both counts as a
+         * match before it retires the rule. */
+        if (r->stop_re != NULL) {
+                stop = match(s, r->stop_re, subj, slen);
+                if (stop < 0) {
+                        st->limit_hits++;
+                        push(out, i, LOGMON_EVENT_LIMIT, LOGMON_PATTERN_STOP,
+                             0);
+                } else if (stop > 0) {
+                        st->retired = true;
+                        set_state(st, i, LOGMON_HEALTHY, out);
+                        return;
+                }
+        }
+        if (m == 0) {
+                if (overdue(s, r, st, eff))
+                        set_state(st, i, LOGMON_HANGING, out);
+                return;
+        }
+        if (!r->metric) {
+                set_state(st, i, LOGMON_HEALTHY, out);
+                return;
+        }
+        /* Consecutive matching lines over the threshold; a line that does
+         * not match neither counts nor resets. nan compares false and so
+         * resets, as in Python. */
+        if (compare(r->op, value, r->threshold)) {
+                if (st->consecutive < r->datapoints)
+                        st->consecutive++;
+        } else {
+                st->consecutive = 0;
+        }
+        set_state(st, i,
+                  st->consecutive >= r->datapoints ? LOGMON_SLOW :
+                                                     LOGMON_HEALTHY,
+                  out);
+}
+
+/* The stream's state is the highest rule state; its reason names the
+ * first rule in configuration order in that state. Rule states never go
+ * back to WAITING and FAULTED never changes, so the stream's transitions
+ * stay within the published table without further checks. */
+static void aggregate(struct logmon_stream *s, struct logmon_events *out)
+{
+        enum logmon_state top = LOGMON_WAITING;
+        enum logmon_state old = s->state;
+        size_t i;
+
+        s->reason_rule = -1;
+        for (i = 0; i < s->rs->n; i++) {
+                if (s->st[i].state > top) {
+                        top = s->st[i].state;
+                        s->reason_rule = (int)i;
+                }
+        }
+        s->state = top;
+        if (top >= LOGMON_SLOW)
+                snprintf(s->reason, sizeof(s->reason), "%s%s",
+                         reason_prefix[top],
+                         s->rs->rules[s->reason_rule].name);
+        else {
+                s->reason[0] = '\0';
+                s->reason_rule = -1;
+        }
+        if (out != NULL && old != top) {
+                out->stream_changed = true;
+                out->stream_from = (uint8_t)old;
+                out->stream_to = (uint8_t)top;
+        }
+}
+
+static void events_reset(struct logmon_events *out)
+{
+        if (out == NULL)
+                return;
+        out->n = 0;
+        out->stream_changed = false;
+        out->stream_from = 0;
+        out->stream_to = 0;
+}
+
+void logmon_stream_feed(struct logmon_stream *s, const char *line,
+                        size_t len, uint64_t now_ms,
+                        struct logmon_events *out)
+{
+        const char *subj;
+        uint64_t eff;
+        size_t i, slen;
+
+        events_reset(out);
+        now_ms = clamp_now(s, now_ms);
+        if (!s->running) {
+                s->ignored++;
+                return;
+        }
+        eff = effective(s, now_ms);
+        subj = sanitize(s, line, len, &slen);
+        for (i = 0; i < s->rs->n; i++)
+                eval_line(s, i, line, len, subj, slen, eff, out);
+        aggregate(s, out);
+}
+
+void logmon_stream_tick(struct logmon_stream *s, uint64_t now_ms,
+                        struct logmon_events *out)
+{
+        uint64_t eff;
+        size_t i;
+
+        events_reset(out);
+        now_ms = clamp_now(s, now_ms);
+        if (!s->running)
+                return;
+        eff = effective(s, now_ms);
+        for (i = 0; i < s->rs->n; i++) {
+                struct logmon_rule_state *st = &s->st[i];
+
+                if (st->state == LOGMON_FAULTED || st->retired)
+                        continue;
+                if (overdue(s, &s->rs->rules[i], st, eff))
+                        set_state(st, i, LOGMON_HANGING, out);
+        }
+        aggregate(s, out);
+}
+
+uint64_t logmon_stream_next_deadline(const struct logmon_stream *s)
+{
+        uint64_t best = UINT64_MAX, at;
+        size_t i;
+
+        if (!s->running)
+                return UINT64_MAX;
+        for (i = 0; i < s->rs->n; i++) {
+                const struct logmon_rule *r = &s->rs->rules[i];
+                const struct logmon_rule_state *st = &s->st[i];
+
+                /* Only a match can take a rule out of HANGING, and
+                 * nothing takes one out of FAULTED or retirement. */
+                if (st->state == LOGMON_FAULTED ||
+                    st->state == LOGMON_HANGING || st->retired)
+                        continue;
+                if (!st->matched && r->has_cutoff)
+                        at = s->created + r->cutoff_ms + 1;
+                else if (st->matched && r->has_freq)
+                        at = st->last_match + r->freq_ms + 1;
+                else
+                        continue;
+                /* Back from effective time to the caller's clock. */
+                at += s->paused;
+                if (at < best)
+                        best = at;
+        }
+        return best;
+}
+
+enum logmon_state logmon_stream_state(const struct logmon_stream *s)
+{
+        return s->state;
+}
+
+const char *logmon_stream_reason(const struct logmon_stream *s)
+{
+        return s->reason;
+}
+
+int logmon_stream_reason_rule(const struct logmon_stream *s)
+{
+        return s->reason_rule;
+}
+
+int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
+                            struct logmon_rule_info *out)
+{
+        const struct logmon_rule_state *st;
+
+        if (i >= s->rs->n)
+                return -EINVAL;
+        st = &s->st[i];
+        out->state = st->state;
+        out->retired = st->retired;
+        out->matched = st->matched;
+        out->matches = st->matches;
+        out->nonnumeric = st->nonnumeric;
+        out->limit_hits = st->limit_hits;
+        out->consecutive = st->consecutive;
+        out->last_line = st->matched ? st->last_line : NULL;
+        out->last_line_len = st->last_len;
+        out->last_line_capped = st->last_capped;
+        return 0;
+}
+
+uint64_t logmon_stream_lines_ignored(const struct logmon_stream *s)
+{
+        return s->ignored;
+}
