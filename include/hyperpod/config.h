@@ -72,6 +72,10 @@ struct hp_config {
         const char *server_log_level;
         uint64_t server_shutdown_timeout_ms;
 
+        /* log monitoring */
+        const char *log_monitoring_config; /* rules file, or NULL */
+        bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
+
         /* the training command */
         const char *python_exec;    /* $PYTHON_EXEC, else "python3" */
         const char *script;         /* or the module with -m */

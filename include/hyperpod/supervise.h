@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "hyperpod/config.h"
+#include "hyperpod/logmon.h"
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
 
@@ -125,6 +126,15 @@ struct hp_group {
 
 /* ---- The agent ---- */
 
+/* The rules watching one local rank's stdout. The same monitor sees that
+ * rank in every stage (pre-train and post-train count as rank 0), so the
+ * stages share rule state, as in the reference. */
+struct hp_monitor {
+        struct hp_agent *agent;
+        struct logmon_stream *rules; /* NULL: this rank is not watched */
+        int local_rank;
+};
+
 enum hp_agent_state {
         HP_AGENT_IDLE = 0,
         HP_AGENT_RUNNING,
@@ -152,6 +162,12 @@ struct hp_agent {
         char self_exe[PATH_MAX];
         char hostname[256];
         char log_root[PATH_MAX];
+        struct logmon_ruleset *ruleset;         /* NULL: no rules */
+        struct hp_monitor *monitors;            /* one per local rank */
+        uv_timer_t rule_timer;                  /* the earliest deadline */
+        uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
+        bool monitors_fresh;                    /* cleared, not yet started */
+        char verdict[512];                      /* "LogHang_<rule>", or "" */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
 };

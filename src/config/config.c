@@ -608,6 +608,32 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                         return r;
         }
 
+        if (raw[HP_OPT_LOG_MONITORING_CONFIG].text) {
+                if (raw[HP_OPT_LOG_MONITORING_CONFIG].text[0] == '\0')
+                        ERR("empty value for %s",
+                            raw[HP_OPT_LOG_MONITORING_CONFIG].source);
+                cfg->log_monitoring_config =
+                        raw[HP_OPT_LOG_MONITORING_CONFIG].text;
+        }
+        /* Local rank 0's stdout by default, like the reference: progress
+         * lines are often printed by rank 0 alone. */
+        cfg->monitored[0] = true;
+        if (raw[HP_OPT_LOG_MONITOR_RANKS].text) {
+                const struct raw_value *v = &raw[HP_OPT_LOG_MONITOR_RANKS];
+                if (strcmp(v->text, "all") == 0) {
+                        for (int i = 0; i < cfg->nproc; i++)
+                                cfg->monitored[i] = true;
+                } else {
+                        r = parse_ranks_filter(v, cfg->nproc, cfg->monitored,
+                                               errbuf, errlen);
+                        if (r < 0)
+                                return r;
+                }
+                if (cfg->log_monitoring_config == NULL)
+                        ERR("%s was given without --log-monitoring-config",
+                            v->source);
+        }
+
         /* Cross-checks between options. */
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",

@@ -67,6 +67,14 @@ static const char help_text[] =
 "                             (default info)\n"
 "  --server-shutdown-timeout SECS\n"
 "                             grace period of the API server (default 300)\n"
+"  --log-monitoring-config FILE\n"
+"                             log rules (logMonitoringConfiguration): a JSON\n"
+"                             list, a JSON object holding that list, or a\n"
+"                             HyperPodPyTorchJob job.yaml; a verdict (SLOW,\n"
+"                             HANGING, FAULTED) stops and restarts the group\n"
+"  --log-monitor-ranks all|LIST\n"
+"                             local ranks whose stdout the rules watch\n"
+"                             (default 0)\n"
 "  --inprocess-restart        not supported: refused with an error\n"
 "  --inprocess-timeout SECS   not supported: refused with an error\n"
 "  -h, --help                 show this help and exit\n"
@@ -74,7 +82,8 @@ static const char help_text[] =
 "\n"
 "Exit status: 0 when every stage succeeded; the root-cause worker's exit\n"
 "code, or 128+N when it was killed by signal N; 128+N when hyperpodrun was\n"
-"stopped by signal N; 2 for a bad command line or setup error.\n"
+"stopped by signal N; 124 when a log rule stopped the job and no restart\n"
+"was left; 2 for a bad command line or setup error.\n"
 "See hyperpodrun(1) for the environment, files and signals.\n";
 
 const char *hp_config_help(void)

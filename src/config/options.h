@@ -44,6 +44,8 @@
         XX(SERVER_PORT, "server-port", 0, 1, NULL)                            \
         XX(SERVER_LOG_LEVEL, "server-log-level", 0, 1, NULL)                  \
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
+        XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
+        XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
         XX(HELP, "help", 'h', 0, NULL)                                        \
         XX(VERSION, "version", 'V', 0, NULL)
 

@@ -104,11 +104,34 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         int code;
 
         a->group_active = false;
+        hp_agent__monitors_suspend(a);
         /* Everything the workers printed is queued by now; let it reach the
          * console before our own report, for a readable order. */
         hp_console_flush(&a->console_out, 2000);
         hp_console_flush(&a->console_err, 2000);
         report_console_drops(a);
+
+        /* A rule verdict stopped the group: the attempt failed, whatever
+         * the workers' exit statuses say (we killed them). */
+        if (a->verdict[0] != '\0' && !a->received_signal) {
+                hp_group_release(g);
+                if (a->restart_count < a->cfg->max_restarts) {
+                        a->restart_count++;
+                        hp_log_warn("%s: restarting the worker group "
+                                    "(restart %d of %d)",
+                                    a->verdict, a->restart_count,
+                                    a->cfg->max_restarts);
+                        hp_agent__monitors_clear(a);
+                        start_attempt(a);
+                } else {
+                        hp_log_error("%s ended the job: no restarts left "
+                                     "(--max-restarts %d); exit status %d",
+                                     a->verdict, a->cfg->max_restarts,
+                                     HP_EXIT_RULE_VERDICT);
+                        finish(a, HP_EXIT_RULE_VERDICT);
+                }
+                return;
+        }
 
         if (result == HP_GROUP_FAILED) {
                 hp_agent__print_failure_summary(a, g, STDERR_FILENO);
@@ -118,6 +141,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
                         finish(a, 128 + a->received_signal);
                 } else if (a->restart_count < a->cfg->max_restarts) {
                         a->restart_count++;
+                        hp_agent__monitors_clear(a);
                         hp_log_warn("%s failed; restarting the worker group "
                                     "(restart %d of %d)",
                                     hp_stage_name(stage), a->restart_count,
@@ -190,6 +214,16 @@ static void start_stage(struct hp_agent *a, enum hp_stage stage)
                 return;
         }
         a->group_active = true;
+        hp_agent__monitors_resume(a);
+}
+
+void hp_agent__rule_verdict(struct hp_agent *a)
+{
+        /* The workers are told with --shutdown-signal, as after a worker
+         * failure; the group's end then restarts or ends the job. */
+        if (a->group_active && !a->group.stopping)
+                hp_group_stop(&a->group, a->cfg->shutdown_signal,
+                              a->cfg->shutdown_timeout_ms);
 }
 
 static void start_attempt(struct hp_agent *a)
@@ -350,6 +384,13 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0)
                 return r;
+        r = hp_agent__monitors_init(a, errbuf, errlen);
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        snprintf(errbuf, errlen, "out of memory");
+                hp_agent__monitors_close(a);
+                return r;
+        }
 
         /* torchrun's rule: many workers each with a full OpenMP pool would
          * oversubscribe the CPUs, so they get 1 thread unless told. */
@@ -426,6 +467,7 @@ void hp_agent_close(struct hp_agent *a)
                 uv_close((uv_handle_t *)&a->signals[i], NULL);
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
+        hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
         /* Anything still alive escaped its worker's process group (setsid,

@@ -245,6 +245,14 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
                 if (r < 0)
                         return r;
         }
+        if (bit == HP_STD_OUT) {
+                struct hp_monitor *m = hp_agent__monitor_for(
+                        g->agent, g->stage, w->local_rank);
+                if (m != NULL) {
+                        s->listener = hp_agent__monitor_line_cb;
+                        s->listener_ctx = m;
+                }
+        }
         if (shown && (tee || !redirect))
                 s->console = bit == HP_STD_OUT ? &g->agent->console_out
                                                : &g->agent->console_err;

@@ -24,6 +24,26 @@ bool hp_group_owns_pid(const struct hp_group *g, pid_t pid);
  * has taken its child. */
 void hp_agent__process_exited(struct hp_agent *agent);
 
+/* The line listener for a worker's stdout, or NULL when no rule watches
+ * that stage's rank. */
+struct hp_monitor *hp_agent__monitor_for(struct hp_agent *a,
+                                         enum hp_stage stage, int local_rank);
+void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
+                               enum hp_line_end end);
+
+int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen);
+void hp_agent__monitors_resume(struct hp_agent *a);
+void hp_agent__monitors_suspend(struct hp_agent *a);
+void hp_agent__monitors_clear(struct hp_agent *a);
+void hp_agent__monitors_close(struct hp_agent *a);
+/* A rule turned SLOW, HANGING or FAULTED (a->verdict names it): stop the
+ * group; the attempt then counts as failed. */
+void hp_agent__rule_verdict(struct hp_agent *a);
+
+/* Exit status when a log rule stopped the job and no restart was left
+ * (timeout(1)'s status: most verdicts are hangs). */
+#define HP_EXIT_RULE_VERDICT 124
+
 /* Prints torchrun's failure summary for the group to fd. */
 void hp_agent__print_failure_summary(const struct hp_agent *agent,
                                      const struct hp_group *g, int fd);

@@ -1,0 +1,202 @@
+/* Log rules on the workers' stdout: the glue between the pure rule engine
+ * (src/logmon) and the loop. The engine never reads a clock; this file
+ * feeds it lines with uv_now() and keeps one timer armed at the earliest
+ * deadline of all monitored ranks. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+struct hp_monitor *hp_agent__monitor_for(struct hp_agent *a,
+                                         enum hp_stage stage, int local_rank)
+{
+        int rank = stage == HP_STAGE_TRAIN ? local_rank : 0;
+
+        if (a->monitors == NULL || rank >= a->round.nproc ||
+            a->monitors[rank].rules == NULL)
+                return NULL;
+        return &a->monitors[rank];
+}
+
+static void rule_timer_cb(uv_timer_t *timer);
+
+/* Arms the timer for deadline if it is earlier than the armed one. A later
+ * deadline is left to the timer callback, which recomputes the minimum:
+ * that keeps the per-line cost at one comparison. */
+static void arm(struct hp_agent *a, uint64_t deadline)
+{
+        uint64_t now;
+
+        if (deadline >= a->rule_deadline)
+                return;
+        now = uv_now(a->loop);
+        a->rule_deadline = deadline;
+        uv_timer_start(&a->rule_timer, rule_timer_cb,
+                       deadline > now ? deadline - now : 0, 0);
+}
+
+static void rearm_all(struct hp_agent *a)
+{
+        a->rule_deadline = UINT64_MAX;
+        uv_timer_stop(&a->rule_timer);
+        for (int i = 0; a->monitors && i < a->round.nproc; i++)
+                if (a->monitors[i].rules != NULL)
+                        arm(a, logmon_stream_next_deadline(
+                                       a->monitors[i].rules));
+}
+
+static void check_verdict(struct hp_monitor *m)
+{
+        struct hp_agent *a = m->agent;
+        struct logmon_rule_info info;
+        int rule;
+
+        if (logmon_stream_state(m->rules) < LOGMON_SLOW || a->verdict[0])
+                return;
+        rule = logmon_stream_reason_rule(m->rules);
+        snprintf(a->verdict, sizeof(a->verdict), "%s",
+                 logmon_stream_reason(m->rules));
+        if (rule >= 0 &&
+            logmon_stream_rule_info(m->rules, (size_t)rule, &info) == 0 &&
+            info.last_line != NULL)
+                hp_log_error("log rule verdict %s on local rank %d; last "
+                             "matching line: %.*s",
+                             a->verdict, m->local_rank,
+                             (int)(info.last_line_len > 400
+                                           ? 400
+                                           : info.last_line_len),
+                             info.last_line);
+        else
+                hp_log_error("log rule verdict %s on local rank %d (no line "
+                             "matched the rule yet)",
+                             a->verdict, m->local_rank);
+        hp_agent__rule_verdict(a);
+}
+
+void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
+                               enum hp_line_end end)
+{
+        struct hp_monitor *m = ctx;
+        struct hp_agent *a = m->agent;
+
+        logmon_stream_feed(m->rules, line, len, uv_now(a->loop), NULL);
+        check_verdict(m);
+        arm(a, logmon_stream_next_deadline(m->rules));
+}
+
+static void rule_timer_cb(uv_timer_t *timer)
+{
+        struct hp_agent *a = hp_container_of(timer, struct hp_agent,
+                                             rule_timer);
+        uint64_t now = uv_now(a->loop);
+
+        for (int i = 0; i < a->round.nproc; i++) {
+                struct hp_monitor *m = &a->monitors[i];
+                if (m->rules == NULL)
+                        continue;
+                logmon_stream_tick(m->rules, now, NULL);
+                check_verdict(m);
+        }
+        rearm_all(a);
+}
+
+int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
+{
+        const struct hp_config *cfg = a->cfg;
+        const char *warnings;
+        int r;
+
+        a->rule_deadline = UINT64_MAX;
+        uv_timer_init(a->loop, &a->rule_timer);
+        if (cfg->log_monitoring_config == NULL)
+                return 0;
+        r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
+                                       &a->ruleset, errbuf, errlen);
+        if (r < 0)
+                return r;
+        warnings = logmon_ruleset_warnings(a->ruleset);
+        if (warnings != NULL && warnings[0] != '\0')
+                hp_log_warn("%s: %s", cfg->log_monitoring_config, warnings);
+        a->monitors = calloc((size_t)a->round.nproc, sizeof(*a->monitors));
+        if (a->monitors == NULL)
+                return -ENOMEM;
+        for (int i = 0; i < a->round.nproc; i++) {
+                a->monitors[i].agent = a;
+                a->monitors[i].local_rank = i;
+                if (!cfg->monitored[i])
+                        continue;
+                a->monitors[i].rules = logmon_stream_new(a->ruleset);
+                if (a->monitors[i].rules == NULL)
+                        return -ENOMEM;
+        }
+        a->monitors_fresh = true;
+        hp_log_info("%zu log rule%s from %s on stdout of local rank%s %s",
+                    logmon_ruleset_count(a->ruleset),
+                    logmon_ruleset_count(a->ruleset) == 1 ? "" : "s",
+                    cfg->log_monitoring_config,
+                    cfg->monitored[1] ? "s" : "",
+                    cfg->monitored[1] ? "as given" : "0");
+        return 0;
+}
+
+/* Monitoring runs while a stage's processes run: the first stage of an
+ * attempt starts the rule clocks, later stages resume them. */
+void hp_agent__monitors_resume(struct hp_agent *a)
+{
+        uint64_t now = uv_now(a->loop);
+
+        for (int i = 0; a->monitors && i < a->round.nproc; i++) {
+                struct logmon_stream *s = a->monitors[i].rules;
+                if (s == NULL)
+                        continue;
+                if (a->monitors_fresh)
+                        logmon_stream_start(s, now);
+                else
+                        logmon_stream_resume(s, now);
+        }
+        a->monitors_fresh = false;
+        rearm_all(a);
+}
+
+/* Between stages and while stopped, time does not count. */
+void hp_agent__monitors_suspend(struct hp_agent *a)
+{
+        uint64_t now = uv_now(a->loop);
+
+        for (int i = 0; a->monitors && i < a->round.nproc; i++)
+                if (a->monitors[i].rules != NULL)
+                        logmon_stream_suspend(a->monitors[i].rules, now);
+        a->rule_deadline = UINT64_MAX;
+        uv_timer_stop(&a->rule_timer);
+}
+
+/* The attempt is over: the next one starts with fresh rule state. */
+void hp_agent__monitors_clear(struct hp_agent *a)
+{
+        for (int i = 0; a->monitors && i < a->round.nproc; i++)
+                if (a->monitors[i].rules != NULL)
+                        logmon_stream_clear(a->monitors[i].rules);
+        a->monitors_fresh = true;
+        a->verdict[0] = '\0';
+        a->rule_deadline = UINT64_MAX;
+        uv_timer_stop(&a->rule_timer);
+}
+
+void hp_agent__monitors_close(struct hp_agent *a)
+{
+        for (int i = 0; a->monitors && i < a->round.nproc; i++)
+                if (a->monitors[i].rules != NULL)
+                        logmon_stream_free(a->monitors[i].rules);
+        free(a->monitors);
+        a->monitors = NULL;
+        if (a->ruleset != NULL)
+                logmon_ruleset_unref(a->ruleset);
+        a->ruleset = NULL;
+        uv_close((uv_handle_t *)&a->rule_timer, NULL);
+}
