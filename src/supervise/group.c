@@ -544,8 +544,12 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
                 if (r < 0 && w->refs > 0 && g->first_failure == NULL)
                         g->first_failure = w;
                 if (r < 0) {
-                        hp_log_error("%s worker %d: cannot start: %s",
-                                     hp_stage_name(stage), i, hp_strerror(r));
+                        /* A worker that got as far as spawning has logged
+                         * its failure already (worker_fail_to_start). */
+                        if (w->refs == 0)
+                                hp_log_error("%s worker %d: cannot start: %s",
+                                             hp_stage_name(stage), i,
+                                             hp_strerror(r));
                         break;
                 }
         }
