@@ -9,6 +9,7 @@
 #include "hp-config.h"
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
+#include "hyperpod/operator.h"
 #include "hyperpod/supervise.h"
 
 /* Exit status for a bad command line or setup, before anything runs. */
@@ -20,6 +21,7 @@ int main(int argc, char **argv)
          * off the stack. */
         static struct hp_config cfg;
         static struct hp_agent agent;
+        static struct hp_operator op;
         const char *level_text = getenv("LOGLEVEL");
         enum hp_log_level level;
         char err[1024];
@@ -74,7 +76,22 @@ int main(int argc, char **argv)
                 uv_loop_close(&loop);
                 return EXIT_USAGE;
         }
-        code = hp_agent_run(&agent);
+        if (cfg.rdzv_backend == HP_RDZV_HYPERPOD) {
+                /* Operator mode: the HyperPod operator starts, stops and
+                 * watches the job over HTTP. */
+                r = hp_operator_init(&op, &agent, &cfg, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                        hp_operator_close(&op);
+                        hp_agent_close(&agent);
+                        uv_loop_close(&loop);
+                        return EXIT_USAGE;
+                }
+                code = hp_operator_run(&op);
+                hp_operator_close(&op);
+        } else {
+                code = hp_agent_run(&agent);
+        }
         hp_agent_close(&agent);
         r = uv_loop_close(&loop);
         if (r < 0)

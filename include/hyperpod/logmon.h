@@ -200,6 +200,11 @@ int logmon_stream_reason_rule(const struct logmon_stream *s);
 /* Fills *out for rule i. Returns 0 or -EINVAL for a bad index. */
 int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
                             struct logmon_rule_info *out);
+/* Monitored time (suspended time left out) since rule i last matched, or
+ * since monitoring started when it never matched; UINT64_MAX for a bad
+ * index. What a recurring-frequency rule compares with its threshold. */
+uint64_t logmon_stream_idle_ms(const struct logmon_stream *s, size_t i,
+                               uint64_t now_ms);
 /* Lines given to feed while not running. */
 uint64_t logmon_stream_lines_ignored(const struct logmon_stream *s);
 

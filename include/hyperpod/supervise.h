@@ -142,6 +142,29 @@ enum hp_agent_state {
         HP_AGENT_FINISHED,
 };
 
+/*
+ * How an outside driver (the operator API) follows the agent instead of
+ * the self-driven attempt loop. Both run on the loop thread.
+ */
+struct hp_agent_events {
+        /* A stage's group ended. g is valid for the call only (it is
+         * released after); start nothing from inside the callback. Not
+         * called when a signal to the agent stopped the group: the agent
+         * then exits with 128+N. */
+        void (*stage_ended)(struct hp_agent *a, enum hp_stage stage,
+                            enum hp_group_result result,
+                            const struct hp_group *g, void *ctx);
+        /* A log rule turned SLOW, HANGING or FAULTED: a->verdict names it,
+         * a->verdict_latency_ms says how long after its deadline. The
+         * workers keep running. */
+        void (*rule_verdict)(struct hp_agent *a, void *ctx);
+        /* A process of the running group exited non-zero on its own: the
+         * group's first failure (g->first_failure). The rest of the group
+         * is being stopped with --shutdown-signal. */
+        void (*worker_failed)(struct hp_agent *a, const struct hp_group *g,
+                              void *ctx);
+};
+
 struct hp_agent {
         uv_loop_t *loop;
         const struct hp_config *cfg;
@@ -162,12 +185,18 @@ struct hp_agent {
         char self_exe[PATH_MAX];
         char hostname[256];
         char log_root[PATH_MAX];
-        struct logmon_ruleset *ruleset;         /* NULL: no rules */
+        const struct hp_agent_events *events;   /* NULL: self-driven */
+        void *events_ctx;
+        struct logmon_ruleset *cli_ruleset;     /* --log-monitoring-config */
+        struct logmon_ruleset *ruleset;         /* in use; NULL: no rules */
         struct hp_monitor *monitors;            /* one per local rank */
         uv_timer_t rule_timer;                  /* the earliest deadline */
         uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
         bool monitors_fresh;                    /* cleared, not yet started */
         char verdict[512];                      /* "LogHang_<rule>", or "" */
+        char verdict_line[512];                 /* its last matching line */
+        uint64_t verdict_latency_ms;            /* past the deadline */
+        int verdict_rank;                       /* local rank it is on */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
 };
@@ -183,6 +212,37 @@ int hp_agent_init(struct hp_agent *agent, uv_loop_t *loop,
 /* Self-driven mode: run attempts until success, a failure with no restarts
  * left, or a stop signal. Returns the process exit status. */
 int hp_agent_run(struct hp_agent *agent);
+
+/* ---- Driving the agent from outside (operator mode) ---- */
+
+void hp_agent_set_events(struct hp_agent *agent,
+                         const struct hp_agent_events *events, void *ctx);
+/* Starts an attempt with this rendezvous round and restart count: the
+ * first enabled stage. Returns 0, or an error with the reason logged. */
+int hp_agent_begin(struct hp_agent *agent, const struct hp_rdzv_info *round,
+                   int restart_count);
+/* Starts the stage after the one that just ended: 1 when one started, 0
+ * when none is left, or an error. */
+int hp_agent_next_stage(struct hp_agent *agent);
+/* Stops the running group: sig to every process group, SIGKILL after
+ * timeout_ms. Returns false when nothing runs. */
+bool hp_agent_stop_workers(struct hp_agent *agent, int sig,
+                           uint64_t timeout_ms);
+bool hp_agent_workers_active(const struct hp_agent *agent);
+/* Ends the loop; hp_agent_run or the driver returns exit_code. */
+void hp_agent_finish(struct hp_agent *agent, int exit_code);
+/* Watches the next attempt with rs (a reference is taken), or with the
+ * --log-monitoring-config rules when rs is NULL. Rule state starts
+ * fresh. */
+int hp_agent_use_rules(struct hp_agent *agent, struct logmon_ruleset *rs);
+/* Forgets all rule state (the attempt is over). */
+void hp_agent_clear_rules(struct hp_agent *agent);
+/* One line per failed process, "Local Rank <i> (rank <r>) exited with
+ * code <c>: <message>", under a heading: the operator's fault message. */
+int hp_agent_failure_message(const struct hp_agent *agent,
+                             const struct hp_group *g, char *buf, size_t len);
+/* The exit status the group's first failure asks for. */
+int hp_agent_failure_exit_code(const struct hp_group *g);
 
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);

@@ -574,6 +574,21 @@ int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
         return 0;
 }
 
+uint64_t logmon_stream_idle_ms(const struct logmon_stream *s, size_t i,
+                               uint64_t now_ms)
+{
+        const struct logmon_rule_state *st;
+        uint64_t eff;
+
+        if (i >= s->rs->n)
+                return UINT64_MAX;
+        st = &s->st[i];
+        eff = effective(s, now_ms);
+        if (st->matched)
+                return eff > st->last_match ? eff - st->last_match : 0;
+        return eff > s->created ? eff - s->created : 0;
+}
+
 uint64_t logmon_stream_lines_ignored(const struct logmon_stream *s)
 {
         return s->ignored;

@@ -111,6 +111,14 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         hp_console_flush(&a->console_err, 2000);
         report_console_drops(a);
 
+        if (a->events != NULL && !a->received_signal) {
+                if (result == HP_GROUP_FAILED)
+                        hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                a->events->stage_ended(a, stage, result, g, a->events_ctx);
+                hp_group_release(g);
+                return;
+        }
+
         /* A rule verdict stopped the group: the attempt failed, whatever
          * the workers' exit statuses say (we killed them). */
         if (a->verdict[0] != '\0' && !a->received_signal) {
@@ -195,35 +203,68 @@ static int prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
         return r;
 }
 
-static void start_stage(struct hp_agent *a, enum hp_stage stage)
+static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 {
         int r;
 
         a->stage = stage;
         a->group.done_cb = group_done_cb;
         r = prepare_attempt_dir(a, stage);
-        if (r < 0) {
-                finish(a, 1);
-                return;
-        }
+        if (r < 0)
+                return r;
         r = hp_group_start(&a->group, a, stage);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
                              hp_strerror(r));
-                finish(a, 1);
-                return;
+                return r;
         }
         a->group_active = true;
         hp_agent__monitors_resume(a);
+        return 0;
+}
+
+static void start_stage(struct hp_agent *a, enum hp_stage stage)
+{
+        if (try_start_stage(a, stage) < 0)
+                finish(a, 1);
 }
 
 void hp_agent__rule_verdict(struct hp_agent *a)
 {
+        if (a->events != NULL) {
+                a->events->rule_verdict(a, a->events_ctx);
+                return;
+        }
         /* The workers are told with --shutdown-signal, as after a worker
          * failure; the group's end then restarts or ends the job. */
         if (a->group_active && !a->group.stopping)
                 hp_group_stop(&a->group, a->cfg->shutdown_signal,
                               a->cfg->shutdown_timeout_ms);
+}
+
+void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
+{
+        if (a->events != NULL && a->events->worker_failed != NULL &&
+            !a->received_signal)
+                a->events->worker_failed(a, g, a->events_ctx);
+}
+
+static void log_attempt(const struct hp_agent *a)
+{
+        hp_log_info("attempt %d: %d worker%s, node %d of %d, world size %d, "
+                    "master %s:%d, run id %s%s%s",
+                    a->restart_count, a->round.nproc,
+                    a->round.nproc == 1 ? "" : "s", a->round.node_rank,
+                    a->round.nnodes, a->round.world_size, a->round.master_addr,
+                    a->round.master_port, a->rdzv.run_id,
+                    a->no_files ? "" : ", logs in ",
+                    a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
+}
+
+static enum hp_stage first_stage(const struct hp_agent *a)
+{
+        return stage_enabled(a, HP_STAGE_PRE_TRAIN) ? HP_STAGE_PRE_TRAIN
+                                                    : HP_STAGE_TRAIN;
 }
 
 static void start_attempt(struct hp_agent *a)
@@ -242,17 +283,64 @@ static void start_attempt(struct hp_agent *a)
                         return;
                 }
         }
-        hp_log_info("attempt %d: %d worker%s, node %d of %d, world size %d, "
-                    "master %s:%d, run id %s%s%s",
-                    a->restart_count, a->round.nproc,
-                    a->round.nproc == 1 ? "" : "s", a->round.node_rank,
-                    a->round.nnodes, a->round.world_size, a->round.master_addr,
-                    a->round.master_port, a->rdzv.run_id,
-                    a->no_files ? "" : ", logs in ",
-                    a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
-        start_stage(a, stage_enabled(a, HP_STAGE_PRE_TRAIN)
-                               ? HP_STAGE_PRE_TRAIN
-                               : HP_STAGE_TRAIN);
+        log_attempt(a);
+        start_stage(a, first_stage(a));
+}
+
+void hp_agent_set_events(struct hp_agent *a,
+                         const struct hp_agent_events *events, void *ctx)
+{
+        a->events = events;
+        a->events_ctx = ctx;
+}
+
+int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
+                   int restart_count)
+{
+        if (a->group_active)
+                return -EBUSY;
+        a->round = *round;
+        a->restart_count = restart_count;
+        a->verdict[0] = '\0';
+        log_attempt(a);
+        return try_start_stage(a, first_stage(a));
+}
+
+int hp_agent_next_stage(struct hp_agent *a)
+{
+        if (a->group_active)
+                return -EBUSY;
+        for (int next = (int)a->stage + 1; next < HP_STAGE_COUNT; next++) {
+                if (stage_enabled(a, (enum hp_stage)next)) {
+                        int r = try_start_stage(a, (enum hp_stage)next);
+                        return r < 0 ? r : 1;
+                }
+        }
+        return 0;
+}
+
+bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
+{
+        if (!a->group_active)
+                return false;
+        a->group.stop_requested = true;
+        hp_group_stop(&a->group, sig, timeout_ms);
+        return true;
+}
+
+bool hp_agent_workers_active(const struct hp_agent *a)
+{
+        return a->group_active;
+}
+
+void hp_agent_finish(struct hp_agent *a, int exit_code)
+{
+        finish(a, exit_code);
+}
+
+int hp_agent_failure_exit_code(const struct hp_group *g)
+{
+        return hp_agent__root_cause_exit_code(g);
 }
 
 static void signal_cb(uv_signal_t *handle, int signum)
@@ -378,9 +466,17 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_rdzv_init(&a->rdzv, cfg, errbuf, errlen);
         if (r < 0)
                 return r;
-        r = hp_rdzv_next(&a->rdzv, &a->round, errbuf, errlen);
-        if (r < 0)
-                return r;
+        if (cfg->rdzv_backend == HP_RDZV_HYPERPOD) {
+                /* The operator's /start gives the round; until then only
+                 * the local shape is known. */
+                a->round.nproc = cfg->nproc;
+                a->round.nnodes = cfg->nnodes;
+                a->round.node_rank = -1;
+        } else {
+                r = hp_rdzv_next(&a->rdzv, &a->round, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0)
                 return r;

@@ -157,8 +157,10 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
                             term_signal ? "was killed by signal"
                                         : "exited with code",
                             term_signal ? term_signal : (int)status);
-                if (g->first_failure == NULL)
+                if (g->first_failure == NULL) {
                         g->first_failure = w;
+                        hp_agent__worker_failed(g->agent, g);
+                }
                 if (!g->stopping)
                         hp_group_stop(g, g->agent->cfg->shutdown_signal,
                                       g->agent->cfg->shutdown_timeout_ms);

@@ -51,7 +51,9 @@ static void rearm_all(struct hp_agent *a)
                                        a->monitors[i].rules));
 }
 
-static void check_verdict(struct hp_monitor *m)
+/* deadline: the timer's deadline when a tick found the verdict, or
+ * UINT64_MAX when a line did (no lateness then). */
+static void check_verdict(struct hp_monitor *m, uint64_t deadline)
 {
         struct hp_agent *a = m->agent;
         struct logmon_rule_info info;
@@ -62,16 +64,23 @@ static void check_verdict(struct hp_monitor *m)
         rule = logmon_stream_reason_rule(m->rules);
         snprintf(a->verdict, sizeof(a->verdict), "%s",
                  logmon_stream_reason(m->rules));
+        a->verdict_line[0] = '\0';
+        a->verdict_rank = m->local_rank;
+        a->verdict_latency_ms = 0;
+        if (deadline != UINT64_MAX && uv_now(a->loop) > deadline)
+                a->verdict_latency_ms = uv_now(a->loop) - deadline;
         if (rule >= 0 &&
             logmon_stream_rule_info(m->rules, (size_t)rule, &info) == 0 &&
             info.last_line != NULL)
+                snprintf(a->verdict_line, sizeof(a->verdict_line), "%.*s",
+                         (int)(info.last_line_len < sizeof(a->verdict_line)
+                                       ? info.last_line_len
+                                       : sizeof(a->verdict_line) - 1),
+                         info.last_line);
+        if (a->verdict_line[0] != '\0')
                 hp_log_error("log rule verdict %s on local rank %d; last "
                              "matching line: %.*s",
-                             a->verdict, m->local_rank,
-                             (int)(info.last_line_len > 400
-                                           ? 400
-                                           : info.last_line_len),
-                             info.last_line);
+                             a->verdict, m->local_rank, 400, a->verdict_line);
         else
                 hp_log_error("log rule verdict %s on local rank %d (no line "
                              "matched the rule yet)",
@@ -86,7 +95,7 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
         struct hp_agent *a = m->agent;
 
         logmon_stream_feed(m->rules, line, len, uv_now(a->loop), NULL);
-        check_verdict(m);
+        check_verdict(m, UINT64_MAX);
         arm(a, logmon_stream_next_deadline(m->rules));
 }
 
@@ -95,15 +104,34 @@ static void rule_timer_cb(uv_timer_t *timer)
         struct hp_agent *a = hp_container_of(timer, struct hp_agent,
                                              rule_timer);
         uint64_t now = uv_now(a->loop);
+        uint64_t deadline = a->rule_deadline;
 
         for (int i = 0; i < a->round.nproc; i++) {
                 struct hp_monitor *m = &a->monitors[i];
                 if (m->rules == NULL)
                         continue;
                 logmon_stream_tick(m->rules, now, NULL);
-                check_verdict(m);
+                check_verdict(m, deadline);
         }
         rearm_all(a);
+}
+
+/* Gives every watched rank a fresh monitor on a->ruleset. */
+static int make_streams(struct hp_agent *a)
+{
+        for (int i = 0; i < a->round.nproc; i++) {
+                if (a->monitors[i].rules != NULL)
+                        logmon_stream_free(a->monitors[i].rules);
+                a->monitors[i].rules = NULL;
+                if (a->ruleset == NULL || !a->cfg->monitored[i])
+                        continue;
+                a->monitors[i].rules = logmon_stream_new(a->ruleset);
+                if (a->monitors[i].rules == NULL)
+                        return -ENOMEM;
+        }
+        a->monitors_fresh = true;
+        a->verdict[0] = '\0';
+        return 0;
 }
 
 int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
@@ -114,28 +142,28 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
 
         a->rule_deadline = UINT64_MAX;
         uv_timer_init(a->loop, &a->rule_timer);
-        if (cfg->log_monitoring_config == NULL)
-                return 0;
-        r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
-                                       &a->ruleset, errbuf, errlen);
-        if (r < 0)
-                return r;
-        warnings = logmon_ruleset_warnings(a->ruleset);
-        if (warnings != NULL && warnings[0] != '\0')
-                hp_log_warn("%s: %s", cfg->log_monitoring_config, warnings);
+        /* One slot per local rank, rules or not: the operator may send
+         * rules with /start. */
         a->monitors = calloc((size_t)a->round.nproc, sizeof(*a->monitors));
         if (a->monitors == NULL)
                 return -ENOMEM;
         for (int i = 0; i < a->round.nproc; i++) {
                 a->monitors[i].agent = a;
                 a->monitors[i].local_rank = i;
-                if (!cfg->monitored[i])
-                        continue;
-                a->monitors[i].rules = logmon_stream_new(a->ruleset);
-                if (a->monitors[i].rules == NULL)
-                        return -ENOMEM;
         }
-        a->monitors_fresh = true;
+        if (cfg->log_monitoring_config == NULL)
+                return 0;
+        r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
+                                       &a->cli_ruleset, errbuf, errlen);
+        if (r < 0)
+                return r;
+        warnings = logmon_ruleset_warnings(a->cli_ruleset);
+        if (warnings != NULL && warnings[0] != '\0')
+                hp_log_warn("%s: %s", cfg->log_monitoring_config, warnings);
+        a->ruleset = logmon_ruleset_ref(a->cli_ruleset);
+        r = make_streams(a);
+        if (r < 0)
+                return r;
         hp_log_info("%zu log rule%s from %s on stdout of local rank%s %s",
                     logmon_ruleset_count(a->ruleset),
                     logmon_ruleset_count(a->ruleset) == 1 ? "" : "s",
@@ -143,6 +171,22 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
                     cfg->monitored[1] ? "s" : "",
                     cfg->monitored[1] ? "as given" : "0");
         return 0;
+}
+
+int hp_agent_use_rules(struct hp_agent *a, struct logmon_ruleset *rs)
+{
+        if (rs == NULL)
+                rs = a->cli_ruleset;
+        hp_agent_clear_rules(a);
+        if (a->ruleset != NULL)
+                logmon_ruleset_unref(a->ruleset);
+        a->ruleset = rs ? logmon_ruleset_ref(rs) : NULL;
+        return make_streams(a);
+}
+
+void hp_agent_clear_rules(struct hp_agent *a)
+{
+        hp_agent__monitors_clear(a);
 }
 
 /* Monitoring runs while a stage's processes run: the first stage of an
@@ -198,5 +242,8 @@ void hp_agent__monitors_close(struct hp_agent *a)
         if (a->ruleset != NULL)
                 logmon_ruleset_unref(a->ruleset);
         a->ruleset = NULL;
+        if (a->cli_ruleset != NULL)
+                logmon_ruleset_unref(a->cli_ruleset);
+        a->cli_ruleset = NULL;
         uv_close((uv_handle_t *)&a->rule_timer, NULL);
 }

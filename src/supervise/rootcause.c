@@ -219,3 +219,65 @@ int hp_agent__root_cause_exit_code(const struct hp_group *g)
                 return 1;
         return (int)w->exit_status;
 }
+
+int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
+                             char *buf, size_t len)
+{
+        const struct hp_worker *root = hp_agent__root_cause(g);
+        size_t n = 0;
+        int r;
+
+        if (len == 0)
+                return -EINVAL;
+        buf[0] = '\0';
+        r = snprintf(buf, len, "%s failed on node rank %d (%s):",
+                     hp_stage_name(g->stage), a->round.node_rank, a->hostname);
+        n = r > 0 ? ((size_t)r < len ? (size_t)r : len - 1) : 0;
+        /* The root cause first, then the others in local-rank order. */
+        for (int pass = 0; pass < 2; pass++) {
+                for (int i = 0; i < g->count; i++) {
+                        const struct hp_worker *w = &g->workers[i];
+                        struct error_report rep;
+                        char first[512];
+                        const char *nl;
+                        size_t msg_len;
+
+                        if (pass == 0 ? w != root
+                                      : (w == root || !worker_failed(w) ||
+                                         w->signalled))
+                                continue;
+                        if (!worker_failed(w))
+                                continue;
+                        read_error_file(w->error_file, &rep);
+                        if (!rep.present && w->term_signal) {
+                                const char *name =
+                                        hp_signal_name(w->term_signal);
+                                snprintf(rep.message, sizeof(rep.message),
+                                         "Signal %d (%s) received by PID %d",
+                                         w->term_signal,
+                                         name ? name : "unknown", (int)w->pid);
+                        }
+                        /* One line per process: the message's last line
+                         * (a traceback's last line is the exception). */
+                        msg_len = strlen(rep.message);
+                        while (msg_len > 0 && rep.message[msg_len - 1] == '\n')
+                                rep.message[--msg_len] = '\0';
+                        nl = strrchr(rep.message, '\n');
+                        snprintf(first, sizeof(first), "%s",
+                                 nl ? nl + 1 : rep.message);
+                        first[strcspn(first, "\n")] = '\0';
+                        r = snprintf(buf + n, len - n,
+                                     "\nLocal Rank %d (rank %d) exited with "
+                                     "code %lld%s%s",
+                                     w->local_rank, w->rank,
+                                     w->term_signal
+                                             ? -(long long)w->term_signal
+                                             : (long long)w->exit_status,
+                                     first[0] ? ": " : "", first);
+                        if (r < 0 || (size_t)r >= len - n)
+                                return 0; /* cut: the message is long enough */
+                        n += (size_t)r;
+                }
+        }
+        return 0;
+}

@@ -39,6 +39,8 @@ void hp_agent__monitors_close(struct hp_agent *a);
 /* A rule turned SLOW, HANGING or FAULTED (a->verdict names it): stop the
  * group; the attempt then counts as failed. */
 void hp_agent__rule_verdict(struct hp_agent *a);
+/* The group's first failure was just recorded. */
+void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g);
 
 /* Exit status when a log rule stopped the job and no restart was left
  * (timeout(1)'s status: most verdicts are hangs). */

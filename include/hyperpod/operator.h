@@ -1,0 +1,236 @@
+/* hyperpodrun: the HyperPod operator's control API on :8080.
+ *
+ * The HyperPod training operator drives one agent per pod over HTTP:
+ *
+ *   POST /start {rank, nnodes, faultCount, master_addr, master_port, ...}
+ *        → RUNNING: pre-train, train, post-train with that rendezvous
+ *   GET  /status → {"status":"running","transitions":{...},...}
+ *   POST /stop  → STOPPING, the workers are stopped, then READY
+ *   POST /update, POST /shutdown, and beyond the reference GET /metrics
+ *   (Prometheus) and GET /healthz.
+ *
+ * The pure parts (state machine, request validation, /status body, the
+ * pod_resourceconfig.json update) are exposed here for table tests; the
+ * glue (struct hp_operator) owns the HTTP server and drives the agent.
+ */
+#ifndef HYPERPOD_OPERATOR_H
+#define HYPERPOD_OPERATOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+#include "hyperpod/httpd.h"
+#include "hyperpod/logmon.h"
+#include "hyperpod/supervise.h"
+
+/* ---------------------------------------------------------------------
+ * The agent state machine (§3.6, the process-level-restart table)
+ */
+
+enum hp_op_state {
+        HP_OP_INIT = 0,
+        HP_OP_READY,
+        HP_OP_RUNNING,
+        HP_OP_COMPLETED,
+        HP_OP_FAULTED,
+        HP_OP_STOPPING,
+        HP_OP_SHUTDOWN,
+        HP_OP_STATE_COUNT
+};
+
+/* "READY" (the transitions keys) and "ready" (the status value). */
+const char *hp_op_state_name(enum hp_op_state state);
+const char *hp_op_state_lower(enum hp_op_state state);
+
+#define HP_OP_REASON_MAX 256
+#define HP_OP_MESSAGE_MAX 4096
+
+struct hp_plr {
+        enum hp_op_state state;
+        /* When each state was last entered, wall clock in microseconds
+         * since the epoch; -1 for never. */
+        int64_t entered_us[HP_OP_STATE_COUNT];
+        /* The states in the order they were first entered: the order of
+         * the keys of "transitions". */
+        uint8_t first_order[HP_OP_STATE_COUNT];
+        size_t first_count;
+        uint64_t entries[HP_OP_STATE_COUNT]; /* for /metrics */
+        char reason[HP_OP_REASON_MAX];
+        char message[HP_OP_MESSAGE_MAX];
+};
+
+/* INIT at now_us. */
+void hp_plr_init(struct hp_plr *plr, int64_t now_us);
+/* Whether the table allows from → to. Re-entering a state is refused. */
+bool hp_plr_allowed(enum hp_op_state from, enum hp_op_state to);
+/* Moves to `to` with a reason and message (NULL: none), or returns -EPERM
+ * and changes nothing when the table forbids it. */
+int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
+                      const char *reason, const char *message);
+
+/* Python's datetime.isoformat() of a UTC time, as the reference's
+ * transitions carry it: 2024-11-20T23:37:17.855065+00:00, with the
+ * microseconds left out when they are zero. */
+int hp_isoformat_utc(int64_t us, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------
+ * Requests (§3.2) and their validation errors (§3.3)
+ */
+
+enum hp_op_route {
+        HP_OP_START = 0,
+        HP_OP_UPDATE,
+        HP_OP_STOP,
+};
+
+/* The absurdity limit the reference enforces on rankIps ranks (a Python
+ * list cannot be indexed that far). */
+#define HP_OP_RANK_IPS_MAX 100000
+/* Upper bound on nnodes: far above any cluster, low enough that the IP
+ * list stays small. */
+#define HP_OP_NNODES_MAX 100000
+
+/* A validated /start, /update or /stop body. cJSON members are owned. */
+struct hp_op_request {
+        /* StartRequest and UpdateRequest */
+        int rank;
+        int nnodes;
+        int fault_count;
+        char master_addr[256];
+        int master_port;
+        cJSON *rules;         /* log_monitoring_configuration, or NULL */
+        struct logmon_ruleset *ruleset; /* compiled from rules, or NULL */
+        char *ip_version;     /* NULL when absent or null */
+        cJSON *rank_ips;      /* [{"rank":int,"ip":str|int}], or NULL */
+        bool spare;
+        cJSON *progress;      /* StartRequest only; NULL when absent */
+        /* StopRequest */
+        char *restart_mode;   /* "ipr" when absent or null */
+        int is_graceful;      /* -1 null, 0 false, 1 true */
+        int64_t timeout_s;    /* -1 null */
+};
+
+void hp_op_request_free(struct hp_op_request *req);
+
+/*
+ * Validates a request body the way the reference's FastAPI/pydantic models
+ * do: JSON when the content type is absent, application/json or
+ * application/<x>+json; numeric strings accepted for ints; unknown fields
+ * ignored. On success returns 0 and fills out (free it with
+ * hp_op_request_free). On failure returns -EINVAL and *detail receives the
+ * 422 body's "detail" array (one entry per bad field); the caller owns it.
+ * Beyond the reference, values that cannot make a job (a negative rank, a
+ * rank not below nnodes, a port outside 1..65535, rules that do not
+ * compile) are refused here, so nothing changes on a bad request.
+ */
+int hp_op_request_parse(enum hp_op_route route, const char *content_type,
+                        const char *body, size_t body_len, bool has_body,
+                        struct hp_op_request *out, cJSON **detail);
+
+/* ---------------------------------------------------------------------
+ * pod_resourceconfig.json (§5)
+ */
+
+#define HP_OP_PODCFG_NAME "pod_resourceconfig.json"
+
+/*
+ * Applies a request's rankIps to the file's document (ownership of doc is
+ * taken; NULL: no file yet) and returns the new document in *out: the IP
+ * list padded or cut to nnodes unless rankIps is empty, listed ranks below
+ * nnodes replaced, current_pod_ip and ips_timestamp set, other keys kept.
+ */
+int hp_podcfg_apply(cJSON *doc, int rank, int nnodes, const cJSON *rank_ips,
+                    const char *ip_version, cJSON **out);
+/* Reads dir/pod_resourceconfig.json: *out is NULL when there is none. A
+ * file that is not a JSON object is an error (errbuf says why). */
+int hp_podcfg_read(const char *dir, cJSON **out, char *errbuf, size_t len);
+/* Writes doc to dir/pod_resourceconfig.json through a .tmp file and a
+ * rename, so a reader never sees half a file. */
+int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
+                    size_t len);
+
+/* ---------------------------------------------------------------------
+ * /status (§3.4)
+ */
+
+struct hp_op_status {
+        const struct hp_plr *plr;
+        const char *ip_version; /* NULL: absent */
+        const char *agent_version;
+        int assigned_rank;      /* -1: absent */
+        bool spare;
+};
+
+/* The compact /status body, keys in the reference's order. Returns a
+ * malloc'd string or NULL (ENOMEM). */
+char *hp_op_status_render(const struct hp_op_status *st);
+
+/* ---------------------------------------------------------------------
+ * The control server
+ */
+
+struct hp_operator {
+        struct hp_agent *agent; /* borrowed */
+        const struct hp_config *cfg;
+        struct hp_httpd httpd;
+        struct hp_plr plr;
+        uv_timer_t kick;        /* acts on the state after a request */
+        uv_timer_t retry;       /* listen retries */
+        int listen_tries;
+        int listen_max_tries;
+        uint64_t listen_delay_ms;
+        bool listening;
+        bool closing;
+        char resource_dir[1024];
+        char ip_version[256];   /* "" when unknown */
+        int assigned_rank;      /* -1 until /start */
+        /* The last /start's data, applied when workers start. */
+        struct hp_op_request job;
+        bool have_job;
+        bool can_start;
+        bool start_pending;     /* RUNNING, workers not started yet */
+        bool next_stage_pending; /* a stage succeeded; start the next */
+        bool httpd_ready;
+        bool timers_ready;
+        /* The last /stop's graceful flag and timeout: sticky, as in the
+         * reference. */
+        int stop_graceful;
+        int64_t stop_timeout_s;
+        /* The last attempt ended in a worker failure with this status. */
+        int last_failure_code;
+        /* For /metrics. */
+        uint64_t attempts_started;
+        uint64_t faults;
+        double last_detection_latency_s; /* -1: none yet */
+        struct hp_op_stream_totals {
+                uint64_t lines;
+                uint64_t bytes;
+        } (*stream_totals)[2]; /* per local rank: stdout, stderr */
+        char *response;         /* the last response body (malloc'd) */
+        char *detail_log;       /* scratch for logging bad requests */
+};
+
+/*
+ * Creates the resource config directory, reads the saved ipversion, goes
+ * INIT → READY and starts listening on --server-host:--server-port
+ * (retrying while the port is in use, as the reference does:
+ * HYPERPOD_ELASTICAGENT_SERVER_MAX_RETRY attempts,
+ * HYPERPOD_ELASTICAGENT_SERVER_DELAY seconds apart). Errors go to errbuf.
+ */
+int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
+                     const struct hp_config *cfg, char *errbuf, size_t len);
+/* Runs the loop until /shutdown or a signal ends the agent; returns the
+ * exit status. */
+int hp_operator_run(struct hp_operator *op);
+/* Closes the server and the timers (the loop must then run to finish). */
+void hp_operator_close(struct hp_operator *op);
+
+/* The HTTP handler (exposed for tests that drive it without a socket). */
+void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
+                        struct hp_httpd_response *res);
+
+#endif

@@ -1,0 +1,218 @@
+/* GET /metrics: the agent in Prometheus' text exposition format (0.0.4).
+ * Beyond the reference, which exposes nothing: the agent's state, its
+ * restarts and faults, each rule's state on each watched rank, and the
+ * traffic of every worker stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/operator.h"
+
+#include "operator-private.h"
+
+static void family(FILE *f, const char *name, const char *type,
+                   const char *help)
+{
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static void label_value(FILE *f, const char *v)
+{
+        for (; *v; v++) {
+                if (*v == '\\' || *v == '"')
+                        fputc('\\', f), fputc(*v, f);
+                else if (*v == '\n')
+                        fputs("\\n", f);
+                else
+                        fputc(*v, f);
+        }
+}
+
+static void rule_series(FILE *f, const char *name, int rank,
+                        const char *rule)
+{
+        fprintf(f, "%s{local_rank=\"%d\",rule=\"", name, rank);
+        label_value(f, rule);
+        fputs("\"} ", f);
+}
+
+static void rules(FILE *f, const struct hp_agent *a)
+{
+        static const char *const metrics[] = {
+                "hyperpodrun_rule_state",
+                "hyperpodrun_rule_matches_total",
+                "hyperpodrun_rule_seconds_since_match",
+        };
+        static const char *const types[] = { "gauge", "counter", "gauge" };
+        static const char *const help[] = {
+                "State of a log rule on a watched local rank: 0 waiting, 1 "
+                "healthy, 2 slow, 3 hanging, 4 faulted.",
+                "Lines that matched the rule's logPattern.",
+                "Monitored seconds since the rule last matched (since "
+                "monitoring began when it never did).",
+        };
+        uint64_t now = uv_now(a->loop);
+
+        if (a->ruleset == NULL || a->monitors == NULL)
+                return;
+        for (size_t m = 0; m < HP_ARRAY_SIZE(metrics); m++) {
+                family(f, metrics[m], types[m], help[m]);
+                for (int i = 0; i < a->round.nproc; i++) {
+                        const struct logmon_stream *s = a->monitors[i].rules;
+                        if (s == NULL)
+                                continue;
+                        for (size_t r = 0; r < logmon_ruleset_count(a->ruleset);
+                             r++) {
+                                struct logmon_rule_info info;
+                                if (logmon_stream_rule_info(s, r, &info) < 0)
+                                        continue;
+                                rule_series(f, metrics[m], i,
+                                            logmon_ruleset_rule_name(
+                                                    a->ruleset, r));
+                                if (m == 0)
+                                        fprintf(f, "%d\n", (int)info.state);
+                                else if (m == 1)
+                                        fprintf(f, "%llu\n",
+                                                (unsigned long long)
+                                                        info.matches);
+                                else
+                                        fprintf(f, "%.3f\n",
+                                                (double)logmon_stream_idle_ms(
+                                                        s, r, now) /
+                                                        1000.0);
+                        }
+                }
+        }
+}
+
+static void streams(FILE *f, const struct hp_operator *op)
+{
+        const struct hp_agent *a = op->agent;
+        static const char *const names[] = { "stdout", "stderr" };
+
+        for (int m = 0; m < 2; m++) {
+                const char *metric = m == 0 ? "hyperpodrun_stream_lines_total"
+                                            : "hyperpodrun_stream_bytes_total";
+                family(f, metric, "counter",
+                       m == 0 ? "Lines read from a local rank's stream "
+                                "(pre- and post-train count as rank 0)."
+                              : "Bytes read from a local rank's stream.");
+                for (int i = 0; i < op->cfg->nproc; i++) {
+                        for (int s = 0; s < 2; s++) {
+                                uint64_t v = m == 0
+                                                     ? op->stream_totals[i][s].lines
+                                                     : op->stream_totals[i][s].bytes;
+                                /* Plus the running group's live counts. */
+                                for (int w = 0; a->group_active &&
+                                                w < a->group.count;
+                                     w++) {
+                                        const struct hp_worker *wk =
+                                                &a->group.workers[w];
+                                        const struct hp_stream *st =
+                                                s == 0 ? &wk->out : &wk->err;
+                                        int rank = a->group.stage ==
+                                                                   HP_STAGE_TRAIN
+                                                           ? wk->local_rank
+                                                           : 0;
+                                        if (rank == i)
+                                                v += m == 0 ? st->stats.lines
+                                                            : st->stats.bytes;
+                                }
+                                fprintf(f,
+                                        "%s{local_rank=\"%d\",stream=\"%s\"} "
+                                        "%llu\n",
+                                        metric, i, names[s],
+                                        (unsigned long long)v);
+                        }
+                }
+        }
+}
+
+static uint64_t console_dropped(struct hp_console *con)
+{
+        uint64_t n;
+
+        uv_mutex_lock(&con->lock);
+        n = con->lines_dropped;
+        uv_mutex_unlock(&con->lock);
+        return n;
+}
+
+char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
+{
+        struct hp_agent *a = op->agent;
+        const struct hp_httpd_stats *hs = &op->httpd.stats;
+        char *buf = NULL;
+        FILE *f = open_memstream(&buf, len);
+
+        if (f == NULL)
+                return NULL;
+        family(f, "hyperpodrun_agent_state", "gauge",
+               "1 for the agent's current state, 0 for the others.");
+        for (int s = 0; s < HP_OP_STATE_COUNT; s++)
+                fprintf(f, "hyperpodrun_agent_state{state=\"%s\"} %d\n",
+                        hp_op_state_lower((enum hp_op_state)s),
+                        op->plr.state == (enum hp_op_state)s);
+        family(f, "hyperpodrun_agent_transitions_total", "counter",
+               "Times the agent entered each state.");
+        for (int s = 0; s < HP_OP_STATE_COUNT; s++)
+                fprintf(f,
+                        "hyperpodrun_agent_transitions_total{state=\"%s\"} "
+                        "%llu\n",
+                        hp_op_state_lower((enum hp_op_state)s),
+                        (unsigned long long)op->plr.entries[s]);
+        family(f, "hyperpodrun_attempts_total", "counter",
+               "Worker groups started by /start.");
+        fprintf(f, "hyperpodrun_attempts_total %llu\n",
+                (unsigned long long)op->attempts_started);
+        family(f, "hyperpodrun_faults_total", "counter",
+               "Times the agent went FAULTED (worker crash or log rule).");
+        fprintf(f, "hyperpodrun_faults_total %llu\n",
+                (unsigned long long)op->faults);
+        family(f, "hyperpodrun_fault_count", "gauge",
+               "The faultCount of the last /start (the job's restarts).");
+        fprintf(f, "hyperpodrun_fault_count %d\n",
+                op->have_job ? op->job.fault_count : 0);
+        if (op->last_detection_latency_s >= 0) {
+                family(f, "hyperpodrun_fault_detection_latency_seconds",
+                       "gauge",
+                       "For the last fault: a log rule's verdict after its "
+                       "deadline, or FAULTED after the worker's exit.");
+                fprintf(f,
+                        "hyperpodrun_fault_detection_latency_seconds %.6f\n",
+                        op->last_detection_latency_s);
+        }
+        family(f, "hyperpodrun_workers_running", "gauge",
+               "Processes of the current stage that have not exited.");
+        fprintf(f, "hyperpodrun_workers_running %d\n",
+                a->group_active ? a->group.count - a->group.exited : 0);
+        rules(f, a);
+        streams(f, op);
+        family(f, "hyperpodrun_console_dropped_lines_total", "counter",
+               "Lines the console could not keep up with (the log files "
+               "have them).");
+        fprintf(f,
+                "hyperpodrun_console_dropped_lines_total{stream=\"stdout\"} "
+                "%llu\n",
+                (unsigned long long)console_dropped(&a->console_out));
+        fprintf(f,
+                "hyperpodrun_console_dropped_lines_total{stream=\"stderr\"} "
+                "%llu\n",
+                (unsigned long long)console_dropped(&a->console_err));
+        family(f, "hyperpodrun_http_requests_total", "counter",
+               "Requests answered by the control API, by status class.");
+        fprintf(f, "hyperpodrun_http_requests_total{code=\"2xx\"} %llu\n",
+                (unsigned long long)hs->responses_2xx);
+        fprintf(f, "hyperpodrun_http_requests_total{code=\"4xx\"} %llu\n",
+                (unsigned long long)hs->responses_4xx);
+        fprintf(f, "hyperpodrun_http_requests_total{code=\"5xx\"} %llu\n",
+                (unsigned long long)hs->responses_5xx);
+        if (fclose(f) != 0) {
+                free(buf);
+                return NULL;
+        }
+        return buf;
+}

@@ -1,0 +1,533 @@
+/* The operator's control API: routes, the agent state machine in motion,
+ * and the hyperpod rendezvous (§3, §5).
+ *
+ * Requests only record what the operator asked and move the state
+ * machine; the `kick` timer then acts on the new state from the loop
+ * (starting workers, stopping them), so every response is written before
+ * anything slow happens. The agent reports back through its events: a
+ * worker failure, a stage's end, a rule verdict.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/operator.h"
+
+#include "hp-config.h"
+#include "operator-private.h"
+
+#define DEFAULT_RESOURCE_DIR "/opt/ml/input/config"
+
+static int64_t wall_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static const char *state_sentence(enum hp_op_state s)
+{
+        switch (s) {
+        case HP_OP_READY:
+                return "waiting for /start";
+        case HP_OP_RUNNING:
+                return "running the stages";
+        case HP_OP_COMPLETED:
+                return "every stage succeeded; waiting for /shutdown or "
+                       "/stop";
+        case HP_OP_FAULTED:
+                return "waiting for the operator's /stop";
+        case HP_OP_STOPPING:
+                return "stopping the workers";
+        case HP_OP_SHUTDOWN:
+                return "stopping the workers, then exiting";
+        default:
+                return "";
+        }
+}
+
+bool hp_op__set_state(struct hp_operator *op, enum hp_op_state to,
+                      const char *reason, const char *message)
+{
+        enum hp_op_state from = op->plr.state;
+
+        if (hp_plr_transition(&op->plr, to, wall_us(), reason, message) < 0) {
+                hp_log_info("agent state stays %s: %s → %s is not a valid "
+                            "transition",
+                            hp_op_state_name(from), hp_op_state_name(from),
+                            hp_op_state_name(to));
+                return false;
+        }
+        hp_log_info("agent state %s → %s%s%s: %s", hp_op_state_name(from),
+                    hp_op_state_name(to), reason && *reason ? " " : "",
+                    reason ? reason : "", state_sentence(to));
+        return true;
+}
+
+static void kick_cb(uv_timer_t *timer);
+
+void hp_op__kick(struct hp_operator *op)
+{
+        if (!op->closing)
+                uv_timer_start(&op->kick, kick_cb, 0, 0);
+}
+
+/* The hyperpod rendezvous: everything comes from the operator. GROUP_
+ * WORLD_SIZE is the number of nodes, torchrun's meaning (the reference
+ * agent puts the world size there; nothing in torch reads it, and users
+ * who do expect the node count). */
+void hp_op__round_from_job(const struct hp_operator *op,
+                           struct hp_rdzv_info *round)
+{
+        const struct hp_op_request *job = &op->job;
+
+        memset(round, 0, sizeof(*round));
+        round->nproc = op->cfg->nproc;
+        round->nnodes = job->nnodes;
+        round->node_rank = job->rank;
+        round->world_size = job->nnodes * op->cfg->nproc;
+        round->group_world_size = job->nnodes;
+        round->base_rank = job->rank * op->cfg->nproc;
+        snprintf(round->master_addr, sizeof(round->master_addr), "%s",
+                 job->master_addr);
+        round->master_port = job->master_port;
+}
+
+static void fault(struct hp_operator *op, const char *reason,
+                  const char *message)
+{
+        if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
+                op->faults++;
+                hp_log_error("%s: %s", reason, message);
+        }
+}
+
+static void start_workers(struct hp_operator *op)
+{
+        struct hp_rdzv_info round;
+        int r;
+
+        op->start_pending = false;
+        hp_op__round_from_job(op, &round);
+        r = hp_agent_use_rules(op->agent, op->job.ruleset);
+        if (r == 0) {
+                op->last_failure_code = 0;
+                r = hp_agent_begin(op->agent, &round, op->job.fault_count);
+        }
+        if (r < 0) {
+                char msg[512];
+                snprintf(msg, sizeof(msg),
+                         "cannot start the workers of attempt %d: %s",
+                         op->job.fault_count, hp_strerror(r));
+                fault(op, "WorkerFault", msg);
+                return;
+        }
+        op->attempts_started++;
+}
+
+static void next_stage(struct hp_operator *op)
+{
+        struct hp_rdzv_info round;
+        int r;
+
+        op->next_stage_pending = false;
+        /* Each stage runs with the operator's current data, as in the
+         * reference: an /update between stages is picked up. */
+        hp_op__round_from_job(op, &round);
+        round.nproc = op->agent->round.nproc;
+        op->agent->round = round;
+        r = hp_agent_next_stage(op->agent);
+        if (r > 0)
+                return;
+        if (r == 0) {
+                hp_agent_clear_rules(op->agent);
+                hp_op__set_state(op, HP_OP_COMPLETED, NULL, NULL);
+                return;
+        }
+        fault(op, "WorkerFault", "cannot start the next stage");
+}
+
+static uint64_t stop_timeout_ms(const struct hp_operator *op)
+{
+        return op->stop_timeout_s >= 0 ? (uint64_t)op->stop_timeout_s * 1000
+                                       : op->cfg->shutdown_timeout_ms;
+}
+
+static void stopped(struct hp_operator *op)
+{
+        /* The attempt is over: rule state goes, and the next /start
+         * begins again with pre-train. */
+        hp_agent_clear_rules(op->agent);
+        hp_op__set_state(op, HP_OP_READY, NULL, NULL);
+}
+
+/* Acts on the state the requests and events left. Idempotent. */
+static void kick_cb(uv_timer_t *timer)
+{
+        struct hp_operator *op = hp_container_of(timer, struct hp_operator,
+                                                 kick);
+        struct hp_agent *a = op->agent;
+
+        switch (op->plr.state) {
+        case HP_OP_RUNNING:
+                if (op->start_pending && op->can_start &&
+                    !hp_agent_workers_active(a))
+                        start_workers(op);
+                else if (op->next_stage_pending && !hp_agent_workers_active(a))
+                        next_stage(op);
+                break;
+        case HP_OP_STOPPING:
+                if (!hp_agent_workers_active(a)) {
+                        stopped(op);
+                } else if (!a->group.stopping) {
+                        int sig = op->stop_graceful == 1
+                                          ? SIGUSR1
+                                          : op->cfg->shutdown_signal;
+                        hp_log_info("stopping the workers with %s (SIGKILL "
+                                    "after %llu ms)",
+                                    hp_signal_name(sig),
+                                    (unsigned long long)stop_timeout_ms(op));
+                        hp_agent_stop_workers(a, sig, stop_timeout_ms(op));
+                }
+                break;
+        case HP_OP_SHUTDOWN:
+                if (!hp_agent_workers_active(a))
+                        hp_agent_finish(a, op->last_failure_code);
+                else if (!a->group.stopping)
+                        /* torch's final shutdown: SIGTERM, then SIGKILL. */
+                        hp_agent_stop_workers(a, SIGTERM,
+                                              op->cfg->shutdown_timeout_ms);
+                break;
+        default:
+                break;
+        }
+}
+
+/* ---- Agent events ---- */
+
+static void accumulate_stats(struct hp_operator *op, const struct hp_group *g)
+{
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+                int rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0;
+                if (rank >= op->cfg->nproc)
+                        continue;
+                op->stream_totals[rank][0].lines += w->out.stats.lines;
+                op->stream_totals[rank][0].bytes += w->out.stats.bytes;
+                op->stream_totals[rank][1].lines += w->err.stats.lines;
+                op->stream_totals[rank][1].bytes += w->err.stats.bytes;
+        }
+}
+
+static void worker_failed(struct hp_agent *a, const struct hp_group *g,
+                          void *ctx)
+{
+        struct hp_operator *op = ctx;
+        char msg[HP_OP_MESSAGE_MAX];
+        const struct hp_worker *w = g->first_failure;
+
+        op->last_failure_code = hp_agent_failure_exit_code(g);
+        if (op->plr.state != HP_OP_RUNNING)
+                return;
+        hp_agent_failure_message(a, g, msg, sizeof(msg));
+        fault(op, "WorkerCrash", msg);
+        if (w != NULL && w->exit_time > 0)
+                op->last_detection_latency_s =
+                        (double)wall_us() / 1e6 - w->exit_time;
+}
+
+static void stage_ended(struct hp_agent *a, enum hp_stage stage,
+                        enum hp_group_result result, const struct hp_group *g,
+                        void *ctx)
+{
+        struct hp_operator *op = ctx;
+
+        accumulate_stats(op, g);
+        if (result == HP_GROUP_FAILED) {
+                op->last_failure_code = hp_agent_failure_exit_code(g);
+                /* Normally reported at the first failure already. */
+                if (op->plr.state == HP_OP_RUNNING)
+                        worker_failed(a, g, op);
+        }
+        switch (op->plr.state) {
+        case HP_OP_RUNNING:
+                if (result == HP_GROUP_SUCCEEDED) {
+                        op->next_stage_pending = true;
+                        hp_op__kick(op);
+                } else if (result == HP_GROUP_STOPPED) {
+                        fault(op, "WorkerFault",
+                              "the workers were stopped unexpectedly");
+                }
+                break;
+        case HP_OP_STOPPING:
+        case HP_OP_SHUTDOWN:
+                /* The group is released right after this call. */
+                hp_op__kick(op);
+                break;
+        default:
+                break;
+        }
+        (void)stage;
+}
+
+static void rule_verdict(struct hp_agent *a, void *ctx)
+{
+        struct hp_operator *op = ctx;
+        char msg[HP_OP_MESSAGE_MAX];
+        const char *rule = strchr(a->verdict, '_');
+        const char *what = strncmp(a->verdict, "LogHang_", 8) == 0
+                                   ? "HANGING"
+                           : strncmp(a->verdict, "LogSlow_", 8) == 0
+                                   ? "SLOW"
+                                   : "FAULTED";
+
+        if (op->plr.state != HP_OP_RUNNING)
+                return;
+        if (a->verdict_line[0] != '\0')
+                snprintf(msg, sizeof(msg),
+                         "Log rule %s is %s on local rank %d; last matching "
+                         "line: %s",
+                         rule ? rule + 1 : a->verdict, what, a->verdict_rank,
+                         a->verdict_line);
+        else
+                snprintf(msg, sizeof(msg),
+                         "Log rule %s is %s on local rank %d; no line matched "
+                         "it yet",
+                         rule ? rule + 1 : a->verdict, what, a->verdict_rank);
+        op->last_detection_latency_s = (double)a->verdict_latency_ms / 1000.0;
+        /* The workers keep running until the operator's /stop. */
+        fault(op, a->verdict, msg);
+}
+
+static const struct hp_agent_events events = {
+        .stage_ended = stage_ended,
+        .rule_verdict = rule_verdict,
+        .worker_failed = worker_failed,
+};
+
+/* ---- Startup ---- */
+
+/* The value of key in "k=v,k=v", copied into out. */
+static bool rdzv_conf_get(const char *conf, const char *key, char *out,
+                          size_t len)
+{
+        size_t klen = strlen(key);
+
+        for (const char *p = conf; p && *p;) {
+                const char *end = strchr(p, ',');
+                size_t n = end ? (size_t)(end - p) : strlen(p);
+                if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+                        snprintf(out, len, "%.*s", (int)(n - klen - 1),
+                                 p + klen + 1);
+                        return true;
+                }
+                p = end ? end + 1 : NULL;
+        }
+        return false;
+}
+
+static int env_int(const char *name, int def, int min, int max, int *out,
+                   char *errbuf, size_t len)
+{
+        const char *v = getenv(name);
+
+        *out = def;
+        if (v == NULL || *v == '\0')
+                return 0;
+        if (hp_parse_int(v, min, max, out) < 0) {
+                snprintf(errbuf, len,
+                         "%s='%s' is not a whole number from %d to %d", name,
+                         v, min, max);
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
+static int prepare_resource_dir(struct hp_operator *op, char *errbuf,
+                                size_t len)
+{
+        char err[512];
+        bool given = rdzv_conf_get(op->cfg->rdzv_conf, "resource_config_dir",
+                                   op->resource_dir,
+                                   sizeof(op->resource_dir));
+        cJSON *doc = NULL;
+        const cJSON *ts;
+        int r;
+
+        if (!given)
+                snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
+                         DEFAULT_RESOURCE_DIR);
+        if (op->resource_dir[0] == '\0') {
+                snprintf(errbuf, len,
+                         "--rdzv-conf resource_config_dir= is empty");
+                return HP_ECONFIG;
+        }
+        r = hp_mkdir_p(op->resource_dir, 0755);
+        if (r < 0) {
+                snprintf(errbuf, len,
+                         "cannot create the resource config directory '%s' "
+                         "(%s): %s",
+                         op->resource_dir,
+                         given ? "from --rdzv-conf resource_config_dir"
+                               : "the default; set it with --rdzv-conf "
+                                 "resource_config_dir=DIR",
+                         hp_strerror(r));
+                return HP_ECONFIG;
+        }
+        /* An agent restarted on the same file system reports the saved IP
+         * table version at once, as the reference does. */
+        r = hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err));
+        if (r < 0) {
+                hp_log_warn("ignoring the saved IP table: %s", err);
+                return 0;
+        }
+        ts = cJSON_GetObjectItemCaseSensitive(doc, "ips_timestamp");
+        if (cJSON_IsString(ts))
+                snprintf(op->ip_version, sizeof(op->ip_version), "%s",
+                         ts->valuestring);
+        cJSON_Delete(doc);
+        return 0;
+}
+
+static void retry_cb(uv_timer_t *timer);
+
+static int try_listen(struct hp_operator *op, char *errbuf, size_t len)
+{
+        const char *host = op->cfg->server_host;
+        bool v6 = strchr(host, ':') != NULL;
+        int r;
+
+        op->listen_tries++;
+        r = hp_httpd_listen(&op->httpd, host, op->cfg->server_port, errbuf,
+                            len);
+        if (r == 0) {
+                op->listening = true;
+                hp_log_info("operator API listening on http://%s%s%s:%d",
+                            v6 ? "[" : "", host, v6 ? "]" : "",
+                            hp_httpd_port(&op->httpd));
+        }
+        return r;
+}
+
+static void retry_cb(uv_timer_t *timer)
+{
+        struct hp_operator *op = hp_container_of(timer, struct hp_operator,
+                                                 retry);
+        char err[512];
+        int r = try_listen(op, err, sizeof(err));
+
+        if (r == 0)
+                return;
+        if (r == -EADDRINUSE && op->listen_tries < op->listen_max_tries) {
+                hp_log_warn("%s; retrying in %.3g s (attempt %d of %d)", err,
+                            (double)op->listen_delay_ms / 1000.0,
+                            op->listen_tries + 1, op->listen_max_tries);
+                uv_timer_start(&op->retry, retry_cb, op->listen_delay_ms, 0);
+                return;
+        }
+        hp_log_error("%s (after %d attempts)", err, op->listen_tries);
+        hp_agent_finish(op->agent, 2);
+}
+
+int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
+                     const struct hp_config *cfg, char *errbuf, size_t len)
+{
+        struct hp_httpd_limits limits;
+        const char *delay;
+        int r;
+
+        memset(op, 0, sizeof(*op));
+        op->agent = agent;
+        op->cfg = cfg;
+        op->assigned_rank = -1;
+        op->stop_graceful = -1;
+        op->stop_timeout_s = -1;
+        op->last_detection_latency_s = -1;
+        hp_plr_init(&op->plr, wall_us());
+
+        r = env_int("HYPERPOD_ELASTICAGENT_SERVER_MAX_RETRY", 5, 1, 1000,
+                    &op->listen_max_tries, errbuf, len);
+        if (r < 0)
+                return r;
+        delay = getenv("HYPERPOD_ELASTICAGENT_SERVER_DELAY");
+        op->listen_delay_ms = 5000;
+        if (delay != NULL && *delay != '\0' &&
+            hp_parse_seconds_ms(delay, &op->listen_delay_ms) < 0) {
+                snprintf(errbuf, len,
+                         "HYPERPOD_ELASTICAGENT_SERVER_DELAY='%s' is not a "
+                         "number of seconds",
+                         delay);
+                return HP_ECONFIG;
+        }
+        r = prepare_resource_dir(op, errbuf, len);
+        if (r < 0)
+                return r;
+        op->stream_totals = calloc((size_t)cfg->nproc,
+                                   sizeof(*op->stream_totals));
+        if (op->stream_totals == NULL)
+                return -ENOMEM;
+
+        hp_httpd_limits_default(&limits);
+        r = hp_httpd_init(&op->httpd, agent->loop, &limits,
+                          hp_operator_handle, op);
+        if (r < 0) {
+                snprintf(errbuf, len, "cannot start the HTTP server: %s",
+                         hp_strerror(r));
+                free(op->stream_totals);
+                op->stream_totals = NULL;
+                return r;
+        }
+        op->httpd_ready = true;
+        uv_timer_init(agent->loop, &op->kick);
+        uv_timer_init(agent->loop, &op->retry);
+        op->timers_ready = true;
+
+        r = try_listen(op, errbuf, len);
+        if (r == -EADDRINUSE && op->listen_max_tries > 1) {
+                hp_log_warn("%s; retrying in %.3g s (attempt 2 of %d)",
+                            errbuf, (double)op->listen_delay_ms / 1000.0,
+                            op->listen_max_tries);
+                uv_timer_start(&op->retry, retry_cb, op->listen_delay_ms, 0);
+        } else if (r < 0) {
+                return r;
+        }
+
+        hp_agent_set_events(agent, &events, op);
+        hp_op__set_state(op, HP_OP_READY, NULL, NULL);
+        return 0;
+}
+
+int hp_operator_run(struct hp_operator *op)
+{
+        struct hp_agent *a = op->agent;
+
+        a->state = HP_AGENT_RUNNING;
+        uv_run(a->loop, UV_RUN_DEFAULT);
+        return a->exit_code;
+}
+
+void hp_operator_close(struct hp_operator *op)
+{
+        op->closing = true;
+        if (op->timers_ready) {
+                uv_close((uv_handle_t *)&op->kick, NULL);
+                uv_close((uv_handle_t *)&op->retry, NULL);
+                op->timers_ready = false;
+        }
+        if (op->httpd_ready) {
+                hp_httpd_close(&op->httpd, NULL);
+                op->httpd_ready = false;
+        }
+        hp_agent_set_events(op->agent, NULL, NULL);
+        hp_op_request_free(&op->job);
+        free(op->response);
+        op->response = NULL;
+        free(op->stream_totals);
+        op->stream_totals = NULL;
+}

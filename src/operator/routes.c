@@ -1,0 +1,309 @@
+/* The routes of the operator API (§3.1, §3.5). Every handler answers at
+ * once; slow work (spawning, stopping) happens in the kick timer after the
+ * response is on its way. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/operator.h"
+
+#include "hp-config.h"
+#include "operator-private.h"
+
+#define JSON_TYPE "application/json"
+
+static void respond(struct hp_operator *op, struct hp_httpd_response *res,
+                    int status, const char *type, char *body)
+{
+        free(op->response);
+        op->response = body;
+        res->status = status;
+        res->content_type = type;
+        res->body = body;
+        res->body_len = body ? strlen(body) : 0;
+}
+
+static void respond_static(struct hp_operator *op,
+                           struct hp_httpd_response *res, int status,
+                           const char *type, const char *body)
+{
+        respond(op, res, status, type, body ? strdup(body) : NULL);
+        if (body != NULL && op->response == NULL)
+                respond(op, res, 500, NULL, NULL);
+}
+
+static void respond_status(struct hp_operator *op,
+                           struct hp_httpd_response *res)
+{
+        struct hp_op_status st = {
+                .plr = &op->plr,
+                .ip_version = op->ip_version[0] ? op->ip_version : NULL,
+                .agent_version = HP_VERSION,
+                .assigned_rank = op->assigned_rank,
+                /* The reference's PLR agent never changes its spare flag
+                 * from the initial True; the operator sees that. */
+                .spare = true,
+        };
+        char *body = hp_op_status_render(&st);
+
+        if (body == NULL) {
+                respond_static(op, res, 500, JSON_TYPE,
+                               "{\"detail\":\"Internal Server Error\"}");
+                return;
+        }
+        /* The reference sends /status without a Content-Type. */
+        respond(op, res, 200, NULL, body);
+}
+
+static void respond_422(struct hp_operator *op, struct hp_httpd_response *res,
+                        const struct hp_httpd_request *req, cJSON *detail)
+{
+        cJSON *doc = cJSON_CreateObject();
+        char *body;
+
+        cJSON_AddItemToObject(doc, "detail", detail);
+        body = cJSON_PrintUnformatted(doc);
+        cJSON_Delete(doc);
+        hp_log_error("%s %s from %s: 422 %s; body: %.*s", req->method_name,
+                     req->path, req->peer, body ? body : "(out of memory)",
+                     (int)(req->body_len > 2048 ? 2048 : req->body_len),
+                     req->body ? req->body : "");
+        if (body == NULL) {
+                respond_static(op, res, 500, JSON_TYPE,
+                               "{\"detail\":\"Internal Server Error\"}");
+                return;
+        }
+        respond(op, res, 422, JSON_TYPE, body);
+}
+
+static void respond_500(struct hp_operator *op, struct hp_httpd_response *res,
+                        const char *why)
+{
+        cJSON *doc = cJSON_CreateObject();
+
+        hp_log_error("%s", why);
+        cJSON_AddStringToObject(doc, "detail", why);
+        respond(op, res, 500, JSON_TYPE, cJSON_PrintUnformatted(doc));
+        cJSON_Delete(doc);
+        if (op->response == NULL)
+                respond(op, res, 500, NULL, NULL);
+}
+
+/* Applies rankIps and ipVersion to pod_resourceconfig.json when a request
+ * carries both (§5). Done before anything else changes, so that a disk
+ * error leaves the agent as it was. */
+static int store_ip_table(struct hp_operator *op,
+                          const struct hp_op_request *req, char *err,
+                          size_t len)
+{
+        cJSON *doc = NULL, *updated = NULL;
+        int r;
+
+        if (req->ip_version == NULL || req->rank_ips == NULL)
+                return 0;
+        r = hp_podcfg_read(op->resource_dir, &doc, err, len);
+        if (r < 0)
+                /* A damaged file is replaced rather than kept forever. */
+                hp_log_warn("replacing it: %s", err);
+        r = hp_podcfg_apply(doc, req->rank, req->nnodes, req->rank_ips,
+                            req->ip_version, &updated);
+        if (r < 0) {
+                snprintf(err, len, "cannot update the IP table: %s",
+                         hp_strerror(r));
+                return r;
+        }
+        r = hp_podcfg_write(op->resource_dir, updated, err, len);
+        cJSON_Delete(updated);
+        if (r < 0)
+                return r;
+        snprintf(op->ip_version, sizeof(op->ip_version), "%s",
+                 req->ip_version);
+        return 0;
+}
+
+/* Takes the request's job data (rendezvous, rules, progress): what the
+ * next stage runs with. */
+static void store_job(struct hp_operator *op, struct hp_op_request *req,
+                      bool keep_progress)
+{
+        cJSON *progress = NULL;
+
+        if (keep_progress) {
+                progress = op->job.progress;
+                op->job.progress = NULL;
+        }
+        hp_op_request_free(&op->job);
+        op->job = *req;
+        memset(req, 0, sizeof(*req));
+        if (keep_progress) {
+                cJSON_Delete(op->job.progress);
+                op->job.progress = progress;
+        }
+        op->have_job = true;
+        op->assigned_rank = op->job.rank;
+}
+
+static void handle_start(struct hp_operator *op,
+                         const struct hp_httpd_request *req,
+                         struct hp_httpd_response *res,
+                         struct hp_op_request *body)
+{
+        char err[1024];
+        bool running;
+
+        if (store_ip_table(op, body, err, sizeof(err)) < 0) {
+                respond_500(op, res, err);
+                return;
+        }
+        running = hp_op__set_state(op, HP_OP_RUNNING, "Running", NULL);
+        store_job(op, body, false);
+        op->can_start = true;
+        if (running) {
+                op->start_pending = true;
+                hp_op__kick(op);
+        } else {
+                hp_log_info("/start in state %s: the data is kept for the "
+                            "next start",
+                            hp_op_state_name(op->plr.state));
+        }
+        respond(op, res, 200, NULL, NULL);
+}
+
+static void handle_update(struct hp_operator *op,
+                          const struct hp_httpd_request *req,
+                          struct hp_httpd_response *res,
+                          struct hp_op_request *body)
+{
+        char err[1024];
+
+        if (store_ip_table(op, body, err, sizeof(err)) < 0) {
+                respond_500(op, res, err);
+                return;
+        }
+        store_job(op, body, true);
+        respond_status(op, res);
+}
+
+static void handle_stop(struct hp_operator *op,
+                        const struct hp_httpd_request *req,
+                        struct hp_httpd_response *res,
+                        struct hp_op_request *body)
+{
+        /* Stored on every /stop, nulls included, as the reference does. */
+        op->stop_graceful = body->is_graceful;
+        op->stop_timeout_s = body->timeout_s;
+        if (hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL))
+                hp_op__kick(op);
+        op->can_start = false;
+        op->start_pending = false;
+        op->next_stage_pending = false;
+        respond(op, res, 200, NULL, NULL);
+}
+
+static void handle_shutdown(struct hp_operator *op,
+                            struct hp_httpd_response *res)
+{
+        if (hp_op__set_state(op, HP_OP_SHUTDOWN, NULL, NULL))
+                hp_op__kick(op);
+        respond(op, res, 200, NULL, NULL);
+}
+
+enum route_id { R_START, R_UPDATE, R_STOP, R_STATUS, R_SHUTDOWN, R_METRICS,
+                R_HEALTHZ };
+
+static const struct route {
+        const char *path;
+        enum http_method method;
+        enum route_id id;
+} routes[] = {
+        { "/start", HTTP_POST, R_START },
+        { "/update", HTTP_POST, R_UPDATE },
+        { "/stop", HTTP_POST, R_STOP },
+        { "/status", HTTP_GET, R_STATUS },
+        { "/shutdown", HTTP_POST, R_SHUTDOWN },
+        { "/metrics", HTTP_GET, R_METRICS },
+        { "/healthz", HTTP_GET, R_HEALTHZ },
+};
+
+void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
+                        struct hp_httpd_response *res)
+{
+        static const enum hp_op_route parse_as[] = {
+                [R_START] = HP_OP_START,
+                [R_UPDATE] = HP_OP_UPDATE,
+                [R_STOP] = HP_OP_STOP,
+        };
+        struct hp_operator *op = ctx;
+        const struct route *route = NULL;
+        bool path_known = false;
+        struct hp_op_request body;
+        cJSON *detail;
+        size_t len;
+        char *text;
+        int r;
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(routes); i++) {
+                if (strcmp(routes[i].path, req->path) != 0)
+                        continue;
+                path_known = true;
+                if (routes[i].method == req->method)
+                        route = &routes[i];
+        }
+        if (route == NULL) {
+                respond_static(op, res, path_known ? 405 : 404, JSON_TYPE,
+                               path_known ? "{\"detail\":\"Method Not "
+                                            "Allowed\"}"
+                                          : "{\"detail\":\"Not Found\"}");
+                return;
+        }
+        hp_log_debug("%s %s from %s", req->method_name, req->path, req->peer);
+
+        switch (route->id) {
+        case R_START:
+        case R_UPDATE:
+        case R_STOP:
+                r = hp_op_request_parse(parse_as[route->id],
+                                        req->content_type, req->body,
+                                        req->body_len, req->has_body, &body,
+                                        &detail);
+                if (r == -EINVAL) {
+                        respond_422(op, res, req, detail);
+                        return;
+                }
+                if (r < 0) {
+                        respond_500(op, res, "out of memory");
+                        return;
+                }
+                if (route->id == R_START)
+                        handle_start(op, req, res, &body);
+                else if (route->id == R_UPDATE)
+                        handle_update(op, req, res, &body);
+                else
+                        handle_stop(op, req, res, &body);
+                hp_op_request_free(&body);
+                return;
+        case R_STATUS:
+                respond_status(op, res);
+                return;
+        case R_SHUTDOWN:
+                handle_shutdown(op, res);
+                return;
+        case R_METRICS:
+                text = hp_op__metrics_render(op, &len);
+                if (text == NULL) {
+                        respond_500(op, res, "out of memory");
+                        return;
+                }
+                respond(op, res, 200, "text/plain; version=0.0.4; "
+                                      "charset=utf-8", text);
+                return;
+        case R_HEALTHZ:
+                /* Answered from the loop thread: a reply proves the loop
+                 * is not stuck. */
+                respond_static(op, res, 200, "text/plain; charset=utf-8",
+                               "ok\n");
+                return;
+        }
+}

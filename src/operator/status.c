@@ -1,0 +1,67 @@
+/* The /status body, byte for byte as the reference's PLR agent builds it
+ * (§3.4): compact separators, UTF-8 kept, keys in this order and each
+ * present only under the reference's condition. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hyperpod/operator.h"
+
+char *hp_op_status_render(const struct hp_op_status *st)
+{
+        const struct hp_plr *plr = st->plr;
+        cJSON *doc = cJSON_CreateObject();
+        cJSON *transitions;
+        char *out = NULL;
+        char when[64];
+
+        if (doc == NULL)
+                return NULL;
+        if (cJSON_AddStringToObject(doc, "status",
+                                    hp_op_state_lower(plr->state)) == NULL)
+                goto done;
+        transitions = cJSON_AddObjectToObject(doc, "transitions");
+        if (transitions == NULL)
+                goto done;
+        for (size_t i = 0; i < plr->first_count; i++) {
+                enum hp_op_state s = (enum hp_op_state)plr->first_order[i];
+                if (hp_isoformat_utc(plr->entered_us[s], when,
+                                     sizeof(when)) < 0)
+                        goto done;
+                if (cJSON_AddStringToObject(transitions, hp_op_state_name(s),
+                                            when) == NULL)
+                        goto done;
+        }
+        if (plr->reason[0] != '\0' &&
+            cJSON_AddStringToObject(doc, "reason", plr->reason) == NULL)
+                goto done;
+        if (plr->message[0] != '\0' &&
+            cJSON_AddStringToObject(doc, "message", plr->message) == NULL)
+                goto done;
+        if (cJSON_AddStringToObject(doc, "restartMode",
+                                    "process_level_restart") == NULL)
+                goto done;
+        if (st->ip_version != NULL &&
+            cJSON_AddStringToObject(doc, "ipversion", st->ip_version) == NULL)
+                goto done;
+        if (st->agent_version != NULL && st->agent_version[0] != '\0' &&
+            cJSON_AddStringToObject(doc, "agent_version",
+                                    st->agent_version) == NULL)
+                goto done;
+        if (st->assigned_rank >= 0) {
+                char rank[16];
+                snprintf(rank, sizeof(rank), "%d", st->assigned_rank);
+                if (cJSON_AddStringToObject(doc, "assigned_rank", rank) ==
+                    NULL)
+                        goto done;
+        }
+        if (cJSON_AddStringToObject(doc, "spare",
+                                    st->spare ? "True" : "False") == NULL)
+                goto done;
+        out = cJSON_PrintUnformatted(doc);
+done:
+        cJSON_Delete(doc);
+        if (out == NULL)
+                errno = ENOMEM;
+        return out;
+}
