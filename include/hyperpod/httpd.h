@@ -58,11 +58,12 @@ struct hp_httpd_limits {
         /* Over → accept and close at once, logged once per burst. */
         int max_connections;
         /* Keep-alive idle close (also before the first request); 5000 like
-         * uvicorn. Lingering after a "connection: close" response waits at
-         * most min(this, 1000) ms for the peer's FIN. */
+         * uvicorn. 0: no idle limit. */
         uint64_t idle_timeout_ms;
         /* From the first byte of a request to the end of its response
-         * (slowloris, and a peer that never reads) → 408 and close. */
+         * (slowloris, and a peer that never reads) → 408 and close. Also
+         * the most time spent draining a peer after a "connection: close"
+         * response (it is closed after 1 s of silence). 0: no limit. */
         uint64_t request_timeout_ms;
 };
 

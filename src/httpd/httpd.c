@@ -20,8 +20,11 @@
 /* A request or response buffer grown above this for one large message is
  * given back afterwards, so idle keep-alive connections stay small. */
 #define HTTPD_KEEP_BUFFER 65536
-/* Longest wait for the peer's FIN after a "connection: close" response. */
-#define HTTPD_LINGER_MAX_MS 1000
+/* After a "connection: close" response, the longest silence from the peer
+ * before closing anyway, and the longest lingering in all when the request
+ * timeout is off. */
+#define HTTPD_LINGER_QUIET_MS 1000
+#define HTTPD_LINGER_TOTAL_MS 10000
 /* Room for the status line and our own headers around a response body. */
 #define HTTPD_HEAD_ROOM 160
 
@@ -62,6 +65,7 @@ struct hp_httpd_conn {
         bool reading;
         bool keep_alive; /* after the response being written */
         bool message_done; /* the parser paused at the end of a request */
+        uint64_t linger_end; /* loop time when lingering stops */
         http_parser parser;
 
         /* The request being read: the URL, the Content-Type value and the
@@ -256,12 +260,31 @@ static void shutdown_cb(uv_shutdown_t *req, int status)
                 conn_close(c);
 }
 
+/* Lingering waits for the peer's next bytes or FIN, up to a second of
+ * silence, and stops at linger_end whatever the peer does. */
+static void conn_linger_arm(struct hp_httpd_conn *c)
+{
+        uint64_t now = uv_now(c->server->loop);
+        uint64_t ms = HTTPD_LINGER_QUIET_MS;
+
+        if (now >= c->linger_end) {
+                conn_close(c);
+                return;
+        }
+        if (ms > c->linger_end - now)
+                ms = c->linger_end - now;
+        conn_arm(c, ms);
+}
+
 /* After the last response: send our FIN, then read and drop whatever the
- * peer still sends (a body we refused, say) until its FIN or a deadline. */
+ * peer still sends until its FIN. A client that sent a whole body we
+ * refused (413) before reading the answer thus gets the answer: closing
+ * with its bytes unread would send a reset instead, which fails its send
+ * and may destroy the response in flight. */
 static void conn_linger(struct hp_httpd_conn *c)
 {
         struct hp_httpd *h = c->server;
-        uint64_t ms = h->limits.idle_timeout_ms;
+        uint64_t total = h->limits.request_timeout_ms;
         int r;
 
         if (h->closing) {
@@ -275,9 +298,10 @@ static void conn_linger(struct hp_httpd_conn *c)
                 conn_close(c);
                 return;
         }
-        if (ms == 0 || ms > HTTPD_LINGER_MAX_MS)
-                ms = HTTPD_LINGER_MAX_MS;
-        conn_arm(c, ms);
+        if (total == 0)
+                total = HTTPD_LINGER_TOTAL_MS;
+        c->linger_end = uv_now(h->loop) + total;
+        conn_linger_arm(c);
         c->in_off = 0;
         c->in_len = 0;
         conn_read_start(c);
@@ -783,8 +807,10 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
                 return;
         }
         /* Lingering drops what arrives. */
-        if (c->state == CONN_LINGER)
+        if (c->state == CONN_LINGER) {
+                conn_linger_arm(c);
                 return;
+        }
         c->in_off = 0;
         c->in_len = (size_t)nread;
         conn_process(c);

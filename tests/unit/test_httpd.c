@@ -677,6 +677,10 @@ static const struct refuse_case refuse_cases[] = {
         { "body over the limit by Content-Length",
           "POST / HTTP/1.1\r\nContent-Length: 1025\r\n\r\n", 413 },
         { "chunked body over the limit", NULL, 413 },
+        /* Sent whole before reading the answer, as python-requests does:
+         * far more than the socket buffers hold, so the server must drain
+         * it after answering for the send to finish. */
+        { "body over the limit sent anyway", NULL, 413 },
         { "URL over the limit", NULL, 414 },
         { "headers over the limit", NULL, 431 },
         { "many small headers over the limit", NULL, 431 },
@@ -685,12 +689,18 @@ static const struct refuse_case refuse_cases[] = {
 /* The built requests: each is far larger than the limits below. */
 static char *build_request(const char *name)
 {
-        size_t cap = 64 * 1024;
+        size_t cap = 64 * 1024 + BIG_BODY;
         char *r = malloc(cap);
         size_t n = 0;
 
         assert_non_null(r);
-        if (strcmp(name, "chunked body over the limit") == 0) {
+        if (strcmp(name, "body over the limit sent anyway") == 0) {
+                n += (size_t)sprintf(r, "POST / HTTP/1.1\r\n"
+                                        "Content-Length: %u\r\n\r\n",
+                                     BIG_BODY);
+                memset(r + n, 'b', BIG_BODY);
+                n += BIG_BODY;
+        } else if (strcmp(name, "chunked body over the limit") == 0) {
                 n += (size_t)sprintf(r, "POST / HTTP/1.1\r\n"
                                         "Transfer-Encoding: chunked\r\n\r\n");
                 for (int i = 0; i < 12; i++)
