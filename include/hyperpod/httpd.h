@@ -115,7 +115,8 @@ int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
 
 /*
  * One attempt to bind and listen; host may be "0.0.0.0", "::", "127.0.0.1",
- * a v6 literal; port 0 binds a free port. On error returns -errno (e.g.
+ * a v6 literal, bare or in brackets; port 0 binds a free port. "::" takes
+ * IPv4 too where the system allows (Linux's default). On error returns -errno (e.g.
  * -EADDRINUSE) and writes "cannot listen on HOST:PORT: reason" into err
  * (v6 hosts in brackets). A failed attempt leaves h as it was, so the caller
  * may retry. The socket is close-on-exec: workers do not inherit it.

@@ -880,8 +880,13 @@ static void connection_cb(uv_stream_t *listener, int status)
         struct hp_httpd_conn *c;
 
         if (status < 0) {
-                hp_log_warn("http: accepting a connection failed: %s",
-                            uv_strerror(status));
+                /* Out of descriptors, typically, and then again on every
+                 * attempt: once per burst, as for too many connections. */
+                if (!h->rejecting)
+                        hp_log_warn("http: accepting a connection failed: "
+                                    "%s (logged once per burst)",
+                                    uv_strerror(status));
+                h->rejecting = true;
                 return;
         }
         c = calloc(1, sizeof(*c));
@@ -972,11 +977,20 @@ int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
         } addr;
         socklen_t addrlen;
         bool v6 = strchr(host, ':') != NULL;
-        char where[INET6_ADDRSTRLEN + 16];
+        size_t host_len = strlen(host);
+        char literal[INET6_ADDRSTRLEN];
+        char where[256];
         int on = 1;
         int fd;
         int r;
 
+        /* "[::1]" as in a URL is the same address as "::1". */
+        if (v6 && host_len > 2 && host[0] == '[' && host[host_len - 1] == ']' &&
+            host_len - 2 < sizeof(literal)) {
+                memcpy(literal, host + 1, host_len - 2);
+                literal[host_len - 2] = '\0';
+                host = literal;
+        }
         (void)hp_snprintf(where, sizeof(where), v6 ? "[%s]:%d" : "%s:%d",
                           host, port);
         if (h->listening || h->closing)

@@ -82,6 +82,12 @@ static void echo_handler(void *ctx, const struct hp_httpd_request *req,
         }
         if (strcmp(req->path, "/close-server") == 0)
                 hp_httpd_close(&s->httpd, server_closed_cb);
+        if (strcmp(req->path, "/peer") == 0) {
+                res->status = 200;
+                res->body = req->peer;
+                res->body_len = strlen(req->peer);
+                return;
+        }
         if (strcmp(req->path, "/empty") == 0) {
                 res->status = 204;
                 return;
@@ -511,10 +517,13 @@ static void test_keep_alive_three_requests(void **state)
                 client_expect_echo(c, "GET /k HTTP/1.1\r\n\r\n",
                                    "GET /k q= ct=(none) has_body=0 len=0 "
                                    "body=");
+        client_send(c, "GET /peer HTTP/1.1\r\n\r\n");
+        assert_int_equal(client_response(c), 200);
+        assert_memory_equal(c->body, "127.0.0.1:", 10);
         client_free(c);
         server_stop(&s);
         assert_int_equal(s.httpd.stats.connections_total, 1);
-        assert_int_equal(s.httpd.stats.requests_total, 3);
+        assert_int_equal(s.httpd.stats.requests_total, 4);
         assert_int_equal(s.httpd.stats.current_connections, 0);
 }
 
@@ -1009,7 +1018,8 @@ static void test_ipv6_loopback(void **state)
         struct client *c;
         int r;
 
-        r = server_start_on(&s, &l, "::1");
+        /* Bracketed as in a URL. */
+        r = server_start_on(&s, &l, "[::1]");
         if (r == -EADDRNOTAVAIL || r == -EAFNOSUPPORT) {
                 print_message("no IPv6 loopback here: %s\n", hp_strerror(r));
                 skip();
@@ -1018,6 +1028,9 @@ static void test_ipv6_loopback(void **state)
         c = client_connect_to(AF_INET6, s.port);
         client_expect_echo(c, "GET /v6 HTTP/1.1\r\n\r\n",
                            "GET /v6 q= ct=(none) has_body=0 len=0 body=");
+        client_send(c, "GET /peer HTTP/1.1\r\n\r\n");
+        assert_int_equal(client_response(c), 200);
+        assert_memory_equal(c->body, "[::1]:", 6);
         client_free(c);
         server_stop(&s);
 }
