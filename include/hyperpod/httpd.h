@@ -72,16 +72,19 @@ void hp_httpd_limits_default(struct hp_httpd_limits *l);
 
 /* Counters for /metrics. Plain fields, read on the loop thread. */
 struct hp_httpd_stats {
-        uint64_t requests_total;        /* every response sent, the server's own errors included */
-        uint64_t responses_1xx;         /* final responses only; "100 Continue" is not counted */
+        /* Every response sent, the server's own errors included, by
+         * class. "100 Continue" is not a response here. */
+        uint64_t requests_total;
+        uint64_t responses_1xx;
         uint64_t responses_2xx;
         uint64_t responses_3xx;
         uint64_t responses_4xx;
         uint64_t responses_5xx;
-        uint64_t rejected_requests;     /* answered by the server itself: 400, 408, 413, 414, 431, 505 */
-        uint64_t connections_total;     /* accepted and served */
-        uint64_t rejected_connections;  /* closed at once: over max_connections */
-        uint64_t current_connections;   /* served connections open now */
+        /* Answered by the server itself: 400, 408, 413, 414, 431, 505. */
+        uint64_t rejected_requests;
+        uint64_t connections_total;    /* accepted and served */
+        uint64_t rejected_connections; /* closed at once: over the cap */
+        uint64_t current_connections;  /* served connections open now */
 };
 
 struct hp_httpd_conn; /* private to src/httpd */
@@ -93,9 +96,9 @@ struct hp_httpd {
         void *ctx;
         struct hp_httpd_limits limits;
         http_parser_settings settings;
-        struct hp_httpd_conn *conns; /* every open connection, rejected ones too */
-        int nconns;                /* length of conns */
-        int port;                  /* bound port, 0 before hp_httpd_listen succeeds */
+        struct hp_httpd_conn *conns; /* open connections, rejected too */
+        int nconns;                  /* length of conns */
+        int port;                    /* bound port, or 0 */
         bool listening;
         bool closing;
         bool listener_closed;
@@ -106,7 +109,8 @@ struct hp_httpd {
 
 /*
  * Initializes h and its listener handle (limits copied; NULL means the
- * defaults). From here on hp_httpd_close() must be called, listening or not.
+ * defaults; loop and ctx borrowed, and must outlive the server). h must
+ * stay where it is until close_cb has run. From here on hp_httpd_close() must be called, listening or not.
  * Returns 0 or a negative errno.
  */
 int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
@@ -116,15 +120,16 @@ int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
 /*
  * One attempt to bind and listen; host may be "0.0.0.0", "::", "127.0.0.1",
  * a v6 literal, bare or in brackets; port 0 binds a free port. "::" takes
- * IPv4 too where the system allows (Linux's default). On error returns -errno (e.g.
- * -EADDRINUSE) and writes "cannot listen on HOST:PORT: reason" into err
- * (v6 hosts in brackets). A failed attempt leaves h as it was, so the caller
+ * IPv4 too where the system allows (Linux's default). On error returns
+ * -errno (e.g. -EADDRINUSE) and writes "cannot listen on HOST:PORT: reason"
+ * into err (v6 hosts in brackets); host is borrowed. A failed attempt leaves h as it was, so the caller
  * may retry. The socket is close-on-exec: workers do not inherit it.
  */
 int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
                     size_t errlen);
 
-/* The bound port (useful with port 0); 0 when not listening. */
+/* The bound port (useful with port 0); 0 before hp_httpd_listen()
+ * succeeds. */
 int hp_httpd_port(const struct hp_httpd *h);
 
 /*

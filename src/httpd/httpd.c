@@ -911,7 +911,8 @@ static void connection_cb(uv_stream_t *listener, int status)
                 return;
         }
         peer_name(&c->tcp, c->peer, sizeof(c->peer));
-        if (h->stats.current_connections >= (uint64_t)h->limits.max_connections) {
+        if (h->stats.current_connections >=
+            (uint64_t)h->limits.max_connections) {
                 h->stats.rejected_connections++;
                 if (!h->rejecting)
                         hp_log_warn("http: %s: over %d connections, closing "

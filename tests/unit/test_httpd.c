@@ -464,7 +464,8 @@ static const struct echo_case echo_cases[] = {
           "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
           200, "POST /c q= ct=(none) has_body=1 len=11 body=hello world",
           "text/plain" },
-        { BYTES("POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        { BYTES("POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "0\r\n\r\n"),
           200, "POST /c q= ct=(none) has_body=1 len=0 body=", "text/plain" },
         /* A body with a NUL byte keeps its length. */
         { BYTES("POST /nul HTTP/1.1\r\nContent-Length: 3\r\n\r\na\0b"),
