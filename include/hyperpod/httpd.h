@@ -102,7 +102,7 @@ struct hp_httpd {
         bool listening;
         bool closing;
         bool listener_closed;
-        bool rejecting;            /* in a burst of rejected connections: log once */
+        bool rejecting;            /* in a burst of rejections: log once */
         void (*close_cb)(struct hp_httpd *h);
         struct hp_httpd_stats stats;
 };
@@ -110,8 +110,8 @@ struct hp_httpd {
 /*
  * Initializes h and its listener handle (limits copied; NULL means the
  * defaults; loop and ctx borrowed, and must outlive the server). h must
- * stay where it is until close_cb has run. From here on hp_httpd_close() must be called, listening or not.
- * Returns 0 or a negative errno.
+ * stay where it is until close_cb has run. From here on hp_httpd_close()
+ * must be called, listening or not. Returns 0 or a negative errno.
  */
 int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
                   const struct hp_httpd_limits *limits,
@@ -122,8 +122,9 @@ int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
  * a v6 literal, bare or in brackets; port 0 binds a free port. "::" takes
  * IPv4 too where the system allows (Linux's default). On error returns
  * -errno (e.g. -EADDRINUSE) and writes "cannot listen on HOST:PORT: reason"
- * into err (v6 hosts in brackets); host is borrowed. A failed attempt leaves h as it was, so the caller
- * may retry. The socket is close-on-exec: workers do not inherit it.
+ * into err (v6 hosts in brackets); host is borrowed. A failed attempt
+ * leaves h as it was, so the caller may retry. The socket is close-on-exec:
+ * workers do not inherit it.
  */
 int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
                     size_t errlen);
