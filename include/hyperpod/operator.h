@@ -194,6 +194,7 @@ struct hp_operator {
         bool can_start;
         bool start_pending;     /* RUNNING, workers not started yet */
         bool next_stage_pending; /* a stage succeeded; start the next */
+        bool log_requests;      /* --server-log-level debug or trace */
         bool httpd_ready;
         bool timers_ready;
         /* The last /stop's graceful flag and timeout: sticky, as in the

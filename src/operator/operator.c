@@ -449,6 +449,8 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
         op->stop_graceful = -1;
         op->stop_timeout_s = -1;
         op->last_detection_latency_s = -1;
+        op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
+                           strcmp(cfg->server_log_level, "trace") == 0;
         hp_plr_init(&op->plr, wall_us());
 
         r = env_int("HYPERPOD_ELASTICAGENT_SERVER_MAX_RETRY", 5, 1, 1000,

@@ -227,15 +227,15 @@ static const struct route {
         { "/healthz", HTTP_GET, R_HEALTHZ },
 };
 
-void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
-                        struct hp_httpd_response *res)
+static void route_request(struct hp_operator *op,
+                          const struct hp_httpd_request *req,
+                          struct hp_httpd_response *res)
 {
         static const enum hp_op_route parse_as[] = {
                 [R_START] = HP_OP_START,
                 [R_UPDATE] = HP_OP_UPDATE,
                 [R_STOP] = HP_OP_STOP,
         };
-        struct hp_operator *op = ctx;
         const struct route *route = NULL;
         bool path_known = false;
         struct hp_op_request body;
@@ -258,8 +258,6 @@ void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
                                           : "{\"detail\":\"Not Found\"}");
                 return;
         }
-        hp_log_debug("%s %s from %s", req->method_name, req->path, req->peer);
-
         switch (route->id) {
         case R_START:
         case R_UPDATE:
@@ -306,4 +304,17 @@ void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
                                "ok\n");
                 return;
         }
+}
+
+void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
+                        struct hp_httpd_response *res)
+{
+        struct hp_operator *op = ctx;
+
+        route_request(op, req, res);
+        /* The access log of --server-log-level debug or trace; the
+         * operator polls /status often, so it is off by default. */
+        if (op->log_requests)
+                hp_log_info("%s %s from %s: %d", req->method_name, req->path,
+                            req->peer, res->status);
 }
