@@ -76,7 +76,7 @@ int main(int argc, char **argv)
                 uv_loop_close(&loop);
                 return EXIT_USAGE;
         }
-        if (cfg.rdzv_backend == HP_RDZV_HYPERPOD) {
+        if (hp_config_operator_mode(&cfg)) {
                 /* Operator mode: the HyperPod operator starts, stops and
                  * watches the job over HTTP. */
                 r = hp_operator_init(&op, &agent, &cfg, err, sizeof(err));

@@ -101,6 +101,11 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
 int hp_config_check_files(const struct hp_config *cfg, char *errbuf,
                           size_t errlen);
 
+/* Whether the HyperPod operator drives the job over HTTP: the hyperpod
+ * backend, unless --standalone (which is self-driven whatever the
+ * backend, as in torchrun). */
+bool hp_config_operator_mode(const struct hp_config *cfg);
+
 /* The --help text. */
 const char *hp_config_help(void);
 

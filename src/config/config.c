@@ -850,3 +850,8 @@ int hp_config_check_files(const struct hp_config *cfg, char *errbuf,
         }
         return 0;
 }
+
+bool hp_config_operator_mode(const struct hp_config *cfg)
+{
+        return cfg->rdzv_backend == HP_RDZV_HYPERPOD && !cfg->standalone;
+}

@@ -466,7 +466,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_rdzv_init(&a->rdzv, cfg, errbuf, errlen);
         if (r < 0)
                 return r;
-        if (cfg->rdzv_backend == HP_RDZV_HYPERPOD) {
+        if (hp_config_operator_mode(cfg)) {
                 /* The operator's /start gives the round; until then only
                  * the local shape is known. */
                 a->round.nproc = cfg->nproc;
