@@ -263,7 +263,8 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                         while (msg_len > 0 && rep.message[msg_len - 1] == '\n')
                                 rep.message[--msg_len] = '\0';
                         nl = strrchr(rep.message, '\n');
-                        snprintf(first, sizeof(first), "%s",
+                        snprintf(first, sizeof(first), "%.*s",
+                                 (int)sizeof(first) - 1,
                                  nl ? nl + 1 : rep.message);
                         first[strcspn(first, "\n")] = '\0';
                         r = snprintf(buf + n, len - n,
