@@ -121,7 +121,7 @@ static int parse_number(const char *p, size_t len, uint64_t *out)
 }
 
 /* Parses the text between '[' and ']' (at offset base of the list). The
- * ranges array has room for one range per comma plus one. */
+ * group's ranges array has room for one range per comma plus one. */
 static int parse_group(const char *list, size_t base, size_t len,
                        struct group *g, char *errbuf, size_t errlen)
 {
@@ -330,7 +330,7 @@ static int parse_item(const char *list, size_t start, size_t end,
 static int check_syntax(const char *text, size_t *nranges, char *errbuf,
                         size_t errlen)
 {
-        size_t open_at = 0, commas = 0;
+        size_t open_at = 0, commas = 0, groups = 0;
         bool inside = false;
 
         for (size_t i = 0; text[i] != '\0'; i++) {
@@ -347,6 +347,7 @@ static int check_syntax(const char *text, size_t *nranges, char *errbuf,
                                             "nested '[' at offset %zu", i);
                         inside = true;
                         open_at = i;
+                        groups++;
                 } else if (c == ']') {
                         if (!inside)
                                 return fail(errbuf, errlen, HP_ECONFIG,
@@ -360,7 +361,8 @@ static int check_syntax(const char *text, size_t *nranges, char *errbuf,
         if (inside)
                 return fail(errbuf, errlen, HP_ECONFIG,
                             "'[' at offset %zu is never closed", open_at);
-        *nranges = commas + 1;
+        /* Each group has one range more than it has commas. */
+        *nranges = commas + groups + 1;
         return 0;
 }
 
@@ -379,8 +381,8 @@ int hp_hostlist_expand(const char *text, struct hp_hostlist *out,
         r = check_syntax(text, &nranges, errbuf, errlen);
         if (r < 0)
                 return r;
-        /* Every range is delimited by a comma or a bracket, so there are
-         * never more ranges than commas + 1. */
+        /* One array serves every item in turn: it has room for all the
+         * ranges of the list. */
         ranges = calloc(nranges, sizeof(*ranges));
         if (ranges == NULL)
                 return fail(errbuf, errlen, -ENOMEM, "out of memory");

@@ -411,7 +411,9 @@ int hp_rdzv__resource_config_next(struct hp_rdzv *rdzv,
                 snprintf(errbuf, errlen,
                          "cannot read resource config '%s' (from %s): %s",
                          opt->resource_config, opt->resource_config_source,
-                         r == -EFBIG ? "larger than 16 MiB" : hp_strerror(r));
+                         r == -EFBIG    ? "larger than 16 MiB"
+                         : r == -EISDIR ? "a directory"
+                                        : hp_strerror(r));
                 return HP_ECONFIG;
         }
         r = hp_rdzv_resource_config_place(
