@@ -58,9 +58,13 @@ static const char *env_first(char *const *envp, const char *const *names,
         return NULL;
 }
 
-/* Position of this node in a list, by hp_rdzv__same_host. */
+/* Position of this node in a list: its exact name first, then by
+ * hp_rdzv__same_host (a hostname with a domain). */
 static int find_node(const struct hp_hostlist *list, const char *me)
 {
+        for (size_t i = 0; i < list->count; i++)
+                if (strcmp(list->names[i], me) == 0)
+                        return (int)i;
         for (size_t i = 0; i < list->count; i++)
                 if (hp_rdzv__same_host(list->names[i], me))
                         return (int)i;
