@@ -7,6 +7,15 @@
 
 #include "hyperpod/rendezvous.h"
 
+/* The error exit of a function that releases what it holds at its label
+ * out: the reason into errbuf, HP_ECONFIG into r. */
+#define FAIL_OUT(...)                                                       \
+        do {                                                                \
+                snprintf(errbuf, errlen, __VA_ARGS__);                      \
+                r = HP_ECONFIG;                                             \
+                goto out;                                                   \
+        } while (0)
+
 /* Parses the --rdzv-conf keys of the slurm and resource-config backends
  * into rdzv->opt; an unknown key or a bad value is HP_ECONFIG. */
 int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen);

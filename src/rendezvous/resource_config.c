@@ -189,11 +189,8 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
         }
         groups = cJSON_GetObjectItemCaseSensitive(root, "InstanceGroups");
         if (!cJSON_IsObject(root) || !cJSON_IsArray(groups)) {
-                snprintf(errbuf, errlen,
-                         "resource config '%s' has no InstanceGroups list",
+                FAIL_OUT("resource config '%s' has no InstanceGroups list",
                          path);
-                r = HP_ECONFIG;
-                goto out;
         }
         describe_me(me, who, sizeof(who));
         cJSON_ArrayForEach(g, groups)
@@ -203,12 +200,9 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
                 int i = 0;
 
                 if (name == NULL) {
-                        snprintf(errbuf, errlen,
-                                 "resource config '%s': an instance group "
+                        FAIL_OUT("resource config '%s': an instance group "
                                  "has no Name string",
                                  path);
-                        r = HP_ECONFIG;
-                        goto out;
                 }
                 if (group != NULL) {
                         if (strcmp(name, group) != 0)
@@ -256,22 +250,16 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
         if (r < 0)
                 goto out;
         if (rank < 0) {
-                snprintf(errbuf, errlen,
-                         "%s is not an instance of group '%s' in resource "
+                FAIL_OUT("%s is not an instance of group '%s' in resource "
                          "config '%s'",
                          who, chosen_name, path);
-                r = HP_ECONFIG;
-                goto out;
         }
         instances = cJSON_GetObjectItemCaseSensitive(chosen, "Instances");
         n = cJSON_GetArraySize(instances);
         if (n > HP_HOSTLIST_MAX_HOSTS) {
-                snprintf(errbuf, errlen,
-                         "resource config '%s': group '%s' has %d instances, "
+                FAIL_OUT("resource config '%s': group '%s' has %d instances, "
                          "more than %d",
                          path, chosen_name, n, HP_HOSTLIST_MAX_HOSTS);
-                r = HP_ECONFIG;
-                goto out;
         }
         master = string_field(cJSON_GetArrayItem(instances, 0),
                               "CustomerIpAddress");
@@ -279,12 +267,9 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
         out->node_rank = rank;
         if (hp_snprintf(out->master_addr, sizeof(out->master_addr), "%s",
                         master) < 0) {
-                snprintf(errbuf, errlen,
-                         "resource config '%s': the first address of group "
+                FAIL_OUT("resource config '%s': the first address of group "
                          "'%s' is too long",
                          path, chosen_name);
-                r = HP_ECONFIG;
-                goto out;
         }
         snprintf(what, what_len, "resource config '%s', group '%s'", path,
                  chosen_name);

@@ -206,12 +206,9 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
         if (hosts == &fresh_hosts) {
                 rank = find_node(hosts, me);
                 if (rank < 0) {
-                        snprintf(errbuf, errlen,
-                                 "this node '%s' (%s) is not in the job's "
+                        FAIL_OUT("this node '%s' (%s) is not in the job's "
                                  "current node list '%s' (from %s)",
                                  me, me_source, fresh_list, fresh_source);
-                        r = HP_ECONFIG;
-                        goto out;
                 }
                 if (node_id != NULL &&
                     (hp_parse_int(node_id, 0, INT_MAX, &env_rank) < 0 ||
@@ -225,13 +222,10 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
                          fresh_list);
         } else {
                 if ((int)env_hosts.count != nnodes) {
-                        snprintf(errbuf, errlen,
-                                 "%s is %d but %s '%s' holds %zu host%s",
+                        FAIL_OUT("%s is %d but %s '%s' holds %zu host%s",
                                  count_var, nnodes, list_var, list_text,
                                  env_hosts.count,
                                  env_hosts.count == 1 ? "" : "s");
-                        r = HP_ECONFIG;
-                        goto out;
                 }
                 if (node_id != NULL) {
                         r = rank_from_node_id(envp, node_id, hosts, list_var,
@@ -242,12 +236,9 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
                 } else {
                         rank = find_node(hosts, me);
                         if (rank < 0) {
-                                snprintf(errbuf, errlen,
-                                         "SLURM_NODEID is not set and this "
+                                FAIL_OUT("SLURM_NODEID is not set and this "
                                          "node '%s' (%s) is not in %s '%s'",
                                          me, me_source, list_var, list_text);
-                                r = HP_ECONFIG;
-                                goto out;
                         }
                 }
                 snprintf(what, what_len, "%s=%s", list_var, list_text);
@@ -256,10 +247,8 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
         out->node_rank = rank;
         if (hp_snprintf(out->master_addr, sizeof(out->master_addr), "%s",
                         hosts->names[0]) < 0) {
-                snprintf(errbuf, errlen, "the first host '%s' is too long",
+                FAIL_OUT("the first host '%s' is too long",
                          hosts->names[0]);
-                r = HP_ECONFIG;
-                goto out;
         }
         r = 0;
 out:

@@ -240,22 +240,30 @@ def describe(r, cluster):
             f"--- stderr ---\n{r.stderr[-3000:]}\n{cluster.logs()}")
 
 
+def srun_hyperpodrun(cluster, marker, tmp_path, *args):
+    """srun -N1 hyperpodrun --rdzv-backend slurm ARGS, logs in tmp_path."""
+    return srun(cluster, ["-N1", "-n1", HYPERPODRUN, "--rdzv-backend", "slurm",
+                          "--log-dir", tmp_path / "logs", *args], marker)
+
+
+def read_records(path):
+    return sorted((json.loads(line) for line in path.read_text().splitlines()),
+                  key=lambda x: x["RANK"])
+
+
 def test_srun_gives_ranks_world_and_master(cluster, hpr, marker, tmp_path):
     out = tmp_path / "records"
-    r = srun(cluster, ["-N1", "-n1", HYPERPODRUN, "--rdzv-backend", "slurm",
-                       "--nproc-per-node", "2", "--log-dir",
-                       tmp_path / "logs", WORKER, out], marker)
+    r = srun_hyperpodrun(cluster, marker, tmp_path, "--nproc-per-node", "2",
+                         WORKER, out)
     assert r.returncode == 0, describe(r, cluster)
     m = re.search(r"rendezvous: slurm: node 0 of 1, master (\S+):29500, from "
                   r"scontrol show job (\d+) \(NodeList=(\S+)\)", r.stderr)
     # The real scontrol was asked, and its list named this node.
     assert m, describe(r, cluster)
     assert m.group(1) == cluster.node and m.group(3) == cluster.node
-    records = sorted((json.loads(line) for line in
-                      out.read_text().splitlines()), key=lambda x: x["RANK"])
     assert [(x["RANK"], x["LOCAL_RANK"], x["WORLD_SIZE"], x["GROUP_RANK"],
              x["GROUP_WORLD_SIZE"], x["MASTER_ADDR"], x["MASTER_PORT"])
-            for x in records] == [
+            for x in read_records(out)] == [
         ("0", "0", "2", "0", "1", cluster.node, "29500"),
         ("1", "1", "2", "0", "1", cluster.node, "29500"),
     ]
@@ -263,12 +271,11 @@ def test_srun_gives_ranks_world_and_master(cluster, hpr, marker, tmp_path):
 
 def test_srun_port_from_job_id(cluster, hpr, marker, tmp_path):
     out = tmp_path / "records"
-    r = srun(cluster, ["-N1", "-n1", HYPERPODRUN, "--rdzv-backend", "slurm",
-                       "--rdzv-conf", "master_port=jobid", "--log-dir",
-                       tmp_path / "logs", WORKER, out], marker)
+    r = srun_hyperpodrun(cluster, marker, tmp_path, "--rdzv-conf",
+                         "master_port=jobid", WORKER, out)
     assert r.returncode == 0, describe(r, cluster)
     job_id = int(re.search(r"scontrol show job (\d+)", r.stderr).group(1))
-    record = json.loads(out.read_text())
+    [record] = read_records(out)
     assert record["MASTER_PORT"] == str(15000 + job_id % 10000)
 
 
@@ -276,15 +283,12 @@ def test_srun_sees_the_exit_status(cluster, hpr, marker, tmp_path):
     """srun exits with the task's status: the failing worker's code, and 2
     for bad rendezvous input (nothing spawned)."""
     worker = write_exec(tmp_path / "fail.sh", "#!/bin/sh\nexit 3\n")
-    r = srun(cluster, ["-N1", "-n1", HYPERPODRUN, "--rdzv-backend", "slurm",
-                       "--log-dir", tmp_path / "logs", "--no-python", worker],
-             marker)
+    r = srun_hyperpodrun(cluster, marker, tmp_path, "--no-python", worker)
     assert r.returncode == 3, describe(r, cluster)
 
     out = tmp_path / "records"
-    r = srun(cluster, ["-N1", "-n1", HYPERPODRUN, "--rdzv-backend", "slurm",
-                       "--nnodes", "2", "--log-dir", tmp_path / "logs",
-                       WORKER, out], marker)
+    r = srun_hyperpodrun(cluster, marker, tmp_path, "--nnodes", "2", WORKER,
+                         out)
     assert r.returncode == 2, describe(r, cluster)
     assert re.search(r"hyperpodrun: error: --nnodes 2 disagrees with "
                      r"scontrol show job \d+ \(NodeList=\S+\), which has 1 "

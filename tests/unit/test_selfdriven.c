@@ -29,6 +29,39 @@ extern char **environ;
 
 #define FIXTURE(name) HP_TEST_FIXTURES "/" name
 
+/* What a derivation should give: a place, or an error that mentions
+ * something. On success, mention (if any) must be in the source account. */
+struct place_expect {
+        int result;
+        int nnodes, rank;
+        const char *master;
+        const char *mention;
+};
+
+static void check_place(const char *name, int r, const struct place_expect *e,
+                        const struct hp_rdzv_info *info, const char *errbuf,
+                        const char *what)
+{
+        if (r != e->result)
+                fail_msg("%s: returned %d, expected %d (%s)", name, r,
+                         e->result, errbuf);
+        if (r != 0) {
+                if (strstr(errbuf, e->mention) == NULL)
+                        fail_msg("%s: message '%s' lacks '%s'", name, errbuf,
+                                 e->mention);
+                return;
+        }
+        if (info->nnodes != e->nnodes || info->node_rank != e->rank ||
+            strcmp(info->master_addr, e->master) != 0)
+                fail_msg("%s: node %d of %d, master '%s'; expected node %d "
+                         "of %d, master '%s'",
+                         name, info->node_rank, info->nnodes,
+                         info->master_addr, e->rank, e->nnodes, e->master);
+        if (e->mention != NULL && strstr(what, e->mention) == NULL)
+                fail_msg("%s: the source '%s' lacks '%s'", name, what,
+                         e->mention);
+}
+
 /* ---- Slurm: the derivation ---- */
 
 struct slurm_case {
@@ -36,10 +69,7 @@ struct slurm_case {
         const char *env[12];
         const char *hostname;
         const char *fresh; /* scontrol's NodeList, or NULL */
-        int result;
-        int nnodes, rank;
-        const char *master;
-        const char *mention; /* in errbuf on failure, in what on success */
+        struct place_expect expect;
 };
 
 #define FRESH_SOURCE "scontrol show job 42"
@@ -50,24 +80,31 @@ static const struct slurm_case slurm_cases[] = {
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=ip-10-1-[2-4,7]",
                          "SLURM_NODEID=2", "SLURMD_NODENAME=ip-10-1-4",
-                         "SLURM_NNODES=4", "SLURM_JOB_NODELIST=ip-10-1-[2-4,7]" },
-                .nnodes = 4, .rank = 2, .master = "ip-10-1-2",
-                .mention = "SLURM_STEP_NODELIST=ip-10-1-[2-4,7]",
+                         "SLURM_NNODES=4",
+                         "SLURM_JOB_NODELIST=ip-10-1-[2-4,7]" },
+                .expect = {
+                        .nnodes = 4, .rank = 2, .master = "ip-10-1-2",
+                        .mention = "SLURM_STEP_NODELIST=ip-10-1-[2-4,7]",
+                },
         },
         {
                 .name = "only the job's variables (the batch script)",
                 .env = { "SLURM_NNODES=3", "SLURM_JOB_NODELIST=node[001-003]",
                          "SLURM_NODEID=0", "SLURMD_NODENAME=node001" },
-                .nnodes = 3, .rank = 0, .master = "node001",
-                .mention = "SLURM_JOB_NODELIST=node[001-003]",
+                .expect = {
+                        .nnodes = 3, .rank = 0, .master = "node001",
+                        .mention = "SLURM_JOB_NODELIST=node[001-003]",
+                },
         },
         {
                 .name = "the older spellings SLURM_JOB_NUM_NODES and "
                         "SLURM_NODELIST",
                 .env = { "SLURM_JOB_NUM_NODES=2", "SLURM_NODELIST=a,b",
                          "SLURM_NODEID=1", "SLURMD_NODENAME=b" },
-                .nnodes = 2, .rank = 1, .master = "a",
-                .mention = "SLURM_NODELIST=a,b",
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "a",
+                        .mention = "SLURM_NODELIST=a,b",
+                },
         },
         {
                 .name = "a step on part of the job: the step's variables win",
@@ -75,36 +112,46 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=n[3-4]", "SLURM_NODEID=1",
                          "SLURMD_NODENAME=n4" },
-                .nnodes = 2, .rank = 1, .master = "n3",
-                .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "n3",
+                        .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                },
         },
         {
                 .name = "no SLURM_NODEID: the position of SLURMD_NODENAME",
                 .env = { "SLURM_STEP_NUM_NODES=3",
                          "SLURM_STEP_NODELIST=n[1-3]",
                          "SLURMD_NODENAME=n3" },
-                .nnodes = 3, .rank = 2, .master = "n1",
+                .expect = {
+                        .nnodes = 3, .rank = 2, .master = "n1",
+                },
         },
         {
                 .name = "neither: the hostname, whose domain is ignored",
                 .env = { "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=ip-10-1-[2-3]" },
                 .hostname = "ip-10-1-3.ec2.internal",
-                .nnodes = 2, .rank = 1, .master = "ip-10-1-2",
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "ip-10-1-2",
+                },
         },
         {
                 .name = "SLURM_NODEID without SLURMD_NODENAME is trusted",
                 .env = { "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=a[1-2]", "SLURM_NODEID=1" },
                 .hostname = "elsewhere",
-                .nnodes = 2, .rank = 1, .master = "a1",
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "a1",
+                },
         },
         {
                 .name = "two bracket groups",
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=rack[1-2]-n[01-02]",
                          "SLURM_NODEID=3", "SLURMD_NODENAME=rack2-n02" },
-                .nnodes = 4, .rank = 3, .master = "rack1-n01",
+                .expect = {
+                        .nnodes = 4, .rank = 3, .master = "rack1-n01",
+                },
         },
         {
                 .name = "scontrol's list wins over a stale environment",
@@ -113,8 +160,10 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NODELIST=n[1-4]", "SLURM_NODEID=2",
                          "SLURMD_NODENAME=n3" },
                 .fresh = "n[1,3-4,9]",
-                .nnodes = 4, .rank = 1, .master = "n1",
-                .mention = FRESH_SOURCE " (NodeList=n[1,3-4,9])",
+                .expect = {
+                        .nnodes = 4, .rank = 1, .master = "n1",
+                        .mention = FRESH_SOURCE " (NodeList=n[1,3-4,9])",
+                },
         },
         {
                 .name = "scontrol's list gives a new master",
@@ -122,8 +171,10 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NODELIST=n[1-2]", "SLURM_NODEID=1",
                          "SLURMD_NODENAME=n6" },
                 .fresh = "n[5-6]",
-                .nnodes = 2, .rank = 1, .master = "n5",
-                .mention = FRESH_SOURCE,
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "n5",
+                        .mention = FRESH_SOURCE,
+                },
         },
         {
                 .name = "scontrol's job list is longer than the step: the "
@@ -132,8 +183,10 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NODELIST=n[3-4]", "SLURM_NODEID=0",
                          "SLURMD_NODENAME=n3" },
                 .fresh = "n[1-8]",
-                .nnodes = 2, .rank = 0, .master = "n3",
-                .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                .expect = {
+                        .nnodes = 2, .rank = 0, .master = "n3",
+                        .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                },
         },
         {
                 .name = "scontrol's list is malformed: the environment "
@@ -142,97 +195,129 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NODELIST=n[3-4]", "SLURM_NODEID=1",
                          "SLURMD_NODENAME=n4" },
                 .fresh = "n[3-",
-                .nnodes = 2, .rank = 1, .master = "n3",
-                .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                .expect = {
+                        .nnodes = 2, .rank = 1, .master = "n3",
+                        .mention = "SLURM_STEP_NODELIST=n[3-4]",
+                },
         },
 
         /* Bad input: each error names the variable and its value. */
         {
                 .name = "not under Slurm",
                 .env = { "HOME=/root" },
-                .result = HP_ECONFIG,
-                .mention = "none of SLURM_STEP_NUM_NODES, SLURM_NNODES, "
-                           "SLURM_JOB_NUM_NODES is set",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "none of SLURM_STEP_NUM_NODES, "
+                                   "SLURM_NNODES, "
+                                   "SLURM_JOB_NUM_NODES is set",
+                },
         },
         {
                 .name = "a node count that is not a number",
                 .env = { "SLURM_NNODES=four", "SLURM_JOB_NODELIST=n1" },
-                .result = HP_ECONFIG,
-                .mention = "invalid value 'four' for SLURM_NNODES "
-                           "(environment)",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "invalid value 'four' for SLURM_NNODES "
+                                   "(environment)",
+                },
         },
         {
                 .name = "a node count of zero",
                 .env = { "SLURM_STEP_NUM_NODES=0",
                          "SLURM_STEP_NODELIST=n1" },
-                .result = HP_ECONFIG,
-                .mention = "invalid value '0' for SLURM_STEP_NUM_NODES",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "invalid value '0' for SLURM_STEP_NUM_NODES",
+                },
         },
         {
                 .name = "no node list",
                 .env = { "SLURM_STEP_NUM_NODES=2", "SLURM_NODEID=0" },
-                .result = HP_ECONFIG,
-                .mention = "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST, "
-                           "SLURM_NODELIST is set",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "none of SLURM_STEP_NODELIST, "
+                                   "SLURM_JOB_NODELIST, "
+                                   "SLURM_NODELIST is set",
+                },
         },
         {
                 .name = "a malformed node list",
                 .env = { "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=n[2-1]", "SLURM_NODEID=0" },
-                .result = HP_ECONFIG,
-                .mention = "invalid host list 'n[2-1]' in SLURM_STEP_NODELIST "
-                           "(environment): reversed range '2-1'",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "invalid host list 'n[2-1]' in "
+                                   "SLURM_STEP_NODELIST "
+                                   "(environment): reversed range '2-1'",
+                },
         },
         {
                 .name = "a list shorter than the count",
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=n[1-3]", "SLURM_NODEID=0" },
-                .result = HP_ECONFIG,
-                .mention = "SLURM_STEP_NUM_NODES is 4 but SLURM_STEP_NODELIST "
-                           "'n[1-3]' holds 3 hosts",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "SLURM_STEP_NUM_NODES is 4 but "
+                                   "SLURM_STEP_NODELIST "
+                                   "'n[1-3]' holds 3 hosts",
+                },
         },
         {
                 .name = "a node id out of range",
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=n[1-4]", "SLURM_NODEID=4" },
-                .result = HP_ECONFIG,
-                .mention = "SLURM_NODEID 4 (environment) is out of range: "
-                           "SLURM_STEP_NUM_NODES is 4, so node ids go from "
-                           "0 to 3",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "SLURM_NODEID 4 (environment) is out of "
+                                   "range: "
+                                   "SLURM_STEP_NUM_NODES is 4, so node ids go "
+                                   "from "
+                                   "0 to 3",
+                },
         },
         {
                 .name = "a node id that is not a number",
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=n[1-4]", "SLURM_NODEID=x1" },
-                .result = HP_ECONFIG,
-                .mention = "invalid value 'x1' for SLURM_NODEID",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "invalid value 'x1' for SLURM_NODEID",
+                },
         },
         {
                 .name = "a negative node id",
                 .env = { "SLURM_STEP_NUM_NODES=4",
                          "SLURM_STEP_NODELIST=n[1-4]", "SLURM_NODEID=-1" },
-                .result = HP_ECONFIG,
-                .mention = "invalid value '-1' for SLURM_NODEID",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "invalid value '-1' for SLURM_NODEID",
+                },
         },
         {
                 .name = "a node id that points at another node",
                 .env = { "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=n[1-2]", "SLURM_NODEID=0",
                          "SLURMD_NODENAME=n2" },
-                .result = HP_ECONFIG,
-                .mention = "SLURM_NODEID 0 points at 'n1' in "
-                           "SLURM_STEP_NODELIST 'n[1-2]', but this node is "
-                           "'n2' (SLURMD_NODENAME)",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "SLURM_NODEID 0 points at 'n1' in "
+                                   "SLURM_STEP_NODELIST 'n[1-2]', but this "
+                                   "node is "
+                                   "'n2' (SLURMD_NODENAME)",
+                },
         },
         {
                 .name = "no node id and this node not in the list",
                 .env = { "SLURM_STEP_NUM_NODES=2",
                          "SLURM_STEP_NODELIST=n[1-2]",
                          "SLURMD_NODENAME=n7" },
-                .result = HP_ECONFIG,
-                .mention = "SLURM_NODEID is not set and this node 'n7' "
-                           "(SLURMD_NODENAME) is not in SLURM_STEP_NODELIST "
-                           "'n[1-2]'",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "SLURM_NODEID is not set and this node 'n7' "
+                                   "(SLURMD_NODENAME) is not in "
+                                   "SLURM_STEP_NODELIST "
+                                   "'n[1-2]'",
+                },
         },
         {
                 .name = "this node not in scontrol's list",
@@ -240,10 +325,13 @@ static const struct slurm_case slurm_cases[] = {
                          "SLURM_STEP_NODELIST=n[1-2]", "SLURM_NODEID=1",
                          "SLURMD_NODENAME=n2" },
                 .fresh = "n[5-6]",
-                .result = HP_ECONFIG,
-                .mention = "this node 'n2' (SLURMD_NODENAME) is not in the "
-                           "job's current node list 'n[5-6]' (from "
-                           FRESH_SOURCE ")",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "this node 'n2' (SLURMD_NODENAME) is not in "
+                                   "the "
+                                   "job's current node list 'n[5-6]' (from "
+                                   FRESH_SOURCE ")",
+                },
         },
 };
 
@@ -261,25 +349,7 @@ static void test_slurm_place(void **state)
                                         c->hostname ? c->hostname : "nohost",
                                         c->fresh, FRESH_SOURCE, &info, what,
                                         sizeof(what), errbuf, sizeof(errbuf));
-                if (r != c->result)
-                        fail_msg("%s: returned %d, expected %d (%s)", c->name,
-                                 r, c->result, errbuf);
-                if (r != 0) {
-                        if (strstr(errbuf, c->mention) == NULL)
-                                fail_msg("%s: message '%s' lacks '%s'",
-                                         c->name, errbuf, c->mention);
-                        continue;
-                }
-                if (info.nnodes != c->nnodes || info.node_rank != c->rank ||
-                    strcmp(info.master_addr, c->master) != 0)
-                        fail_msg("%s: node %d of %d, master '%s'; expected "
-                                 "node %d of %d, master '%s'",
-                                 c->name, info.node_rank, info.nnodes,
-                                 info.master_addr, c->rank, c->nnodes,
-                                 c->master);
-                if (c->mention != NULL && strstr(what, c->mention) == NULL)
-                        fail_msg("%s: the source '%s' lacks '%s'", c->name,
-                                 what, c->mention);
+                check_place(c->name, r, &c->expect, &info, errbuf, what);
         }
 }
 
@@ -337,10 +407,7 @@ struct resource_case {
         const char *group;
         const char *addrs[4];
         const char *hostname;
-        int result;
-        int nnodes, rank;
-        const char *master;
-        const char *mention;
+        struct place_expect expect;
 };
 
 static const struct resource_case resource_cases[] = {
@@ -348,49 +415,64 @@ static const struct resource_case resource_cases[] = {
                 .name = "the group that holds this address",
                 .file = "resource_config_4node.json",
                 .addrs = { "127.0.0.1", "10.1.1.14" },
-                .nnodes = 4, .rank = 2, .master = "10.1.1.13",
-                .mention = "group 'worker-group-1'",
+                .expect = {
+                        .nnodes = 4, .rank = 2, .master = "10.1.1.13",
+                        .mention = "group 'worker-group-1'",
+                },
         },
         {
                 .name = "a named group; file order, not address order",
                 .file = "resource_config_4node.json",
                 .group = "worker-group-1",
                 .addrs = { "10.1.1.12" },
-                .nnodes = 4, .rank = 3, .master = "10.1.1.13",
+                .expect = {
+                        .nnodes = 4, .rank = 3, .master = "10.1.1.13",
+                },
         },
         {
                 .name = "the controller's own group of one",
                 .file = "resource_config_4node.json",
                 .addrs = { "10.1.0.10" },
-                .nnodes = 1, .rank = 0, .master = "10.1.0.10",
-                .mention = "group 'controller-machine'",
+                .expect = {
+                        .nnodes = 1, .rank = 0, .master = "10.1.0.10",
+                        .mention = "group 'controller-machine'",
+                },
         },
         {
                 .name = "AgentIpAddress is not this node's training address",
                 .file = "resource_config_4node.json",
                 .addrs = { "172.16.1.11" },
-                .result = HP_ECONFIG,
-                .mention = "this node (network interfaces 172.16.1.11) is in "
-                           "no instance group of resource config",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "this node (network interfaces 172.16.1.11) "
+                                   "is in "
+                                   "no instance group of resource config",
+                },
         },
         {
                 .name = "found by InstanceName",
                 .file = "resource_config_4node.json",
                 .hostname = "worker-group-1-2",
-                .nnodes = 4, .rank = 1, .master = "10.1.1.13",
+                .expect = {
+                        .nnodes = 4, .rank = 1, .master = "10.1.1.13",
+                },
         },
         {
                 .name = "found by InstanceName, the hostname with a domain",
                 .file = "resource_config_4node.json",
                 .addrs = { "192.168.0.1" },
                 .hostname = "worker-group-1-4.cluster.local",
-                .nnodes = 4, .rank = 3, .master = "10.1.1.13",
+                .expect = {
+                        .nnodes = 4, .rank = 3, .master = "10.1.1.13",
+                },
         },
         {
                 .name = "IPv6 addresses compare as addresses",
                 .file = "resource_config_ipv6.json",
                 .addrs = { "fd00::a" },
-                .nnodes = 2, .rank = 0, .master = "fd00:0:0:0::a",
+                .expect = {
+                        .nnodes = 2, .rank = 0, .master = "fd00:0:0:0::a",
+                },
         },
 
         /* Bad input: each error names the file. */
@@ -398,67 +480,88 @@ static const struct resource_case resource_cases[] = {
                 .name = "bad JSON",
                 .file = "resource_config_bad_json.json",
                 .addrs = { "10.2.0.1" },
-                .result = HP_ECONFIG,
-                .mention = "resource_config_bad_json.json' is not valid JSON "
-                           "(line 5, column 76)",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "resource_config_bad_json.json' is not "
+                                   "valid JSON "
+                                   "(line 5, column 76)",
+                },
         },
         {
                 .name = "no InstanceGroups",
                 .file = "resource_config_no_groups.json",
                 .addrs = { "10.2.0.1" },
-                .result = HP_ECONFIG,
-                .mention = "resource_config_no_groups.json' has no "
-                           "InstanceGroups list",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "resource_config_no_groups.json' has no "
+                                   "InstanceGroups list",
+                },
         },
         {
                 .name = "an instance group that is not there",
                 .file = "resource_config_4node.json",
                 .group = "gpu-workers",
                 .addrs = { "10.1.1.11" },
-                .result = HP_ECONFIG,
-                .mention = "instance group 'gpu-workers' (--rdzv-conf "
-                           "instance_group) is not in resource config",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "instance group 'gpu-workers' (--rdzv-conf "
+                                   "instance_group) is not in resource config",
+                },
         },
         {
                 .name = "the message lists the groups there are",
                 .file = "resource_config_4node.json",
                 .group = "gpu-workers",
-                .result = HP_ECONFIG,
-                .mention = "which has: controller-machine, login-group, "
-                           "worker-group-1",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "which has: controller-machine, "
+                                   "login-group, "
+                                   "worker-group-1",
+                },
         },
         {
                 .name = "this node in no group",
                 .file = "resource_config_4node.json",
                 .addrs = { "10.9.9.9" },
                 .hostname = "vm",
-                .result = HP_ECONFIG,
-                .mention = "this node (network interfaces 10.9.9.9; hostname "
-                           "vm) is in no instance group",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "this node (network interfaces 10.9.9.9; "
+                                   "hostname "
+                                   "vm) is in no instance group",
+                },
         },
         {
                 .name = "this node not in the named group",
                 .file = "resource_config_4node.json",
                 .group = "worker-group-1",
                 .addrs = { "10.1.0.10" },
-                .result = HP_ECONFIG,
-                .mention = "is not an instance of group 'worker-group-1'",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "is not an instance of group "
+                                   "'worker-group-1'",
+                },
         },
         {
                 .name = "an instance without CustomerIpAddress",
                 .file = "resource_config_no_address.json",
                 .addrs = { "10.2.0.1" },
-                .result = HP_ECONFIG,
-                .mention = "instance 1 of group 'workers' has no "
-                           "CustomerIpAddress string",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "instance 1 of group 'workers' has no "
+                                   "CustomerIpAddress string",
+                },
         },
         {
                 .name = "two instances with one address",
                 .file = "resource_config_duplicate.json",
                 .addrs = { "10.2.0.2" },
-                .result = HP_ECONFIG,
-                .mention = "instances 0 and 2 of group 'workers' have the "
-                           "same CustomerIpAddress 10.2.0.1",
+                .expect = {
+                        .result = HP_ECONFIG,
+                        .mention = "instances 0 and 2 of group 'workers' have "
+                                   "the "
+                                   "same CustomerIpAddress 10.2.0.1",
+                },
         },
 };
 
@@ -509,55 +612,29 @@ static void test_resource_config_place(void **state)
                                                   sizeof(what), errbuf,
                                                   sizeof(errbuf));
                 test_free(json);
-                if (r != c->result)
-                        fail_msg("%s: returned %d, expected %d (%s)", c->name,
-                                 r, c->result, errbuf);
-                if (r != 0) {
-                        if (strstr(errbuf, c->mention) == NULL)
-                                fail_msg("%s: message '%s' lacks '%s'",
-                                         c->name, errbuf, c->mention);
-                        continue;
-                }
-                if (info.nnodes != c->nnodes || info.node_rank != c->rank ||
-                    strcmp(info.master_addr, c->master) != 0)
-                        fail_msg("%s: node %d of %d, master '%s'; expected "
-                                 "node %d of %d, master '%s'",
-                                 c->name, info.node_rank, info.nnodes,
-                                 info.master_addr, c->rank, c->nnodes,
-                                 c->master);
-                if (c->mention != NULL && strstr(what, c->mention) == NULL)
-                        fail_msg("%s: the source '%s' lacks '%s'", c->name,
-                                 what, c->mention);
+                check_place(c->name, r, &c->expect, &info, errbuf, what);
         }
 }
 
 /* ---- Whole rounds through hp_rdzv_init and hp_rdzv_next ---- */
 
-/* Removes every variable of the environment that starts with one of the
- * prefixes, so that the machine's own cannot leak into a case. */
-static void unset_prefixed(void)
+/* Every variable the backends and the parser read that a case may set, or
+ * that the machine running the tests may have: each case starts without
+ * them. */
+static const char *const case_variables[] = {
+        "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES",
+        "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+        "SLURM_NODEID", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID",
+        "SAGEMAKER_RESOURCE_CONFIG_PATH", "PET_NNODES", "PET_NODE_RANK",
+        "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_BACKEND",
+        "PET_RDZV_ENDPOINT", "PET_RDZV_ID", "PET_RDZV_CONF", "PET_STANDALONE",
+        "PET_LOCAL_ADDR", "PET_NPROC_PER_NODE",
+};
+
+static void unset_case_variables(void)
 {
-        static const char *const prefixes[] = { "PET_", "SLURM", "SAGEMAKER_" };
-        char *names[256];
-        size_t n = 0;
-
-        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names); e++) {
-                const char *eq = strchr(*e, '=');
-                bool match = false;
-
-                for (size_t i = 0; i < HP_ARRAY_SIZE(prefixes); i++)
-                        match |= strncmp(*e, prefixes[i],
-                                         strlen(prefixes[i])) == 0;
-                if (match && eq != NULL) {
-                        names[n] = strndup(*e, (size_t)(eq - *e));
-                        assert_non_null(names[n]);
-                        n++;
-                }
-        }
-        for (size_t i = 0; i < n; i++) {
-                assert_int_equal(unsetenv(names[i]), 0);
-                free(names[i]);
-        }
+        for (size_t i = 0; i < HP_ARRAY_SIZE(case_variables); i++)
+                assert_int_equal(unsetenv(case_variables[i]), 0);
 }
 
 struct round {
@@ -580,7 +657,7 @@ static struct round *round_setup(const char *const *args,
         assert_non_null(t);
         t->cfg = test_calloc(1, sizeof(*t->cfg));
         assert_non_null(t->cfg);
-        unset_prefixed();
+        unset_case_variables();
         for (size_t i = 0; env != NULL && env[i] != NULL; i++)
                 assert_int_equal(putenv((char *)env[i]), 0);
         while (args[argc] != NULL) {
@@ -607,7 +684,7 @@ static int round_next(struct round *t)
 
 static void round_free(struct round *t)
 {
-        unset_prefixed();
+        unset_case_variables();
         test_free(t->cfg);
         test_free(t);
 }
