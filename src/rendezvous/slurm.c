@@ -485,33 +485,43 @@ static int port_from_job_id(char *const *envp, int *port, char *errbuf,
 int hp_rdzv__slurm_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                         char *errbuf, size_t errlen)
 {
-        char list[4096], source[128] = "", what[4096 + 256];
+        char source[128] = "", what[2048];
         const char *job_id, *name;
+        char *list;
         int r, fresh;
 
+        /* A fragmented list of many nodes can be long: room for all that
+         * scontrol may say. */
+        list = malloc(SCONTROL_OUTPUT_MAX);
+        if (list == NULL)
+                return -ENOMEM;
         job_id = env_first(environ, job_id_vars, HP_ARRAY_SIZE(job_id_vars),
                            &name);
-        fresh = fresh_node_list(rdzv, job_id, list, sizeof(list), source,
-                                sizeof(source), errbuf, errlen);
-        if (fresh < 0)
-                return fresh;
+        fresh = fresh_node_list(rdzv, job_id, list, SCONTROL_OUTPUT_MAX,
+                                source, sizeof(source), errbuf, errlen);
+        r = fresh;
+        if (r < 0)
+                goto out;
         r = hp_rdzv_slurm_place(environ, rdzv->hostname,
                                 fresh ? list : NULL, source, out, what,
                                 sizeof(what), errbuf, errlen);
         if (r < 0)
-                return r;
+                goto out;
         r = hp_rdzv__check_flags(rdzv->cfg, what, out, errbuf, errlen);
         if (r < 0)
-                return r;
+                goto out;
         out->master_port = rdzv->cfg->master_port;
         if (rdzv->opt.port_from_job_id) {
                 r = port_from_job_id(environ, &out->master_port, errbuf,
                                      errlen);
                 if (r < 0)
-                        return r;
+                        goto out;
         }
         hp_log_info("rendezvous: slurm: node %d of %d, master %s:%d, from %s",
                     out->node_rank, out->nnodes, out->master_addr,
                     out->master_port, what);
-        return 0;
+        r = 0;
+out:
+        free(list);
+        return r;
 }

@@ -208,13 +208,16 @@ def test_restart_rereads_resource_config(hpr, tmp_path):
                  "--max-restarts", "1", "--nproc-per-node", "2",
                  WORKER, out, replaced, rc])
     assert r.rc == 0, r.describe()
-    records = sorted(read_records(out),
-                     key=lambda x: (x["TORCHELASTIC_RESTART_COUNT"], x["RANK"]))
-    assert [(x["TORCHELASTIC_RESTART_COUNT"], x["GROUP_RANK"],
-             x["GROUP_WORLD_SIZE"], x["RANK"], x["WORLD_SIZE"],
-             x["MASTER_ADDR"]) for x in records] == [
-        ("0", "0", "1", "0", "2", "127.0.0.1"),
-        ("0", "0", "1", "1", "2", "127.0.0.1"),
+    records = sorted((x["TORCHELASTIC_RESTART_COUNT"], x["GROUP_RANK"],
+                      x["GROUP_WORLD_SIZE"], x["RANK"], x["WORLD_SIZE"],
+                      x["MASTER_ADDR"]) for x in read_records(out))
+    # Rank 1 of attempt 0 may be stopped before it writes its record: its
+    # local rank 0 failed on purpose.
+    attempt0 = [x for x in records if x[0] == "0"]
+    assert attempt0 in ([("0", "0", "1", "0", "2", "127.0.0.1")],
+                        [("0", "0", "1", "0", "2", "127.0.0.1"),
+                         ("0", "0", "1", "1", "2", "127.0.0.1")]), records
+    assert [x for x in records if x[0] != "0"] == [
         ("1", "1", "2", "2", "4", "127.0.0.3"),
         ("1", "1", "2", "3", "4", "127.0.0.3"),
     ]

@@ -934,6 +934,40 @@ static void test_slurm_asks_scontrol(void **state)
         fake_dir_remove(&d);
 }
 
+/* A fragmented list of 1500 nodes is longer than a page: scontrol's answer
+ * is read whole, and the list it gives is used. */
+static void test_slurm_long_node_list(void **state)
+{
+        static const char *const env[] = {
+                "SLURM_STEP_NUM_NODES=1500", "SLURM_STEP_NODELIST=n[1-1500]",
+                "SLURM_NODEID=2", "SLURMD_NODENAME=n3", "SLURM_JOB_ID=123456",
+                NULL
+        };
+        size_t len = 64 + 1500 * 8, used;
+        char *body = test_malloc(len), conf[256];
+        const char *argv[] = { "hyperpodrun", "--rdzv-backend", "slurm",
+                               "--rdzv-conf", conf, "t.py", NULL };
+        struct fake_dir d;
+        struct round *t;
+
+        (void)state;
+        /* Odd numbers only: n1,n3,n5,... puts n3 at position 1. */
+        used = (size_t)snprintf(body, len, "echo 'JobId=123456 NodeList=");
+        for (int i = 0; i < 1500; i++)
+                used += (size_t)snprintf(body + used, len - used, "%sn%d",
+                                         i ? "," : "", 2 * i + 1);
+        snprintf(body + used, len - used, " BatchHost=n1'");
+        assert_true(strlen(body) > 8192);
+        fake_dir_make(&d);
+        fake_write(&d, body);
+        snprintf(conf, sizeof(conf), "scontrol=%s", d.script);
+        t = round_setup(argv, env);
+        expect_round(t, 1500, 1, 1, "n1", 29500);
+        round_free(t);
+        fake_dir_remove(&d);
+        test_free(body);
+}
+
 /* scontrol found in PATH, as on a Slurm node. */
 static void test_slurm_finds_scontrol_in_path(void **state)
 {
@@ -1086,6 +1120,7 @@ int main(void)
                 cmocka_unit_test(test_slurm_rounds),
                 cmocka_unit_test(test_slurm_bad_flags_and_keys),
                 cmocka_unit_test(test_slurm_asks_scontrol),
+                cmocka_unit_test(test_slurm_long_node_list),
                 cmocka_unit_test(test_slurm_finds_scontrol_in_path),
                 cmocka_unit_test(test_resource_config_rounds),
         };

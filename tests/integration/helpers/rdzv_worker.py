@@ -6,8 +6,9 @@ usage: rdzv_worker.py OUTFILE [FROM TO]
 Appends one JSON line to OUTFILE with the attempt, the ranks, the sizes
 and the master. With FROM and TO, in attempt 0 local rank 0 then moves FROM over TO (a new
 resource_config.json, or a new answer for a stand-in scontrol) and exits 1,
-so that the restart has to read the rendezvous again to see it; the other
-local ranks exit 0 at once, so none can stop rank 0 before its move.
+so that the restart has to read the rendezvous again to see it. The other
+local ranks exit 0 at once, so that none can stop rank 0 before its move
+(rank 0's failure may stop them before they write their record).
 """
 import json
 import os
