@@ -318,18 +318,27 @@ def test_sbatch_example_allreduce(cluster, hpr, marker, tmp_path):
                 "AUTO_RESUME": "", "NPROC_PER_NODE": "2",
                 "LOG_DIR": str(tmp_path / "logs"),
                 "PYTHONDONTWRITEBYTECODE": "1"})
-    try:
-        r = subprocess.run([find("sbatch"), "--wait", "-N1",
-                            f"--output={output}", str(SBATCH_EXAMPLE),
-                            str(EXAMPLE)],
-                           env=env, capture_output=True, text=True,
-                           timeout=180, cwd=tmp_path)
-    except subprocess.TimeoutExpired:
-        pytest.fail("sbatch --wait did not finish within 180s\n"
-                    + cluster.logs())
+    r = subprocess.run([find("sbatch"), "--parsable", "-N1",
+                        f"--output={output}", str(SBATCH_EXAMPLE),
+                        str(EXAMPLE)],
+                       env=env, capture_output=True, text=True, timeout=30,
+                       cwd=tmp_path)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}\n{cluster.logs()}"
+    job_id = r.stdout.strip().split(";")[0]
+    # sbatch --wait would do, but it sleeps up to 10 s between looks.
+    state = {}
+
+    def finished():
+        q = subprocess.run([find("scontrol"), "--oneliner", "show", "job",
+                            job_id], env=cluster.env, capture_output=True,
+                           text=True, timeout=10)
+        state.update(re.findall(r"(JobState|ExitCode)=(\S+)", q.stdout))
+        return state.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED",
+                                         "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+    wait_until(finished, 180, f"job {job_id} to end", cluster.logs)
     text = output.read_text() if output.exists() else ""
-    assert r.returncode == 0, (f"{r.stdout}\n{r.stderr}\n--- job output "
-                               f"---\n{text}\n{cluster.logs()}")
+    assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), (
+        f"{state}\n--- job output ---\n{text}\n{cluster.logs()}")
     by_rank = worker_lines(text.encode())
     assert by_rank.get(0) == [b"rank 0/2 (local 0): all_reduce sum = 3"], text
     assert by_rank.get(1) == [b"rank 1/2 (local 1): all_reduce sum = 3"], text
