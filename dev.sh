@@ -7,9 +7,11 @@
 set -eu
 cd "$(dirname "$0")"
 
+# slurmctld, slurmd, slurm-client and munge: tests/integration/test_slurm.py
+# starts a private one-node Slurm cluster from them.
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
-python3-torch valgrind mandoc man-db procps"
+python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge"
 
 install_missing() {
         missing=""

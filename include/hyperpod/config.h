@@ -38,6 +38,11 @@ struct hp_config {
         int node_rank;
         const char *master_addr;
         int master_port;
+        /* Set when the flag or its PET_* variable was given: the slurm and
+         * resource-config backends derive these and cross-check them. */
+        bool nnodes_given;
+        bool node_rank_given;
+        bool master_addr_given;
         bool master_port_given;
         enum hp_rdzv_backend rdzv_backend;
         const char *rdzv_backend_name;

@@ -2,7 +2,9 @@
 #ifndef HYPERPOD_RENDEZVOUS_H
 #define HYPERPOD_RENDEZVOUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hyperpod/config.h"
 
@@ -19,17 +21,38 @@ struct hp_rdzv_info {
         int master_port;
 };
 
+/* The --rdzv-conf keys the self-driven backends read, parsed once by
+ * hp_rdzv_init. Empty strings mean "not given". */
+struct hp_rdzv_options {
+        /* slurm */
+        char scontrol[4096];       /* "off", a path, or "" for PATH */
+        uint64_t scontrol_timeout_ms;
+        bool port_from_job_id;     /* master_port=jobid */
+        /* resource-config */
+        char resource_config[4096];
+        char resource_config_source[64]; /* where the path came from */
+        char instance_group[256];
+};
+
 struct hp_rdzv {
         const struct hp_config *cfg; /* borrowed */
         char run_id[128];            /* fixed for the agent's life */
+        struct hp_rdzv_options opt;
+        char hostname[256];          /* this machine's, for the self-driven
+                                      * backends */
 };
 
-/* Fixes the run id (a random UUID with --standalone). */
+/* Fixes the run id (a random UUID with --standalone) and checks the
+ * --rdzv-conf keys of the slurm and resource-config backends. Errors are
+ * HP_ECONFIG with the reason in errbuf. */
 int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
                  char *errbuf, size_t errlen);
 
-/* Runs one round. Self-driven backends answer at once; a backend that is
- * not available returns HP_ENOTSUP with the reason in errbuf. */
+/* Runs one round. Self-driven backends answer at once (the slurm backend
+ * may wait up to scontrol_timeout for scontrol); a backend that is not
+ * available returns HP_ENOTSUP with the reason in errbuf. Bad input (a
+ * missing or malformed variable or file, this node not in the list) is
+ * HP_ECONFIG, with the source and the value named in errbuf. */
 int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                  size_t errlen);
 
@@ -37,5 +60,77 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
  * absent. Exposed for tests. */
 int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
                            int default_port, int *port);
+
+/* ---- Slurm hostlists ---- */
+
+/*
+ * Caps on what one hostlist may expand to. Slurm itself refuses a range of
+ * more than 64 Ki hosts; a larger expansion can only be a typo or hostile,
+ * and would cost 16 MiB of names. HP_ETOOBIG past either cap.
+ */
+#define HP_HOSTLIST_MAX_HOSTS 65536
+#define HP_HOSTLIST_MAX_NAME 255
+
+struct hp_hostlist {
+        size_t count;
+        char **names; /* count names, in Slurm's order; owned */
+};
+
+/*
+ * Expands a Slurm hostlist as `scontrol show hostnames` does:
+ * "ip-10-1-[2-4,7]", "node[001-003]", "a[1-2],b3", "rack[1-2]-n[01-02]".
+ * Items are separated by commas outside brackets; a bracket group holds
+ * comma-separated numbers or LO-HI ranges, zero-padded to the width of LO;
+ * several groups in one name expand to every combination, in Slurm's order
+ * (the last group fastest, then the first, the second, ...). Text may
+ * follow the last group. Malformed lists (unbalanced or nested brackets,
+ * empty items or groups, reversed or non-numeric ranges, blanks) give
+ * HP_ECONFIG and a reason with the byte offset in errbuf; expansions past
+ * the caps give HP_ETOOBIG. On success free the list with hp_hostlist_free.
+ */
+int hp_hostlist_expand(const char *text, struct hp_hostlist *out,
+                       char *errbuf, size_t errlen);
+void hp_hostlist_free(struct hp_hostlist *list);
+
+/* ---- The self-driven backends' pure parts, exposed for tests ---- */
+
+/*
+ * Where this node sits in a Slurm step, from environment strings ("K=V",
+ * NULL-terminated, as environ) and, when scontrol answered, the job's
+ * current NodeList (fresh_list; NULL when not asked or it failed), which
+ * wins over the environment's possibly stale list. hostname stands in for
+ * SLURMD_NODENAME when that is unset. Fills nnodes, node_rank and
+ * master_addr of out. Writes to what a short account of the sources, for
+ * the log.
+ */
+int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
+                        const char *fresh_list, const char *fresh_source,
+                        struct hp_rdzv_info *out, char *what, size_t what_len,
+                        char *errbuf, size_t errlen);
+
+/* Finds the job's NodeList=... in `scontrol --oneliner show job` output.
+ * Returns 0, or HP_ECONFIG when there is none (or it is "(null)"). */
+int hp_rdzv_scontrol_nodelist(const char *output, char *list, size_t len);
+
+/* This node, as the resource-config backend matches it. */
+struct hp_rdzv_identity {
+        const char *const *addrs; /* this node's addresses */
+        size_t naddrs;
+        const char *addrs_source; /* "--local-addr", "network interfaces" */
+        const char *hostname;     /* matched against InstanceName; or NULL */
+};
+
+/*
+ * Where this node sits in resource_config.json (json, read from path):
+ * the instances of one group, in file order (group NULL: the group that
+ * holds this node), master = the first's CustomerIpAddress, rank = this
+ * node's position. Fills nnodes, node_rank and master_addr of out.
+ */
+int hp_rdzv_resource_config_place(const char *json, size_t json_len,
+                                  const char *path, const char *group,
+                                  const struct hp_rdzv_identity *me,
+                                  struct hp_rdzv_info *out, char *what,
+                                  size_t what_len, char *errbuf,
+                                  size_t errlen);
 
 #endif

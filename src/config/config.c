@@ -397,6 +397,7 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                  errlen);
                 if (r < 0)
                         return r;
+                cfg->nnodes_given = true;
         }
         if (raw[HP_OPT_NPROC_PER_NODE].text) {
                 r = parse_nproc(&raw[HP_OPT_NPROC_PER_NODE], &cfg->nproc,
@@ -409,12 +410,14 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                     &cfg->node_rank, errbuf, errlen);
                 if (r < 0)
                         return r;
+                cfg->node_rank_given = true;
         }
         if (raw[HP_OPT_MASTER_ADDR].text) {
                 if (raw[HP_OPT_MASTER_ADDR].text[0] == '\0')
                         ERR("empty value for %s",
                             raw[HP_OPT_MASTER_ADDR].source);
                 cfg->master_addr = raw[HP_OPT_MASTER_ADDR].text;
+                cfg->master_addr_given = true;
         }
         if (raw[HP_OPT_MASTER_PORT].text) {
                 r = parse_int_value(&raw[HP_OPT_MASTER_PORT], 1, 65535,

@@ -1,4 +1,6 @@
-/* Rendezvous backends that need no network peer: static and standalone. */
+/* Rendezvous: the run id, and the rounds of the backends that need no
+ * network peer: standalone and static here, slurm (slurm.c) and
+ * resource-config (resource_config.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,6 +12,7 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/rendezvous.h"
+#include "rendezvous-private.h"
 
 static void uuid4(char *out, size_t len)
 {
@@ -47,7 +50,10 @@ int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
                          cfg->rdzv_id);
                 return HP_ECONFIG;
         }
-        return 0;
+        if (gethostname(rdzv->hostname, sizeof(rdzv->hostname) - 1) < 0)
+                rdzv->hostname[0] = '\0';
+        rdzv->hostname[sizeof(rdzv->hostname) - 1] = '\0';
+        return hp_rdzv__options_parse(rdzv, errbuf, errlen);
 }
 
 int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
@@ -142,12 +148,20 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                                  cfg->rdzv_endpoint);
                         return HP_ECONFIG;
                 }
+        } else if (cfg->rdzv_backend == HP_RDZV_SLURM) {
+                r = hp_rdzv__slurm_next(rdzv, out, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        } else if (cfg->rdzv_backend == HP_RDZV_RESOURCE_CONFIG) {
+                r = hp_rdzv__resource_config_next(rdzv, out, errbuf, errlen);
+                if (r < 0)
+                        return r;
         } else {
+                /* hyperpod: the operator's /start is the rendezvous
+                 * (src/operator); there is no round to run here. */
                 snprintf(errbuf, errlen,
-                         "--rdzv-backend %s is not available in this build "
-                         "yet; use --standalone, or --rdzv-backend static "
-                         "with --nnodes, --node-rank, --master-addr and "
-                         "--master-port",
+                         "--rdzv-backend %s gets its rendezvous from the "
+                         "operator's /start, not from a round",
                          cfg->rdzv_backend_name);
                 return HP_ENOTSUP;
         }

@@ -353,8 +353,6 @@ struct unavailable_case {
 static const struct unavailable_case unavailable_cases[] = {
         { NULL, "hyperpod" },
         { "hyperpod", "hyperpod" },
-        { "slurm", "slurm" },
-        { "resource-config", "resource-config" },
 };
 
 static void test_backends_not_available_say_so(void **state)

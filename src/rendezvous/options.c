@@ -1,0 +1,250 @@
+/* The --rdzv-conf keys of the self-driven backends, and the checks they
+ * share. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "rendezvous-private.h"
+
+/* The file HyperPod's lifecycle scripts read, where they leave it. */
+#define DEFAULT_RESOURCE_CONFIG "/opt/ml/config/resource_config.json"
+/* Long enough for a busy slurmctld, short enough that a dead one does not
+ * hold the job for long before the environment's list is used. */
+#define DEFAULT_SCONTROL_TIMEOUT_MS 10000
+
+enum key_id {
+        KEY_SCONTROL,
+        KEY_SCONTROL_TIMEOUT,
+        KEY_MASTER_PORT,
+        KEY_RESOURCE_CONFIG,
+        KEY_INSTANCE_GROUP,
+};
+
+struct key_row {
+        const char *name;
+        enum hp_rdzv_backend backend;
+};
+
+static const struct key_row keys[] = {
+        [KEY_SCONTROL] = { "scontrol", HP_RDZV_SLURM },
+        [KEY_SCONTROL_TIMEOUT] = { "scontrol_timeout", HP_RDZV_SLURM },
+        [KEY_MASTER_PORT] = { "master_port", HP_RDZV_SLURM },
+        [KEY_RESOURCE_CONFIG] = { "resource_config", HP_RDZV_RESOURCE_CONFIG },
+        [KEY_INSTANCE_GROUP] = { "instance_group", HP_RDZV_RESOURCE_CONFIG },
+};
+
+const char *hp_rdzv__env_get(char *const *envp, const char *name)
+{
+        size_t len = strlen(name);
+
+        for (char *const *e = envp; e != NULL && *e != NULL; e++)
+                if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+                        return *e + len + 1;
+        return NULL;
+}
+
+bool hp_rdzv__same_host(const char *name, const char *me)
+{
+        size_t short_len = strcspn(me, ".");
+
+        if (strcmp(name, me) == 0)
+                return true;
+        return strlen(name) == short_len && memcmp(name, me, short_len) == 0;
+}
+
+static void list_keys(enum hp_rdzv_backend backend, char *buf, size_t len)
+{
+        buf[0] = '\0';
+        for (size_t i = 0; i < HP_ARRAY_SIZE(keys); i++) {
+                if (keys[i].backend != backend)
+                        continue;
+                if (buf[0] != '\0')
+                        strncat(buf, ", ", len - strlen(buf) - 1);
+                strncat(buf, keys[i].name, len - strlen(buf) - 1);
+        }
+}
+
+static int store(char *dst, size_t len, const char *value, size_t value_len,
+                 const char *key, char *errbuf, size_t errlen)
+{
+        if (value_len == 0 || value_len >= len) {
+                snprintf(errbuf, errlen,
+                         "--rdzv-conf %s: the value must be 1 to %zu bytes",
+                         key, len - 1);
+                return HP_ECONFIG;
+        }
+        memcpy(dst, value, value_len);
+        dst[value_len] = '\0';
+        return 0;
+}
+
+static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
+                     size_t value_len, char *errbuf, size_t errlen)
+{
+        struct hp_rdzv_options *opt = &rdzv->opt;
+        char text[64];
+
+        switch (id) {
+        case KEY_SCONTROL:
+                return store(opt->scontrol, sizeof(opt->scontrol), value,
+                             value_len, "scontrol", errbuf, errlen);
+        case KEY_SCONTROL_TIMEOUT:
+                if (value_len >= sizeof(text))
+                        value_len = sizeof(text) - 1;
+                memcpy(text, value, value_len);
+                text[value_len] = '\0';
+                if (hp_parse_seconds_ms(text, &opt->scontrol_timeout_ms) < 0 ||
+                    opt->scontrol_timeout_ms == 0) {
+                        snprintf(errbuf, errlen,
+                                 "invalid value '%s' for --rdzv-conf "
+                                 "scontrol_timeout: expected seconds above 0, "
+                                 "e.g. 10 or 0.5",
+                                 text);
+                        return HP_ECONFIG;
+                }
+                return 0;
+        case KEY_MASTER_PORT:
+                if (value_len != 5 || memcmp(value, "jobid", 5) != 0) {
+                        snprintf(errbuf, errlen,
+                                 "invalid value '%.*s' for --rdzv-conf "
+                                 "master_port: the only value is jobid (a "
+                                 "port from SLURM_JOB_ID); give a number "
+                                 "with --master-port",
+                                 (int)value_len, value);
+                        return HP_ECONFIG;
+                }
+                if (rdzv->cfg->master_port_given) {
+                        snprintf(errbuf, errlen,
+                                 "--rdzv-conf master_port=jobid and "
+                                 "--master-port %d both choose the port; "
+                                 "give one",
+                                 rdzv->cfg->master_port);
+                        return HP_ECONFIG;
+                }
+                opt->port_from_job_id = true;
+                return 0;
+        case KEY_RESOURCE_CONFIG:
+                snprintf(opt->resource_config_source,
+                         sizeof(opt->resource_config_source), "%s",
+                         "--rdzv-conf resource_config");
+                return store(opt->resource_config,
+                             sizeof(opt->resource_config), value, value_len,
+                             "resource_config", errbuf, errlen);
+        case KEY_INSTANCE_GROUP:
+                return store(opt->instance_group,
+                             sizeof(opt->instance_group), value, value_len,
+                             "instance_group", errbuf, errlen);
+        }
+        return 0;
+}
+
+int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
+{
+        const struct hp_config *cfg = rdzv->cfg;
+        struct hp_rdzv_options *opt = &rdzv->opt;
+        bool seen[HP_ARRAY_SIZE(keys)] = { false };
+        const char *env;
+
+        memset(opt, 0, sizeof(*opt));
+        opt->scontrol_timeout_ms = DEFAULT_SCONTROL_TIMEOUT_MS;
+        /* The other backends' keys belong to them (the hyperpod backend
+         * has its own); only these two are checked here. */
+        if (cfg->standalone || (cfg->rdzv_backend != HP_RDZV_SLURM &&
+                                cfg->rdzv_backend != HP_RDZV_RESOURCE_CONFIG))
+                return 0;
+
+        for (const char *p = cfg->rdzv_conf; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                const char *eq = memchr(p, '=', len);
+                size_t key_len = eq ? (size_t)(eq - p) : len;
+                size_t i;
+                int r;
+
+                for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
+                        if (keys[i].backend == cfg->rdzv_backend &&
+                            strlen(keys[i].name) == key_len &&
+                            memcmp(keys[i].name, p, key_len) == 0)
+                                break;
+                if (i == HP_ARRAY_SIZE(keys) || eq == NULL) {
+                        char known[256];
+
+                        list_keys(cfg->rdzv_backend, known, sizeof(known));
+                        snprintf(errbuf, errlen,
+                                 "--rdzv-conf key '%.*s' is not one of the "
+                                 "%s backend's: %s",
+                                 (int)key_len, p, cfg->rdzv_backend_name,
+                                 known);
+                        return HP_ECONFIG;
+                }
+                if (seen[i]) {
+                        snprintf(errbuf, errlen,
+                                 "--rdzv-conf key '%s' is given twice",
+                                 keys[i].name);
+                        return HP_ECONFIG;
+                }
+                seen[i] = true;
+                r = apply_key(rdzv, (enum key_id)i, eq + 1,
+                              len - key_len - 1, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                p += len;
+                if (*p == ',')
+                        p++;
+        }
+
+        if (cfg->rdzv_backend == HP_RDZV_RESOURCE_CONFIG &&
+            opt->resource_config[0] == '\0') {
+                env = getenv("SAGEMAKER_RESOURCE_CONFIG_PATH");
+                if (env != NULL && *env != '\0') {
+                        if (hp_snprintf(opt->resource_config,
+                                        sizeof(opt->resource_config), "%s",
+                                        env) < 0) {
+                                snprintf(errbuf, errlen,
+                                         "SAGEMAKER_RESOURCE_CONFIG_PATH "
+                                         "(environment) is too long");
+                                return HP_ECONFIG;
+                        }
+                        snprintf(opt->resource_config_source,
+                                 sizeof(opt->resource_config_source), "%s",
+                                 "SAGEMAKER_RESOURCE_CONFIG_PATH");
+                } else {
+                        snprintf(opt->resource_config,
+                                 sizeof(opt->resource_config), "%s",
+                                 DEFAULT_RESOURCE_CONFIG);
+                        snprintf(opt->resource_config_source,
+                                 sizeof(opt->resource_config_source), "%s",
+                                 "the default path");
+                }
+        }
+        return 0;
+}
+
+int hp_rdzv__check_flags(const struct hp_config *cfg, const char *source,
+                         struct hp_rdzv_info *out, char *errbuf,
+                         size_t errlen)
+{
+        if (cfg->nnodes_given && cfg->nnodes != out->nnodes) {
+                snprintf(errbuf, errlen,
+                         "--nnodes %d disagrees with %s, which has %d "
+                         "node%s; drop --nnodes or fix it",
+                         cfg->nnodes, source, out->nnodes,
+                         out->nnodes == 1 ? "" : "s");
+                return HP_ECONFIG;
+        }
+        if (cfg->node_rank_given && cfg->node_rank != out->node_rank) {
+                snprintf(errbuf, errlen,
+                         "--node-rank %d disagrees with %s, which makes "
+                         "this node rank %d; drop --node-rank or fix it",
+                         cfg->node_rank, source, out->node_rank);
+                return HP_ECONFIG;
+        }
+        if (cfg->master_addr_given &&
+            hp_snprintf(out->master_addr, sizeof(out->master_addr), "%s",
+                        cfg->master_addr) < 0) {
+                snprintf(errbuf, errlen, "--master-addr is too long");
+                return HP_ECONFIG;
+        }
+        return 0;
+}

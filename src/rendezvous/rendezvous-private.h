@@ -1,0 +1,45 @@
+/* Shared inside the rendezvous module only. */
+#ifndef HP_RENDEZVOUS_PRIVATE_H
+#define HP_RENDEZVOUS_PRIVATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "hyperpod/rendezvous.h"
+
+/* The error exit of a function that releases what it holds at its label
+ * out: the reason into errbuf, HP_ECONFIG into r. */
+#define FAIL_OUT(...)                                                       \
+        do {                                                                \
+                snprintf(errbuf, errlen, __VA_ARGS__);                      \
+                r = HP_ECONFIG;                                             \
+                goto out;                                                   \
+        } while (0)
+
+/* Parses the --rdzv-conf keys of the slurm and resource-config backends
+ * into rdzv->opt; an unknown key or a bad value is HP_ECONFIG. */
+int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen);
+
+/* The backends' rounds: fill nnodes, node_rank, master_addr and
+ * master_port of out. */
+int hp_rdzv__slurm_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
+                        char *errbuf, size_t errlen);
+int hp_rdzv__resource_config_next(struct hp_rdzv *rdzv,
+                                  struct hp_rdzv_info *out, char *errbuf,
+                                  size_t errlen);
+
+/* Checks what a self-driven backend found against the flags the user gave
+ * anyway (--nnodes, --node-rank) and applies --master-addr, which wins
+ * over the derived master. source names the backend's inputs. */
+int hp_rdzv__check_flags(const struct hp_config *cfg, const char *source,
+                         struct hp_rdzv_info *out, char *errbuf,
+                         size_t errlen);
+
+/* Whether a list's host name is this machine's name me: the same, or me
+ * with a domain after the name ("ip-10-1-2-3.ec2.internal"). */
+bool hp_rdzv__same_host(const char *name, const char *me);
+
+/* The value of NAME in an environ-style array, or NULL. */
+const char *hp_rdzv__env_get(char *const *envp, const char *name);
+
+#endif
