@@ -241,9 +241,9 @@ int logmon_config_load_ruleset(const char *path,
 
 /* How lines name their stream. */
 enum logmon_replay_layout {
-        /* A console log when a line carrying a console prefix comes
-         * within the first LOGMON_REPLAY_LOOKAHEAD bytes of lines, else a
-         * plain log. */
+        /* A console log when at least half the lines within the first
+         * LOGMON_REPLAY_LOOKAHEAD bytes (all of a shorter log) carry a
+         * console prefix, else a plain log. */
         LOGMON_LAYOUT_AUTO = 0,
         /* One stream, lines as they are ("[rank0]:" stays text). */
         LOGMON_LAYOUT_PLAIN,

@@ -82,6 +82,7 @@ struct logmon_replay {
         char *pending;
         size_t pending_len;
         uint64_t pending_first;
+        uint64_t pending_prefixed; /* held lines with a console prefix */
 };
 
 /* ---------------------------------------------------------------------
@@ -548,8 +549,24 @@ static int flush_pending(struct logmon_replay *r)
         return err;
 }
 
-/* Holds a line while the layout is undecided; decides on a plain log
- * once the lookahead is full. */
+/* Decides the layout from the lines held: a console log is one where at
+ * least half the lines carry a prefix. A plain log in which a few lines
+ * happen to start with "[rank0]:" stays plain, and a console capture
+ * stays a console log despite hyperpodrun's own messages and a
+ * container's prelude, which have no prefix. */
+static int decide_layout(struct logmon_replay *r)
+{
+        uint64_t held = r->lines - r->pending_first + 1;
+
+        if (r->pending == NULL)
+                held = 0;
+        r->layout = held > 0 && 2 * r->pending_prefixed >= held ?
+                            LOGMON_LAYOUT_CONSOLE :
+                            LOGMON_LAYOUT_PLAIN;
+        return flush_pending(r);
+}
+
+/* Holds a line while the layout is undecided, up to the lookahead. */
 static int hold_line(struct logmon_replay *r, const char *line, size_t len,
                      uint64_t line_no)
 {
@@ -564,10 +581,11 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
         memcpy(r->pending + r->pending_len, &len, sizeof(len));
         memcpy(r->pending + r->pending_len + sizeof(len), line, len);
         r->pending_len += sizeof(len) + len;
+        if (console_prefix(line, len) > 0)
+                r->pending_prefixed++;
         if (r->pending_len < LOGMON_REPLAY_LOOKAHEAD)
                 return 0;
-        r->layout = LOGMON_LAYOUT_PLAIN;
-        return flush_pending(r);
+        return decide_layout(r);
 }
 
 static void line_cb(struct logmon_replay *r, const char *line, size_t len)
@@ -577,17 +595,10 @@ static void line_cb(struct logmon_replay *r, const char *line, size_t len)
         if (r->error != 0)
                 return;
         line_no = ++r->lines;
-        if (r->layout == LOGMON_LAYOUT_AUTO) {
-                if (console_prefix(line, len) == 0) {
-                        r->error = hold_line(r, line, len, line_no);
-                        return;
-                }
-                r->layout = LOGMON_LAYOUT_CONSOLE;
-                r->error = flush_pending(r);
-                if (r->error != 0)
-                        return;
-        }
-        r->error = process_line(r, line, len, line_no);
+        if (r->layout == LOGMON_LAYOUT_AUTO)
+                r->error = hold_line(r, line, len, line_no);
+        else
+                r->error = process_line(r, line, len, line_no);
 }
 
 /* The same splitting as the live stream: \n, \r and \r\n end a line, and
@@ -699,12 +710,9 @@ static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
                 line_cb(r, r->buf, r->len);
         r->len = 0;
         err = r->error;
-        /* A log too short to show a prefix within the lookahead is a
-         * plain one. */
-        if (err == 0 && r->layout == LOGMON_LAYOUT_AUTO) {
-                r->layout = LOGMON_LAYOUT_PLAIN;
-                err = flush_pending(r);
-        }
+        /* A log shorter than the lookahead is decided at its end. */
+        if (err == 0 && r->layout == LOGMON_LAYOUT_AUTO)
+                err = decide_layout(r);
         /* An empty plain log still has its one stream, so that a start
          * cut-off can be seen to expire on it. */
         if (err == 0 && r->layout == LOGMON_LAYOUT_PLAIN && r->nstreams == 0)
