@@ -80,7 +80,7 @@ struct logmon_replay {
         /* While the layout is undecided: the lines so far, each a size_t
          * length and its bytes, numbered from pending_first. */
         char *pending;
-        size_t pending_len;
+        size_t pending_len, pending_cap;
         uint64_t pending_first;
         uint64_t pending_prefixed; /* held lines with a console prefix */
 };
@@ -528,9 +528,8 @@ static int process_line(struct logmon_replay *r, const char *line,
         return record_all(r, idx, &ev, line_no, line + plen, len - plen);
 }
 
-/* The layout is decided: the held lines go through in order. The buffer
- * was zeroed when made, for the JIT's word-sized reads past a line's
- * end. */
+/* The layout is decided: the held lines go through in order, matched in
+ * place (hold_line zeroed the buffer past them). */
 static int flush_pending(struct logmon_replay *r)
 {
         size_t off = 0, n;
@@ -546,6 +545,7 @@ static int flush_pending(struct logmon_replay *r)
         free(r->pending);
         r->pending = NULL;
         r->pending_len = 0;
+        r->pending_cap = 0;
         return err;
 }
 
@@ -556,28 +556,37 @@ static int flush_pending(struct logmon_replay *r)
  * container's prelude, which have no prefix. */
 static int decide_layout(struct logmon_replay *r)
 {
-        uint64_t held = r->lines - r->pending_first + 1;
+        uint64_t held = r->pending_len > 0 ?
+                                r->lines - r->pending_first + 1 : 0;
 
-        if (r->pending == NULL)
-                held = 0;
         r->layout = held > 0 && 2 * r->pending_prefixed >= held ?
                             LOGMON_LAYOUT_CONSOLE :
                             LOGMON_LAYOUT_PLAIN;
         return flush_pending(r);
 }
 
-/* Holds a line while the layout is undecided, up to the lookahead. */
+/* Holds a line while the layout is undecided, up to the lookahead. The
+ * buffer grows as needed, zeroed for the JIT's word-sized reads past a
+ * line's end, so that a short log costs little. */
 static int hold_line(struct logmon_replay *r, const char *line, size_t len,
                      uint64_t line_no)
 {
-        if (r->pending == NULL) {
-                r->pending = calloc(1, LOGMON_REPLAY_LOOKAHEAD +
-                                               REPLAY_LINE_MAX +
-                                               sizeof(size_t));
-                if (r->pending == NULL)
+        size_t need = r->pending_len + sizeof(len) + len + sizeof(size_t);
+        size_t cap = r->pending_cap;
+        char *p;
+
+        if (need > cap) {
+                while (cap < need)
+                        cap = cap != 0 ? 2 * cap : 64 * 1024;
+                p = realloc(r->pending, cap);
+                if (p == NULL)
                         return -ENOMEM;
-                r->pending_first = line_no;
+                memset(p + r->pending_cap, 0, cap - r->pending_cap);
+                r->pending = p;
+                r->pending_cap = cap;
         }
+        if (r->pending_len == 0)
+                r->pending_first = line_no;
         memcpy(r->pending + r->pending_len, &len, sizeof(len));
         memcpy(r->pending + r->pending_len + sizeof(len), line, len);
         r->pending_len += sizeof(len) + len;
