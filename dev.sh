@@ -2,8 +2,9 @@
 # hyperpodrun's two entry points on a fresh Debian machine:
 #   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
 #   ./dev.sh test   install what is missing, build, run the whole test suite
-#                   (then again under ASan+UBSan, and the unit tests under
-#                   valgrind), ending with one "N passed, N failed" line
+#                   (then again under ASan+UBSan, the fuzz targets for a
+#                   short time, and the unit tests under valgrind), ending
+#                   with one "N passed, N failed" line
 set -eu
 cd "$(dirname "$0")"
 
@@ -12,6 +13,8 @@ cd "$(dirname "$0")"
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
 python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge"
+# clang with libFuzzer, for the fuzz targets of tests/fuzz.
+PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 
 install_missing() {
         missing=""
@@ -78,6 +81,14 @@ test)
         ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
                 run_suite "tests under ASan+UBSan" build-asan
+        # The rule parser and evaluator under libFuzzer (clang, ASan and
+        # UBSan), each target for a fixed time (tests/fuzz/meson.build).
+        if [ ! -f build-fuzz/build.ninja ]; then
+                CC=clang-14 meson setup build-fuzz \
+                        -Db_sanitize=address,undefined -Db_lundef=false
+        fi
+        ninja -C build-fuzz fuzz
+        run_suite "fuzz (libFuzzer)" build-fuzz --suite fuzz --no-rebuild
         # The C unit tests leak-free under valgrind.
         run_suite "unit tests under valgrind" build --suite unit \
                 --setup valgrind

@@ -9,11 +9,34 @@
 #include "hp-config.h"
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
+#include "hyperpod/logmon.h"
 #include "hyperpod/operator.h"
 #include "hyperpod/supervise.h"
 
 /* Exit status for a bad command line or setup, before anything runs. */
 #define EXIT_USAGE 2
+/* --replay --expect: the log did not meet the expectation. */
+#define EXIT_EXPECTATION_NOT_MET 1
+
+/* --replay: the log through the rules, nothing started. */
+static int replay(const struct hp_config *cfg)
+{
+        const struct logmon_check_opts opts = {
+                .log = cfg->replay_log,
+                .rules = cfg->log_monitoring_config,
+                .expect = cfg->replay_expect,
+                .rate = cfg->replay_rate,
+        };
+        char err[1024];
+        int r;
+
+        r = logmon_check_run(&opts, stdin, stdout, stderr, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                return EXIT_USAGE;
+        }
+        return r > 0 ? EXIT_EXPECTATION_NOT_MET : 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -57,6 +80,8 @@ int main(int argc, char **argv)
                 printf("hyperpodrun %s\n", HP_VERSION);
                 return 0;
         }
+        if (cfg.replay_log != NULL)
+                return replay(&cfg);
         r = hp_config_check_files(&cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);

@@ -81,6 +81,11 @@ struct hp_config {
         const char *log_monitoring_config; /* rules file, or NULL */
         bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
 
+        /* --replay: run nothing, replay a recorded log through the rules */
+        const char *replay_log;     /* a file or "-", or NULL */
+        double replay_rate;         /* lines per second, 0: timestamps */
+        const char *replay_expect;  /* --expect FILE, or NULL */
+
         /* the training command */
         const char *python_exec;    /* $PYTHON_EXEC, else "python3" */
         const char *script;         /* or the module with -m */

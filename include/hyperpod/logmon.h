@@ -148,6 +148,13 @@ struct logmon_rule_info {
         const char *last_line;  /* borrowed until the next feed; NULL */
         size_t last_line_len;   /* when nothing matched yet */
         bool last_line_capped;  /* cut at LOGMON_LAST_LINE_MAX */
+        /* On the caller's clock, as if the stream had not been suspended
+         * since: when logPattern last matched (valid when matched), and
+         * when the rule turns (or turned) HANGING without a match:
+         * cut-off or frequency plus 1 ms; UINT64_MAX when it has no such
+         * deadline or is FAULTED or retired. For a verdict's log line. */
+        uint64_t last_match_ms;
+        uint64_t due_ms;
 };
 
 struct logmon_stream;
@@ -237,35 +244,64 @@ int logmon_config_load_ruleset(const char *path,
  * Replay: recorded logs through the rules, with no processes
  */
 
+/* How lines name their stream. */
+enum logmon_replay_layout {
+        /* A console log when at least half the lines within the first
+         * LOGMON_REPLAY_LOOKAHEAD bytes (all of a shorter log) carry a
+         * console prefix, else a plain log. */
+        LOGMON_LAYOUT_AUTO = 0,
+        /* One stream, lines as they are ("[rank0]:" stays text). */
+        LOGMON_LAYOUT_PLAIN,
+        /* Every line names its stream with a "[default0]:" prefix; lines
+         * without one (the launcher's own messages, a container's
+         * prelude) are counted and not given to any rule, though their
+         * timestamps still move the clock. */
+        LOGMON_LAYOUT_CONSOLE,
+};
+#define LOGMON_REPLAY_LOOKAHEAD (1024 * 1024)
+
 struct logmon_replay_opts {
-        /* Lines per second: line i (from 0) happens at i * 1000 / rate ms.
-         * 0 means: take time from a timestamp at the start of each line
-         * (asctime "2025-06-17 05:51:29,300", ISO 8601 with optional
-         * fraction and zone, or epoch seconds), a line without one
-         * happening when the line before it did. */
+        /* Lines per second: line i (from 1) happens at (i - 1) * 1000 /
+         * rate ms, and timestamps are ignored. 0 means: take time from a
+         * timestamp at the start of each line (after a console prefix,
+         * optionally inside '['), in the format of the first line that
+         * has one, so that a number that merely looks like a time later
+         * cannot move the clock:
+         *   2025-06-17 05:51:29,300      asctime (Python logging)
+         *   2025-06-17T05:51:29.3+02:00  ISO 8601, fraction and zone
+         *                                optional (asctime and ISO 8601
+         *                                are one format here)
+         *   1750139489.300               epoch seconds, 10 digits
+         *   I0617 05:51:29.300000        glog (no year: a step back of
+         *                                more than 180 days is a new year)
+         * A line without a timestamp happens when the line before it did;
+         * lines before the first timestamp happen at 0. The clock never
+         * runs back. */
         double rate;
         /* How long the clock runs on after the last line, so that a log
          * that ends in silence can still turn HANGING. */
         uint64_t tail_ms;
-        /* Do not treat a leading "[name]:" as a console prefix. */
-        bool keep_prefix;
+        enum logmon_replay_layout layout;
 };
 
 struct logmon_replay;
 
 /*
  * Feeds the log in (borrowed, read to EOF) through rs. Lines are split at
- * \n, \r and \r\n. A leading torchrun console prefix "[default0]:" is
- * stripped and names the stream; each stream has its own monitor, started
- * at time 0, which is the first line's time. If out is not NULL, every
- * event is written to it as one JSON object per line:
+ * \n, \r and \r\n and cut at 64 KiB, as the live splitter does. In a
+ * console log a leading "[default0]:" prefix is stripped and names the
+ * stream; each stream has its own monitor, started at time 0, which is
+ * the first timestamp's time. Deadlines fire at their own times, across
+ * streams in time order. If out is not NULL, every event is written to
+ * it as one JSON object per line:
  *   {"time":1.5,"stream":"default0","rule":"Hang","from":"HEALTHY",
  *    "state":"HANGING","line_no":null,"line":null}
  * ("time" in seconds since the start, line_no 1-based, null for a
- * deadline; nonnumeric captures and regex limits appear with an "event"
- * key instead of "state"), then one {"summary":{...}} object. *result
- * (may be NULL) receives what happened, for logmon_expect_check. opts may
- * be NULL. Returns 0 or -errno.
+ * deadline; stream null in a plain log; nonnumeric captures and regex
+ * limits appear with an "event" key instead of "state"), then one
+ * {"summary":{...}} object. *result (may be NULL) receives what
+ * happened, for logmon_expect_check. opts may be NULL. Returns 0 or
+ * -errno.
  */
 int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
                       const struct logmon_replay_opts *opts, FILE *out,
@@ -278,8 +314,21 @@ void logmon_replay_free(struct logmon_replay *r);
 /* The highest state any stream ended in. */
 enum logmon_state logmon_replay_state(const struct logmon_replay *r);
 
+struct logmon_replay_info {
+        uint64_t lines;
+        uint64_t unprefixed;   /* console log: lines with no prefix */
+        uint64_t time_ms;      /* the clock at the end */
+        size_t streams;
+        bool console;          /* the layout that was used */
+        /* "asctime", "iso8601", "epoch", "glog", "rate" or "none" (no
+         * line had a timestamp: time stood still at 0). Static. */
+        const char *clock;
+};
+void logmon_replay_get_info(const struct logmon_replay *r,
+                            struct logmon_replay_info *out);
+
 /*
- * Compares a replay with an expectation (borrowed):
+ * Expectations (borrowed), for a replay over rs:
  *   {"final": {"<rule>": "HEALTHY", ...},    rules not named: unchecked
  *    "state": "HANGING",                      optional: the stream state
  *    "stream": "default0",                    optional: which stream; by
@@ -287,15 +336,44 @@ enum logmon_state logmon_replay_state(const struct logmon_replay *r);
  *    "transitions": [{"rule": "Hang", "state": "HANGING",
  *                     "line_no": 12, "time": 30.0, "stream": "..."}]}
  * transitions, when present, must be exactly the state changes in order;
- * line_no, time (seconds, 1 ms tolerance) and stream are compared only
- * where given. A readable diff goes to diff (may be NULL). Returns the
- * number of differences (0: met), or HP_ECONFIG for a malformed
- * expectation, described in errbuf.
+ * line_no (null: a deadline), time (seconds, 1 ms tolerance) and stream
+ * (null: the plain log's) are compared only where given.
+ *
+ * logmon_expect_validate checks the expectation's shape, rule names and
+ * state names. Returns 0 or HP_ECONFIG, described in errbuf.
  */
+int logmon_expect_validate(const struct logmon_ruleset *rs,
+                           const cJSON *expect, char *errbuf, size_t len);
+/* Compares a replay with an expectation. A readable diff goes to diff
+ * (may be NULL). Returns the number of differences (0: met), or
+ * HP_ECONFIG for a malformed expectation, described in errbuf. */
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len);
 /* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
 int logmon_expect_load(const char *path, cJSON **out, char *errbuf,
                        size_t len);
+
+/* ---------------------------------------------------------------------
+ * hyperpodrun --replay: the check a user or CI runs
+ */
+
+struct logmon_check_opts {
+        const char *log;    /* a file, or "-" for in */
+        const char *rules;  /* --log-monitoring-config */
+        const char *expect; /* --expect, or NULL */
+        double rate;        /* --replay-rate, or 0 for timestamps */
+};
+
+/*
+ * Loads the rules and the expectation (both checked before the log is
+ * read), replays the log, writes the JSON lines to out and, with an
+ * expectation, every difference to diff. Warns (hp_log) when no line had
+ * a timestamp and no rate was given, or when a console log had lines
+ * without a prefix. Returns 0 (no expectation, or it was met), the
+ * number of differences (> 0), or a negative error described in errbuf
+ * with the file it concerns.
+ */
+int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
+                     FILE *out, FILE *diff, char *errbuf, size_t len);
 
 #endif

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -368,6 +369,52 @@ static int parse_choice(const struct raw_value *v, const char *const *choices,
             v->source, list);
 }
 
+/* --replay and its companions. Launch options are still checked but
+ * have no effect on a replay, except --log-monitor-ranks, whose meaning a
+ * user could expect to carry over and which would be silently wrong. */
+static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
+                          char *errbuf, size_t errlen)
+{
+        const struct raw_value *replay = &raw[HP_OPT_REPLAY];
+        const struct raw_value *rate = &raw[HP_OPT_REPLAY_RATE];
+        const struct raw_value *expect = &raw[HP_OPT_EXPECT];
+        char *end;
+
+        if (replay->text == NULL) {
+                if (rate->text != NULL)
+                        ERR("%s was given without --replay", rate->source);
+                if (expect->text != NULL)
+                        ERR("%s was given without --replay", expect->source);
+                return 0;
+        }
+        if (replay->text[0] == '\0')
+                ERR("empty value for %s (a log file, or - for standard "
+                    "input)", replay->source);
+        if (cfg->log_monitoring_config == NULL)
+                ERR("%s was given without --log-monitoring-config, the "
+                    "rules to replay the log through", replay->source);
+        if (raw[HP_OPT_LOG_MONITOR_RANKS].text != NULL)
+                ERR("%s does not apply to %s: every stream in the log is "
+                    "replayed, each with its own rule states",
+                    raw[HP_OPT_LOG_MONITOR_RANKS].source, replay->source);
+        cfg->replay_log = replay->text;
+        if (rate->text != NULL) {
+                errno = 0;
+                cfg->replay_rate = strtod(rate->text, &end);
+                if (errno != 0 || end == rate->text || *end != '\0' ||
+                    !isfinite(cfg->replay_rate) || cfg->replay_rate <= 0)
+                        ERR("invalid value '%s' for %s: expected lines per "
+                            "second, a number above 0 such as 10 or 0.5",
+                            rate->text, rate->source);
+        }
+        if (expect->text != NULL) {
+                if (expect->text[0] == '\0')
+                        ERR("empty value for %s", expect->source);
+                cfg->replay_expect = expect->text;
+        }
+        return 0;
+}
+
 static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                           char *errbuf, size_t errlen)
 {
@@ -637,6 +684,10 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                             v->source);
         }
 
+        r = convert_replay(cfg, raw, errbuf, errlen);
+        if (r < 0)
+                return r;
+
         /* Cross-checks between options. */
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",
@@ -746,6 +797,14 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
         if (env != NULL && *env != '\0')
                 cfg->python_exec = env;
 
+        /* A replay runs nothing: a training script would be ignored,
+         * which is worse than refused. */
+        if (cfg->replay_log != NULL) {
+                if (optind < argc)
+                        ERR("--replay runs no training script, but '%s' was "
+                            "given", argv[optind]);
+                return 0;
+        }
         if (optind >= argc)
                 ERR("missing the training script (usage: hyperpodrun [OPTIONS] "
                     "TRAINING_SCRIPT [ARGS...]; see --help)");

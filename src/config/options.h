@@ -46,6 +46,9 @@
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
         XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
         XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
+        XX(REPLAY, "replay", 0, 1, NULL)                                      \
+        XX(REPLAY_RATE, "replay-rate", 0, 1, NULL)                            \
+        XX(EXPECT, "expect", 0, 1, NULL)                                      \
         XX(HELP, "help", 'h', 0, NULL)                                        \
         XX(VERSION, "version", 'V', 0, NULL)
 

@@ -92,8 +92,8 @@ static int take_rules(const char *name, cJSON *doc, cJSON **out,
         return 0;
 }
 
-static int parse_json(const char *name, const char *data, size_t n,
-                      cJSON **out, char *errbuf, size_t len)
+int logmon__config_parse_json(const char *name, const char *data, size_t n,
+                              cJSON **out, char *errbuf, size_t len)
 {
         const char *end = NULL;
         size_t line, col;
@@ -229,8 +229,8 @@ static cJSON *yaml_to_json(yaml_document_t *doc, yaml_node_t *node,
         return NULL;
 }
 
-static int parse_yaml(const char *name, const char *data, size_t n,
-                      cJSON **out, char *errbuf, size_t len)
+int logmon__config_parse_yaml(const char *name, const char *data, size_t n,
+                              cJSON **out, char *errbuf, size_t len)
 {
         yaml_parser_t parser;
         yaml_document_t doc;
@@ -297,8 +297,9 @@ int logmon_config_parse(const char *name, const char *data, size_t n,
                          data[i] == '\n' || data[i] == '\r'))
                 i++;
         if (i < n && (data[i] == '[' || data[i] == '{'))
-                return parse_json(name, data, n, out, errbuf, len);
-        return parse_yaml(name, data, n, out, errbuf, len);
+                return logmon__config_parse_json(name, data, n, out, errbuf,
+                                                 len);
+        return logmon__config_parse_yaml(name, data, n, out, errbuf, len);
 }
 
 /* Reads a whole small file. */

@@ -98,4 +98,11 @@ size_t logmon__utf8_len(const unsigned char *p, size_t n);
  * valid JSON. */
 void logmon__json_string(FILE *f, const char *s, size_t n);
 
+/* The two halves of logmon_config_parse, which picks one by the first
+ * character; separate so that each can be fuzzed with any input. */
+int logmon__config_parse_json(const char *name, const char *data, size_t n,
+                              cJSON **out, char *errbuf, size_t len);
+int logmon__config_parse_yaml(const char *name, const char *data, size_t n,
+                              cJSON **out, char *errbuf, size_t len);
+
 #endif

@@ -17,9 +17,15 @@
 #define REPLAY_LINE_MAX (64 * 1024)
 #define REPLAY_CHUNK (64 * 1024)
 #define PREFIX_MAX 64
+/* A clock step back of more than this in a glog log (which has no year)
+ * is the turn of a year. */
+#define GLOG_YEAR_TURN_MS (180LL * 86400 * 1000)
+/* Replay time saturates here (about 285 000 years), so that a tiny
+ * --replay-rate cannot overflow a deadline. */
+#define REPLAY_TIME_MAX 9000000000000000.0
 
 struct replay_stream {
-        char *name; /* NULL: lines without a console prefix */
+        char *name; /* NULL: the one stream of a plain log */
         struct logmon_stream *mon;
 };
 
@@ -34,6 +40,21 @@ struct replay_change {
         uint64_t line_no; /* 0: a deadline, not a line */
 };
 
+enum replay_clock {
+        CLOCK_NONE = 0, /* no timestamp seen yet */
+        CLOCK_RATE,
+        CLOCK_ASCTIME,  /* one parser with ISO 8601, named by the first */
+        CLOCK_ISO8601,
+        CLOCK_EPOCH,
+        CLOCK_GLOG,
+};
+
+static const char *const clock_names[] = {
+        [CLOCK_NONE] = "none",       [CLOCK_RATE] = "rate",
+        [CLOCK_ASCTIME] = "asctime", [CLOCK_ISO8601] = "iso8601",
+        [CLOCK_EPOCH] = "epoch",     [CLOCK_GLOG] = "glog",
+};
+
 struct logmon_replay {
         struct logmon_ruleset *rs;
         struct replay_stream *streams;
@@ -41,9 +62,14 @@ struct logmon_replay {
         struct replay_change *changes;
         size_t nchanges, capchanges;
         uint64_t lines;
+        uint64_t unprefixed;
         uint64_t now;     /* ms since the start */
+        enum replay_clock clock;
+        enum logmon_replay_layout layout; /* AUTO: not decided yet */
         bool have_base;
         int64_t base;     /* epoch ms of the first timestamp */
+        int64_t last_ts;  /* the latest timestamp, for glog's year */
+        int glog_year;
         const struct logmon_replay_opts *opts;
         FILE *out;
         int error;
@@ -51,6 +77,12 @@ struct logmon_replay {
         char *buf;
         size_t len;
         bool after_cr;
+        /* While the layout is undecided: the lines so far, each a size_t
+         * length and its bytes, numbered from pending_first. */
+        char *pending;
+        size_t pending_len, pending_cap;
+        uint64_t pending_first;
+        uint64_t pending_prefixed; /* held lines with a console prefix */
 };
 
 /* ---------------------------------------------------------------------
@@ -129,19 +161,6 @@ static bool digits(const char *p, const char *end, int n, int *out)
         return true;
 }
 
-/* Ten digits: epoch seconds from 2001 to 2286. */
-static bool epoch_digits(const char *p, const char *end)
-{
-        int i;
-
-        if (end - p < 10)
-                return false;
-        for (i = 0; i < 10; i++)
-                if (p[i] < '0' || p[i] > '9')
-                        return false;
-        return true;
-}
-
 /* Fraction digits after a '.' or ',' as milliseconds (truncated). */
 static const char *fraction_ms(const char *p, const char *end, int *ms)
 {
@@ -156,48 +175,44 @@ static const char *fraction_ms(const char *p, const char *end, int *ms)
         return p;
 }
 
-/*
- * A timestamp at the start of the line, as epoch milliseconds:
- *   2025-06-17 05:51:29,300        Python logging's asctime
- *   2025-06-17T05:51:29.3+02:00    ISO 8601, fraction and zone optional
- *   1750139489.300                 epoch seconds (10 digits)
- * optionally inside a leading '['. A time without a zone is taken as UTC:
- * only differences matter here.
- */
-static bool parse_timestamp(const char *line, size_t len, int64_t *out)
+/* "05:51:29" and an optional ".300" or ",300" at p: seconds of the day
+ * and milliseconds. Returns the end, or NULL. */
+static const char *time_of_day(const char *p, const char *end, int *secs,
+                               int *ms)
 {
-        const char *p = line, *end = line + len;
-        int y, mo, d, h, mi, s, ms = 0, zh, zm = 0, sign;
-        int64_t secs;
+        int h, mi, s;
 
-        if (p < end && *p == '[')
-                p++;
-        if (epoch_digits(p, end) && (end - p == 10 || p[10] == '.' ||
-                                     p[10] == ' ' || p[10] == ']')) {
-                secs = 0;
-                for (h = 0; h < 10; h++)
-                        secs = secs * 10 + (p[h] - '0');
-                p += 10;
-                if (p < end && *p == '.')
-                        p = fraction_ms(p + 1, end, &ms);
-                *out = secs * 1000 + ms;
-                return true;
-        }
-        if (!digits(p, end, 4, &y) || end - p < 19 || p[4] != '-' ||
+        if (!digits(p, end, 2, &h) || end - p < 8 || p[2] != ':' ||
+            !digits(p + 3, end, 2, &mi) || p[5] != ':' ||
+            !digits(p + 6, end, 2, &s) || h > 23 || mi > 59 || s > 60)
+                return NULL;
+        p += 8;
+        *ms = 0;
+        if (p < end && (*p == '.' || *p == ','))
+                p = fraction_ms(p + 1, end, ms);
+        *secs = h * 3600 + mi * 60 + s;
+        return p;
+}
+
+/* 2025-06-17 05:51:29,300 (asctime) or 2025-06-17T05:51:29.3+02:00 (ISO
+ * 8601, fraction and zone optional). A time without a zone is taken as
+ * UTC: only differences matter here. */
+static bool ts_datetime(const char *p, const char *end, int64_t *out,
+                        enum replay_clock *kind)
+{
+        int y, mo, d, secs, ms, zh, zm, sign;
+        int64_t t;
+
+        if (!digits(p, end, 4, &y) || end - p < 11 || p[4] != '-' ||
             !digits(p + 5, end, 2, &mo) || p[7] != '-' ||
             !digits(p + 8, end, 2, &d) || (p[10] != ' ' && p[10] != 'T') ||
-            !digits(p + 11, end, 2, &h) || p[13] != ':' ||
-            !digits(p + 14, end, 2, &mi) || p[16] != ':' ||
-            !digits(p + 17, end, 2, &s))
+            mo < 1 || mo > 12 || d < 1 || d > 31)
                 return false;
-        if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
-            s > 60)
+        *kind = p[10] == 'T' ? CLOCK_ISO8601 : CLOCK_ASCTIME;
+        p = time_of_day(p + 11, end, &secs, &ms);
+        if (p == NULL)
                 return false;
-        p += 19;
-        if (p < end && (*p == '.' || *p == ','))
-                p = fraction_ms(p + 1, end, &ms);
-        secs = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 +
-               h * 3600 + mi * 60 + s;
+        t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + secs;
         if (p < end && (*p == '+' || *p == '-') && digits(p + 1, end, 2, &zh)) {
                 sign = *p == '-' ? -1 : 1;
                 p += 3;
@@ -205,10 +220,123 @@ static bool parse_timestamp(const char *line, size_t len, int64_t *out)
                         p++;
                 if (!digits(p, end, 2, &zm))
                         zm = 0;
-                secs -= sign * (zh * 3600 + zm * 60);
+                t -= sign * (zh * 3600 + zm * 60);
         }
+        *out = t * 1000 + ms;
+        return true;
+}
+
+/* 1750139489.300: ten digits of epoch seconds (2001 to 2286), ending the
+ * line or followed by a fraction, a blank or a ']'. */
+static bool ts_epoch(const char *p, const char *end, int64_t *out)
+{
+        int64_t secs = 0;
+        int i, ms = 0;
+
+        if (end - p < 10)
+                return false;
+        for (i = 0; i < 10; i++) {
+                if (p[i] < '0' || p[i] > '9')
+                        return false;
+                secs = secs * 10 + (p[i] - '0');
+        }
+        p += 10;
+        if (p < end && *p != '.' && *p != ' ' && *p != ']')
+                return false;
+        if (p < end && *p == '.')
+                fraction_ms(p + 1, end, &ms);
         *out = secs * 1000 + ms;
         return true;
+}
+
+/* I0617 05:51:29.300000: glog's severity letter, month and day, time of
+ * day. glog writes no year; the caller's year is used. */
+static bool ts_glog(const char *p, const char *end, int year, int64_t *out)
+{
+        int mo, d, secs, ms;
+
+        if (end - p < 6 || p[0] == '\0' || strchr("IWEF", p[0]) == NULL ||
+            !digits(p + 1, end, 2, &mo) || !digits(p + 3, end, 2, &d) ||
+            p[5] != ' ' || mo < 1 || mo > 12 || d < 1 || d > 31)
+                return false;
+        if (time_of_day(p + 6, end, &secs, &ms) == NULL)
+                return false;
+        *out = (days_from_civil(year, (unsigned)mo, (unsigned)d) * 86400 +
+                secs) * 1000 + ms;
+        return true;
+}
+
+/*
+ * The timestamp at the start of a line (after its console prefix),
+ * optionally inside a '[', as epoch milliseconds. The first line that has
+ * one fixes the format for the rest of the log.
+ */
+static bool parse_timestamp(struct logmon_replay *r, const char *line,
+                            size_t len, int64_t *out)
+{
+        const char *p = line, *end = line + len;
+        enum replay_clock kind = CLOCK_NONE;
+        bool found = false;
+
+        if (p < end && *p == '[')
+                p++;
+        switch (r->clock) {
+        case CLOCK_NONE:
+                if (ts_datetime(p, end, out, &kind)) {
+                        found = true;
+                } else if (ts_epoch(p, end, out)) {
+                        kind = CLOCK_EPOCH;
+                        found = true;
+                } else if (ts_glog(p, end, r->glog_year, out)) {
+                        kind = CLOCK_GLOG;
+                        found = true;
+                }
+                if (found)
+                        r->clock = kind;
+                return found;
+        case CLOCK_ASCTIME:
+        case CLOCK_ISO8601:
+                return ts_datetime(p, end, out, &kind);
+        case CLOCK_EPOCH:
+                return ts_epoch(p, end, out);
+        case CLOCK_GLOG:
+                if (!ts_glog(p, end, r->glog_year, out))
+                        return false;
+                if (*out < r->last_ts - GLOG_YEAR_TURN_MS) {
+                        r->glog_year++;
+                        ts_glog(p, end, r->glog_year, out);
+                }
+                return true;
+        case CLOCK_RATE:
+                break;
+        }
+        return false;
+}
+
+/* Moves the clock to a line's time. */
+static void advance_clock(struct logmon_replay *r, const char *line,
+                          size_t len, uint64_t line_no)
+{
+        double t;
+        int64_t ts;
+
+        if (r->opts->rate > 0) {
+                t = (double)(line_no - 1) * 1000.0 / r->opts->rate;
+                r->now = t < REPLAY_TIME_MAX ? (uint64_t)llround(t) :
+                                               (uint64_t)REPLAY_TIME_MAX;
+                return;
+        }
+        if (!parse_timestamp(r, line, len, &ts))
+                return;
+        r->last_ts = ts;
+        if (!r->have_base) {
+                r->have_base = true;
+                r->base = ts;
+        }
+        /* Out-of-order timestamps (several writers) keep the clock where
+         * it is rather than running it back. */
+        if (ts - r->base > (int64_t)r->now)
+                r->now = (uint64_t)(ts - r->base);
 }
 
 /* A torchrun console prefix, "[default0]:": a short bracketed name with
@@ -299,23 +427,34 @@ static int record_all(struct logmon_replay *r, size_t stream,
         return 0;
 }
 
-/* Fires a stream's deadlines up to now at their own times, as the live
- * agent's timer would, so the output says when a rule went HANGING and
- * not when the next line happened to arrive. */
-static int catch_up(struct logmon_replay *r, size_t i, uint64_t now)
+/* Fires every stream's deadlines up to now at their own times, earliest
+ * first across streams, as the live agent's timer would: the output says
+ * when a rule went HANGING, not when the next line happened to arrive,
+ * and stays in time order. */
+static int catch_up(struct logmon_replay *r, uint64_t now)
 {
-        struct logmon_stream *s = r->streams[i].mon;
         struct logmon_events ev;
-        uint64_t at, saved = r->now;
-        int err = 0, guard;
+        uint64_t at, best, saved = r->now;
+        size_t i, pick;
+        int err = 0;
 
-        for (guard = 0; guard <= LOGMON_RULES_MAX; guard++) {
-                at = logmon_stream_next_deadline(s);
-                if (at > now)
+        for (;;) {
+                best = UINT64_MAX;
+                pick = 0;
+                for (i = 0; i < r->nstreams; i++) {
+                        at = logmon_stream_next_deadline(r->streams[i].mon);
+                        if (at < best) {
+                                best = at;
+                                pick = i;
+                        }
+                }
+                /* A tick at a rule's deadline turns it HANGING, which
+                 * takes that deadline away: the loop ends. */
+                if (best > now)
                         break;
-                r->now = at;
-                logmon_stream_tick(s, at, &ev);
-                err = record_all(r, i, &ev, 0, NULL, 0);
+                r->now = best;
+                logmon_stream_tick(r->streams[pick].mon, best, &ev);
+                err = record_all(r, pick, &ev, 0, NULL, 0);
                 if (err != 0)
                         break;
         }
@@ -358,46 +497,117 @@ static int stream_get(struct logmon_replay *r, const char *name,
         return 0;
 }
 
-static void line_cb(struct logmon_replay *r, const char *line, size_t len)
+/* One line, once the layout is known. */
+static int process_line(struct logmon_replay *r, const char *line,
+                        size_t len, uint64_t line_no)
 {
         struct logmon_events ev;
         const char *name = NULL;
         size_t plen = 0, idx;
-        int64_t ts;
         int err;
+
+        if (r->layout == LOGMON_LAYOUT_CONSOLE) {
+                plen = console_prefix(line, len);
+                if (plen == 0) {
+                        /* Not a rank's output: it moves the clock and
+                         * nothing else. */
+                        r->unprefixed++;
+                        advance_clock(r, line, len, line_no);
+                        return catch_up(r, r->now);
+                }
+                name = line + 1;
+        }
+        advance_clock(r, line + plen, len - plen, line_no);
+        err = stream_get(r, name, plen > 0 ? plen - 3 : 0, &idx);
+        if (err == 0)
+                err = catch_up(r, r->now);
+        if (err != 0)
+                return err;
+        logmon_stream_feed(r->streams[idx].mon, line + plen, len - plen,
+                           r->now, &ev);
+        return record_all(r, idx, &ev, line_no, line + plen, len - plen);
+}
+
+/* The layout is decided: the held lines go through in order, matched in
+ * place (hold_line zeroed the buffer past them). */
+static int flush_pending(struct logmon_replay *r)
+{
+        size_t off = 0, n;
+        uint64_t line_no = r->pending_first;
+        int err = 0;
+
+        while (err == 0 && off < r->pending_len) {
+                memcpy(&n, r->pending + off, sizeof(n));
+                off += sizeof(n);
+                err = process_line(r, r->pending + off, n, line_no++);
+                off += n;
+        }
+        free(r->pending);
+        r->pending = NULL;
+        r->pending_len = 0;
+        r->pending_cap = 0;
+        return err;
+}
+
+/* Decides the layout from the lines held: a console log is one where at
+ * least half the lines carry a prefix. A plain log in which a few lines
+ * happen to start with "[rank0]:" stays plain, and a console capture
+ * stays a console log despite hyperpodrun's own messages and a
+ * container's prelude, which have no prefix. */
+static int decide_layout(struct logmon_replay *r)
+{
+        uint64_t held = r->pending_len > 0 ?
+                                r->lines - r->pending_first + 1 : 0;
+
+        r->layout = held > 0 && 2 * r->pending_prefixed >= held ?
+                            LOGMON_LAYOUT_CONSOLE :
+                            LOGMON_LAYOUT_PLAIN;
+        return flush_pending(r);
+}
+
+/* Holds a line while the layout is undecided, up to the lookahead. The
+ * buffer grows as needed, zeroed for the JIT's word-sized reads past a
+ * line's end, so that a short log costs little. */
+static int hold_line(struct logmon_replay *r, const char *line, size_t len,
+                     uint64_t line_no)
+{
+        size_t need = r->pending_len + sizeof(len) + len + sizeof(size_t);
+        size_t cap = r->pending_cap;
+        char *p;
+
+        if (need > cap) {
+                while (cap < need)
+                        cap = cap != 0 ? 2 * cap : 64 * 1024;
+                p = realloc(r->pending, cap);
+                if (p == NULL)
+                        return -ENOMEM;
+                memset(p + r->pending_cap, 0, cap - r->pending_cap);
+                r->pending = p;
+                r->pending_cap = cap;
+        }
+        if (r->pending_len == 0)
+                r->pending_first = line_no;
+        memcpy(r->pending + r->pending_len, &len, sizeof(len));
+        memcpy(r->pending + r->pending_len + sizeof(len), line, len);
+        r->pending_len += sizeof(len) + len;
+        if (console_prefix(line, len) > 0)
+                r->pending_prefixed++;
+        if (r->pending_len < LOGMON_REPLAY_LOOKAHEAD)
+                return 0;
+        return decide_layout(r);
+}
+
+static void line_cb(struct logmon_replay *r, const char *line, size_t len)
+{
+        uint64_t line_no;
 
         if (r->error != 0)
                 return;
-        r->lines++;
-        if (!r->opts->keep_prefix) {
-                plen = console_prefix(line, len);
-                if (plen > 0)
-                        name = line + 1;
-        }
-        if (r->opts->rate > 0) {
-                r->now = (uint64_t)llround((double)(r->lines - 1) * 1000.0 /
-                                           r->opts->rate);
-        } else if (parse_timestamp(line + plen, len - plen, &ts)) {
-                if (!r->have_base) {
-                        r->have_base = true;
-                        r->base = ts;
-                }
-                /* Out-of-order timestamps (several writers) keep the
-                 * clock where it is rather than running it back. */
-                if (ts - r->base > (int64_t)r->now)
-                        r->now = (uint64_t)(ts - r->base);
-        }
-
-        err = stream_get(r, name, plen > 0 ? plen - 3 : 0, &idx);
-        if (err == 0)
-                err = catch_up(r, idx, r->now);
-        if (err == 0) {
-                logmon_stream_feed(r->streams[idx].mon, line + plen,
-                                   len - plen, r->now, &ev);
-                err = record_all(r, idx, &ev, r->lines, line + plen,
-                                 len - plen);
-        }
-        r->error = err;
+        line_no = ++r->lines;
+        if (r->layout == LOGMON_LAYOUT_AUTO)
+                r->error = hold_line(r, line, len, line_no);
+        else
+                r->error = process_line(r, line, len, line_no);
 }
 
 /* The same splitting as the live stream: \n, \r and \r\n end a line, and
@@ -446,6 +656,10 @@ static int replay_begin(struct logmon_ruleset *rs,
         r->rs = logmon_ruleset_ref(rs);
         r->opts = opts != NULL ? opts : &defaults;
         r->out = out;
+        r->layout = r->opts->layout;
+        r->clock = r->opts->rate > 0 ? CLOCK_RATE : CLOCK_NONE;
+        /* A leap year, so that a glog "0229" is a real day. */
+        r->glog_year = 2000;
         *rp = r;
         return 0;
 }
@@ -457,9 +671,13 @@ static void summary(struct logmon_replay *r)
         FILE *f = r->out;
 
         fprintf(f, "{\"summary\":{\"lines\":%" PRIu64 ",\"time\":%" PRIu64
-                   ".%03" PRIu64 ",\"state\":\"%s\",\"streams\":[",
+                   ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
+                   "\"unprefixed_lines\":%" PRIu64 ",\"state\":\"%s\","
+                   "\"streams\":[",
                 r->lines, r->now / 1000, r->now % 1000,
-                logmon_state_name(logmon_replay_state(r)));
+                clock_names[r->clock],
+                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" : "plain",
+                r->unprefixed, logmon_state_name(logmon_replay_state(r)));
         for (i = 0; i < r->nstreams; i++) {
                 struct logmon_stream *s = r->streams[i].mon;
 
@@ -494,32 +712,23 @@ static void summary(struct logmon_replay *r)
 
 static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
 {
-        struct logmon_events ev;
-        uint64_t end;
-        size_t i, idx;
-        int err = r->error;
+        size_t idx;
+        int err;
 
-        if (err == 0 && r->len > 0)
+        if (r->error == 0 && r->len > 0)
                 line_cb(r, r->buf, r->len);
         r->len = 0;
         err = r->error;
-        /* An empty log still has the one unprefixed stream, so that a
-         * start cut-off can be seen to expire on it. */
-        if (err == 0 && r->nstreams == 0)
+        /* A log shorter than the lookahead is decided at its end. */
+        if (err == 0 && r->layout == LOGMON_LAYOUT_AUTO)
+                err = decide_layout(r);
+        /* An empty plain log still has its one stream, so that a start
+         * cut-off can be seen to expire on it. */
+        if (err == 0 && r->layout == LOGMON_LAYOUT_PLAIN && r->nstreams == 0)
                 err = stream_get(r, NULL, 0, &idx);
-        end = r->now + r->opts->tail_ms;
-        for (i = 0; err == 0 && i < r->nstreams; i++) {
-                err = catch_up(r, i, end);
-                if (err == 0) {
-                        uint64_t saved = r->now;
-
-                        r->now = end;
-                        logmon_stream_tick(r->streams[i].mon, end, &ev);
-                        err = record_all(r, i, &ev, 0, NULL, 0);
-                        r->now = saved;
-                }
-        }
-        r->now = end;
+        if (err == 0)
+                err = catch_up(r, r->now + r->opts->tail_ms);
+        r->now += r->opts->tail_ms;
         if (err == 0 && r->out != NULL) {
                 summary(r);
                 if (fflush(r->out) != 0 || ferror(r->out))
@@ -589,6 +798,7 @@ void logmon_replay_free(struct logmon_replay *r)
         free(r->streams);
         free(r->changes);
         free(r->buf);
+        free(r->pending);
         logmon_ruleset_unref(r->rs);
         free(r);
 }
@@ -604,6 +814,17 @@ enum logmon_state logmon_replay_state(const struct logmon_replay *r)
                         top = s;
         }
         return top;
+}
+
+void logmon_replay_get_info(const struct logmon_replay *r,
+                            struct logmon_replay_info *out)
+{
+        out->lines = r->lines;
+        out->unprefixed = r->unprefixed;
+        out->time_ms = r->now;
+        out->streams = r->nstreams;
+        out->console = r->layout == LOGMON_LAYOUT_CONSOLE;
+        out->clock = clock_names[r->clock];
 }
 
 /* ---------------------------------------------------------------------
@@ -638,15 +859,13 @@ static void print_change(FILE *f, const struct logmon_replay *r,
                 fputs(" (deadline)", f);
 }
 
-static int check_final(const struct logmon_replay *r, const cJSON *final,
-                       const char *want, FILE *diff, char *errbuf,
-                       size_t len)
+/* Everything an expectation can get wrong is an error rather than a
+ * difference, and is found before a log is read. */
+static int validate_final(const struct logmon_ruleset *rs,
+                          const cJSON *final, char *errbuf, size_t len)
 {
-        struct logmon_rule_info info;
-        enum logmon_state expected;
+        enum logmon_state state;
         const cJSON *item;
-        int diffs = 0, rule;
-        size_t i;
 
         if (!cJSON_IsObject(final)) {
                 snprintf(errbuf, len, "expect: final: expected an object "
@@ -654,18 +873,139 @@ static int check_final(const struct logmon_replay *r, const cJSON *final,
                 return HP_ECONFIG;
         }
         cJSON_ArrayForEach(item, final) {
-                rule = logmon_ruleset_find(r->rs, item->string);
-                if (rule < 0) {
+                if (logmon_ruleset_find(rs, item->string) < 0) {
                         snprintf(errbuf, len, "expect: final: no rule "
                                  "named \"%s\"", item->string);
                         return HP_ECONFIG;
                 }
                 if (!cJSON_IsString(item) ||
-                    logmon_state_parse(item->valuestring, &expected) != 0) {
+                    logmon_state_parse(item->valuestring, &state) != 0) {
                         snprintf(errbuf, len, "expect: final: %s: expected "
                                  "a state name", item->string);
                         return HP_ECONFIG;
                 }
+        }
+        return 0;
+}
+
+struct expected_change {
+        int rule;
+        enum logmon_state state;
+        const cJSON *line_no;
+        const cJSON *time;
+        const cJSON *stream;
+};
+
+static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
+                            size_t i, struct expected_change *e,
+                            char *errbuf, size_t len)
+{
+        const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
+
+        if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
+            logmon_state_parse(state->valuestring, &e->state) != 0) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
+                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
+                return HP_ECONFIG;
+        }
+        e->rule = logmon_ruleset_find(rs, rule->valuestring);
+        if (e->rule < 0) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
+                         "named \"%s\"", i, rule->valuestring);
+                return HP_ECONFIG;
+        }
+        e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
+        e->time = cJSON_GetObjectItemCaseSensitive(t, "time");
+        e->stream = cJSON_GetObjectItemCaseSensitive(t, "stream");
+        if ((e->line_no != NULL && !cJSON_IsNumber(e->line_no) &&
+             !cJSON_IsNull(e->line_no)) ||
+            (e->time != NULL && !cJSON_IsNumber(e->time)) ||
+            (e->stream != NULL && !cJSON_IsString(e->stream) &&
+             !cJSON_IsNull(e->stream))) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
+                         "and time are numbers, stream a string", i);
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
+int logmon_expect_validate(const struct logmon_ruleset *rs,
+                           const cJSON *expect, char *errbuf, size_t len)
+{
+        static const char *const keys[] = { "final", "state", "stream",
+                                            "transitions" };
+        const cJSON *item, *list;
+        struct expected_change e;
+        enum logmon_state state;
+        size_t i, n;
+        int err;
+
+        if (!cJSON_IsObject(expect)) {
+                snprintf(errbuf, len, "expect: expected a JSON object");
+                return HP_ECONFIG;
+        }
+        cJSON_ArrayForEach(item, expect) {
+                for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
+                        if (strcmp(item->string, keys[i]) == 0)
+                                break;
+                if (i == HP_ARRAY_SIZE(keys)) {
+                        snprintf(errbuf, len, "expect: unknown key \"%s\"",
+                                 item->string);
+                        return HP_ECONFIG;
+                }
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
+        if (item != NULL && !cJSON_IsString(item)) {
+                snprintf(errbuf, len, "expect: stream: expected a string");
+                return HP_ECONFIG;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
+        if (item != NULL) {
+                err = validate_final(rs, item, errbuf, len);
+                if (err != 0)
+                        return err;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
+        if (item != NULL && (!cJSON_IsString(item) ||
+                             logmon_state_parse(item->valuestring,
+                                                &state) != 0)) {
+                snprintf(errbuf, len, "expect: state: expected a state "
+                         "name");
+                return HP_ECONFIG;
+        }
+        list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
+        if (list == NULL)
+                return 0;
+        if (!cJSON_IsArray(list)) {
+                snprintf(errbuf, len, "expect: transitions: expected a "
+                         "list");
+                return HP_ECONFIG;
+        }
+        n = (size_t)cJSON_GetArraySize(list);
+        for (i = 0; i < n; i++) {
+                err = parse_transition(rs, cJSON_GetArrayItem(list, (int)i),
+                                       i, &e, errbuf, len);
+                if (err != 0)
+                        return err;
+        }
+        return 0;
+}
+
+/* The comparisons, on a validated expectation. */
+
+static int check_final(const struct logmon_replay *r, const cJSON *final,
+                       const char *want, FILE *diff)
+{
+        struct logmon_rule_info info;
+        enum logmon_state expected;
+        const cJSON *item;
+        int diffs = 0, rule;
+        size_t i;
+
+        cJSON_ArrayForEach(item, final) {
+                rule = logmon_ruleset_find(r->rs, item->string);
+                logmon_state_parse(item->valuestring, &expected);
                 for (i = 0; i < r->nstreams; i++) {
                         if (!stream_selected(r, i, want))
                                 continue;
@@ -685,46 +1025,31 @@ static int check_final(const struct logmon_replay *r, const cJSON *final,
         return diffs;
 }
 
-struct expected_change {
-        int rule;
-        enum logmon_state state;
-        const cJSON *line_no;
-        const cJSON *time;
-        const cJSON *stream;
-};
-
-static int parse_transition(const struct logmon_replay *r, const cJSON *t,
-                            size_t i, struct expected_change *e,
-                            char *errbuf, size_t len)
+static int check_state(const struct logmon_replay *r, const cJSON *state,
+                       const char *want, FILE *diff)
 {
-        const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
-        const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
+        enum logmon_state expected;
+        int diffs = 0;
+        size_t i;
 
-        if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
-            logmon_state_parse(state->valuestring, &e->state) != 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
-                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
-                return HP_ECONFIG;
+        logmon_state_parse(state->valuestring, &expected);
+        for (i = 0; i < r->nstreams; i++) {
+                struct logmon_stream *s = r->streams[i].mon;
+
+                if (!stream_selected(r, i, want) ||
+                    logmon_stream_state(s) == expected)
+                        continue;
+                diffs++;
+                if (diff != NULL)
+                        fprintf(diff, "state of %s: expected %s, got %s "
+                                "(%s)\n", stream_label(r, i),
+                                state->valuestring,
+                                logmon_state_name(logmon_stream_state(s)),
+                                logmon_stream_reason(s)[0] ?
+                                        logmon_stream_reason(s) :
+                                        "no reason");
         }
-        e->rule = logmon_ruleset_find(r->rs, rule->valuestring);
-        if (e->rule < 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
-                         "named \"%s\"", i, rule->valuestring);
-                return HP_ECONFIG;
-        }
-        e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
-        e->time = cJSON_GetObjectItemCaseSensitive(t, "time");
-        e->stream = cJSON_GetObjectItemCaseSensitive(t, "stream");
-        if ((e->line_no != NULL && !cJSON_IsNumber(e->line_no) &&
-             !cJSON_IsNull(e->line_no)) ||
-            (e->time != NULL && !cJSON_IsNumber(e->time)) ||
-            (e->stream != NULL && !cJSON_IsString(e->stream) &&
-             !cJSON_IsNull(e->stream))) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
-                         "and time are numbers, stream a string", i);
-                return HP_ECONFIG;
-        }
-        return 0;
+        return diffs;
 }
 
 static bool change_matches(const struct logmon_replay *r,
@@ -766,93 +1091,129 @@ static void print_expected(FILE *f, const struct logmon_replay *r,
                 fputs(" (deadline)", f);
 }
 
-static int check_transitions(const struct logmon_replay *r,
-                             const cJSON *list, const char *want, FILE *diff,
-                             char *errbuf, size_t len)
+/* Above this many cells the alignment table is not built, and the two
+ * lists are compared position by position instead (a long log checked
+ * against a long list; the differences are then less well aligned). */
+#define ALIGN_CELLS_MAX (4u * 1024 * 1024)
+
+/*
+ * Aligns the expected transitions with the state changes that happened
+ * (a longest common subsequence, as diff does), so that one missing or
+ * extra transition reads as one line rather than as every later one
+ * being wrong. Prints what only one side has, "-" for expected and "+"
+ * for got, and returns how many such lines there are.
+ */
+static int diff_transitions(const struct logmon_replay *r,
+                            const struct expected_change *exp, size_t n,
+                            const struct replay_change *const *got,
+                            size_t m, FILE *diff)
 {
-        struct expected_change e;
-        size_t i = 0, k = 0, n;
-        int diffs = 0, err;
+        uint32_t *table = NULL;
+        size_t i = 0, j = 0, w = m + 1;
+        int diffs = 0;
+        bool take_exp;
 
-        if (!cJSON_IsArray(list)) {
-                snprintf(errbuf, len, "expect: transitions: expected a "
-                         "list");
-                return HP_ECONFIG;
+#define CELL(a, b) table[(a) * w + (b)]
+        if ((n + 1) * w <= ALIGN_CELLS_MAX)
+                table = calloc((n + 1) * w, sizeof(*table));
+        if (table != NULL) {
+                /* CELL(a, b): the longest common run of exp[a..], got[b..]. */
+                for (i = n + 1; i-- > 0;) {
+                        for (j = m + 1; j-- > 0;) {
+                                if (i == n || j == m)
+                                        CELL(i, j) = 0;
+                                else if (change_matches(r, got[j], &exp[i]))
+                                        CELL(i, j) = CELL(i + 1, j + 1) + 1;
+                                else if (CELL(i + 1, j) >= CELL(i, j + 1))
+                                        CELL(i, j) = CELL(i + 1, j);
+                                else
+                                        CELL(i, j) = CELL(i, j + 1);
+                        }
+                }
         }
-        n = (size_t)cJSON_GetArraySize(list);
-        /* Validate everything first, so that a malformed expectation is
-         * an error and not a diff. */
-        for (i = 0; i < n; i++) {
-                err = parse_transition(r, cJSON_GetArrayItem(list, (int)i), i,
-                                       &e, errbuf, len);
-                if (err != 0)
-                        return err;
-        }
-        for (i = 0;; i++) {
-                const struct replay_change *c = NULL;
-
-                while (k < r->nchanges &&
-                       (r->changes[k].kind != LOGMON_EVENT_STATE ||
-                        !stream_selected(r, r->changes[k].stream, want)))
-                        k++;
-                if (k < r->nchanges)
-                        c = &r->changes[k++];
-                if (i >= n && c == NULL)
-                        break;
-                if (i < n)
-                        parse_transition(r, cJSON_GetArrayItem(list, (int)i),
-                                         i, &e, errbuf, len);
-                if (i < n && c != NULL && change_matches(r, c, &e))
+        i = j = 0;
+        while (i < n || j < m) {
+                if (i < n && j < m && change_matches(r, got[j], &exp[i]) &&
+                    (table == NULL || CELL(i, j) == CELL(i + 1, j + 1) + 1)) {
+                        i++;
+                        j++;
                         continue;
+                }
+                if (table != NULL)
+                        take_exp = i < n &&
+                                   (j == m || CELL(i + 1, j) >= CELL(i, j + 1));
+                else
+                        take_exp = i < n && (j == m || i <= j);
                 diffs++;
-                if (diff == NULL)
-                        continue;
-                fprintf(diff, "transition %zu:\n  expected: ", i + 1);
-                if (i < n)
-                        print_expected(diff, r, &e);
-                else
-                        fputs("(nothing more)", diff);
-                fputs("\n  got:      ", diff);
-                if (c != NULL)
-                        print_change(diff, r, c);
-                else
-                        fputs("(nothing more)", diff);
-                fputc('\n', diff);
+                if (diffs == 1 && diff != NULL)
+                        fprintf(diff, "transitions (- expected, + got):\n");
+                if (take_exp) {
+                        if (diff != NULL) {
+                                fprintf(diff, "- expected #%zu: ", i + 1);
+                                print_expected(diff, r, &exp[i]);
+                                fputc('\n', diff);
+                        }
+                        i++;
+                } else {
+                        if (diff != NULL) {
+                                fprintf(diff, "+ got #%zu:      ", j + 1);
+                                print_change(diff, r, got[j]);
+                                fputc('\n', diff);
+                        }
+                        j++;
+                }
         }
+#undef CELL
+        free(table);
+        return diffs;
+}
+
+static int check_transitions(const struct logmon_replay *r,
+                             const cJSON *list, const char *want, FILE *diff)
+{
+        size_t i, m = 0, n = (size_t)cJSON_GetArraySize(list);
+        const struct replay_change **got;
+        struct expected_change *exp;
+        char unused[8];
+        int diffs;
+
+        exp = calloc(n + 1, sizeof(*exp));
+        got = calloc(r->nchanges + 1, sizeof(*got));
+        if (exp == NULL || got == NULL) {
+                free(exp);
+                free(got);
+                if (diff != NULL)
+                        fputs("transitions: out of memory\n", diff);
+                return 1;
+        }
+        /* Validated before: parsing cannot fail here. */
+        for (i = 0; i < n; i++)
+                parse_transition(r->rs, cJSON_GetArrayItem(list, (int)i), i,
+                                 &exp[i], unused, sizeof(unused));
+        for (i = 0; i < r->nchanges; i++)
+                if (r->changes[i].kind == LOGMON_EVENT_STATE &&
+                    stream_selected(r, r->changes[i].stream, want))
+                        got[m++] = &r->changes[i];
+        diffs = diff_transitions(r, exp, n, got, m, diff);
+        free(exp);
+        free(got);
         return diffs;
 }
 
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len)
 {
-        const cJSON *final, *state, *stream, *trans, *item;
-        enum logmon_state want_state;
+        const cJSON *item;
         const char *want = NULL;
-        int diffs = 0, n;
+        int diffs = 0, err;
         size_t i;
 
-        if (!cJSON_IsObject(expect)) {
-                snprintf(errbuf, len, "expect: expected a JSON object");
-                return HP_ECONFIG;
-        }
-        cJSON_ArrayForEach(item, expect) {
-                if (strcmp(item->string, "final") != 0 &&
-                    strcmp(item->string, "state") != 0 &&
-                    strcmp(item->string, "stream") != 0 &&
-                    strcmp(item->string, "transitions") != 0) {
-                        snprintf(errbuf, len, "expect: unknown key \"%s\"",
-                                 item->string);
-                        return HP_ECONFIG;
-                }
-        }
-        stream = cJSON_GetObjectItemCaseSensitive(expect, "stream");
-        if (stream != NULL) {
-                if (!cJSON_IsString(stream)) {
-                        snprintf(errbuf, len, "expect: stream: expected a "
-                                 "string");
-                        return HP_ECONFIG;
-                }
-                want = stream->valuestring;
+        err = logmon_expect_validate(r->rs, expect, errbuf, len);
+        if (err != 0)
+                return err;
+        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
+        if (item != NULL) {
+                want = item->valuestring;
                 for (i = 0; i < r->nstreams; i++)
                         if (stream_selected(r, i, want))
                                 break;
@@ -863,45 +1224,14 @@ int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                                         want);
                 }
         }
-        final = cJSON_GetObjectItemCaseSensitive(expect, "final");
-        if (final != NULL) {
-                n = check_final(r, final, want, diff, errbuf, len);
-                if (n < 0)
-                        return n;
-                diffs += n;
-        }
-        state = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (state != NULL) {
-                if (!cJSON_IsString(state) ||
-                    logmon_state_parse(state->valuestring, &want_state) != 0) {
-                        snprintf(errbuf, len, "expect: state: expected a "
-                                 "state name");
-                        return HP_ECONFIG;
-                }
-                for (i = 0; i < r->nstreams; i++) {
-                        struct logmon_stream *s = r->streams[i].mon;
-
-                        if (!stream_selected(r, i, want) ||
-                            logmon_stream_state(s) == want_state)
-                                continue;
-                        diffs++;
-                        if (diff != NULL)
-                                fprintf(diff, "state of %s: expected %s, got "
-                                        "%s (%s)\n", stream_label(r, i),
-                                        state->valuestring,
-                                        logmon_state_name(
-                                                logmon_stream_state(s)),
-                                        logmon_stream_reason(s)[0] ?
-                                                logmon_stream_reason(s) :
-                                                "no reason");
-                }
-        }
-        trans = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
-        if (trans != NULL) {
-                n = check_transitions(r, trans, want, diff, errbuf, len);
-                if (n < 0)
-                        return n;
-                diffs += n;
-        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
+        if (item != NULL)
+                diffs += check_final(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
+        if (item != NULL)
+                diffs += check_state(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
+        if (item != NULL)
+                diffs += check_transitions(r, item, want, diff);
         return diffs;
 }

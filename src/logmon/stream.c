@@ -508,6 +508,27 @@ void logmon_stream_tick(struct logmon_stream *s, uint64_t now_ms,
         aggregate(s, out);
 }
 
+/* When rule i turns HANGING unless a line matches, on the caller's clock;
+ * UINT64_MAX when nothing but a line can change it (no cut-off or
+ * frequency, FAULTED, retired). For a HANGING rule, when it did. */
+static uint64_t rule_due(const struct logmon_stream *s, size_t i)
+{
+        const struct logmon_rule *r = &s->rs->rules[i];
+        const struct logmon_rule_state *st = &s->st[i];
+        uint64_t at;
+
+        if (st->state == LOGMON_FAULTED || st->retired)
+                return UINT64_MAX;
+        if (!st->matched && r->has_cutoff)
+                at = s->created + r->cutoff_ms + 1;
+        else if (st->matched && r->has_freq)
+                at = st->last_match + r->freq_ms + 1;
+        else
+                return UINT64_MAX;
+        /* Back from effective time to the caller's clock. */
+        return at + s->paused;
+}
+
 uint64_t logmon_stream_next_deadline(const struct logmon_stream *s)
 {
         uint64_t best = UINT64_MAX, at;
@@ -516,22 +537,10 @@ uint64_t logmon_stream_next_deadline(const struct logmon_stream *s)
         if (!s->running)
                 return UINT64_MAX;
         for (i = 0; i < s->rs->n; i++) {
-                const struct logmon_rule *r = &s->rs->rules[i];
-                const struct logmon_rule_state *st = &s->st[i];
-
-                /* Only a match can take a rule out of HANGING, and
-                 * nothing takes one out of FAULTED or retirement. */
-                if (st->state == LOGMON_FAULTED ||
-                    st->state == LOGMON_HANGING || st->retired)
+                /* Only a match can take a rule out of HANGING. */
+                if (s->st[i].state == LOGMON_HANGING)
                         continue;
-                if (!st->matched && r->has_cutoff)
-                        at = s->created + r->cutoff_ms + 1;
-                else if (st->matched && r->has_freq)
-                        at = st->last_match + r->freq_ms + 1;
-                else
-                        continue;
-                /* Back from effective time to the caller's clock. */
-                at += s->paused;
+                at = rule_due(s, i);
                 if (at < best)
                         best = at;
         }
@@ -571,6 +580,8 @@ int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
         out->last_line = st->matched ? st->last_line : NULL;
         out->last_line_len = st->last_len;
         out->last_line_capped = st->last_capped;
+        out->last_match_ms = st->matched ? st->last_match + s->paused : 0;
+        out->due_ms = rule_due(s, i);
         return 0;
 }
 

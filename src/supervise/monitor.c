@@ -51,12 +51,36 @@ static void rearm_all(struct hp_agent *a)
                                        a->monitors[i].rules));
 }
 
+/* When the verdict came, and for a hang when the rule's last match was
+ * and when the next was due, on the loop's clock (CLOCK_MONOTONIC, as
+ * Python's time.monotonic() in a worker), so that lateness can be read
+ * off the log line. The verdict's own time is taken now, not from the
+ * loop's cached millisecond. */
+static void verdict_times(const struct logmon_rule_info *info, char *buf,
+                          size_t len)
+{
+        int n;
+
+        n = snprintf(buf, len, "at %.6f s",
+                     (double)uv_hrtime() / 1e9);
+        if (n > 0 && (size_t)n < len && info != NULL && info->matched)
+                n += snprintf(buf + n, len - (size_t)n,
+                              ", last match at %.3f s",
+                              (double)info->last_match_ms / 1e3);
+        if (n > 0 && (size_t)n < len && info != NULL &&
+            info->state == LOGMON_HANGING && info->due_ms != UINT64_MAX)
+                snprintf(buf + n, len - (size_t)n, ", due by %.3f s",
+                         (double)info->due_ms / 1e3);
+}
+
 /* deadline: the timer's deadline when a tick found the verdict, or
  * UINT64_MAX when a line did (no lateness then). */
 static void check_verdict(struct hp_monitor *m, uint64_t deadline)
 {
         struct hp_agent *a = m->agent;
         struct logmon_rule_info info;
+        bool have_info;
+        char times[128];
         int rule;
 
         if (logmon_stream_state(m->rules) < LOGMON_SLOW || a->verdict[0])
@@ -69,22 +93,27 @@ static void check_verdict(struct hp_monitor *m, uint64_t deadline)
         a->verdict_latency_ms = 0;
         if (deadline != UINT64_MAX && uv_now(a->loop) > deadline)
                 a->verdict_latency_ms = uv_now(a->loop) - deadline;
-        if (rule >= 0 &&
-            logmon_stream_rule_info(m->rules, (size_t)rule, &info) == 0 &&
-            info.last_line != NULL)
+        have_info = rule >= 0 && logmon_stream_rule_info(
+                                         m->rules, (size_t)rule, &info) == 0;
+        if (have_info && info.last_line != NULL)
                 snprintf(a->verdict_line, sizeof(a->verdict_line), "%.*s",
                          (int)(info.last_line_len < sizeof(a->verdict_line)
                                        ? info.last_line_len
                                        : sizeof(a->verdict_line) - 1),
                          info.last_line);
-        if (a->verdict_line[0] != '\0')
-                hp_log_error("log rule verdict %s on local rank %d; last "
-                             "matching line: %.*s",
-                             a->verdict, m->local_rank, 400, a->verdict_line);
+        verdict_times(have_info ? &info : NULL, times, sizeof(times));
+        if (have_info && info.last_line != NULL)
+                hp_log_error("log rule verdict %s on local rank %d %s "
+                             "(monotonic clock); last matching line: %.*s",
+                             a->verdict, m->local_rank, times,
+                             (int)(info.last_line_len > 400
+                                           ? 400
+                                           : info.last_line_len),
+                             info.last_line);
         else
-                hp_log_error("log rule verdict %s on local rank %d (no line "
-                             "matched the rule yet)",
-                             a->verdict, m->local_rank);
+                hp_log_error("log rule verdict %s on local rank %d %s "
+                             "(monotonic clock; no line matched the rule "
+                             "yet)", a->verdict, m->local_rank, times);
         hp_agent__rule_verdict(a);
 }
 

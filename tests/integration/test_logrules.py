@@ -3,8 +3,19 @@ restarts the group, and ends the job with status 124 when no restart is
 left. The rule engine's own semantics are covered by tests/logmon."""
 
 import json
+import re
+import subprocess
 
-from conftest import write_exec
+from conftest import HYPERPODRUN, SOURCE_ROOT, write_exec
+
+JOB_YAML = SOURCE_ROOT / "examples" / "rules" / "job.yaml"
+
+# The agent's verdict line states its own clock (CLOCK_MONOTONIC, which
+# is also Python's time.monotonic()): when it judged, when the rule last
+# matched and when the next match was due.
+VERDICT = re.compile(r"log rule verdict (\S+) on local rank (\d+) at "
+                     r"([\d.]+) s(?:, last match at ([\d.]+) s)?"
+                     r"(?:, due by ([\d.]+) s)?")
 
 PROGRESS = ("[Epoch 0 Batch {i}] {{'training_loss_step': 1.5, "
             "'samples/sec': {rate}}}")
@@ -56,21 +67,104 @@ def test_a_stalled_worker_is_restarted_then_ends_the_job(hpr, tmp_path):
     assert "Batch 9]" in r.err  # the last matching line is reported
 
 
-def test_slow_throughput_after_n_data_points(hpr, tmp_path):
+def verdicts(result):
+    return [m for m in (VERDICT.search(line) for line in
+                        result.err.splitlines()) if m]
+
+
+def test_a_stall_is_caught_at_the_threshold_within_100_ms(hpr, tmp_path):
+    # The worker stamps each progress line with its own monotonic clock,
+    # then stalls. The rule allows 1 s between progress lines; the verdict
+    # must come after that second and less than 100 ms later, measured
+    # both from the worker's stamp and from the agent's own deadline.
+    freq = HANG_RULE["expectedRecurringFrequencyInSeconds"]
+    script = worker(tmp_path, (
+        "for i in range(10):\n"
+        f"    print({PROGRESS!r}.format(i=i, rate=99) +"
+        " f' t={time.monotonic():.6f}', flush=True)\n"
+        "time.sleep(60)\n"))
+    r = hpr.run(["--standalone", "--no-python", "--log-monitoring-config",
+                 rules(tmp_path, HANG_RULE), script], timeout=30)
+    assert r.rc == 124, r.describe()
+    stamps = [float(t) for t in re.findall(r"Batch 9\].* t=([\d.]+)",
+                                           r.out)]
+    found = verdicts(r)
+    assert len(found) == 1 and len(stamps) == 1, r.describe()
+    verdict = found[0]
+    assert verdict.group(1) == "LogHang_JobHangingDetection", r.describe()
+    at, last_match, due = (float(verdict.group(i)) for i in (3, 4, 5))
+    # From the worker's clock: never early, less than 100 ms late.
+    late = at - stamps[0] - freq
+    assert 0 <= late < 0.100, f"{late * 1000:.1f} ms late\n{r.describe()}"
+    # From the agent's own clock: the deadline is the last match plus the
+    # frequency plus 1 ms (cut-offs are strict), and the verdict follows it.
+    assert abs(due - (last_match + freq + 0.001)) < 0.0005, r.describe()
+    assert 0 <= at - due < 0.100, r.describe()
+    assert last_match >= stamps[0] - 0.001, r.describe()
+
+
+def test_slow_throughput_restarts_after_n_data_points(hpr, tmp_path):
+    # Four slow points, a fast one (which resets the count), then twenty
+    # slow ones written at once: the verdict names the fifth slow line in
+    # a row, batch 9, in both attempts.
     script = worker(tmp_path, (
         "for i in range(4):\n"
         f"    print({PROGRESS!r}.format(i=i, rate=50), flush=True)\n"
         f"print({PROGRESS!r}.format(i=4, rate=120), flush=True)\n"
-        "for i in range(5, 10):\n"
-        f"    print({PROGRESS!r}.format(i=i, rate=50), flush=True)\n"
+        "for i in range(5, 25):\n"
+        f"    print({PROGRESS!r}.format(i=i, rate=50))\n"
+        "sys.stdout.flush()\n"
         "time.sleep(60)\n"))
-    r = hpr.run(["--standalone", "--no-python", "--log-monitoring-config",
-                 rules(tmp_path, SLOW_RULE), script], timeout=30)
+    r = hpr.run(["--standalone", "--no-python", "--max-restarts", "1",
+                 "--log-monitoring-config", rules(tmp_path, SLOW_RULE),
+                 script], timeout=30)
     assert r.rc == 124, r.describe()
-    assert "LogSlow_LowThroughputDetection" in r.err
-    # Four slow points, a fast one (resets), then five: the fifth slow line
-    # in a row is batch 9.
-    assert "Batch 9]" in r.err, r.describe()
+    runs = sorted((tmp_path / "runs").read_text().split())
+    assert runs == ["0:0", "0:1"], r.describe()
+    lines = [line for line in r.err.splitlines()
+             if "log rule verdict LogSlow_LowThroughputDetection" in line]
+    assert len(lines) == 2, r.describe()
+    for line in lines:
+        assert line.endswith("[Epoch 0 Batch 9] {'training_loss_step': "
+                             "1.5, 'samples/sec': 50}"), r.describe()
+
+
+def job_yaml_worker(tmp_path, loss):
+    """Prints what the job.yaml rules look for: the experiment banner,
+    then loss lines in LossSpikeDetection's format, then exits 0."""
+    return worker(tmp_path, (
+        "print('2025-06-17 05:51:29,300 INFO Experiment configuration: "
+        "{}', flush=True)\n"
+        "for i in range(8):\n"
+        f"    print(f'2025-06-17 05:51:3{{i}},000 INFO step {{i}} "
+        f"training_loss_step {loss}', flush=True)\n"))
+
+
+def test_job_yaml_from_examples_end_to_end(hpr, tmp_path):
+    # A loss stuck above 2.0 for 5 steps: LossSpikeDetection of the
+    # examples' job.yaml ends the job, and replaying rank 0's stdout.log
+    # through the same file comes to the same verdict.
+    script = job_yaml_worker(tmp_path, "2.75")
+    r = hpr.run(["--standalone", "--no-python", "--tee", "3",
+                 "--log-monitoring-config", JOB_YAML, script], timeout=30)
+    assert r.rc == 124, r.describe()
+    assert [m.group(1) for m in verdicts(r)] == [
+        "LogSlow_LossSpikeDetection"], r.describe()
+    log = hpr.only_train_dir() / "attempt_0" / "0" / "stdout.log"
+    replay = subprocess.run([HYPERPODRUN, "--replay", str(log),
+                             "--log-monitoring-config", str(JOB_YAML)],
+                            capture_output=True, text=True, timeout=30,
+                            env=hpr.env)
+    assert replay.returncode == 0, replay.stderr
+    summary = json.loads(replay.stdout.splitlines()[-1])["summary"]
+    assert summary["streams"][0]["reason"] == "LogSlow_LossSpikeDetection"
+
+    # The same worker with a healthy loss runs to completion.
+    script = job_yaml_worker(tmp_path, "1.25")
+    r = hpr.run(["--standalone", "--no-python", "--log-monitoring-config",
+                 JOB_YAML, script], timeout=30)
+    assert r.rc == 0, r.describe()
+    assert verdicts(r) == [], r.describe()
 
 
 def test_healthy_job_with_rules_succeeds(hpr, tmp_path):
