@@ -130,12 +130,14 @@ def test_full_plr_cycle(hpr, tmp_path):
     assert st["reason"] == "WorkerCrash"
     assert "Local Rank 1 (rank 3) exited with code 3" in st["message"]
     assert st["assigned_rank"] == "1"
-    env = a.worker_env(2)
-    assert env == {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "4",
+    # The crashing worker wrote its environment before it exited (its
+    # sibling may have been stopped before it got that far).
+    env = a.worker_env(3)
+    assert env == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
                    "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
                    "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.9.8.7",
                    "MASTER_PORT": "29511", "TORCHELASTIC_RESTART_COUNT": "0",
-                   "JOB_RESTART_COUNT": "0", "ROLE_RANK": "2"}
+                   "JOB_RESTART_COUNT": "0", "ROLE_RANK": "3"}
     assert hooks.read_text() == "pre 0\n"      # post-train never ran
 
     # The operator's restart: /stop, wait for ready, /start faultCount 1.
