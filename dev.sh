@@ -1,15 +1,20 @@
 #!/bin/sh
-# hyperpodrun's two entry points on a fresh Debian machine:
+# hyperpodrun's entry points on a fresh Debian machine:
 #   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
 #   ./dev.sh test   install what is missing, build, run the whole test suite
-#                   (then again under ASan+UBSan, and the unit tests under
-#                   valgrind), ending with one "N passed, N failed" line
+#                   (then again under ASan+UBSan, the unit tests under
+#                   valgrind, and the benchmarks' smoke run), ending with
+#                   one "N passed, N failed" line
+#   ./dev.sh bench  install what is missing, build, run the benchmarks
+#                   against torchrun (about 15 minutes) and regenerate
+#                   BENCHMARKS.md from bench/results/
+#   ./dev.sh bench-smoke   each benchmark at a tiny size (seconds)
 set -eu
 cd "$(dirname "$0")"
 
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
-python3-torch valgrind mandoc man-db procps"
+python3-torch valgrind mandoc man-db procps time python3-matplotlib"
 
 install_missing() {
         missing=""
@@ -57,6 +62,20 @@ run_suite() { # run_suite LABEL BUILD_DIR [meson test options...]
         FAILED=$((FAILED + $2))
 }
 
+# The benchmarks' smoke run as one more pass: each benchmark and the report
+# count as one test case (bench/run.py prints "bench: N passed, N failed").
+run_bench_smoke() {
+        echo "==> benchmarks (smoke)"
+        out=$(/usr/bin/python3 bench/run.py --smoke 2>&1) || true
+        printf '%s\n' "$out"
+        set -- $(printf '%s\n' "$out" |
+                sed -n 's/^bench: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
+        [ $# -eq 2 ] || set -- 0 1
+        echo "==> benchmarks (smoke): $1 passed, $2 failed"
+        PASSED=$((PASSED + $1))
+        FAILED=$((FAILED + $2))
+}
+
 case "${1:-}" in
 demo)
         install_missing
@@ -79,11 +98,23 @@ test)
         # The C unit tests leak-free under valgrind.
         run_suite "unit tests under valgrind" build --suite unit \
                 --setup valgrind
+        # The benchmarks cannot rot: each runs at a tiny size.
+        run_bench_smoke
         echo "$PASSED passed, $FAILED failed"
         [ "$FAILED" -eq 0 ]
         ;;
+bench)
+        install_missing
+        build build
+        exec /usr/bin/python3 bench/run.py
+        ;;
+bench-smoke)
+        install_missing
+        build build
+        exec /usr/bin/python3 bench/run.py --smoke
+        ;;
 *)
-        echo "usage: ./dev.sh demo|test" >&2
+        echo "usage: ./dev.sh demo|test|bench|bench-smoke" >&2
         exit 2
         ;;
 esac
