@@ -512,7 +512,7 @@ class Operator:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:
-                return None  # refused: no operator API in this build
+                return self._refused()
             try:
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 self.status()
@@ -522,6 +522,15 @@ class Operator:
                 time.sleep(0.01)
         self.close()
         raise Failure(f"operator API on port {self.port} did not answer in {timeout} s")
+
+    def _refused(self):
+        """The launcher exited before its API answered: a build without
+        the operator API says the backend is not available (None); any
+        other reason is a failure of the benchmark."""
+        err = Path(self.stderr).read_text(errors="replace") if self.stderr else ""
+        if not self.stderr or "not available in this build" in err:
+            return None
+        raise Failure(f"operator mode exited {self.proc.returncode}: {err[-1500:]}")
 
     def request(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else None

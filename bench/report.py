@@ -160,7 +160,7 @@ def pipeline_plot(res, path):
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.set_title("Log pipeline, --tee 3, console to a file, 110-byte lines")
-    ax.legend()
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -211,6 +211,38 @@ def pipeline_section(res, plot_rel):
             lines = n * get(n, t, "lines_per_rank")
             cells.append(f"{f(cpu)} s, {f(cpu / lines * 1e9)} ns" if cpu is not None else "—")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return out
+
+
+def pipeline_analysis(res):
+    """What the per-line CPU figures say about the targets: arithmetic on
+    the results, no claim that another run could contradict."""
+    rows = res["rows"]
+
+    def get(n, tool, key):
+        return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
+
+    n = 8 if any(r["ranks"] == 8 for r in rows) else max(r["ranks"] for r in rows)
+    lines = n * (get(n, "hyperpodrun", "lines_per_rank") or 0)
+    cpu, bare = get(n, "hyperpodrun", "cpu_s"), get(n, "hyperpodrun-norules", "cpu_s")
+    tee = get(n, "tee", "lines_per_s")
+    if not lines or not cpu or not bare:
+        return []
+    ns, bare_ns = cpu / lines * 1e9, bare / lines * 1e9
+    out = ["", f"At {n} ranks hyperpodrun spends {f(ns)} ns of CPU per line with the four "
+               f"rules and {f(bare_ns)} ns without them: the rules cost {f(ns - bare_ns)} ns "
+               f"per line, {pct((ns - bare_ns) / ns)} of its time. Its event loop is one "
+               f"thread, so at {f(ns)} ns per line it can carry at most "
+               f"{f(1e9 / ns)} lines per second however many cores there are."]
+    tee_cpu = get(n, "tee", "cpu_s")
+    if tee_cpu:
+        out[-1] += (f" Without rules it moves a line for {f(bare_ns)} ns of CPU, where the "
+                    f"tee processes take {f(tee_cpu / lines * 1e9)} ns.")
+    if tee:
+        need = 1e9 / (0.6 * tee)
+        out[-1] += (f" 60 % of the tee limit ({f(0.6 * tee)} lines per second) would need at "
+                    f"most {f(need)} ns per line; the tee limit itself spreads the same work "
+                    f"over {n} tee processes on all cores.")
     return out
 
 
@@ -283,6 +315,17 @@ def steady_section(res):
     if res.get("cpu_ratio"):
         out.append(f"| torchrun / hyperpodrun | {times(res['cpu_ratio'])} | "
                    f"{times(res['rss_ratio'])} |")
+    tee = tools.get("tee")
+    if tee:
+        lines = res["nproc"] * res["rate"]
+        wakeups = res["nproc"] * 100
+        out += ["", f"The tee row is the cost of moving these bytes at all on this machine: "
+                    f"{res['nproc']} ranks × a write every 10 ms wake the reader "
+                    f"{f(wakeups)} times a second, and each wakeup pays for the pipe read and "
+                    f"the two file writes. hyperpodrun with the rules on rank 0 uses "
+                    f"{f(tools['hyperpodrun']['cpu_pct'])} % of a core for {f(lines)} lines a "
+                    f"second, the {res['nproc']} tee processes together "
+                    f"{f(tee['cpu_pct'])} %."]
     return out
 
 
@@ -308,8 +351,8 @@ def document(data, plot_rel):
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]
             continue
-        out += (pipeline_section(data[name], plot_rel) if name == "pipeline"
-                else fn(data[name])) + [""]
+        out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
+                if name == "pipeline" else fn(data[name])) + [""]
     return "\n".join(out)
 
 
