@@ -199,8 +199,10 @@ def pipeline_section(res, plot_rel):
                    + " | ".join(cells)
                    + f" | {times(bl.ratio(h, get(n, 'torchrun')))} | "
                      f"{pct(bl.ratio(h, get(n, 'tee')))} |")
-    out += ["", "CPU seconds (launcher's own, or all tee processes') and nanoseconds of CPU "
-                "per line:", "",
+    out += ["", "CPU seconds (the launcher's own, or all tee processes') against the run's "
+                "wall seconds, and nanoseconds of CPU per line. A launcher whose CPU falls "
+                "well short of the wall time was waiting for a core: the producers and "
+                "anything else on the machine share them.", "",
             "| ranks | " + " | ".join(dict((t, l) for t, l, *_ in SERIES)[t]
                                      for t in tools) + " |",
             "|---" * (len(tools) + 1) + "|"]
@@ -209,7 +211,9 @@ def pipeline_section(res, plot_rel):
         for t in tools:
             cpu = get(n, t, "cpu_s")
             lines = n * get(n, t, "lines_per_rank")
-            cells.append(f"{f(cpu)} s, {f(cpu / lines * 1e9)} ns" if cpu is not None else "—")
+            wall = get(n, t, "wall_s")
+            cells.append(f"{f(cpu)} s of {f(wall)} s, {f(cpu / lines * 1e9)} ns"
+                         if cpu is not None else "—")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     return out
 
