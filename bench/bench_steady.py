@@ -6,8 +6,8 @@ run's wall time, in % of one core, and its peak RSS (VmHWM of the launcher
 process alone, sampled every 20 ms).
 
   hyperpodrun            the four seed rules on local rank 0 (the default
-                         --log-monitor-ranks)
-  hyperpodrun, all ranks the four rules on all 8 ranks
+                         --log-monitor-ranks; what the rules cost on every
+                         rank is benchmark 2's subject)
   torchrun               --tee 3 (no rules)
   tee, one per rank      the same producers each piped through
                          `tee FILE > CONSOLE`: what moving these bytes
@@ -23,9 +23,8 @@ from pathlib import Path
 
 import benchlib as bl
 
-TOOLS = ["hyperpodrun", "hyperpodrun-allranks", "torchrun", "tee"]
+TOOLS = ["hyperpodrun", "torchrun", "tee"]
 LABELS = {"hyperpodrun": "hyperpodrun, rules on rank 0",
-          "hyperpodrun-allranks": "hyperpodrun, rules on all ranks",
           "torchrun": "torchrun",
           "tee": "tee, one per rank"}
 
@@ -40,8 +39,6 @@ def argv_for(tool, hpr, producer, nproc, lines, rate, logdir, rules):
             "--tee", "3", "--log_dir", logdir] + ["--no_python"] + worker[1:]
     argv = [hpr, "--standalone", "--nproc-per-node", str(nproc), "--tee", "3",
             "--log-dir", logdir, "--log-monitoring-config", rules]
-    if tool == "hyperpodrun-allranks":
-        argv += ["--log-monitor-ranks", "all"]
     return argv + worker
 
 

@@ -102,7 +102,9 @@ def machine_section(data):
     ]
     out = ["## The machine", "", "| | |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in rows]
-    out += ["", "Load while each benchmark ran (other work on the machine shows here):", "",
+    out += ["", "Load around each benchmark: the load at a start is the machine's (other work "
+                "shows here); the load at the end of the log pipeline is mostly its own "
+                "producers, up to 64 of them.", "",
             "| benchmark | load at start (1, 5, 15 min) | load at end | started |",
             "|---|---|---|---|"]
     for name, res in data.items():
@@ -175,11 +177,12 @@ def pipeline_section(res, plot_rel):
     def get(n, tool, key="lines_per_s"):
         return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
 
-    cap = res.get("max_total")
+    wide = res.get("wide_total")
     out = ["## 2. Log pipeline", "",
            f"Each rank prints {f(res['lines_per_rank'])} training-style lines of 110 bytes as "
-           "fast as it can" + (f" (past {f(cap)} lines in all, each rank prints "
-                               f"{f(cap)} / ranks, so that a run stays short)" if cap else "")
+           "fast as it can" + (f" (past 8 ranks the ranks share {f(wide)} lines, "
+                               f"{f(wide)} / ranks each, so that the full run stays near a "
+                               "quarter of an hour)" if wide else "")
            + ". --tee 3: every line goes to its rank's log file and, prefixed, to the "
            "console, which is a file. hyperpodrun runs the four seed rules "
            f"{', '.join(res['rules'])} on every rank. The tee limit is the same producers "
@@ -311,7 +314,6 @@ def steady_section(res):
            commands_block(res), "",
            "| | CPU, % of one core | peak RSS |", "|---|---|---|"]
     labels = {"hyperpodrun": "hyperpodrun, rules on rank 0 (the default)",
-              "hyperpodrun-allranks": "hyperpodrun, rules on all ranks",
               "torchrun": "torchrun", "tee": "tee, one per rank"}
     for tool, v in tools.items():
         out.append(f"| {labels.get(tool, tool)} | {f(v['cpu_pct'])} % | "
