@@ -1,10 +1,15 @@
 #!/bin/sh
-# hyperpodrun's two entry points on a fresh Debian machine:
+# hyperpodrun's entry points on a fresh Debian machine:
 #   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
 #   ./dev.sh test   install what is missing, build, run the whole test suite
 #                   (then again under ASan+UBSan, the fuzz targets for a
-#                   short time, and the unit tests under valgrind), ending
-#                   with one "N passed, N failed" line
+#                   short time, the unit tests under valgrind, and the
+#                   benchmarks' smoke run), ending with one "N passed,
+#                   N failed" line
+#   ./dev.sh bench  install what is missing, build, run the benchmarks
+#                   against torchrun (about 15 minutes) and regenerate
+#                   BENCHMARKS.md from bench/results/
+#   ./dev.sh bench-smoke   each benchmark at a tiny size (seconds)
 set -eu
 cd "$(dirname "$0")"
 
@@ -12,7 +17,8 @@ cd "$(dirname "$0")"
 # starts a private one-node Slurm cluster from them.
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
-python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge"
+python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge
+time python3-matplotlib"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 
@@ -62,6 +68,20 @@ run_suite() { # run_suite LABEL BUILD_DIR [meson test options...]
         FAILED=$((FAILED + $2))
 }
 
+# The benchmarks' smoke run as one more pass: each benchmark and the report
+# count as one test case (bench/run.py prints "bench: N passed, N failed").
+run_bench_smoke() {
+        echo "==> benchmarks (smoke)"
+        out=$(/usr/bin/python3 bench/run.py --smoke 2>&1) || true
+        printf '%s\n' "$out"
+        set -- $(printf '%s\n' "$out" |
+                sed -n 's/^bench: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
+        [ $# -eq 2 ] || set -- 0 1
+        echo "==> benchmarks (smoke): $1 passed, $2 failed"
+        PASSED=$((PASSED + $1))
+        FAILED=$((FAILED + $2))
+}
+
 case "${1:-}" in
 demo)
         install_missing
@@ -92,11 +112,23 @@ test)
         # The C unit tests leak-free under valgrind.
         run_suite "unit tests under valgrind" build --suite unit \
                 --setup valgrind
+        # The benchmarks cannot rot: each runs at a tiny size.
+        run_bench_smoke
         echo "$PASSED passed, $FAILED failed"
         [ "$FAILED" -eq 0 ]
         ;;
+bench)
+        install_missing
+        build build
+        exec /usr/bin/python3 bench/run.py
+        ;;
+bench-smoke)
+        install_missing
+        build build
+        exec /usr/bin/python3 bench/run.py --smoke
+        ;;
 *)
-        echo "usage: ./dev.sh demo|test" >&2
+        echo "usage: ./dev.sh demo|test|bench|bench-smoke" >&2
         exit 2
         ;;
 esac

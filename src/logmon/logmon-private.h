@@ -25,6 +25,12 @@ struct logmon_rule {
         char *name;
         pcre2_code *log_re;
         pcre2_code *stop_re;  /* NULL: no stopPattern */
+        /* The same patterns without their leading ".*", searched rather
+         * than anchored, lazy: they say whether a line matches, in a
+         * fraction of the time, where rule.c proves the answer the same
+         * (NULL elsewhere). Only whether, never the captures. */
+        pcre2_code *log_quick;
+        pcre2_code *stop_quick;
         uint32_t captures;    /* capture groups in logPattern */
         bool has_cutoff;
         uint64_t cutoff_ms;
@@ -71,6 +77,7 @@ struct logmon_stream {
         struct logmon_ruleset *rs;
         pcre2_match_data *md;
         char *fixed;          /* LOGMON_FIXED_MAX bytes */
+        bool line_has_lf;     /* the quick patterns do not apply */
         bool installed;       /* started since new or clear */
         bool running;         /* installed and not suspended */
         uint64_t last_now;    /* largest now seen: time never goes back */

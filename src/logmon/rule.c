@@ -222,6 +222,62 @@ static int regex(struct validator *v, const struct logmon_ruleset *rs,
         return 0;
 }
 
+/*
+ * The quick form of a pattern, for the question "does this line match".
+ * The AWS rules are all ".*X.*": anchored, the leading ".*" swallows the
+ * line and backs off one character at a time looking for X, and the
+ * inner ".*" does it again, so a 110-byte line costs hundreds of steps
+ * per rule. Searching for X.* instead lets PCRE2 jump to X's first
+ * character with memchr, and lazy quantifiers find the rest of a match
+ * going forward: an order of magnitude fewer steps. The answer is the
+ * same when
+ *   - the line holds no \n (the only character "." refuses under the LF
+ *     newline convention; the caller checks each line), so ".*" can reach
+ *     any position where X starts;
+ *   - there is no "|": ".*a|b" is (.*a)|b, which a search for "a|b" is
+ *     not;
+ *   - nothing is atomic: greedy or lazy only changes the order in which
+ *     the alternatives are tried, which decides captures but not whether
+ *     there is a match, unless something cuts the search short. Atomic
+ *     groups, lookarounds, conditions, options and verbs all start with
+ *     "(?" (other than "(?:") or "(*"; possessive quantifiers end in "+".
+ * The test is on the pattern's text, so an escaped "\|" or "\(?" only
+ * costs the speed-up. A pattern that fails any of it has no quick form.
+ */
+static pcre2_code *quick_pattern(const char *pattern, bool jit)
+{
+        static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
+                                               "}+" };
+        const char *p;
+        uint32_t newline = 0;
+        pcre2_code *code;
+        PCRE2_SIZE offset;
+        int err;
+        size_t i;
+
+        /* ".*?", ".*+", ".**" and ".*{" are other quantifiers. */
+        if (strncmp(pattern, ".*", 2) != 0 ||
+            (pattern[2] != '\0' && strchr("?+*{", pattern[2]) != NULL))
+                return NULL;
+        for (i = 0; i < HP_ARRAY_SIZE(refused); i++)
+                if (strstr(pattern, refused[i]) != NULL)
+                        return NULL;
+        for (p = strstr(pattern, "(?"); p != NULL; p = strstr(p + 2, "(?"))
+                if (p[2] != ':')
+                        return NULL;
+        if (pcre2_config(PCRE2_CONFIG_NEWLINE, &newline) < 0 ||
+            newline != PCRE2_NEWLINE_LF)
+                return NULL;
+        code = pcre2_compile((PCRE2_SPTR)(pattern + 2), PCRE2_ZERO_TERMINATED,
+                             PCRE2_UTF | PCRE2_UNGREEDY, &err, &offset, NULL);
+        if (code != NULL && jit &&
+            pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) != 0) {
+                pcre2_code_free(code);
+                code = NULL;
+        }
+        return code;
+}
+
 static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                          const cJSON *obj, struct logmon_rule *r,
                          const struct logmon_ruleset_opts *opts)
@@ -275,6 +331,7 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         if (err != 0)
                 return err;
         pcre2_pattern_info(r->log_re, PCRE2_INFO_CAPTURECOUNT, &r->captures);
+        r->log_quick = quick_pattern(item->valuestring, !opts->no_jit);
 
         err = seconds(v, obj, "expectedStartCutOffInSeconds", &r->has_cutoff,
                       &r->cutoff_ms);
@@ -298,6 +355,8 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                             &r->stop_re, &rs->jit);
                 if (err != 0)
                         return err;
+                r->stop_quick = quick_pattern(item->valuestring,
+                                              !opts->no_jit);
         }
 
         item = field(obj, "metricThreshold");
@@ -399,6 +458,8 @@ static void rules_free(struct logmon_ruleset *rs)
                 free(rs->rules[i].name);
                 pcre2_code_free(rs->rules[i].log_re);
                 pcre2_code_free(rs->rules[i].stop_re);
+                pcre2_code_free(rs->rules[i].log_quick);
+                pcre2_code_free(rs->rules[i].stop_quick);
         }
         free(rs->rules);
         pcre2_jit_stack_free(rs->jit_stack);

@@ -116,7 +116,28 @@ static bool ring_put(struct hp_console *con, const char *prefix,
 }
 
 /* Direct mode: the ring is a linear buffer written out when full and at
- * each commit. The loop thread is the only user, so no lock. */
+ * each commit. The loop thread is the only user, so no lock.
+ *
+ * Appends one line to a direct console's buffer, which the caller made
+ * room in. head never wraps here (each write-out starts the buffer over),
+ * so this is four plain copies, with none of the ring's index arithmetic:
+ * it runs once per line. */
+static void linear_put(struct hp_console *con, const char *prefix,
+                       size_t prefix_len, const char *line, size_t len,
+                       const char *marker, size_t marker_len)
+{
+        char *p = con->ring + con->head;
+
+        memcpy(p, prefix, prefix_len);
+        p += prefix_len;
+        memcpy(p, line, len);
+        p += len;
+        memcpy(p, marker, marker_len);
+        p += marker_len;
+        *p++ = '\n';
+        con->head = (uint64_t)(p - con->ring);
+}
+
 static void direct_write_out(struct hp_console *con)
 {
         size_t n = (size_t)(con->head - con->tail);
@@ -149,12 +170,15 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
         bool queued;
 
         if (con->direct) {
-                if (con->cap - (size_t)(con->head - con->tail) <
-                    prefix_len + len + marker_len + 1)
+                size_t need = prefix_len + len + marker_len + 1;
+
+                if (con->cap - (size_t)con->head < need)
                         direct_write_out(con);
-                queued = ring_put(con, prefix, prefix_len, line, len, marker,
-                                  marker_len);
-                if (!queued) {
+                queued = con->cap - (size_t)con->head >= need;
+                if (queued) {
+                        linear_put(con, prefix, prefix_len, line, len, marker,
+                                   marker_len);
+                } else {
                         /* Larger than the whole buffer (only with a buffer
                          * smaller than HP_LINE_MAX): a file can take it
                          * as it is, in pieces, still one line. */

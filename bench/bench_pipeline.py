@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""Benchmark 2, the log pipeline: N ranks each printing training-style
+lines of 110 bytes as fast as they can, through the launcher with --tee 3
+(every line to its rank's file and, prefixed, to the console, which is a
+file here), in lines per second and the launcher's own CPU seconds.
+
+  hyperpodrun        the four seed rules JobStart, JobHangingDetection,
+                     NoS3CheckpointingDetection and LowThroughputDetection
+                     on every rank (--log-monitor-ranks all)
+  hyperpodrun, no rules   the same without rules: what the rules cost
+  torchrun           --tee 3 (it has no rules)
+  tee limit          the same producers, each piped through
+                     `tee FILE > CONSOLE`: what the kernel's pipes and the
+                     file system allow when nothing else is done; its CPU
+                     is the tee processes'
+
+Targets: with the four rules on all 8 ranks at least 60 % of the tee limit
+and at least 8x torchrun; throughput flat or better from 8 to 64 ranks.
+"""
+
+import shutil
+import sys
+from pathlib import Path
+
+import benchlib as bl
+
+TOOLS = ["hyperpodrun", "hyperpodrun-norules", "torchrun", "tee"]
+LABELS = {
+    "hyperpodrun": "hyperpodrun, 4 rules",
+    "hyperpodrun-norules": "hyperpodrun, no rules",
+    "torchrun": "torchrun",
+    "tee": "tee limit",
+}
+
+
+def argv_for(tool, hpr, producer, ranks, lines, logdir, rules):
+    worker = [producer, "lines", str(lines)]
+    if tool.startswith("hyperpodrun"):
+        argv = [hpr, "--standalone", "--nproc-per-node", str(ranks), "--tee", "3",
+                "--log-dir", logdir]
+        if tool == "hyperpodrun":
+            argv += ["--log-monitoring-config", rules, "--log-monitor-ranks", "all"]
+        return argv + ["--no-python"] + worker
+    if tool == "torchrun":
+        return bl.torchrun_argv() + [
+            "--standalone", "--nproc_per_node", str(ranks), "--monitor_interval", "0.1",
+            "--tee", "3", "--log_dir", logdir, "--no_python"] + worker
+    return bl.tee_command(worker, ranks, logdir)
+
+
+def run_launcher(tool, argv, ranks, lines, scratch):
+    console = Path(scratch, "console.out")
+    err = Path(scratch, "console.err")
+    r = bl.run_measured(argv, env=bl.clean_env(), stdout=str(console), stderr=str(err),
+                        timeout=900)
+    bl.check(r.rc == 0, f"{tool} exited {r.rc}: {err.read_text()[-2000:]}")
+    r.console_lines = bl.count_lines(console)
+    return r
+
+
+def measure(tool, hpr, producer, ranks, lines, rules):
+    scratch = bl.make_scratch("pipeline")
+    try:
+        logdir = str(Path(scratch, "logs"))
+        if tool == "tee":
+            r = bl.run_tee([producer, "lines", str(lines)], ranks, scratch)
+        else:
+            argv = argv_for(tool, hpr, producer, ranks, lines, logdir, rules)
+            r = run_launcher(tool, argv, ranks, lines, scratch)
+        # Nothing may be lost: every line on the console.
+        bl.check(r.console_lines == ranks * lines,
+                 f"{tool}, {ranks} ranks: {r.console_lines} console lines, "
+                 f"expected {ranks * lines}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"wall_s": r.wall, "cpu_s": r.cpu, "lines_per_s": ranks * lines / r.wall}
+
+
+def main():
+    p = bl.arg_parser(__doc__.splitlines()[0])
+    p.add_argument("--ranks", default=None,
+                   help="comma-separated rank counts (default 1,2,4,8,16,32,64)")
+    p.add_argument("--lines", type=int, default=None,
+                   help="lines per rank, up to 8 ranks (default 1000000)")
+    p.add_argument("--wide-total", type=int, default=None,
+                   help="past 8 ranks, the lines all ranks print together, each rank "
+                        "printing wide-total/ranks, so that a full run stays near a "
+                        "quarter of an hour (default 4000000; 0: --lines per rank at "
+                        "every count)")
+    args = p.parse_args()
+    hpr = bl.hyperpodrun_path()
+    producer = bl.producer_path()
+    reps = bl.repeats(args)
+    ranks_list = [int(x) for x in (args.ranks or
+                                   ("1,2" if args.smoke else "1,2,4,8,16,32,64")).split(",")]
+    lines = args.lines or (2000 if args.smoke else 1000000)
+    wide_total = args.wide_total if args.wide_total is not None else 4000000
+    tools = [t for t in TOOLS if not (args.no_torchrun and t == "torchrun")]
+    rules_dir = bl.make_scratch("rules")
+    rules = bl.write_rules(Path(rules_dir, "rules.json"), bl.PIPELINE_RULES)
+
+    def per_rank(n):
+        return lines if n <= 8 or not wide_total else wide_total // n
+
+    # The exact commands, for 8 ranks, with the scratch paths as names.
+    example = {LABELS[t]: argv_for(t, "hyperpodrun", "producer", 8, per_rank(8),
+                                   "LOGDIR", "rules.json") for t in tools}
+    if "torchrun" in tools:
+        example[LABELS["torchrun"]][:2] = ["torchrun"]
+    result = bl.result_header(args, "pipeline", hpr, example)
+    result["rules"] = bl.PIPELINE_RULES
+    result["lines_per_rank"] = lines
+    result["wide_total"] = wide_total
+    runs = {}
+    try:
+        # Repetitions outermost, so that a burst of load from elsewhere
+        # lands on one repetition of everything rather than on one tool.
+        for _ in range(reps):
+            for n in ranks_list:
+                for tool in tools:
+                    m = measure(tool, hpr, producer, n, per_rank(n), rules)
+                    runs.setdefault((n, tool), []).append(m)
+                    print(f"  {n:3d} ranks {LABELS[tool]:22s} {m['lines_per_s']:12,.0f} "
+                          f"lines/s  {m['cpu_s']:7.2f} s CPU  {m['wall_s']:7.2f} s",
+                          flush=True)
+    finally:
+        shutil.rmtree(rules_dir, ignore_errors=True)
+    rows = []
+    for n in ranks_list:
+        for tool in tools:
+            ms = runs[(n, tool)]
+            rows.append({
+                "ranks": n, "tool": tool, "lines_per_rank": per_rank(n),
+                "lines_per_s": bl.median([m["lines_per_s"] for m in ms]),
+                "cpu_s": bl.median([m["cpu_s"] for m in ms]),
+                "wall_s": bl.median([m["wall_s"] for m in ms]),
+                "runs": ms,
+            })
+    result["rows"] = rows
+    result["targets"] = targets(rows, ranks_list)
+    bl.finish_result(result)
+
+    def get(n, tool, key="lines_per_s"):
+        return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
+
+    table = []
+    for n in ranks_list:
+        h = get(n, "hyperpodrun")
+        table.append([str(n), get(n, "hyperpodrun"), get(n, "hyperpodrun-norules"),
+                      get(n, "torchrun"), get(n, "tee"),
+                      bl.ratio(h, get(n, "torchrun")), bl.ratio(h, get(n, "tee")),
+                      get(n, "hyperpodrun", "cpu_s"), get(n, "torchrun", "cpu_s")])
+    bl.print_table(f"log pipeline, lines/s, median of {reps}",
+                   ["ranks", "hpr 4 rules", "hpr no rules", "torchrun", "tee limit",
+                    "x torchrun", "of tee", "hpr CPU s", "torchrun CPU s"], table)
+    bl.print_targets(result)
+    bl.write_result(args, "pipeline", result)
+    return 0
+
+
+def targets(rows, ranks_list):
+    def get(n, tool):
+        return next((r["lines_per_s"] for r in rows
+                     if r["ranks"] == n and r["tool"] == tool), None)
+
+    h8, tee8, t8 = get(8, "hyperpodrun"), get(8, "tee"), get(8, "torchrun")
+    of_tee = bl.ratio(h8, tee8)
+    x_torch = bl.ratio(h8, t8)
+    flat = bl.ratio(get(max(ranks_list), "hyperpodrun"), h8) \
+        if max(ranks_list) > 8 else None
+
+    return [
+        {"what": "8 ranks, four rules on every rank: at least 60 % of the tee limit",
+         "value": of_tee, "unit": "share", "met": bl.at_least(of_tee, 0.6)},
+        {"what": "8 ranks, four rules on every rank: at least 8× torchrun --tee 3",
+         "value": x_torch, "unit": "×", "met": bl.at_least(x_torch, 8)},
+        {"what": "flat or better from 8 to 64 ranks (64-rank throughput over 8-rank, "
+                 "at least 0.95)", "value": flat, "unit": "share",
+         "met": bl.at_least(flat, 0.95)},
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+#!/usr/bin/python3
+"""Writes BENCHMARKS.md and the log-pipeline plot from the JSON results of
+the benchmarks, so that the numbers and the text around them cannot drift
+apart:
+
+    /usr/bin/python3 bench/report.py [--results bench/results] [--out BENCHMARKS.md]
+
+Every figure in the document comes from a results file; a benchmark with
+no results file gets a line saying so.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import benchlib as bl
+
+PLOT_NAME = "pipeline.png"
+SERIES = [  # tool, label, colour, marker
+    ("hyperpodrun", "hyperpodrun, 4 rules on every rank", "tab:blue", "o"),
+    ("hyperpodrun-norules", "hyperpodrun, no rules", "tab:cyan", "s"),
+    ("torchrun", "torchrun --tee 3", "tab:red", "^"),
+    ("tee", "tee pipe limit", "tab:gray", "D"),
+]
+
+
+def load(results):
+    out = {}
+    for name in ("launch", "pipeline", "hang", "restart", "steady"):
+        path = Path(results, f"{name}.json")
+        if path.exists():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def f(v, digits=3):
+    return bl.fmt(v, digits)
+
+
+def pct(v):
+    return "—" if v is None else f"{100 * v:.0f} %"
+
+
+def times(v):
+    return "—" if v is None else f"{f(v)}×"
+
+
+def cmdline(argv):
+    return " ".join(shlex.quote(a) if a not in ("|", ">", "&") else a for a in argv)
+
+
+def commands_block(res):
+    lines = ["```sh"]
+    for label, argv in res["commands"].items():
+        lines.append(f"# {label}")
+        lines.append(cmdline(argv))
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def with_unit(v, unit):
+    if v is None:
+        return "—"
+    if unit == "share":
+        return pct(v)
+    if unit in ("ms", "%"):
+        return f"{f(v)} {unit}"
+    return f"{f(v)}{unit or ''}"
+
+
+def verdict(met):
+    return {True: "met", False: "**missed**", None: "not measured"}[met]
+
+
+def load_line(res):
+    a, b = res.get("loadavg_start"), res.get("loadavg_end")
+    if not a or not b:
+        return ""
+    return (f"Load average (1, 5, 15 min) {a[0]:.2f} {a[1]:.2f} {a[2]:.2f} at the start, "
+            f"{b[0]:.2f} {b[1]:.2f} {b[2]:.2f} at the end; started {res['started']}.")
+
+
+def machine_section(data):
+    any_res = next(iter(data.values()))
+    m = any_res["machine"]
+    rows = [
+        ("CPU", f"{m['cpu']}, {m['cores']} cores ({m['usable_cores']} usable)"),
+        ("memory", f"{m['memory_gib']} GiB"),
+        ("kernel", m["kernel"]),
+        ("OS", m["os"]),
+        ("hyperpodrun", f"{m['hyperpodrun']} ({m['commit']})"),
+        ("torchrun", f"torch {m['torch']} (Debian python3-torch), through "
+                     "bench/torchrun_compat.py"),
+        ("Python", m["python"]),
+        ("compiler", m["cc"]),
+        ("libuv, PCRE2", f"{m['libuv']}, {m['pcre2']}"),
+        ("tee", m["tee"]),
+        ("scratch", f"{m['scratch']} ({m['scratch_fs']}): log files and consoles"),
+    ]
+    out = ["## The machine", "", "| | |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in rows]
+    out += ["", "Load around each benchmark: the load at a start is the machine's (other work "
+                "shows here); the load at the end of the log pipeline is mostly its own "
+                "producers, up to 64 of them.", "",
+            "| benchmark | load at start (1, 5, 15 min) | load at end | started |",
+            "|---|---|---|---|"]
+    for name, res in data.items():
+        a, b = res["loadavg_start"], res["loadavg_end"]
+        out.append(f"| {name} | {a[0]:.2f} {a[1]:.2f} {a[2]:.2f} | "
+                   f"{b[0]:.2f} {b[1]:.2f} {b[2]:.2f} | {res['started']} |")
+    return out
+
+
+def targets_section(data):
+    out = ["## Targets", "", "| benchmark | target | measured | |", "|---|---|---|---|"]
+    for name, res in data.items():
+        for t in res.get("targets", []):
+            out.append(f"| {name} | {t['what']} | {with_unit(t['value'], t.get('unit'))} | "
+                       f"{verdict(t['met'])} |")
+    return out
+
+
+def launch_section(res):
+    tools = res["tools"]
+    out = ["## 1. Launch", "",
+           f"{res['nproc']} workers that exit at once, from spawning the launcher until it has "
+           "exited; the launcher's peak RSS as `/usr/bin/time -v` reports it. Median of "
+           f"{len(tools['hyperpodrun']['walls'])} runs for hyperpodrun"
+           + (f", {len(tools['torchrun']['walls'])} for torchrun" if "torchrun" in tools else "")
+           + ".", "", commands_block(res), "",
+           "| | wall time | peak RSS |", "|---|---|---|"]
+    for tool, v in tools.items():
+        out.append(f"| {tool} | {f(v['wall_s'] * 1000)} ms | {f(v['maxrss_kb'] / 1024)} MiB |")
+    if "torchrun" in tools:
+        out.append(f"| torchrun / hyperpodrun | {times(res['speedup'])} | "
+                   f"{times(res['rss_ratio'])} |")
+    return out
+
+
+def pipeline_plot(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks = sorted({r["ranks"] for r in res["rows"]})
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+    for tool, label, colour, marker in SERIES:
+        ys = [next((r["lines_per_s"] for r in res["rows"]
+                    if r["ranks"] == n and r["tool"] == tool), None) for n in ranks]
+        if all(y is None for y in ys):
+            continue
+        ax.plot(ranks, [y / 1e6 if y else None for y in ys], marker=marker, color=colour,
+                label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ranks)
+    ax.set_xticklabels([str(n) for n in ranks])
+    ax.set_xlabel("ranks (worker processes)")
+    ax.set_ylabel("million lines per second (all ranks)")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title("Log pipeline, --tee 3, console to a file, 110-byte lines")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def pipeline_section(res, plot_rel):
+    rows = res["rows"]
+    ranks = sorted({r["ranks"] for r in rows})
+    tools = [t for t, *_ in SERIES if any(r["tool"] == t for r in rows)]
+    reps = len(rows[0]["runs"])
+
+    def get(n, tool, key="lines_per_s"):
+        return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
+
+    wide = res.get("wide_total")
+    out = ["## 2. Log pipeline", "",
+           f"Each rank prints {f(res['lines_per_rank'])} training-style lines of 110 bytes as "
+           "fast as it can" + (f" (past 8 ranks the ranks share {f(wide)} lines, "
+                               f"{f(wide)} / ranks each, so that the full run stays near a "
+                               "quarter of an hour)" if wide else "")
+           + ". --tee 3: every line goes to its rank's log file and, prefixed, to the "
+           "console, which is a file. hyperpodrun runs the four seed rules "
+           f"{', '.join(res['rules'])} on every rank. The tee limit is the same producers "
+           "each piped through `tee FILE > CONSOLE`. Lines per second over all ranks, from "
+           f"spawning the launcher to its exit, median of {reps} runs; CPU is the launcher's "
+           "own (its workers excluded), or the tee processes'.", "",
+           commands_block(res), "",
+           f"![log pipeline throughput]({plot_rel})", "",
+           "| ranks | lines per rank | " + " | ".join(
+               dict((t, l) for t, l, *_ in SERIES)[t] for t in tools)
+           + " | hyperpodrun / torchrun | hyperpodrun / tee limit |",
+           "|---" * (len(tools) + 4) + "|"]
+    for n in ranks:
+        h = get(n, "hyperpodrun")
+        cells = [f(get(n, t)) for t in tools]
+        out.append(f"| {n} | {f(get(n, 'hyperpodrun', 'lines_per_rank'))} | "
+                   + " | ".join(cells)
+                   + f" | {times(bl.ratio(h, get(n, 'torchrun')))} | "
+                     f"{pct(bl.ratio(h, get(n, 'tee')))} |")
+    out += ["", "CPU seconds (the launcher's own, or all tee processes') against the run's "
+                "wall seconds, and nanoseconds of CPU per line. A launcher whose CPU falls "
+                "well short of the wall time was waiting for a core: the producers and "
+                "anything else on the machine share them.", "",
+            "| ranks | " + " | ".join(dict((t, l) for t, l, *_ in SERIES)[t]
+                                     for t in tools) + " |",
+            "|---" * (len(tools) + 1) + "|"]
+    for n in ranks:
+        cells = []
+        for t in tools:
+            cpu = get(n, t, "cpu_s")
+            lines = n * get(n, t, "lines_per_rank")
+            wall = get(n, t, "wall_s")
+            cells.append(f"{f(cpu)} s of {f(wall)} s, {f(cpu / lines * 1e9)} ns"
+                         if cpu is not None else "—")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return out
+
+
+def pipeline_analysis(res):
+    """What the per-line CPU figures say about the targets: arithmetic on
+    the results, no claim that another run could contradict."""
+    rows = res["rows"]
+
+    def get(n, tool, key):
+        return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
+
+    n = 8 if any(r["ranks"] == 8 for r in rows) else max(r["ranks"] for r in rows)
+    lines = n * (get(n, "hyperpodrun", "lines_per_rank") or 0)
+    cpu, bare = get(n, "hyperpodrun", "cpu_s"), get(n, "hyperpodrun-norules", "cpu_s")
+    tee = get(n, "tee", "lines_per_s")
+    if not lines or not cpu or not bare:
+        return []
+    ns, bare_ns = cpu / lines * 1e9, bare / lines * 1e9
+    out = ["", f"At {n} ranks hyperpodrun spends {f(ns)} ns of CPU per line with the four "
+               f"rules and {f(bare_ns)} ns without them: the rules cost {f(ns - bare_ns)} ns "
+               f"per line, {pct((ns - bare_ns) / ns)} of its time. Its event loop is one "
+               f"thread, so at {f(ns)} ns per line it can carry at most "
+               f"{f(1e9 / ns)} lines per second however many cores there are."]
+    tee_cpu = get(n, "tee", "cpu_s")
+    if tee_cpu:
+        out[-1] += (f" Without rules it moves a line for {f(bare_ns)} ns of CPU, where the "
+                    f"tee processes take {f(tee_cpu / lines * 1e9)} ns.")
+    if tee:
+        need = 1e9 / (0.6 * tee)
+        out[-1] += (f" 60 % of the tee limit ({f(0.6 * tee)} lines per second) would need at "
+                    f"most {f(need)} ns per line; the tee limit itself spreads the same work "
+                    f"over {n} tee processes on all cores.")
+    return out
+
+
+def hang_section(res):
+    out = ["## 3. Hang-detection latency", "",
+           "A worker prints a progress line every 10 ms, then stops printing and stays alive. "
+           "JobHangingDetection with the recurring threshold below. Milliseconds from the "
+           "worker's last line (stamped by the worker after its write returned) to the "
+           "verdict, beyond the threshold: the verdict's log line reaching the bench, the "
+           "restarted worker's first instruction (self-driven mode, --max-restarts 1), and "
+           "the first GET /status that says \"faulted\" (operator mode, polled every "
+           f"millisecond). Median of {len(res['rows'][0]['runs'])} runs.", "",
+           commands_block(res), "",
+           "| threshold | verdict logged | restarted | /status \"faulted\" | torchrun |",
+           "|---|---|---|---|---|"]
+    for r in res["rows"]:
+        status = f"+{f(r['status_ms'])} ms" if r["status_ms"] is not None else r["operator"]
+        out.append(f"| {r['threshold_s']} s | +{f(r['verdict_ms'])} ms | "
+                   f"+{f(r['restart_ms'])} ms | {status} | {res['torchrun']} |")
+    return out
+
+
+def restart_section(res):
+    tools = res["tools"]
+    o = res["operator"]
+    out = ["## 4. Restart latency", "",
+           f"{res['nproc']} workers; 300 ms after the start local rank 0 exits with code 1 and "
+           "the launcher restarts the group (--max-restarts 1). From rank 0's last "
+           "instruction to the moment the last of the new workers runs its first one. The "
+           "other workers wait in pause(), so they die the moment they are signalled: the "
+           "workers' own exit time is nil here. \"Spawn\" is the same launcher's time from "
+           f"being spawned to all workers of the first attempt running. Median of "
+           f"{len(tools['hyperpodrun']['runs'])} runs.", "",
+           commands_block(res), "",
+           "| | crash → group running again | spawn → group running |", "|---|---|---|"]
+    for tool, v in tools.items():
+        out.append(f"| {tool} | {f(v['restart_ms'])} ms | {f(v['start_ms'])} ms |")
+    if res.get("ratio"):
+        out.append(f"| torchrun / hyperpodrun | {times(res['ratio'])} | "
+                   f"{times(bl.ratio(tools['torchrun']['start_ms'], tools['hyperpodrun']['start_ms']))} |")
+    out.append("")
+    if o["state"] == "measured":
+        out.append(f"Operator mode (/stop → \"ready\" → /start with faultCount 1 → all workers "
+                   f"running): /stop → ready {f(o['stop_to_ready_ms'])} ms, /start → running "
+                   f"{f(o['start_to_running_ms'])} ms, the whole cycle "
+                   f"{f(o['cycle_ms'])} ms.")
+    else:
+        out.append(f"Operator mode (/stop → \"ready\" → /start → all workers running): "
+                   f"{o['state']}.")
+    return out
+
+
+def steady_section(res):
+    tools = res["tools"]
+    out = ["## 5. Overhead of a steady job", "",
+           f"{res['nproc']} ranks each printing {f(res['rate'])} lines per second (a batch "
+           f"every 10 ms) for {f(res['seconds'])} s, --tee 3, console to a file. The "
+           "launcher's own CPU time over the run's wall time, in % of one core, and its peak "
+           "RSS (VmHWM, sampled every 20 ms). The tee row moves the same bytes with one "
+           "`tee` per rank: its CPU is all of them together, its RSS one tee's. Median of "
+           f"{len(tools['hyperpodrun']['runs'])} runs.", "",
+           commands_block(res), "",
+           "| | CPU, % of one core | peak RSS |", "|---|---|---|"]
+    labels = {"hyperpodrun": "hyperpodrun, rules on rank 0 (the default)",
+              "torchrun": "torchrun", "tee": "tee, one per rank"}
+    for tool, v in tools.items():
+        out.append(f"| {labels.get(tool, tool)} | {f(v['cpu_pct'])} % | "
+                   f"{f(v['rss_kb'] / 1024)} MiB |")
+    if res.get("cpu_ratio"):
+        out.append(f"| torchrun / hyperpodrun | {times(res['cpu_ratio'])} | "
+                   f"{times(res['rss_ratio'])} |")
+    tee = tools.get("tee")
+    if tee:
+        lines = res["nproc"] * res["rate"]
+        wakeups = res["nproc"] * 100
+        out += ["", f"The tee row is the cost of moving these bytes at all on this machine: "
+                    f"{res['nproc']} ranks × a write every 10 ms wake the reader "
+                    f"{f(wakeups)} times a second, and each wakeup pays for the pipe read and "
+                    f"the two file writes. hyperpodrun with the rules on rank 0 uses "
+                    f"{f(tools['hyperpodrun']['cpu_pct'])} % of a core for {f(lines)} lines a "
+                    f"second, the {res['nproc']} tee processes together "
+                    f"{f(tee['cpu_pct'])} %."]
+    return out
+
+
+def document(data, plot_rel):
+    out = ["# Benchmarks", "",
+           "hyperpodrun side by side with torchrun, on one machine, in one run. Generated by "
+           "`./dev.sh bench` (bench/run.py, then bench/report.py from bench/results/*.json): "
+           "do not edit by hand, run it again. Each benchmark is also a script of its own, "
+           "`/usr/bin/python3 bench/bench_NAME.py` (`--help`; `--smoke` for a seconds-long "
+           "check, which `./dev.sh test` runs).", "",
+           "torchrun is Debian's python3-torch 1.13 launcher, run through "
+           "`bench/torchrun_compat.py`, which replaces `Std.from_str` (it breaks on Python "
+           "3.11) and calls `torch.distributed.run.main()`. It is given "
+           "`--monitor_interval 0.1`, the default of current torch; 1.13's default of 5 s "
+           "would add up to 5 s to each of its figures. The workers are `bench/producer.c`, "
+           "built with `cc -O2`; it formats lines into 1 MiB buffers and writes each with "
+           "one write(), so that it is never what limits a run.", ""]
+    out += machine_section(data) + [""]
+    out += targets_section(data) + [""]
+    sections = [("launch", launch_section), ("pipeline", None), ("hang", hang_section),
+                ("restart", restart_section), ("steady", steady_section)]
+    for name, fn in sections:
+        if name not in data:
+            out += [f"## {name}", "", "Not run: no results file.", ""]
+            continue
+        out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
+                if name == "pipeline" else fn(data[name])) + [""]
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(bl.RESULTS))
+    p.add_argument("--out", default=str(bl.ROOT / "BENCHMARKS.md"))
+    args = p.parse_args()
+    data = load(args.results)
+    if not data:
+        sys.exit(f"report: no results in {args.results}; run ./dev.sh bench")
+    plot = Path(args.results, PLOT_NAME)
+    if "pipeline" in data:
+        pipeline_plot(data["pipeline"], plot)
+    out = Path(args.out)
+    plot_rel = os.path.relpath(plot, out.parent)
+    out.write_text(document(data, plot_rel) + "\n")
+    print(f"report: wrote {out}" + (f" and {plot}" if "pipeline" in data else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
