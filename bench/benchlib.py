@@ -496,8 +496,12 @@ class Operator:
 
     def __init__(self, hpr, launcher_args, worker, env=None, stderr=None):
         self.port = free_port()
+        # pod_resourceconfig.json goes to a scratch directory, not to
+        # /opt/ml/input/config.
+        self.resource_dir = tempfile.mkdtemp(prefix="hpr-bench-rc-")
         self.argv = [hpr, "--rdzv-backend", "hyperpod", "--server-host", "127.0.0.1",
-                     "--server-port", str(self.port)] + launcher_args + worker
+                     "--server-port", str(self.port), "--rdzv-conf",
+                     f"resource_config_dir={self.resource_dir}"] + launcher_args + worker
         self.env = env
         self.stderr = stderr
         self.proc = None
@@ -575,4 +579,5 @@ class Operator:
                 self.proc.wait()
         if self.conn is not None:
             self.conn.close()
+        shutil.rmtree(self.resource_dir, ignore_errors=True)
         return self.proc.returncode
