@@ -185,7 +185,7 @@ struct hp_operator {
         uint64_t listen_delay_ms;
         bool listening;
         bool closing;
-        char resource_dir[1024];
+        char resource_dir[4096];
         char ip_version[256];   /* "" when unknown */
         int assigned_rank;      /* -1 until /start */
         /* The last /start's data, applied when workers start. */

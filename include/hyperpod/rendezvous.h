@@ -32,6 +32,9 @@ struct hp_rdzv_options {
         char resource_config[4096];
         char resource_config_source[64]; /* where the path came from */
         char instance_group[256];
+        /* hyperpod: where pod_resourceconfig.json is kept */
+        char resource_config_dir[4096];
+        bool resource_config_dir_given; /* by --rdzv-conf, not the default */
 };
 
 struct hp_rdzv {

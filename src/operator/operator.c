@@ -21,8 +21,6 @@
 #include "hp-config.h"
 #include "operator-private.h"
 
-#define DEFAULT_RESOURCE_DIR "/opt/ml/input/config"
-
 static int64_t wall_us(void)
 {
         struct timespec ts;
@@ -313,25 +311,6 @@ static const struct hp_agent_events events = {
 
 /* ---- Startup ---- */
 
-/* The value of key in "k=v,k=v", copied into out. */
-static bool rdzv_conf_get(const char *conf, const char *key, char *out,
-                          size_t len)
-{
-        size_t klen = strlen(key);
-
-        for (const char *p = conf; p && *p;) {
-                const char *end = strchr(p, ',');
-                size_t n = end ? (size_t)(end - p) : strlen(p);
-                if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
-                        snprintf(out, len, "%.*s", (int)(n - klen - 1),
-                                 p + klen + 1);
-                        return true;
-                }
-                p = end ? end + 1 : NULL;
-        }
-        return false;
-}
-
 static int env_int(const char *name, int def, int min, int max, int *out,
                    char *errbuf, size_t len)
 {
@@ -352,22 +331,15 @@ static int env_int(const char *name, int def, int min, int max, int *out,
 static int prepare_resource_dir(struct hp_operator *op, char *errbuf,
                                 size_t len)
 {
+        const struct hp_rdzv_options *opt = &op->agent->rdzv.opt;
+        bool given = opt->resource_config_dir_given;
         char err[512];
-        bool given = rdzv_conf_get(op->cfg->rdzv_conf, "resource_config_dir",
-                                   op->resource_dir,
-                                   sizeof(op->resource_dir));
         cJSON *doc = NULL;
         const cJSON *ts;
         int r;
 
-        if (!given)
-                snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
-                         DEFAULT_RESOURCE_DIR);
-        if (op->resource_dir[0] == '\0') {
-                snprintf(errbuf, len,
-                         "--rdzv-conf resource_config_dir= is empty");
-                return HP_ECONFIG;
-        }
+        snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
+                 opt->resource_config_dir);
         r = hp_mkdir_p(op->resource_dir, 0755);
         if (r < 0) {
                 snprintf(errbuf, len,

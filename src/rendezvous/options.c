@@ -7,6 +7,8 @@
 #include "hyperpod/common.h"
 #include "rendezvous-private.h"
 
+/* Where the hyperpod backend keeps pod_resourceconfig.json by default. */
+#define DEFAULT_RESOURCE_CONFIG_DIR "/opt/ml/input/config"
 /* The file HyperPod's lifecycle scripts read, where they leave it. */
 #define DEFAULT_RESOURCE_CONFIG "/opt/ml/config/resource_config.json"
 /* Long enough for a busy slurmctld, short enough that a dead one does not
@@ -19,6 +21,7 @@ enum key_id {
         KEY_MASTER_PORT,
         KEY_RESOURCE_CONFIG,
         KEY_INSTANCE_GROUP,
+        KEY_RESOURCE_CONFIG_DIR,
 };
 
 struct key_row {
@@ -32,6 +35,7 @@ static const struct key_row keys[] = {
         [KEY_MASTER_PORT] = { "master_port", HP_RDZV_SLURM },
         [KEY_RESOURCE_CONFIG] = { "resource_config", HP_RDZV_RESOURCE_CONFIG },
         [KEY_INSTANCE_GROUP] = { "instance_group", HP_RDZV_RESOURCE_CONFIG },
+        [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir", HP_RDZV_HYPERPOD },
 };
 
 const char *hp_rdzv__env_get(char *const *envp, const char *name)
@@ -135,6 +139,12 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                 return store(opt->instance_group,
                              sizeof(opt->instance_group), value, value_len,
                              "instance_group", errbuf, errlen);
+        case KEY_RESOURCE_CONFIG_DIR:
+                opt->resource_config_dir_given = true;
+                return store(opt->resource_config_dir,
+                             sizeof(opt->resource_config_dir), value,
+                             value_len, "resource_config_dir", errbuf,
+                             errlen);
         }
         return 0;
 }
@@ -148,10 +158,10 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
 
         memset(opt, 0, sizeof(*opt));
         opt->scontrol_timeout_ms = DEFAULT_SCONTROL_TIMEOUT_MS;
-        /* The other backends' keys belong to them (the hyperpod backend
-         * has its own); only these two are checked here. */
-        if (cfg->standalone || (cfg->rdzv_backend != HP_RDZV_SLURM &&
-                                cfg->rdzv_backend != HP_RDZV_RESOURCE_CONFIG))
+        snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
+                 "%s", DEFAULT_RESOURCE_CONFIG_DIR);
+        /* static and --standalone read no key. */
+        if (cfg->standalone || cfg->rdzv_backend == HP_RDZV_STATIC)
                 return 0;
 
         for (const char *p = cfg->rdzv_conf; *p;) {
@@ -167,6 +177,18 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
                             strlen(keys[i].name) == key_len &&
                             memcmp(keys[i].name, p, key_len) == 0)
                                 break;
+                if (i == HP_ARRAY_SIZE(keys) &&
+                    cfg->rdzv_backend == HP_RDZV_HYPERPOD) {
+                        /* The reference's hyperpod backend ignores keys it
+                         * does not know (job specs carry torch's own). */
+                        hp_log_warn("--rdzv-conf key '%.*s' is not read by "
+                                    "the hyperpod backend; ignored",
+                                    (int)key_len, p);
+                        p += len;
+                        if (*p == ',')
+                                p++;
+                        continue;
+                }
                 if (i == HP_ARRAY_SIZE(keys) || eq == NULL) {
                         char known[256];
 

@@ -27,7 +27,7 @@ class Agent:
     """One hyperpodrun in operator mode, and an HTTP client for it."""
 
     def __init__(self, hpr, tmp_path, args=(), env=None, name="agent",
-                 nproc=2, script=None, resource_dir=None):
+                 nproc=2, script=None, resource_dir=None, rdzv_conf=""):
         self.dir = tmp_path / name
         self.dir.mkdir(exist_ok=True)
         self.work = self.dir / "work"
@@ -38,7 +38,7 @@ class Agent:
         self.proc = hpr.start(
             ["--log-dir", self.dir / "logs", "--server-host", "127.0.0.1",
              "--server-port", "0", "--rdzv-conf",
-             f"resource_config_dir={self.resource_dir}",
+             f"resource_config_dir={self.resource_dir}{rdzv_conf}",
              "--nproc-per-node", nproc, "--tee", "3", *args,
              script or helper("op_worker.py")],
             env=full_env, log_dir=False)
@@ -524,3 +524,16 @@ def test_two_agents_allreduce(hpr, tmp_path):
             rank = n * 2 + local
             assert by_rank[local] == [
                 f"rank {rank}/4 (local {local}): all_reduce sum = 10".encode()]
+
+
+def test_rdzv_conf_keys_for_hyperpod(hpr, tmp_path):
+    # Keys the hyperpod backend does not read are ignored with a warning, as
+    # the reference ignores them; a key without a value is an error.
+    a = Agent(hpr, tmp_path, nproc=1, rdzv_conf=",join_timeout=900")
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+    assert "--rdzv-conf key 'join_timeout' is not read by the hyperpod backend" in r.err
+    r = hpr.run(["--server-port", "0", "--rdzv-conf",
+                 f"join_timeout=1,resource_config_dir=",
+                 helper("op_worker.py")])
+    assert r.rc == 2 and "--rdzv-conf resource_config_dir: the value must be" in r.err, r.describe()
