@@ -68,6 +68,10 @@ struct logmon_ruleset_opts {
         uint32_t match_limit; /* 0: LOGMON_MATCH_LIMIT */
         uint32_t depth_limit; /* 0: LOGMON_DEPTH_LIMIT */
         bool no_jit;          /* use the interpreter even where JIT works */
+        /* Match with the patterns as written only, never with the faster
+         * forms the engine derives from them (the same answers, slower):
+         * for tests that compare the two. */
+        bool full_only;
 };
 
 /*

@@ -21,16 +21,34 @@ enum logmon_op {
         LOGMON_OP_EQ,
 };
 
+/* One pattern in the forms the engine picks from, line by line. Only
+ * full is always there; each other form is kept where rule.c proves it
+ * gives full's answer for the lines it is used on, and compiled. */
+struct logmon_regex {
+        /* As written, anchored, UTF: the reference's answer and captures
+         * for any line. */
+        pcre2_code *full;
+        /* Without the leading ".*", searched rather than anchored, lazy:
+         * whether a line without "\n" matches, in a fraction of the time,
+         * never the captures. */
+        pcre2_code *quick;
+        /* full and quick compiled without UTF, for lines that are all
+         * ASCII (nearly all): UTF mode steps back over a character, not
+         * a byte, and costs up to twice the time for the same answer. */
+        pcre2_code *full_ascii;
+        pcre2_code *quick_ascii;
+        /* Without the leading and the trailing ".*", anchored, greedy,
+         * no UTF: matched at each occurrence of first_unit from the end
+         * of an ASCII line back, the first success is full's match with
+         * full's captures, without full's byte-by-byte backtracking. */
+        pcre2_code *rest_ascii;
+        uint8_t first_unit;
+};
+
 struct logmon_rule {
         char *name;
-        pcre2_code *log_re;
-        pcre2_code *stop_re;  /* NULL: no stopPattern */
-        /* The same patterns without their leading ".*", searched rather
-         * than anchored, lazy: they say whether a line matches, in a
-         * fraction of the time, where rule.c proves the answer the same
-         * (NULL elsewhere). Only whether, never the captures. */
-        pcre2_code *log_quick;
-        pcre2_code *stop_quick;
+        struct logmon_regex log;
+        struct logmon_regex stop; /* stop.full NULL: no stopPattern */
         uint32_t captures;    /* capture groups in logPattern */
         bool has_cutoff;
         uint64_t cutoff_ms;
@@ -77,7 +95,8 @@ struct logmon_stream {
         struct logmon_ruleset *rs;
         pcre2_match_data *md;
         char *fixed;          /* LOGMON_FIXED_MAX bytes */
-        bool line_has_lf;     /* the quick patterns do not apply */
+        bool line_has_lf;     /* the quick and rest forms do not apply */
+        bool line_ascii;      /* the ASCII forms apply */
         bool installed;       /* started since new or clear */
         bool running;         /* installed and not suspended */
         uint64_t last_now;    /* largest now seen: time never goes back */

@@ -180,9 +180,125 @@ static int seconds(struct validator *v, const cJSON *rule, const char *key,
         return 0;
 }
 
-static int regex(struct validator *v, const struct logmon_ruleset *rs,
-                 const char *key, const cJSON *item, bool no_jit,
-                 pcre2_code **out, bool *jit_ok)
+/* The forms of a pattern other than full, each optional: a form that
+ * does not compile (or JIT-compile, when JIT is wanted) is left out and
+ * the engine uses the next best. */
+static pcre2_code *compile_form(const char *pattern, size_t len,
+                                uint32_t options, bool jit)
+{
+        pcre2_code *code;
+        PCRE2_SIZE offset;
+        int err;
+
+        code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &err,
+                             &offset, NULL);
+        if (code != NULL && jit &&
+            pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) != 0) {
+                pcre2_code_free(code);
+                code = NULL;
+        }
+        return code;
+}
+
+static bool all_ascii(const char *text)
+{
+        for (; *text != '\0'; text++)
+                if ((unsigned char)*text >= 0x80)
+                        return false;
+        return true;
+}
+
+/*
+ * Whether the pattern is ".*X" where a search for X answers the same. The
+ * AWS rules are all ".*X.*": anchored, the leading ".*" swallows the line
+ * and backs off one character at a time looking for X, and the inner
+ * ".*" does it again, so a 110-byte line costs hundreds of steps per
+ * rule. Searching for X instead lets PCRE2 jump to X's first character
+ * with memchr. The answer is the same when
+ *   - the line holds no \n (the only character "." refuses under the LF
+ *     newline convention; the engine checks each line), so ".*" can
+ *     reach any position where X starts;
+ *   - there is no "|": ".*a|b" is (.*a)|b, which a search for "a|b" is
+ *     not;
+ *   - nothing is atomic: greedy or lazy only changes the order in which
+ *     the alternatives are tried, which decides captures but not whether
+ *     there is a match, unless something cuts the search short. Atomic
+ *     groups, lookarounds, conditions, options and verbs all start with
+ *     "(?" (other than "(?:") or "(*"; possessive quantifiers end in "+";
+ *   - nothing reads the start offset or quotes: "\G" is where a match
+ *     attempt starts, and "\Q" makes what follows literal, ".*" included.
+ * The test is on the pattern's text, so an escaped "\|" or "\(?" only
+ * costs the speed-up.
+ */
+static bool searchable(const char *pattern)
+{
+        static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
+                                               "}+", "\\G", "\\Q" };
+        const char *p;
+        uint32_t newline = 0;
+        size_t i;
+
+        /* ".*?", ".*+", ".**" and ".*{" are other quantifiers. */
+        if (strncmp(pattern, ".*", 2) != 0 ||
+            (pattern[2] != '\0' && strchr("?+*{", pattern[2]) != NULL))
+                return false;
+        for (i = 0; i < HP_ARRAY_SIZE(refused); i++)
+                if (strstr(pattern, refused[i]) != NULL)
+                        return false;
+        for (p = strstr(pattern, "(?"); p != NULL; p = strstr(p + 2, "(?"))
+                if (p[2] != ':')
+                        return false;
+        return pcre2_config(PCRE2_CONFIG_NEWLINE, &newline) >= 0 &&
+               newline == PCRE2_NEWLINE_LF;
+}
+
+/* Length of a searchable pattern without a trailing ".*" (one not
+ * escaped: an odd number of backslashes before the dot makes it "\.*").
+ * On a line without \n a trailing ".*" always matches what is left, on
+ * the first try, so it never sends the match back into what precedes it:
+ * the captures are the same without it. */
+static size_t without_trailing_any(const char *pattern)
+{
+        size_t len = strlen(pattern), slashes = 0;
+
+        if (len < 4 || strcmp(pattern + len - 2, ".*") != 0)
+                return len;
+        while (slashes < len - 2 && pattern[len - 3 - slashes] == '\\')
+                slashes++;
+        return slashes % 2 == 0 ? len - 2 : len;
+}
+
+/*
+ * The rest form (see struct logmon_regex). Anchored at 0, ".*R" makes
+ * the ".*" take the whole line and give it back one character at a time,
+ * trying R at each position from the end; on a line without \n the first
+ * position where R matches decides the match and its captures. R can
+ * only match where its fixed first code unit is, so trying R anchored at
+ * each occurrence of that unit, from the end back, makes the same
+ * attempts in the same order and skips only those that fail at once.
+ * Only for ASCII lines, where a byte is a character. A pattern whose
+ * matches do not all start with one code unit (PCRE2 says which) has no
+ * rest form. The quick form's pattern is R with the trailing ".*".
+ */
+static void rest_form(struct logmon_regex *p, const char *pattern, bool jit)
+{
+        uint32_t type = 0, unit = 0;
+
+        if (p->quick_ascii == NULL ||
+            pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODETYPE,
+                               &type) != 0 || type != 1 ||
+            pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODEUNIT,
+                               &unit) != 0 || unit == 0 || unit >= 0x80)
+                return;
+        p->first_unit = (uint8_t)unit;
+        p->rest_ascii = compile_form(pattern + 2,
+                                     without_trailing_any(pattern) - 2,
+                                     PCRE2_ANCHORED, jit);
+}
+
+static int regex(struct validator *v, const char *key, const cJSON *item,
+                 const struct logmon_ruleset_opts *opts,
+                 struct logmon_regex *p, bool *jit_ok)
 {
         /* Anchored at compile time rather than per match: PCRE2 runs a
          * match-time PCRE2_ANCHORED without JIT. UTF without
@@ -195,9 +311,12 @@ static int regex(struct validator *v, const struct logmon_ruleset *rs,
          * line with the ASCII float parser (a Python str pattern would
          * match other scripts' digits). */
         const uint32_t options = PCRE2_ANCHORED | PCRE2_UTF;
+        const bool jit = !opts->no_jit;
+        const char *text;
         char desc[80];
         PCRE2_UCHAR msg[256];
         PCRE2_SIZE offset;
+        bool ascii;
         int code;
 
         if (!cJSON_IsString(item)) {
@@ -205,77 +324,51 @@ static int regex(struct validator *v, const struct logmon_ruleset *rs,
                      describe(item, desc, sizeof(desc)));
                 return HP_ECONFIG;
         }
-        *out = pcre2_compile((PCRE2_SPTR)item->valuestring,
-                             PCRE2_ZERO_TERMINATED, options, &code, &offset,
-                             NULL);
-        if (*out == NULL) {
+        text = item->valuestring;
+        p->full = pcre2_compile((PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED,
+                                options, &code, &offset, NULL);
+        if (p->full == NULL) {
                 pcre2_get_error_message(code, msg, sizeof(msg));
                 verr(v, key, "%s at offset %zu in \"%s\"", (char *)msg,
-                     (size_t)offset, item->valuestring);
+                     (size_t)offset, text);
                 return code == PCRE2_ERROR_HEAPLIMIT ? -ENOMEM : HP_ECONFIG;
         }
         /* A JIT failure (no executable memory under some hardening) is
          * not an error: the interpreter gives the same answers. */
-        if (no_jit || pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE) != 0)
+        if (!jit || pcre2_jit_compile(p->full, PCRE2_JIT_COMPLETE) != 0)
                 *jit_ok = false;
-        (void)rs;
+        if (opts->full_only)
+                return 0;
+
+        /* On a line that is all ASCII, an ASCII pattern means the same
+         * with UTF or without: every character is one byte, and no
+         * character past U+007F, where the two modes part (case folding,
+         * \h, \v, \R, classes past U+00FF), can occur in the line. A
+         * pattern that needs UTF to compile (\x{100}, \N{U+...}) has no
+         * ASCII forms. */
+        ascii = all_ascii(text);
+        if (ascii)
+                p->full_ascii = compile_form(text, strlen(text),
+                                             PCRE2_ANCHORED, jit);
+        if (!searchable(text))
+                return 0;
+        p->quick = compile_form(text + 2, strlen(text) - 2,
+                                PCRE2_UTF | PCRE2_UNGREEDY, jit);
+        if (ascii) {
+                p->quick_ascii = compile_form(text + 2, strlen(text) - 2,
+                                              PCRE2_UNGREEDY, jit);
+                rest_form(p, text, jit);
+        }
         return 0;
 }
 
-/*
- * The quick form of a pattern, for the question "does this line match".
- * The AWS rules are all ".*X.*": anchored, the leading ".*" swallows the
- * line and backs off one character at a time looking for X, and the
- * inner ".*" does it again, so a 110-byte line costs hundreds of steps
- * per rule. Searching for X.* instead lets PCRE2 jump to X's first
- * character with memchr, and lazy quantifiers find the rest of a match
- * going forward: an order of magnitude fewer steps. The answer is the
- * same when
- *   - the line holds no \n (the only character "." refuses under the LF
- *     newline convention; the caller checks each line), so ".*" can reach
- *     any position where X starts;
- *   - there is no "|": ".*a|b" is (.*a)|b, which a search for "a|b" is
- *     not;
- *   - nothing is atomic: greedy or lazy only changes the order in which
- *     the alternatives are tried, which decides captures but not whether
- *     there is a match, unless something cuts the search short. Atomic
- *     groups, lookarounds, conditions, options and verbs all start with
- *     "(?" (other than "(?:") or "(*"; possessive quantifiers end in "+".
- * The test is on the pattern's text, so an escaped "\|" or "\(?" only
- * costs the speed-up. A pattern that fails any of it has no quick form.
- */
-static pcre2_code *quick_pattern(const char *pattern, bool jit)
+static void pattern_free(struct logmon_regex *p)
 {
-        static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
-                                               "}+" };
-        const char *p;
-        uint32_t newline = 0;
-        pcre2_code *code;
-        PCRE2_SIZE offset;
-        int err;
-        size_t i;
-
-        /* ".*?", ".*+", ".**" and ".*{" are other quantifiers. */
-        if (strncmp(pattern, ".*", 2) != 0 ||
-            (pattern[2] != '\0' && strchr("?+*{", pattern[2]) != NULL))
-                return NULL;
-        for (i = 0; i < HP_ARRAY_SIZE(refused); i++)
-                if (strstr(pattern, refused[i]) != NULL)
-                        return NULL;
-        for (p = strstr(pattern, "(?"); p != NULL; p = strstr(p + 2, "(?"))
-                if (p[2] != ':')
-                        return NULL;
-        if (pcre2_config(PCRE2_CONFIG_NEWLINE, &newline) < 0 ||
-            newline != PCRE2_NEWLINE_LF)
-                return NULL;
-        code = pcre2_compile((PCRE2_SPTR)(pattern + 2), PCRE2_ZERO_TERMINATED,
-                             PCRE2_UTF | PCRE2_UNGREEDY, &err, &offset, NULL);
-        if (code != NULL && jit &&
-            pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) != 0) {
-                pcre2_code_free(code);
-                code = NULL;
-        }
-        return code;
+        pcre2_code_free(p->full);
+        pcre2_code_free(p->quick);
+        pcre2_code_free(p->full_ascii);
+        pcre2_code_free(p->quick_ascii);
+        pcre2_code_free(p->rest_ascii);
 }
 
 static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
@@ -326,12 +419,11 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                 verr(v, "logPattern", "required");
                 return HP_ECONFIG;
         }
-        err = regex(v, rs, "logPattern", item, opts->no_jit, &r->log_re,
-                    &rs->jit);
+        err = regex(v, "logPattern", item, opts, &r->log, &rs->jit);
         if (err != 0)
                 return err;
-        pcre2_pattern_info(r->log_re, PCRE2_INFO_CAPTURECOUNT, &r->captures);
-        r->log_quick = quick_pattern(item->valuestring, !opts->no_jit);
+        pcre2_pattern_info(r->log.full, PCRE2_INFO_CAPTURECOUNT,
+                           &r->captures);
 
         err = seconds(v, obj, "expectedStartCutOffInSeconds", &r->has_cutoff,
                       &r->cutoff_ms);
@@ -351,12 +443,10 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                              "the rule on its first line");
                         return HP_ECONFIG;
                 }
-                err = regex(v, rs, "stopPattern", item, opts->no_jit,
-                            &r->stop_re, &rs->jit);
+                err = regex(v, "stopPattern", item, opts, &r->stop,
+                            &rs->jit);
                 if (err != 0)
                         return err;
-                r->stop_quick = quick_pattern(item->valuestring,
-                                              !opts->no_jit);
         }
 
         item = field(obj, "metricThreshold");
@@ -456,10 +546,8 @@ static void rules_free(struct logmon_ruleset *rs)
 
         for (i = 0; i < rs->n; i++) {
                 free(rs->rules[i].name);
-                pcre2_code_free(rs->rules[i].log_re);
-                pcre2_code_free(rs->rules[i].stop_re);
-                pcre2_code_free(rs->rules[i].log_quick);
-                pcre2_code_free(rs->rules[i].stop_quick);
+                pattern_free(&rs->rules[i].log);
+                pattern_free(&rs->rules[i].stop);
         }
         free(rs->rules);
         pcre2_jit_stack_free(rs->jit_stack);
@@ -532,12 +620,12 @@ int logmon_ruleset_new(const cJSON *rules,
                 err = validate_rule(&v, rs, obj, r, opts);
                 if (err != 0)
                         goto error;
-                pcre2_pattern_info(r->log_re, PCRE2_INFO_CAPTURECOUNT,
+                pcre2_pattern_info(r->log.full, PCRE2_INFO_CAPTURECOUNT,
                                    &pairs);
                 if (pairs + 1 > rs->max_pairs)
                         rs->max_pairs = pairs + 1;
-                if (r->stop_re != NULL) {
-                        pcre2_pattern_info(r->stop_re,
+                if (r->stop.full != NULL) {
+                        pcre2_pattern_info(r->stop.full,
                                            PCRE2_INFO_CAPTURECOUNT, &pairs);
                         if (pairs + 1 > rs->max_pairs)
                                 rs->max_pairs = pairs + 1;

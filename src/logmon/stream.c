@@ -192,35 +192,96 @@ static void set_state(struct logmon_rule_state *st, size_t i,
         st->state = to;
 }
 
-/* 1: match, 0: no match, -1: the match was abandoned at a limit (or an
- * internal PCRE2 error, which is equally a reason to report). quick is
- * the pattern's quick form or NULL (rule.c); it answers alone unless the
- * captures are wanted from a match, or it gave up at a limit. */
-static int match(struct logmon_stream *s, const pcre2_code *re,
-                 const pcre2_code *quick, bool captures, const char *line,
-                 size_t len)
+static int run(const struct logmon_stream *s, const pcre2_code *code,
+               const char *line, size_t len, size_t start)
 {
-        /* With every pattern of the set compiled (rule.c keeps a quick
+        /* With every pattern of the set compiled (rule.c keeps another
          * form only if it compiled too), PCRE2's JIT fast path skips the
          * checks pcre2_match makes on each call: a quarter of the cost
-         * of a line that no rule matches. */
-        int (*run)(const pcre2_code *, PCRE2_SPTR, PCRE2_SIZE, PCRE2_SIZE,
-                   uint32_t, pcre2_match_data *, pcre2_match_context *) =
-                s->rs->jit ? pcre2_jit_match : pcre2_match;
+         * of a line that no rule matches. The line was made valid UTF-8
+         * by sanitize(). */
+        if (s->rs->jit)
+                return pcre2_jit_match(code, (PCRE2_SPTR)line, len, start,
+                                       PCRE2_NO_UTF_CHECK, s->md,
+                                       s->rs->mctx);
+        return pcre2_match(code, (PCRE2_SPTR)line, len, start,
+                           PCRE2_NO_UTF_CHECK, s->md, s->rs->mctx);
+}
+
+/* A line with more candidate starts than this is left to the full form,
+ * which makes the same attempts within one call. */
+#define REST_TRIES_MAX 16
+
+/* The rest form (rule.c) at each occurrence of its first code unit, from
+ * the line's end back: 1 or 0 as full would answer, with full's captures
+ * in s->md, or -1 when it gave up (too many candidates, or a limit) and
+ * full must answer instead. Most lines hold the first code unit once or
+ * not at all, and then one attempt (or none) answers. Where it occurs
+ * more often, one quick search first says whether any match remains and
+ * where the leftmost starts, so that a line with many candidates and no
+ * match costs one search, not an attempt at each. */
+static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
+                      const char *line, size_t len)
+{
+        const char *from = line, *at;
+        int tries = 0, rc;
+
+        at = memrchr(line, p->first_unit, len);
+        if (at == NULL)
+                return 0;
+        if (memchr(line, p->first_unit, (size_t)(at - line)) != NULL) {
+                rc = run(s, p->quick_ascii, line, len, 0);
+                if (rc == PCRE2_ERROR_NOMATCH)
+                        return 0;
+                if (rc < 0)
+                        return -1;
+                from = line + pcre2_get_ovector_pointer(s->md)[0];
+        }
+        for (;;) {
+                if (++tries > REST_TRIES_MAX)
+                        return -1;
+                rc = run(s, p->rest_ascii, line, len, (size_t)(at - line));
+                if (rc >= 0)
+                        return 1;
+                if (rc != PCRE2_ERROR_NOMATCH)
+                        return -1;
+                if (at == from)
+                        return 0;
+                at = memrchr(from, p->first_unit, (size_t)(at - from));
+                if (at == NULL)
+                        return 0;
+        }
+}
+
+/* 1: match, 0: no match, -1: the match was abandoned at a limit (or an
+ * internal PCRE2 error, which is equally a reason to report). With
+ * captures, a match leaves in s->md the groups full would have found.
+ * Without, the quick form answers alone unless it gave up at a limit. */
+static int match(struct logmon_stream *s, const struct logmon_regex *p,
+                 bool captures, const char *line, size_t len)
+{
+        bool ascii = s->line_ascii && p->full_ascii != NULL;
+        const pcre2_code *quick = NULL;
         int rc;
 
-        /* The line was made valid UTF-8 by sanitize(). */
-        if (quick != NULL && !s->line_has_lf) {
-                rc = run(quick, (PCRE2_SPTR)line, len, 0, PCRE2_NO_UTF_CHECK,
-                         s->md, s->rs->mctx);
+        if (!s->line_has_lf) {
+                if (captures && s->line_ascii && p->rest_ascii != NULL) {
+                        rc = match_rest(s, p, line, len);
+                        if (rc >= 0)
+                                return rc;
+                } else {
+                        quick = s->line_ascii && p->quick_ascii != NULL ?
+                                        p->quick_ascii : p->quick;
+                }
+        }
+        if (quick != NULL) {
+                rc = run(s, quick, line, len, 0);
                 if (rc == PCRE2_ERROR_NOMATCH)
                         return 0;
                 if (rc >= 0 && !captures)
                         return 1;
         }
-        rc = run(re, (PCRE2_SPTR)line, len, 0, PCRE2_NO_UTF_CHECK, s->md,
-                 s->rs->mctx);
-
+        rc = run(s, ascii ? p->full_ascii : p->full, line, len, 0);
         if (rc >= 0)
                 return 1;
         if (rc == PCRE2_ERROR_NOMATCH || rc == PCRE2_ERROR_PARTIAL)
@@ -344,6 +405,7 @@ static const char *sanitize(struct logmon_stream *s, const char *line,
         }
         while (i < len && p[i] < 0x80)
                 i++;
+        s->line_ascii = i == len;
         for (; i < len; i += k) {
                 if (p[i] < 0x80)
                         k = 1;
@@ -390,8 +452,7 @@ static void eval_line(struct logmon_stream *s, size_t i, const char *line,
         if (st->state == LOGMON_FAULTED || st->retired)
                 return;
 
-        m = match(s, r->log_re, r->log_quick,
-                  r->metric && !r->fault_on_match, subj, slen);
+        m = match(s, &r->log, r->metric && !r->fault_on_match, subj, slen);
         if (m < 0) {
                 st->limit_hits++;
                 push(out, i, LOGMON_EVENT_LIMIT, LOGMON_PATTERN_LOG, 0);
@@ -416,9 +477,8 @@ static void eval_line(struct logmon_stream *s, size_t i, const char *line,
         }
         /* After the logPattern, so that a line matching both counts as a
          * match before it retires the rule. */
-        if (r->stop_re != NULL) {
-                stop = match(s, r->stop_re, r->stop_quick, false, subj,
-                             slen);
+        if (r->stop.full != NULL) {
+                stop = match(s, &r->stop, false, subj, slen);
                 if (stop < 0) {
                         st->limit_hits++;
                         push(out, i, LOGMON_EVENT_LIMIT, LOGMON_PATTERN_STOP,

@@ -56,23 +56,32 @@ static const char fuzz_rules_json[] =
         " 0},"
         "{\"name\": \"Backtrack\", \"logPattern\": \"(a|aa)+$\"}]";
 
-static inline struct logmon_ruleset *fuzz_fixed_ruleset(void)
+/* full_only: the same rules matched with their patterns as written only
+ * (struct logmon_ruleset_opts), for targets that compare the two. */
+static inline struct logmon_ruleset *fuzz_fixed_ruleset_opt(bool full_only)
 {
-        static struct logmon_ruleset *rs;
+        static struct logmon_ruleset *cache[2];
+        const struct logmon_ruleset_opts opts = { .full_only = full_only };
+        struct logmon_ruleset **rs = &cache[full_only];
         char errbuf[512];
         cJSON *rules;
 
-        if (rs != NULL)
-                return rs;
+        if (*rs != NULL)
+                return *rs;
         rules = cJSON_Parse(fuzz_rules_json);
         if (rules == NULL ||
-            logmon_ruleset_new(rules, NULL, &rs, errbuf, sizeof(errbuf))) {
+            logmon_ruleset_new(rules, &opts, rs, errbuf, sizeof(errbuf))) {
                 fprintf(stderr, "fuzz: the fixed rules do not load: %s\n",
                         rules == NULL ? "invalid JSON" : errbuf);
                 abort();
         }
         cJSON_Delete(rules);
-        return rs;
+        return *rs;
+}
+
+static inline struct logmon_ruleset *fuzz_fixed_ruleset(void)
+{
+        return fuzz_fixed_ruleset_opt(false);
 }
 
 #endif

@@ -14,7 +14,10 @@
  * transitions within the table (nothing leaves FAULTED, nothing goes back
  * to WAITING), the stream's state the highest of its rules', a reason
  * exactly when the state is a verdict, and after a line or a tick no
- * deadline at or before now.
+ * deadline at or before now. A twin stream runs the same script with the
+ * patterns as written only (no derived forms): the two must agree on
+ * every rule, until a pattern of either hits a PCRE2 limit, where the
+ * forms may legitimately get further.
  */
 #include <string.h>
 
@@ -62,15 +65,19 @@ static void check(struct logmon_stream *s, struct logmon_ruleset *rs,
                 FUZZ_ASSERT(logmon_stream_next_deadline(s) > now);
 }
 
-static struct logmon_ruleset *script_rules(const char **p, const char *end)
+/* The rules of the script, as written and matched both ways (rs[1] with
+ * full_only), or both NULL. */
+static void script_rules(const char **p, const char *end,
+                         struct logmon_ruleset *rs[2])
 {
         const char *sep = NULL, *q;
-        struct logmon_ruleset *rs = NULL;
         char errbuf[256];
         cJSON *rules;
+        int i;
 
+        rs[0] = rs[1] = NULL;
         if (*p == end || **p != '[')
-                return NULL;
+                return;
         for (q = *p; q + 3 <= end; q++) {
                 if (q[0] == '%' && q[1] == '%' && (q == *p || q[-1] == '\n') &&
                     (q + 2 == end || q[2] == '\n')) {
@@ -79,29 +86,97 @@ static struct logmon_ruleset *script_rules(const char **p, const char *end)
                 }
         }
         if (sep == NULL)
-                return NULL;
+                return;
         rules = cJSON_ParseWithLength(*p, (size_t)(sep - *p));
         *p = sep + 2 < end ? sep + 3 : end;
-        if (rules != NULL)
-                logmon_ruleset_new(rules, NULL, &rs, errbuf, sizeof(errbuf));
+        for (i = 0; i < 2 && rules != NULL; i++) {
+                const struct logmon_ruleset_opts opts = { .full_only = i };
+
+                logmon_ruleset_new(rules, &opts, &rs[i], errbuf,
+                                   sizeof(errbuf));
+        }
+        /* Validation does not depend on the forms. */
+        FUZZ_ASSERT((rs[0] == NULL) == (rs[1] == NULL));
         cJSON_Delete(rules);
-        return rs;
+}
+
+/* false once a pattern hit a limit in either stream. */
+static bool agree(struct logmon_stream *a, struct logmon_stream *b, size_t n)
+{
+        struct logmon_rule_info x, y;
+        size_t i;
+
+        for (i = 0; i < n; i++) {
+                FUZZ_ASSERT(logmon_stream_rule_info(a, i, &x) == 0);
+                FUZZ_ASSERT(logmon_stream_rule_info(b, i, &y) == 0);
+                if (x.limit_hits != 0 || y.limit_hits != 0)
+                        return false;
+        }
+        for (i = 0; i < n; i++) {
+                logmon_stream_rule_info(a, i, &x);
+                logmon_stream_rule_info(b, i, &y);
+                FUZZ_ASSERT(x.state == y.state);
+                FUZZ_ASSERT(x.retired == y.retired);
+                FUZZ_ASSERT(x.matches == y.matches);
+                FUZZ_ASSERT(x.nonnumeric == y.nonnumeric);
+                FUZZ_ASSERT(x.consecutive == y.consecutive);
+                FUZZ_ASSERT(x.last_line_len == y.last_line_len);
+                FUZZ_ASSERT(x.last_line_len == 0 ||
+                            memcmp(x.last_line, y.last_line,
+                                   x.last_line_len) == 0);
+        }
+        FUZZ_ASSERT(logmon_stream_state(a) == logmon_stream_state(b));
+        return true;
+}
+
+static void apply(struct logmon_stream *s, char op, const char *q,
+                  const char *line_end, uint64_t now,
+                  struct logmon_events *ev)
+{
+        ev->n = 0;
+        ev->stream_changed = false;
+        switch (op) {
+        case 'l':
+                logmon_stream_feed(s, q, (size_t)(line_end - q), now, ev);
+                break;
+        case 't':
+                logmon_stream_tick(s, now, ev);
+                break;
+        case 's':
+                logmon_stream_suspend(s, now);
+                break;
+        case 'r':
+                logmon_stream_resume(s, now);
+                break;
+        case 'S':
+                logmon_stream_start(s, now);
+                break;
+        case 'c':
+                logmon_stream_clear(s);
+                break;
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         const char *p = (const char *)data, *end = p + size;
         enum logmon_state before[LOGMON_RULES_MAX] = { 0 };
-        struct logmon_ruleset *rs = script_rules(&p, end);
-        struct logmon_events ev;
-        struct logmon_stream *s;
+        struct logmon_ruleset *rs[2];
+        struct logmon_events ev, twin_ev;
+        struct logmon_stream *s, *twin;
         uint64_t now = 0, delta;
+        bool comparing = true;
 
-        if (rs == NULL)
-                rs = logmon_ruleset_ref(fuzz_fixed_ruleset());
-        s = logmon_stream_new(rs);
-        FUZZ_ASSERT(s != NULL);
+        script_rules(&p, end, rs);
+        if (rs[0] == NULL) {
+                rs[0] = logmon_ruleset_ref(fuzz_fixed_ruleset_opt(false));
+                rs[1] = logmon_ruleset_ref(fuzz_fixed_ruleset_opt(true));
+        }
+        s = logmon_stream_new(rs[0]);
+        twin = logmon_stream_new(rs[1]);
+        FUZZ_ASSERT(s != NULL && twin != NULL);
         logmon_stream_start(s, now);
+        logmon_stream_start(twin, now);
         while (p < end) {
                 const char *nl = memchr(p, '\n', (size_t)(end - p));
                 const char *line_end = nl != NULL ? nl : end;
@@ -120,34 +195,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         q++;
                 }
                 now += delta;
-                ev.n = 0;
-                ev.stream_changed = false;
-                switch (op) {
-                case 'l':
-                        logmon_stream_feed(s, q, (size_t)(line_end - q), now,
-                                           &ev);
-                        break;
-                case 't':
-                        logmon_stream_tick(s, now, &ev);
-                        break;
-                case 's':
-                        logmon_stream_suspend(s, now);
-                        break;
-                case 'r':
-                        logmon_stream_resume(s, now);
-                        break;
-                case 'S':
-                        logmon_stream_start(s, now);
-                        break;
-                case 'c':
-                        logmon_stream_clear(s);
+                apply(s, op, q, line_end, now, &ev);
+                apply(twin, op, q, line_end, now, &twin_ev);
+                if (op == 'c')
                         memset(before, 0, sizeof(before));
-                        break;
-                }
-                check(s, rs, &ev, before, now, op == 'l' || op == 't');
+                check(s, rs[0], &ev, before, now, op == 'l' || op == 't');
+                if (comparing)
+                        comparing = agree(s, twin,
+                                          logmon_ruleset_count(rs[0]));
                 p = nl != NULL ? nl + 1 : end;
         }
         logmon_stream_free(s);
-        logmon_ruleset_unref(rs);
+        logmon_stream_free(twin);
+        logmon_ruleset_unref(rs[0]);
+        logmon_ruleset_unref(rs[1]);
         return 0;
 }

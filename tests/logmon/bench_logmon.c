@@ -2,7 +2,12 @@
  * four that read metrics and progress, or all six with "all") over
  * 110-byte training log lines, one stream, JIT or not. Run by hand:
  *
- *   bench-logmon [lines] [nojit] [all]
+ *   bench-logmon [lines] [jit|nojit] [four|all|pipeline] [KIND]
+ *
+ * "pipeline" is the set of bench/bench_pipeline.py: JobStart,
+ * JobHangingDetection, NoS3CheckpointingDetection, LowThroughputDetection.
+ * KIND (mixed, progress, info or nccl) runs that kind of line alone, for
+ * perf stat.
  *
  * Not a test: timings depend on the machine. It reads the clock, which
  * the engine itself never does.
@@ -53,7 +58,11 @@ static const char *const lines[] = {
 int main(int argc, char **argv)
 {
         long n = argc > 1 ? atol(argv[1]) : 2000000;
-        bool all = argc > 3 && strcmp(argv[3], "all") == 0;
+        const char *set = argc > 3 ? argv[3] : "four";
+        const char *only = argc > 4 ? argv[4] : NULL;
+        /* Indices into the six seed rules. */
+        static const int four[] = { 0, 1, 3, 4 }, pipeline[] = { 0, 1, 2, 3 };
+        const int *pick = strcmp(set, "pipeline") == 0 ? pipeline : four;
         struct logmon_ruleset_opts opts = {
                 .no_jit = argc > 2 && strcmp(argv[2], "nojit") == 0,
         };
@@ -70,18 +79,12 @@ int main(int argc, char **argv)
 
         six = cJSON_Parse(seed_rules);
         rules = six;
-        if (!all) {
-                /* The four seed rules of the benchmark: start, hang,
-                 * throughput and loss spike. */
+        if (strcmp(set, "all") != 0) {
+                /* "four": start, hang, throughput and loss spike. */
                 rules = cJSON_CreateArray();
-                cJSON_AddItemToArray(rules, cJSON_Duplicate(
-                        cJSON_GetArrayItem(six, 0), true));
-                cJSON_AddItemToArray(rules, cJSON_Duplicate(
-                        cJSON_GetArrayItem(six, 1), true));
-                cJSON_AddItemToArray(rules, cJSON_Duplicate(
-                        cJSON_GetArrayItem(six, 3), true));
-                cJSON_AddItemToArray(rules, cJSON_Duplicate(
-                        cJSON_GetArrayItem(six, 4), true));
+                for (k = 0; k < 4; k++)
+                        cJSON_AddItemToArray(rules, cJSON_Duplicate(
+                                cJSON_GetArrayItem(six, pick[k]), true));
                 cJSON_Delete(six);
         }
         if (logmon_ruleset_new(rules, &opts, &rs, errbuf, sizeof(errbuf))) {
@@ -97,6 +100,8 @@ int main(int argc, char **argv)
         for (k = 0; k < 4; k++) {
                 const char *which[] = { "mixed", "progress", "info", "nccl" };
 
+                if (only != NULL && strcmp(only, which[k]) != 0)
+                        continue;
                 clock_gettime(CLOCK_MONOTONIC, &a);
                 for (i = 0; i < n; i++) {
                         int l = k == 0 ? (int)(i % 3) : k - 1;

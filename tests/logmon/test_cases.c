@@ -48,6 +48,7 @@
 #include "hyperpod/logmon.h"
 
 #define MAX_LINES 512
+#define MODES 3
 
 struct text {
         char *lines[MAX_LINES];
@@ -58,6 +59,7 @@ struct case_file {
         char *path;
         char *data;
         bool no_jit;
+        bool full_only;
         char *rules;
         bool nostart;
         struct text input, events, final, warnings, lastline;
@@ -372,6 +374,7 @@ static void run_case(void **state)
         struct case_file *c = *state;
         struct logmon_ruleset_opts opts = {
                 .no_jit = c->no_jit,
+                .full_only = c->full_only,
                 .match_limit = c->match_limit,
                 .depth_limit = c->depth_limit,
         };
@@ -516,16 +519,22 @@ int main(int argc, char **argv)
         }
         qsort(names, n, sizeof(*names), by_name);
 
-        tests = calloc(2 * n, sizeof(*tests));
-        cases = calloc(2 * n, sizeof(*cases));
-        for (i = 0; i < 2 * n; i++) {
+        /* Each case three times: with JIT, with the interpreter, and with
+         * the patterns as written only (no derived forms), which must all
+         * give the same answers. */
+        tests = calloc(MODES * n, sizeof(*tests));
+        cases = calloc(MODES * n, sizeof(*cases));
+        for (i = 0; i < MODES * n; i++) {
+                static const char *const mode[MODES] = { "jit", "interp",
+                                                         "full" };
                 char *label;
 
-                cases[i].no_jit = i % 2 == 1;
+                cases[i].no_jit = i % MODES == 1;
+                cases[i].full_only = i % MODES == 2;
                 if (asprintf(&cases[i].path, "%s/%s", argv[1],
-                             names[i / 2]) < 0 ||
-                    asprintf(&label, "%s [%s]", names[i / 2],
-                             cases[i].no_jit ? "interp" : "jit") < 0)
+                             names[i / MODES]) < 0 ||
+                    asprintf(&label, "%s [%s]", names[i / MODES],
+                             mode[i % MODES]) < 0)
                         return 2;
                 tests[i].name = label;
                 tests[i].test_func = run_case;
@@ -533,9 +542,9 @@ int main(int argc, char **argv)
                 tests[i].teardown_func = teardown_case;
                 tests[i].initial_state = &cases[i];
         }
-        rc = _cmocka_run_group_tests("logmon-cases", tests, 2 * n, NULL,
+        rc = _cmocka_run_group_tests("logmon-cases", tests, MODES * n, NULL,
                                      NULL);
-        for (i = 0; i < 2 * n; i++) {
+        for (i = 0; i < MODES * n; i++) {
                 free((char *)tests[i].name);
                 free(cases[i].path);
         }
