@@ -193,6 +193,11 @@ struct hp_agent {
         uv_timer_t rule_timer;                  /* the earliest deadline */
         uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
         bool monitors_fresh;                    /* cleared, not yet started */
+        struct hp_rule_worker *rule_worker;     /* NULL until a flood */
+        uv_async_t rule_wake;                   /* from the rule worker */
+        uv_check_t rule_check;                  /* once per loop iteration */
+        unsigned rule_inline;                   /* lines this iteration */
+        bool rule_worker_failed;                /* could not start one */
         char verdict[512];                      /* "LogHang_<rule>", or "" */
         char verdict_line[512];                 /* its last matching line */
         uint64_t verdict_latency_ms;            /* past the deadline */
@@ -237,6 +242,10 @@ void hp_agent_finish(struct hp_agent *agent, int exit_code);
 int hp_agent_use_rules(struct hp_agent *agent, struct logmon_ruleset *rs);
 /* Forgets all rule state (the attempt is over). */
 void hp_agent_clear_rules(struct hp_agent *agent);
+/* Waits until every line read so far has been through the rules (they may
+ * run on a thread of their own under a flood), so that the rule streams
+ * can be read. */
+void hp_agent_settle_rules(struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */
 int hp_agent_failure_message(const struct hp_agent *agent,

@@ -58,31 +58,33 @@ static int digitpart(const char **p, const char *end, char *buf, size_t *o)
  * no exponent is m / 10^f with m and 10^f both exact doubles (m < 2^53,
  * f <= 22), and one IEEE division rounds that quotient correctly, which
  * is all strtod promises too. Metrics are printed this way ("123.45"),
- * and strtod's arbitrary-precision path costs five times as much. buf
- * holds what digitpart() copied: an optional sign, digits, an optional
- * dot and digits. false: not this form, strtod decides.
+ * and strtod's arbitrary-precision path costs five times as much. It
+ * takes the capture as it is, [+-]digits[.digits] with a digit on either
+ * side of the dot; anything else (spaces, underscores, an exponent, more
+ * digits) is for the full parser.
  */
-static bool fast_decimal(const char *buf, size_t n, double *out)
+static bool fast_decimal(const char *text, size_t n, double *out)
 {
         static const double powers[] = {
                 1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
         };
-        const char *p = buf, *end = buf + n;
-        bool negative = false, dot = false;
+        const char *p = text, *end = text + n;
+        bool negative = false, dot = false, any = false;
         uint64_t m = 0;
         int digits = 0, fraction = 0;
 
         if (p < end && (*p == '+' || *p == '-'))
                 negative = *p++ == '-';
         for (; p < end; p++) {
-                if (*p == '.') {
+                if (*p == '.' && !dot) {
                         dot = true;
                         continue;
                 }
                 if (!is_digit(*p))
                         return false;
+                any = true;
                 /* Leading zeros add nothing to m. */
                 if (m != 0 || *p != '0')
                         digits++;
@@ -93,7 +95,7 @@ static bool fast_decimal(const char *buf, size_t n, double *out)
         }
         /* With x87 arithmetic (FLT_EVAL_METHOD 2) the quotient would be
          * rounded twice; SSE2 and every 64-bit ABI round once. */
-        if (FLT_EVAL_METHOD != 0 ||
+        if (FLT_EVAL_METHOD != 0 || !any ||
             fraction >= (int)HP_ARRAY_SIZE(powers))
                 return false;
         *out = (double)m / powers[fraction];
@@ -111,6 +113,8 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
         int ip, fp = 0;
         char *stop;
 
+        if (fast_decimal(text, n, out))
+                return true;
         while (p < end && is_space(*p))
                 p++;
         while (end > p && is_space(end[-1]))
@@ -150,8 +154,6 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
         }
         if (p != end)
                 return false;
-        if (fast_decimal(buf, o, out))
-                return true;
         buf[o] = '\0';
         *out = strtod_l(buf, &stop, loc);
         return *stop == '\0';

@@ -189,6 +189,9 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                "Processes of the current stage that have not exited.");
         fprintf(f, "hyperpodrun_workers_running %d\n",
                 a->group_active ? a->group.count - a->group.exited : 0);
+        /* Under a flood the rules may run on their own thread: the streams
+         * are read once every line read so far has been through them. */
+        hp_agent_settle_rules(a);
         rules(f, a);
         streams(f, op);
         family(f, "hyperpodrun_console_dropped_lines_total", "counter",

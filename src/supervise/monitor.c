@@ -39,12 +39,18 @@ static void arm(struct hp_agent *a, uint64_t deadline)
         a->rule_deadline = deadline;
         uv_timer_start(&a->rule_timer, rule_timer_cb,
                        deadline > now ? deadline - now : 0, 0);
+        if (a->rule_worker != NULL)
+                hp_rule_worker_set(a->rule_worker, deadline,
+                                   a->verdict[0] != '\0');
 }
 
 static void rearm_all(struct hp_agent *a)
 {
         a->rule_deadline = UINT64_MAX;
         uv_timer_stop(&a->rule_timer);
+        if (a->rule_worker != NULL)
+                hp_rule_worker_set(a->rule_worker, UINT64_MAX,
+                                   a->verdict[0] != '\0');
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         arm(a, logmon_stream_next_deadline(
@@ -117,15 +123,98 @@ static void check_verdict(struct hp_monitor *m, uint64_t deadline)
         hp_agent__rule_verdict(a);
 }
 
+static void take_verdict(struct hp_agent *a, int rank)
+{
+        check_verdict(&a->monitors[rank], UINT64_MAX);
+}
+
+/* Makes the streams the loop's: every line queued for the rule worker fed
+ * and its verdicts taken. Every function here that touches a stream other
+ * than for an inline line calls it first. */
+static void settle(struct hp_agent *a)
+{
+        bool earlier;
+
+        if (a->rule_worker == NULL)
+                return;
+        hp_rule_worker_settle(a->rule_worker, take_verdict, &earlier);
+        if (earlier)
+                rearm_all(a);
+}
+
+void hp_agent_settle_rules(struct hp_agent *a)
+{
+        settle(a);
+}
+
+/* A line for the rule worker; false when there is none and none can be
+ * started (the line is then evaluated here, as always before). */
+static bool offload(struct hp_monitor *m, const char *line, size_t len)
+{
+        struct hp_agent *a = m->agent;
+        int r;
+
+        if (a->rule_worker == NULL) {
+                if (a->rule_worker_failed)
+                        return false;
+                r = hp_rule_worker_new(a, &a->rule_wake, &a->rule_worker);
+                if (r < 0) {
+                        a->rule_worker_failed = true;
+                        hp_log_warn("cannot start a thread for the log "
+                                    "rules (%s); they run on the main "
+                                    "thread", hp_strerror(r));
+                        return false;
+                }
+                hp_rule_worker_set(a->rule_worker, a->rule_deadline,
+                                   a->verdict[0] != '\0');
+        }
+        hp_rule_worker_push(a->rule_worker, m->local_rank, line, len,
+                            uv_now(a->loop), take_verdict);
+        return true;
+}
+
 void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
                                enum hp_line_end end)
 {
         struct hp_monitor *m = ctx;
         struct hp_agent *a = m->agent;
 
+        /* Lines stay in order: once one is queued, the ones after it are
+         * too, until the worker has caught up. */
+        if ((a->rule_inline >= HP_RULE_INLINE_MAX ||
+             (a->rule_worker != NULL &&
+              !hp_rule_worker_idle(a->rule_worker))) &&
+            offload(m, line, len))
+                return;
+        a->rule_inline++;
         logmon_stream_feed(m->rules, line, len, uv_now(a->loop), NULL);
         check_verdict(m, UINT64_MAX);
         arm(a, logmon_stream_next_deadline(m->rules));
+}
+
+/* Once per loop iteration, after the reads: what was queued goes to the
+ * worker, and the next iteration may evaluate lines here again. */
+static void rule_check_cb(uv_check_t *check)
+{
+        struct hp_agent *a = hp_container_of(check, struct hp_agent,
+                                             rule_check);
+
+        a->rule_inline = 0;
+        if (a->rule_worker != NULL)
+                hp_rule_worker_publish(a->rule_worker);
+}
+
+static void rule_wake_cb(uv_async_t *wake)
+{
+        struct hp_agent *a = hp_container_of(wake, struct hp_agent,
+                                             rule_wake);
+        bool earlier;
+
+        if (a->rule_worker == NULL)
+                return;
+        hp_rule_worker_settle(a->rule_worker, take_verdict, &earlier);
+        if (earlier)
+                rearm_all(a);
 }
 
 static void rule_timer_cb(uv_timer_t *timer)
@@ -135,6 +224,7 @@ static void rule_timer_cb(uv_timer_t *timer)
         uint64_t now = uv_now(a->loop);
         uint64_t deadline = a->rule_deadline;
 
+        settle(a);
         for (int i = 0; i < a->round.nproc; i++) {
                 struct hp_monitor *m = &a->monitors[i];
                 if (m->rules == NULL)
@@ -148,6 +238,7 @@ static void rule_timer_cb(uv_timer_t *timer)
 /* Gives every watched rank a fresh monitor on a->ruleset. */
 static int make_streams(struct hp_agent *a)
 {
+        settle(a);
         for (int i = 0; i < a->round.nproc; i++) {
                 if (a->monitors[i].rules != NULL)
                         logmon_stream_free(a->monitors[i].rules);
@@ -160,6 +251,8 @@ static int make_streams(struct hp_agent *a)
         }
         a->monitors_fresh = true;
         a->verdict[0] = '\0';
+        if (a->rule_worker != NULL)
+                hp_rule_worker_set(a->rule_worker, a->rule_deadline, false);
         return 0;
 }
 
@@ -171,6 +264,13 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
 
         a->rule_deadline = UINT64_MAX;
         uv_timer_init(a->loop, &a->rule_timer);
+        /* Neither keeps the loop alive: they serve lines, which come from
+         * pipes that do. */
+        uv_async_init(a->loop, &a->rule_wake, rule_wake_cb);
+        uv_unref((uv_handle_t *)&a->rule_wake);
+        uv_check_init(a->loop, &a->rule_check);
+        uv_check_start(&a->rule_check, rule_check_cb);
+        uv_unref((uv_handle_t *)&a->rule_check);
         /* One slot per local rank, rules or not: the operator may send
          * rules with /start. */
         a->monitors = calloc((size_t)a->round.nproc, sizeof(*a->monitors));
@@ -224,6 +324,7 @@ void hp_agent__monitors_resume(struct hp_agent *a)
 {
         uint64_t now = uv_now(a->loop);
 
+        settle(a);
         for (int i = 0; a->monitors && i < a->round.nproc; i++) {
                 struct logmon_stream *s = a->monitors[i].rules;
                 if (s == NULL)
@@ -242,6 +343,7 @@ void hp_agent__monitors_suspend(struct hp_agent *a)
 {
         uint64_t now = uv_now(a->loop);
 
+        settle(a);
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         logmon_stream_suspend(a->monitors[i].rules, now);
@@ -252,6 +354,7 @@ void hp_agent__monitors_suspend(struct hp_agent *a)
 /* The attempt is over: the next one starts with fresh rule state. */
 void hp_agent__monitors_clear(struct hp_agent *a)
 {
+        settle(a);
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         logmon_stream_clear(a->monitors[i].rules);
@@ -259,10 +362,15 @@ void hp_agent__monitors_clear(struct hp_agent *a)
         a->verdict[0] = '\0';
         a->rule_deadline = UINT64_MAX;
         uv_timer_stop(&a->rule_timer);
+        if (a->rule_worker != NULL)
+                hp_rule_worker_set(a->rule_worker, UINT64_MAX, false);
 }
 
 void hp_agent__monitors_close(struct hp_agent *a)
 {
+        settle(a);
+        hp_rule_worker_free(a->rule_worker);
+        a->rule_worker = NULL;
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         logmon_stream_free(a->monitors[i].rules);
@@ -275,4 +383,6 @@ void hp_agent__monitors_close(struct hp_agent *a)
                 logmon_ruleset_unref(a->cli_ruleset);
         a->cli_ruleset = NULL;
         uv_close((uv_handle_t *)&a->rule_timer, NULL);
+        uv_close((uv_handle_t *)&a->rule_wake, NULL);
+        uv_close((uv_handle_t *)&a->rule_check, NULL);
 }

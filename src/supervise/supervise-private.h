@@ -31,6 +31,36 @@ struct hp_monitor *hp_agent__monitor_for(struct hp_agent *a,
 void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
                                enum hp_line_end end);
 
+/* Monitored lines evaluated on the loop thread per loop iteration; past
+ * that, in the same iteration, they go to the rule worker (ruleworker.c). */
+#define HP_RULE_INLINE_MAX 256
+
+struct hp_rule_worker;
+/* Starts the thread; wake is the loop's handle for verdicts and earlier
+ * deadlines. */
+int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
+                       struct hp_rule_worker **out);
+/* Every queued line fed and no verdict waiting: the streams are the
+ * loop's. */
+bool hp_rule_worker_idle(const struct hp_rule_worker *w);
+/* Queues a line (waiting for room when the ring is full, and taking a
+ * verdict the thread stopped for meanwhile). */
+void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
+                         const char *line, size_t len, uint64_t now,
+                         void (*on_verdict)(struct hp_agent *a, int rank));
+/* Hands the thread what was queued since the last call. */
+void hp_rule_worker_publish(struct hp_rule_worker *w);
+/* Waits until every queued line is fed, taking each verdict on the way;
+ * says whether a line moved a deadline before the armed one. */
+void hp_rule_worker_settle(struct hp_rule_worker *w,
+                           void (*on_verdict)(struct hp_agent *a, int rank),
+                           bool *deadline_earlier);
+/* What the thread compares with: the armed deadline, and whether a verdict
+ * is already taken. Call while idle or settled. */
+void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
+                        bool verdict_taken);
+void hp_rule_worker_free(struct hp_rule_worker *w);
+
 int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen);
 void hp_agent__monitors_resume(struct hp_agent *a);
 void hp_agent__monitors_suspend(struct hp_agent *a);

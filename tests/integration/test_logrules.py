@@ -204,3 +204,85 @@ def test_bad_rules_are_refused_before_anything_runs(hpr, tmp_path):
     r = hpr.run(["--standalone", "--no-python", "--log-monitor-ranks", "0",
                  script], timeout=30)
     assert r.rc == 2 and "--log-monitoring-config" in r.err, r.describe()
+
+
+# ---- Floods: past HP_RULE_INLINE_MAX lines a loop iteration, the rules run
+# on a thread of their own; nothing may change for the user. ---------------
+
+FLOOD = 20000
+
+
+def flood_worker(tmp_path, special_at, special_rate, special_rank=0,
+                 count=FLOOD):
+    """Writes count progress lines with one write (so that the agent reads
+    hundreds of lines at a time), the line special_at with special_rate on
+    local rank special_rank, then exits 0."""
+    return worker(tmp_path, (
+        f"lines = [{PROGRESS!r}.format(i=i, rate={special_rate} if i == "
+        f"{special_at} and rank == '{special_rank}' else 120)"
+        f" for i in range({count})]\n"
+        "sys.stdout.write('\\n'.join(lines) + '\\n')\n"
+        "sys.stdout.flush()\n"))
+
+
+def test_a_slow_line_inside_a_flood_is_the_verdict(hpr, tmp_path):
+    # One slow line among 20,000 healthy ones, with one data point: the
+    # rule is SLOW for exactly one line, and the next turns it HEALTHY
+    # again. The verdict must still be taken, on that line, though the
+    # workers exit 0 right after.
+    rule = dict(SLOW_RULE, metricEvaluationDataPoints=1)
+    script = flood_worker(tmp_path, 15000, 50)
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--log-monitoring-config", rules(tmp_path, rule), script],
+                timeout=60)
+    assert r.rc == 124, r.describe()
+    found = verdicts(r)
+    assert [m.group(1, 2) for m in found] == [
+        ("LogSlow_LowThroughputDetection", "0")], r.describe()
+    assert ("[Epoch 0 Batch 15000] {'training_loss_step': 1.5, "
+            "'samples/sec': 50}") in r.err, r.describe()
+
+
+def test_a_flood_on_every_rank_names_the_rank_of_the_verdict(hpr, tmp_path):
+    rule = dict(SLOW_RULE, metricEvaluationDataPoints=1)
+    script = flood_worker(tmp_path, FLOOD - 2, 50, special_rank=2)
+    r = hpr.run(["--standalone", "--nproc-per-node", "4", "--no-python",
+                 "--log-monitor-ranks", "all", "--log-monitoring-config",
+                 rules(tmp_path, rule), script], timeout=60)
+    assert r.rc == 124, r.describe()
+    found = verdicts(r)
+    assert [m.group(1, 2) for m in found] == [
+        ("LogSlow_LowThroughputDetection", "2")], r.describe()
+    assert f"[Epoch 0 Batch {FLOOD - 2}]" in r.err, r.describe()
+
+
+def test_a_fault_on_the_last_line_of_a_flood_ends_the_job(hpr, tmp_path):
+    # 200,000 lines (22 MB) a rank: when the workers exit, the rules are
+    # still megabytes behind the reads, and the stage's end must wait for
+    # them before it judges the attempt.
+    count = 10 * FLOOD
+    rule = {"name": "Fault", "logPattern": r".*'samples/sec': 7\b.*",
+            "faultOnMatch": True}
+    script = flood_worker(tmp_path, count - 1, 7, count=count)
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--tee", "3",
+                 "--log-monitoring-config", rules(tmp_path, rule), script],
+                timeout=60)
+    assert r.rc == 124, r.describe()
+    assert [m.group(1, 2) for m in verdicts(r)] == [
+        ("LogFault_Fault", "0")], r.describe()
+    # The console may drop lines it cannot keep up with; the files have
+    # every one.
+    run_dir = hpr.only_train_dir()
+    for rank in range(2):
+        log = run_dir / "attempt_0" / str(rank) / "stdout.log"
+        assert log.read_bytes().count(b"\n") == count, f"rank {rank}"
+
+
+def test_a_healthy_flood_succeeds(hpr, tmp_path):
+    script = flood_worker(tmp_path, -1, 50)
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--log-monitor-ranks", "all", "--log-monitoring-config",
+                 rules(tmp_path, SLOW_RULE, HANG_RULE), script], timeout=60)
+    assert r.rc == 0, r.describe()
+    assert verdicts(r) == [], r.describe()

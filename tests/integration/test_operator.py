@@ -504,6 +504,41 @@ def test_metrics_and_healthz(hpr, tmp_path):
     assert a.shutdown().rc == 0
 
 
+def test_metrics_count_every_line_read_under_a_flood(hpr, tmp_path):
+    # 100,000 lines at once: the rules run on their own thread, behind the
+    # reads. A scrape must never show the rules behind the lines counted
+    # in the same scrape: once the stream shows every line read, the rule
+    # shows every one matched.
+    n = 100000
+    a = Agent(hpr, tmp_path, nproc=1,
+              env={"OPW_MODE": "flood", "OPW_LINES": str(n)})
+    a.start(log_monitoring_configuration=[
+        {"name": "Flood", "logPattern": r".*flood (\d+).*",
+         "metricThreshold": -1, "operator": "lt"}])
+    a.wait_status("running")
+
+    def counts():
+        code, _, data = a.request("GET", "/metrics")
+        assert code == 200
+        text = data.decode()
+        lines = re.search(r'hyperpodrun_stream_lines_total\{local_rank="0",'
+                          r'stream="stdout"\} (\d+)', text)
+        matches = re.search(r'hyperpodrun_rule_matches_total\{'
+                            r'local_rank="0",rule="Flood"\} (\d+)', text)
+        return int(lines.group(1)), int(matches.group(1))
+
+    def all_read():
+        lines, matches = counts()
+        # The "starting" line is the only one the rule does not match.
+        assert matches <= max(lines - 1, 0), (lines, matches)
+        return (lines, matches) if lines == n + 1 else None
+
+    assert deadline_poll(all_read, 30, what="every line read") == (n + 1, n)
+    (a.work / "finish").write_text("")
+    a.wait_status("completed")
+    assert a.shutdown().rc == 0
+
+
 # ---- Two agents, one job: real torch -----------------------------------------
 
 @pytest.mark.skipif(not have_torch(), reason="/usr/bin/python3 has no torch")

@@ -54,6 +54,43 @@ static void test_edges(void **state)
                 assert_as_strtod(cases[i]);
 }
 
+/* What Python's float() says of captures the fast path sees first. */
+static void test_python_answers(void **state)
+{
+        static const struct {
+                const char *text;
+                bool ok;
+                double value;
+        } cases[] = {
+                { ".", false, 0 },       { "+", false, 0 },
+                { "-", false, 0 },       { "", false, 0 },
+                { "1.2.3", false, 0 },   { "1..2", false, 0 },
+                { "-.", false, 0 },      { "1-", false, 0 },
+                { "+-1", false, 0 },     { "1e", false, 0 },
+                { " 1", true, 1 },       { "1 ", true, 1 },
+                { "1_0", true, 10 },     { "1__0", false, 0 },
+                { "-.5", true, -0.5 },   { "5.", true, 5 },
+                { "0x10", false, 0 },    { "1,5", false, 0 },
+        };
+        size_t i;
+
+        (void)state;
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                double got = 0;
+                bool ok = logmon__parse_float(cases[i].text,
+                                              strlen(cases[i].text),
+                                              c_locale, &got);
+
+                if (ok != cases[i].ok)
+                        fail_msg("\"%s\": %s, Python %s it",
+                                 cases[i].text, ok ? "taken" : "refused",
+                                 cases[i].ok ? "takes" : "refuses");
+                if (ok && got != cases[i].value)
+                        fail_msg("\"%s\": %g, Python says %g",
+                                 cases[i].text, got, cases[i].value);
+        }
+}
+
 static uint64_t next(uint64_t *x)
 {
         *x ^= *x << 13;
@@ -90,6 +127,7 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_edges),
+                cmocka_unit_test(test_python_answers),
                 cmocka_unit_test(test_generated),
         };
         int rc;

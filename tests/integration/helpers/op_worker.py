@@ -4,7 +4,9 @@ OPW_DIR      where to write rank<RANK>.json (its environment) and pid files
 OPW_CRASH    "restart:local_rank:code": exit with code on that attempt/rank
 OPW_MODE     "exit" (default: print and exit 0), "progress_then_stall"
              (print OPW_STEPS step lines, then sleep until signalled),
-             "ignore_term" (ignore SIGTERM and SIGUSR1, sleep)
+             "ignore_term" (ignore SIGTERM and SIGUSR1, sleep),
+             "wait_file" (run until OPW_DIR/finish exists), "flood"
+             (OPW_LINES lines "flood <i>" in one write, then as wait_file)
 On SIGUSR1 (unless ignored) it writes usr1-<RANK> and exits 0.
 """
 import json
@@ -56,7 +58,11 @@ if mode == "progress_then_stall":
 elif mode == "ignore_term":
     while True:
         time.sleep(3600)
-elif mode == "wait_file":
+elif mode in ("wait_file", "flood"):
+    if mode == "flood":
+        n = int(os.environ["OPW_LINES"])
+        sys.stdout.write("".join(f"flood {i}\n" for i in range(n)))
+        sys.stdout.flush()
     # Runs until the test creates the file: a worker that is "training".
     path = os.path.join(d, "finish")
     while not os.path.exists(path):

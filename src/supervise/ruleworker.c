@@ -1,0 +1,346 @@
+/*
+ * Rule evaluation off the loop thread, for floods of log lines.
+ *
+ * The loop thread reads the workers' pipes, splits lines and writes the
+ * log files and the console; the rules used to run there too, which made
+ * a flood of monitored lines cost the I/O path three times what it costs
+ * without rules. When a loop iteration brings more monitored lines than
+ * HP_RULE_INLINE_MAX, monitor.c hands the rest to this worker thread:
+ * each line is copied, with its rank and its loop time, into a ring, and
+ * the thread feeds them to the streams in order. A normal job (hundreds
+ * of lines a second) never fills an iteration and never starts the
+ * thread.
+ *
+ * Ownership is simple and checked by one rule: the loop thread touches
+ * the rule streams only when the worker is idle (every queued line fed,
+ * no verdict waiting), which monitor.c ensures by calling
+ * hp_rule_worker_settle() first. The worker touches them only while it
+ * holds queued lines. So no stream is ever shared, and the engine stays
+ * single-threaded code.
+ *
+ * Two things a line can do need the loop: a verdict (a stream turned
+ * SLOW, HANGING or FAULTED) and a deadline earlier than the armed timer.
+ * For a verdict the worker stops right after that line, before a later
+ * line can turn the stream back to HEALTHY, and wakes the loop, which
+ * records the verdict and lets it go on. For a deadline it only wakes
+ * the loop, which re-arms the timer.
+ *
+ * The ring holds 1 MiB: at ~200 ns a line that is at most a few
+ * milliseconds of evaluation, which bounds how long a settle (a timer
+ * tick, a stage end, /metrics) can wait. When it is full the loop waits
+ * for room, exactly as it used to wait for the rules it ran itself: no
+ * line is ever skipped.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+
+#include "supervise-private.h"
+
+#define RING_SIZE (1024 * 1024)
+/* A record's header; the line follows, the whole padded to 8 bytes. */
+struct record {
+        uint32_t len;
+        int32_t rank; /* RECORD_WRAP: the rest of the ring is unused */
+        uint64_t now;
+};
+#define RECORD_WRAP (-1)
+
+struct hp_rule_worker {
+        struct hp_agent *agent;
+        uv_thread_t thread;
+        uv_mutex_t mu;
+        uv_cond_t work;     /* the thread waits for lines, or to go on */
+        uv_cond_t progress; /* the loop waits for room or for idle */
+        uv_async_t *wake;   /* the loop's: a verdict or a deadline */
+        char *ring;
+
+        /* Under mu. Positions count bytes since the start, modulo
+         * RING_SIZE in the ring. */
+        size_t published; /* the thread may feed up to here */
+        size_t consumed;  /* fed */
+        bool paused;      /* stopped after a verdict line */
+        int paused_rank;
+        bool verdict_taken; /* a->verdict is set: no need to stop */
+        uint64_t armed;     /* the loop's timer deadline */
+        bool deadline_earlier;
+        bool stop;
+
+        /* Loop thread only. */
+        size_t staged;        /* written, maybe not yet published */
+        size_t handed;        /* published as of the last publish */
+        size_t consumed_seen; /* a recent consumed, for the room check */
+        bool settling;
+
+        /* Written by the thread after it fed lines: equal to staged
+         * (read on the loop thread) when every line is fed. Release and
+         * acquire make the thread's stream writes visible to the loop. */
+        atomic_size_t done;
+        atomic_bool paused_flag;
+};
+
+static size_t padded(size_t len)
+{
+        return (sizeof(struct record) + len + 7) & ~(size_t)7;
+}
+
+/* Feeds [from, to) of the ring; stops after a line that needs a verdict
+ * and returns where it stopped. */
+static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
+                   bool verdict_taken, uint64_t armed, bool *verdict,
+                   int *verdict_rank, bool *earlier)
+{
+        struct hp_agent *a = w->agent;
+
+        while (from < to) {
+                size_t pos = from % RING_SIZE;
+                const struct record *r;
+                struct logmon_stream *s;
+
+                if (RING_SIZE - pos < sizeof(*r)) {
+                        from += RING_SIZE - pos;
+                        continue;
+                }
+                r = (const struct record *)(w->ring + pos);
+                if (r->rank == RECORD_WRAP) {
+                        from += RING_SIZE - pos;
+                        continue;
+                }
+                from += padded(r->len);
+                s = a->monitors[r->rank].rules;
+                if (s == NULL)
+                        continue;
+                logmon_stream_feed(s, (const char *)(r + 1), r->len, r->now,
+                                   NULL);
+                if (logmon_stream_next_deadline(s) < armed)
+                        *earlier = true;
+                if (!verdict_taken &&
+                    logmon_stream_state(s) >= LOGMON_SLOW) {
+                        *verdict = true;
+                        *verdict_rank = r->rank;
+                        break;
+                }
+        }
+        return from;
+}
+
+static void worker_main(void *arg)
+{
+        struct hp_rule_worker *w = arg;
+
+        uv_mutex_lock(&w->mu);
+        for (;;) {
+                size_t from, to, end;
+                bool verdict = false, earlier = false, taken;
+                int rank = -1;
+                uint64_t armed;
+
+                while (!w->stop &&
+                       (w->paused || w->consumed == w->published))
+                        uv_cond_wait(&w->work, &w->mu);
+                if (w->stop)
+                        break;
+                from = w->consumed;
+                to = w->published;
+                taken = w->verdict_taken;
+                armed = w->armed;
+                uv_mutex_unlock(&w->mu);
+
+                end = feed(w, from, to, taken, armed, &verdict, &rank,
+                           &earlier);
+
+                uv_mutex_lock(&w->mu);
+                w->consumed = end;
+                if (verdict) {
+                        w->paused = true;
+                        w->paused_rank = rank;
+                        atomic_store_explicit(&w->paused_flag, true,
+                                              memory_order_relaxed);
+                }
+                if (earlier)
+                        w->deadline_earlier = true;
+                atomic_store_explicit(&w->done, end, memory_order_release);
+                uv_cond_broadcast(&w->progress);
+                if (verdict || earlier)
+                        uv_async_send(w->wake);
+        }
+        uv_mutex_unlock(&w->mu);
+}
+
+int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
+                       struct hp_rule_worker **out)
+{
+        struct hp_rule_worker *w;
+        int r;
+
+        w = calloc(1, sizeof(*w));
+        if (w == NULL)
+                return -ENOMEM;
+        w->ring = malloc(RING_SIZE);
+        if (w->ring == NULL) {
+                free(w);
+                return -ENOMEM;
+        }
+        w->agent = a;
+        w->wake = wake;
+        w->armed = UINT64_MAX;
+        atomic_init(&w->done, 0);
+        atomic_init(&w->paused_flag, false);
+        r = uv_mutex_init(&w->mu);
+        if (r < 0)
+                goto fail_mutex;
+        r = uv_cond_init(&w->work);
+        if (r < 0)
+                goto fail_work;
+        r = uv_cond_init(&w->progress);
+        if (r < 0)
+                goto fail_progress;
+        r = uv_thread_create(&w->thread, worker_main, w);
+        if (r < 0)
+                goto fail_thread;
+        *out = w;
+        return 0;
+
+fail_thread:
+        uv_cond_destroy(&w->progress);
+fail_progress:
+        uv_cond_destroy(&w->work);
+fail_work:
+        uv_mutex_destroy(&w->mu);
+fail_mutex:
+        free(w->ring);
+        free(w);
+        return r;
+}
+
+bool hp_rule_worker_idle(const struct hp_rule_worker *w)
+{
+        /* paused_flag is set before done moves past the verdict line, so
+         * a done that shows every line fed also shows the pause. */
+        return atomic_load_explicit(&w->done, memory_order_acquire) ==
+                       w->staged &&
+               !atomic_load_explicit(&w->paused_flag, memory_order_relaxed);
+}
+
+void hp_rule_worker_publish(struct hp_rule_worker *w)
+{
+        /* Called every loop iteration: nothing to hand over costs no
+         * lock. */
+        if (w->handed == w->staged)
+                return;
+        uv_mutex_lock(&w->mu);
+        w->published = w->handed = w->staged;
+        w->consumed_seen = w->consumed;
+        uv_cond_signal(&w->work);
+        uv_mutex_unlock(&w->mu);
+}
+
+/* Runs the loop's side of a verdict while the thread is stopped after it:
+ * the streams are the loop's until it goes on. */
+static void take_verdict(struct hp_rule_worker *w,
+                         void (*on_verdict)(struct hp_agent *a, int rank))
+{
+        int rank = w->paused_rank;
+
+        uv_mutex_unlock(&w->mu);
+        on_verdict(w->agent, rank);
+        uv_mutex_lock(&w->mu);
+        w->verdict_taken = w->agent->verdict[0] != '\0';
+        w->paused = false;
+        atomic_store_explicit(&w->paused_flag, false, memory_order_relaxed);
+        uv_cond_signal(&w->work);
+}
+
+void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
+                         const char *line, size_t len, uint64_t now,
+                         void (*on_verdict)(struct hp_agent *a, int rank))
+{
+        size_t need = padded(len), pos = w->staged % RING_SIZE;
+        size_t skip = RING_SIZE - pos < need ? RING_SIZE - pos : 0;
+        struct record *r;
+
+        /* Room for the record, and for the unused end of the ring when it
+         * does not fit there. Publishing first: the thread may be waiting
+         * for exactly what is staged. */
+        if (w->staged + skip + need - w->consumed_seen > RING_SIZE) {
+                hp_rule_worker_publish(w);
+                uv_mutex_lock(&w->mu);
+                while (w->staged + skip + need - w->consumed > RING_SIZE) {
+                        if (w->paused)
+                                take_verdict(w, on_verdict);
+                        else
+                                uv_cond_wait(&w->progress, &w->mu);
+                }
+                w->consumed_seen = w->consumed;
+                uv_mutex_unlock(&w->mu);
+        }
+        if (skip > 0) {
+                if (skip >= sizeof(*r)) {
+                        r = (struct record *)(w->ring + pos);
+                        r->rank = RECORD_WRAP;
+                }
+                w->staged += skip;
+                pos = 0;
+        }
+        r = (struct record *)(w->ring + pos);
+        r->len = (uint32_t)len;
+        r->rank = rank;
+        r->now = now;
+        memcpy(r + 1, line, len);
+        w->staged += need;
+}
+
+void hp_rule_worker_settle(struct hp_rule_worker *w,
+                           void (*on_verdict)(struct hp_agent *a, int rank),
+                           bool *deadline_earlier)
+{
+        *deadline_earlier = false;
+        /* A verdict's handler that settles again finds the thread stopped
+         * for the outer one: the streams are the loop's already. */
+        if (w->settling)
+                return;
+        w->settling = true;
+        hp_rule_worker_publish(w);
+        uv_mutex_lock(&w->mu);
+        for (;;) {
+                if (w->paused)
+                        take_verdict(w, on_verdict);
+                else if (w->consumed != w->published)
+                        uv_cond_wait(&w->progress, &w->mu);
+                else
+                        break;
+        }
+        *deadline_earlier = w->deadline_earlier;
+        w->deadline_earlier = false;
+        w->consumed_seen = w->consumed;
+        uv_mutex_unlock(&w->mu);
+        w->settling = false;
+}
+
+void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
+                        bool verdict_taken)
+{
+        uv_mutex_lock(&w->mu);
+        w->armed = armed;
+        w->verdict_taken = verdict_taken;
+        uv_mutex_unlock(&w->mu);
+}
+
+void hp_rule_worker_free(struct hp_rule_worker *w)
+{
+        if (w == NULL)
+                return;
+        uv_mutex_lock(&w->mu);
+        w->stop = true;
+        uv_cond_signal(&w->work);
+        uv_mutex_unlock(&w->mu);
+        uv_thread_join(&w->thread);
+        uv_cond_destroy(&w->progress);
+        uv_cond_destroy(&w->work);
+        uv_mutex_destroy(&w->mu);
+        free(w->ring);
+        free(w);
+}
