@@ -18,7 +18,10 @@ Targets: with the four rules on all 8 ranks at least 60 % of the tee limit
 and at least 8x torchrun; throughput flat or better from 8 to 64 ranks.
 """
 
+import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,7 +76,24 @@ def measure(tool, hpr, producer, ranks, lines, rules):
                  f"expected {ranks * lines}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"wall_s": r.wall, "cpu_s": r.cpu, "lines_per_s": ranks * lines / r.wall}
+    return {"wall_s": r.wall, "cpu_s": r.cpu, "producers_cpu_s": r.children_cpu,
+            "lines_per_s": ranks * lines / r.wall}
+
+
+def engine_ns():
+    """The rule engine alone on this machine: ns per line for the same four
+    rules over a progress line of the producer's form, in a tight loop on
+    one thread with warm caches (tests/logmon/bench-logmon), the median of
+    five runs. None when that program was not built."""
+    exe = bl.ROOT / "build" / "tests" / "logmon" / "bench-logmon"
+    if not exe.exists():
+        return None
+    figures = []
+    for _ in range(5):
+        out = subprocess.run([str(exe), "1000000", "jit", "pipeline", "progress"],
+                             check=True, capture_output=True, text=True).stdout
+        figures.append(float(re.search(r"\(([\d.]+) ns/line\)", out).group(1)))
+    return bl.median(figures)
 
 
 def main():
@@ -134,9 +154,12 @@ def main():
                 "lines_per_s": bl.median([m["lines_per_s"] for m in ms]),
                 "cpu_s": bl.median([m["cpu_s"] for m in ms]),
                 "wall_s": bl.median([m["wall_s"] for m in ms]),
+                "producers_cpu_s": bl.median([m["producers_cpu_s"] for m in ms]),
                 "runs": ms,
             })
     result["rows"] = rows
+    result["engine_ns_per_line"] = engine_ns()
+    result["cores"] = os.cpu_count()
     result["targets"] = targets(rows, ranks_list)
     bl.finish_result(result)
 

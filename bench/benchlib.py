@@ -267,7 +267,7 @@ def run_tee(worker, ranks, scratch):
             os.close(fd)
         pids[prod] = "producer"
         pids[tee] = "tee"
-    cpu = 0.0
+    cpu = {"tee": 0.0, "producer": 0.0}
     ok = True
     while pids:
         pid, status, ru = os.wait4(-1, 0)
@@ -275,12 +275,12 @@ def run_tee(worker, ranks, scratch):
         if kind is None:
             continue
         ok = ok and os.waitstatus_to_exitcode(status) == 0
-        if kind == "tee":
-            cpu += ru.ru_utime + ru.ru_stime
+        cpu[kind] += ru.ru_utime + ru.ru_stime
     wall = time.perf_counter() - t0
     check(ok, "a producer or tee failed")
     consoles = sum(count_lines(logdir / f"{i}.console") for i in range(ranks))
-    return Run(wall=wall, cpu=cpu, rc=0, console_lines=consoles)
+    return Run(wall=wall, cpu=cpu["tee"], children_cpu=cpu["producer"], rc=0,
+               console_lines=consoles)
 
 
 def tee_command(worker, ranks, logdir):

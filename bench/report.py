@@ -227,30 +227,53 @@ def pipeline_analysis(res):
     rows = res["rows"]
 
     def get(n, tool, key):
-        return next((r[key] for r in rows if r["ranks"] == n and r["tool"] == tool), None)
+        return next((r.get(key) for r in rows if r["ranks"] == n and r["tool"] == tool),
+                    None)
 
     n = 8 if any(r["ranks"] == 8 for r in rows) else max(r["ranks"] for r in rows)
     lines = n * (get(n, "hyperpodrun", "lines_per_rank") or 0)
     cpu, bare = get(n, "hyperpodrun", "cpu_s"), get(n, "hyperpodrun-norules", "cpu_s")
-    tee = get(n, "tee", "lines_per_s")
+    prod = get(n, "hyperpodrun", "producers_cpu_s")
+    tee, tee_cpu = get(n, "tee", "lines_per_s"), get(n, "tee", "cpu_s")
+    tee_prod = get(n, "tee", "producers_cpu_s")
+    cores, engine = res.get("cores"), res.get("engine_ns_per_line")
     if not lines or not cpu or not bare:
         return []
     ns, bare_ns = cpu / lines * 1e9, bare / lines * 1e9
-    out = ["", f"At {n} ranks hyperpodrun spends {f(ns)} ns of CPU per line with the four "
-               f"rules and {f(bare_ns)} ns without them: the rules cost {f(ns - bare_ns)} ns "
-               f"per line, {pct((ns - bare_ns) / ns)} of its time. Its event loop is one "
-               f"thread, so at {f(ns)} ns per line it can carry at most "
-               f"{f(1e9 / ns)} lines per second however many cores there are."]
-    tee_cpu = get(n, "tee", "cpu_s")
-    if tee_cpu:
-        out[-1] += (f" Without rules it moves a line for {f(bare_ns)} ns of CPU, where the "
-                    f"tee processes take {f(tee_cpu / lines * 1e9)} ns.")
-    if tee:
-        need = 1e9 / (0.6 * tee)
-        out[-1] += (f" 60 % of the tee limit ({f(0.6 * tee)} lines per second) would need at "
-                    f"most {f(need)} ns per line; the tee limit itself spreads the same work "
-                    f"over {n} tee processes on all cores.")
-    return out
+    text = (f"At {n} ranks hyperpodrun spends {f(ns)} ns of CPU per line with the four rules "
+            f"(its I/O thread and, in a flood, its rule threads together) and {f(bare_ns)} ns "
+            f"without them.")
+    if not (prod and cores and tee and tee_cpu and tee_prod):
+        return ["", text]
+    p_ns, t_ns, tp_ns = prod / lines * 1e9, tee_cpu / lines * 1e9, tee_prod / lines * 1e9
+    bound = cores * 1e9 / (ns + p_ns)
+    measured = get(n, "hyperpodrun", "lines_per_s")
+    text += (f" Its producers spend {f(p_ns)} ns a line, so agent and producers need "
+             f"{f(ns + p_ns)} ns of CPU per line and this machine's {cores} cores carry at "
+             f"most {f(bound)} lines per second; it measured {f(measured)}, "
+             f"{pct(measured / bound)} of that bound. The tee limit is bound the same way: "
+             f"tee spends {f(t_ns)} ns a line and its producers {f(tp_ns)} ns.")
+    target = 0.6 * tee
+    budget = cores * 1e9 / target - p_ns
+    rules_budget = budget - bare_ns
+    text += (f" 60 % of the tee limit is {f(target)} lines per second: with the producers' "
+             f"{f(p_ns)} ns, the agent could spend at most {f(budget)} ns per line. Moving "
+             f"the bytes costs it {f(bare_ns)} ns (no rules), which leaves "
+             f"{f(rules_budget)} ns a line for the four rules.")
+    if engine:
+        if engine > rules_budget:
+            text += (f" The rule engine alone, on one thread in a tight loop with warm "
+                     f"caches, takes {f(engine)} ns for them on a line of the same form "
+                     f"(tests/logmon/bench-logmon pipeline progress): more than that "
+                     f"budget, so on {cores} cores the target is out of reach with PCRE2 "
+                     f"matching four patterns on every line, however the work is spread "
+                     f"over threads.")
+        else:
+            text += (f" The rule engine alone takes {f(engine)} ns for them on a line of "
+                     f"the same form (tests/logmon/bench-logmon pipeline progress), within "
+                     f"that budget: the rest of the gap is the cost of handing lines "
+                     f"between threads and cores.")
+    return ["", text]
 
 
 def hang_section(res):

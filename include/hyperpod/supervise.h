@@ -165,6 +165,10 @@ struct hp_agent_events {
                               void *ctx);
 };
 
+/* Threads the log rules may use under a flood (see ruleworker.c): one per
+ * core, up to this many, and no more than the watched ranks. */
+#define HP_RULE_WORKERS_MAX 4
+
 struct hp_agent {
         uv_loop_t *loop;
         const struct hp_config *cfg;
@@ -193,7 +197,10 @@ struct hp_agent {
         uv_timer_t rule_timer;                  /* the earliest deadline */
         uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
         bool monitors_fresh;                    /* cleared, not yet started */
-        struct hp_rule_worker *rule_worker;     /* NULL until a flood */
+        /* Rule threads for floods, local rank r on worker r % count; each
+         * NULL until its first flood. */
+        struct hp_rule_worker *rule_workers[HP_RULE_WORKERS_MAX];
+        int rule_worker_count;
         uv_async_t rule_wake;                   /* from the rule worker */
         uv_check_t rule_check;                  /* once per loop iteration */
         unsigned rule_inline;                   /* lines this iteration */

@@ -26,6 +26,14 @@ struct hp_monitor *hp_agent__monitor_for(struct hp_agent *a,
 
 static void rule_timer_cb(uv_timer_t *timer);
 
+/* What every rule thread compares with (hp_rule_worker_set). */
+static void workers_set(struct hp_agent *a, uint64_t armed, bool taken)
+{
+        for (int i = 0; i < a->rule_worker_count; i++)
+                if (a->rule_workers[i] != NULL)
+                        hp_rule_worker_set(a->rule_workers[i], armed, taken);
+}
+
 /* Arms the timer for deadline if it is earlier than the armed one. A later
  * deadline is left to the timer callback, which recomputes the minimum:
  * that keeps the per-line cost at one comparison. */
@@ -39,18 +47,14 @@ static void arm(struct hp_agent *a, uint64_t deadline)
         a->rule_deadline = deadline;
         uv_timer_start(&a->rule_timer, rule_timer_cb,
                        deadline > now ? deadline - now : 0, 0);
-        if (a->rule_worker != NULL)
-                hp_rule_worker_set(a->rule_worker, deadline,
-                                   a->verdict[0] != '\0');
+        workers_set(a, deadline, a->verdict[0] != '\0');
 }
 
 static void rearm_all(struct hp_agent *a)
 {
         a->rule_deadline = UINT64_MAX;
         uv_timer_stop(&a->rule_timer);
-        if (a->rule_worker != NULL)
-                hp_rule_worker_set(a->rule_worker, UINT64_MAX,
-                                   a->verdict[0] != '\0');
+        workers_set(a, UINT64_MAX, a->verdict[0] != '\0');
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         arm(a, logmon_stream_next_deadline(
@@ -133,12 +137,16 @@ static void take_verdict(struct hp_agent *a, int rank)
  * than for an inline line calls it first. */
 static void settle(struct hp_agent *a)
 {
-        bool earlier;
+        bool earlier, any = false;
 
-        if (a->rule_worker == NULL)
-                return;
-        hp_rule_worker_settle(a->rule_worker, take_verdict, &earlier);
-        if (earlier)
+        for (int i = 0; i < a->rule_worker_count; i++) {
+                if (a->rule_workers[i] == NULL)
+                        continue;
+                hp_rule_worker_settle(a->rule_workers[i], take_verdict,
+                                      &earlier);
+                any = any || earlier;
+        }
+        if (any)
                 rearm_all(a);
 }
 
@@ -147,30 +155,28 @@ void hp_agent_settle_rules(struct hp_agent *a)
         settle(a);
 }
 
-/* A line for the rule worker; false when there is none and none can be
- * started (the line is then evaluated here, as always before). */
-static bool offload(struct hp_monitor *m, const char *line, size_t len)
+/* The rule thread of a local rank, started on its first flood; NULL when
+ * none can be started (its lines are then evaluated here, as always
+ * before). */
+static struct hp_rule_worker *worker_for(struct hp_agent *a, int rank)
 {
-        struct hp_agent *a = m->agent;
+        struct hp_rule_worker **w;
         int r;
 
-        if (a->rule_worker == NULL) {
-                if (a->rule_worker_failed)
-                        return false;
-                r = hp_rule_worker_new(a, &a->rule_wake, &a->rule_worker);
-                if (r < 0) {
-                        a->rule_worker_failed = true;
-                        hp_log_warn("cannot start a thread for the log "
-                                    "rules (%s); they run on the main "
-                                    "thread", hp_strerror(r));
-                        return false;
-                }
-                hp_rule_worker_set(a->rule_worker, a->rule_deadline,
-                                   a->verdict[0] != '\0');
+        if (a->rule_worker_count == 0)
+                return NULL;
+        w = &a->rule_workers[rank % a->rule_worker_count];
+        if (*w != NULL || a->rule_worker_failed)
+                return *w;
+        r = hp_rule_worker_new(a, &a->rule_wake, w);
+        if (r < 0) {
+                a->rule_worker_failed = true;
+                hp_log_warn("cannot start a thread for the log rules (%s); "
+                            "they run on the main thread", hp_strerror(r));
+                return NULL;
         }
-        hp_rule_worker_push(a->rule_worker, m->local_rank, line, len,
-                            uv_now(a->loop), take_verdict);
-        return true;
+        hp_rule_worker_set(*w, a->rule_deadline, a->verdict[0] != '\0');
+        return *w;
 }
 
 void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
@@ -178,14 +184,21 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
 {
         struct hp_monitor *m = ctx;
         struct hp_agent *a = m->agent;
+        struct hp_rule_worker *w = a->rule_worker_count > 0 ?
+                a->rule_workers[m->local_rank % a->rule_worker_count] : NULL;
 
-        /* Lines stay in order: once one is queued, the ones after it are
-         * too, until the worker has caught up. */
-        if ((a->rule_inline >= HP_RULE_INLINE_MAX ||
-             (a->rule_worker != NULL &&
-              !hp_rule_worker_idle(a->rule_worker))) &&
-            offload(m, line, len))
-                return;
+        /* A rank's lines stay in order: once one is queued, the ones after
+         * it are too, until its worker has caught up. */
+        if (a->rule_inline >= HP_RULE_INLINE_MAX ||
+            (w != NULL && !hp_rule_worker_idle(w))) {
+                if (w == NULL)
+                        w = worker_for(a, m->local_rank);
+                if (w != NULL) {
+                        hp_rule_worker_push(w, m->local_rank, line, len,
+                                            uv_now(a->loop), take_verdict);
+                        return;
+                }
+        }
         a->rule_inline++;
         logmon_stream_feed(m->rules, line, len, uv_now(a->loop), NULL);
         check_verdict(m, UINT64_MAX);
@@ -200,21 +213,14 @@ static void rule_check_cb(uv_check_t *check)
                                              rule_check);
 
         a->rule_inline = 0;
-        if (a->rule_worker != NULL)
-                hp_rule_worker_publish(a->rule_worker);
+        for (int i = 0; i < a->rule_worker_count; i++)
+                if (a->rule_workers[i] != NULL)
+                        hp_rule_worker_publish(a->rule_workers[i]);
 }
 
 static void rule_wake_cb(uv_async_t *wake)
 {
-        struct hp_agent *a = hp_container_of(wake, struct hp_agent,
-                                             rule_wake);
-        bool earlier;
-
-        if (a->rule_worker == NULL)
-                return;
-        hp_rule_worker_settle(a->rule_worker, take_verdict, &earlier);
-        if (earlier)
-                rearm_all(a);
+        settle(hp_container_of(wake, struct hp_agent, rule_wake));
 }
 
 static void rule_timer_cb(uv_timer_t *timer)
@@ -251,8 +257,7 @@ static int make_streams(struct hp_agent *a)
         }
         a->monitors_fresh = true;
         a->verdict[0] = '\0';
-        if (a->rule_worker != NULL)
-                hp_rule_worker_set(a->rule_worker, a->rule_deadline, false);
+        workers_set(a, a->rule_deadline, false);
         return 0;
 }
 
@@ -260,7 +265,7 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
 {
         const struct hp_config *cfg = a->cfg;
         const char *warnings;
-        int r;
+        int r, watched = 0;
 
         a->rule_deadline = UINT64_MAX;
         uv_timer_init(a->loop, &a->rule_timer);
@@ -279,7 +284,18 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
         for (int i = 0; i < a->round.nproc; i++) {
                 a->monitors[i].agent = a;
                 a->monitors[i].local_rank = i;
+                if (cfg->monitored[i])
+                        watched++;
         }
+        /* One rule thread per core (with the loop thread, the scheduler
+         * then balances the reads and the rules over all of them), up to
+         * HP_RULE_WORKERS_MAX and the ranks watched. None starts before a
+         * flood. */
+        a->rule_worker_count = (int)uv_available_parallelism();
+        if (a->rule_worker_count > HP_RULE_WORKERS_MAX)
+                a->rule_worker_count = HP_RULE_WORKERS_MAX;
+        if (a->rule_worker_count > watched)
+                a->rule_worker_count = watched;
         if (cfg->log_monitoring_config == NULL)
                 return 0;
         r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
@@ -362,15 +378,16 @@ void hp_agent__monitors_clear(struct hp_agent *a)
         a->verdict[0] = '\0';
         a->rule_deadline = UINT64_MAX;
         uv_timer_stop(&a->rule_timer);
-        if (a->rule_worker != NULL)
-                hp_rule_worker_set(a->rule_worker, UINT64_MAX, false);
+        workers_set(a, UINT64_MAX, false);
 }
 
 void hp_agent__monitors_close(struct hp_agent *a)
 {
         settle(a);
-        hp_rule_worker_free(a->rule_worker);
-        a->rule_worker = NULL;
+        for (int i = 0; i < a->rule_worker_count; i++) {
+                hp_rule_worker_free(a->rule_workers[i]);
+                a->rule_workers[i] = NULL;
+        }
         for (int i = 0; a->monitors && i < a->round.nproc; i++)
                 if (a->monitors[i].rules != NULL)
                         logmon_stream_free(a->monitors[i].rules);

@@ -5,14 +5,17 @@
  * log files and the console; the rules used to run there too, which made
  * a flood of monitored lines cost the I/O path three times what it costs
  * without rules. When a loop iteration brings more monitored lines than
- * HP_RULE_INLINE_MAX, monitor.c hands the rest to this worker thread:
- * each line is copied, with its rank and its loop time, into a ring, and
- * the thread feeds them to the streams in order. A normal job (hundreds
- * of lines a second) never fills an iteration and never starts the
- * thread.
+ * HP_RULE_INLINE_MAX, monitor.c hands the rest to worker threads (one
+ * per core, up to HP_RULE_WORKERS_MAX; local rank r to worker r % count):
+ * each line is copied, with its rank and its loop time, into the
+ * worker's ring, and the thread feeds them to the streams in order. With
+ * the loop thread that makes more busy threads than cores, which lets the
+ * scheduler balance reads and rules over all of them. A normal job
+ * (hundreds of lines a second) never fills an iteration and never starts
+ * a thread.
  *
  * Ownership is simple and checked by one rule: the loop thread touches
- * the rule streams only when the worker is idle (every queued line fed,
+ * a rank's rule stream only when its worker is idle (every queued line fed,
  * no verdict waiting), which monitor.c ensures by calling
  * hp_rule_worker_settle() first. The worker touches them only while it
  * holds queued lines. So no stream is ever shared, and the engine stays
@@ -41,6 +44,10 @@
 #include "supervise-private.h"
 
 #define RING_SIZE (1024 * 1024)
+/* The thread reports progress, and the loop hands over lines, at least
+ * this often, so that neither waits for the other's whole batch: with
+ * 1 MiB batches the two took turns instead of running side by side. */
+#define HANDOVER_BYTES (64 * 1024)
 /* A record's header; the line follows, the whole padded to 8 bytes. */
 struct record {
         uint32_t len;
@@ -68,6 +75,8 @@ struct hp_rule_worker {
         uint64_t armed;     /* the loop's timer deadline */
         bool deadline_earlier;
         bool stop;
+        bool thread_waiting; /* on work: a hand-over must signal */
+        bool loop_waiting;   /* on progress: the thread must signal */
 
         /* Loop thread only. */
         size_t staged;        /* written, maybe not yet published */
@@ -94,8 +103,9 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                    int *verdict_rank, bool *earlier)
 {
         struct hp_agent *a = w->agent;
+        size_t limit = from + HANDOVER_BYTES;
 
-        while (from < to) {
+        while (from < to && from < limit) {
                 size_t pos = from % RING_SIZE;
                 const struct record *r;
                 struct logmon_stream *s;
@@ -139,8 +149,11 @@ static void worker_main(void *arg)
                 uint64_t armed;
 
                 while (!w->stop &&
-                       (w->paused || w->consumed == w->published))
+                       (w->paused || w->consumed == w->published)) {
+                        w->thread_waiting = true;
                         uv_cond_wait(&w->work, &w->mu);
+                        w->thread_waiting = false;
+                }
                 if (w->stop)
                         break;
                 from = w->consumed;
@@ -163,7 +176,8 @@ static void worker_main(void *arg)
                 if (earlier)
                         w->deadline_earlier = true;
                 atomic_store_explicit(&w->done, end, memory_order_release);
-                uv_cond_broadcast(&w->progress);
+                if (w->loop_waiting)
+                        uv_cond_signal(&w->progress);
                 if (verdict || earlier)
                         uv_async_send(w->wake);
         }
@@ -234,7 +248,8 @@ void hp_rule_worker_publish(struct hp_rule_worker *w)
         uv_mutex_lock(&w->mu);
         w->published = w->handed = w->staged;
         w->consumed_seen = w->consumed;
-        uv_cond_signal(&w->work);
+        if (w->thread_waiting)
+                uv_cond_signal(&w->work);
         uv_mutex_unlock(&w->mu);
 }
 
@@ -251,7 +266,8 @@ static void take_verdict(struct hp_rule_worker *w,
         w->verdict_taken = w->agent->verdict[0] != '\0';
         w->paused = false;
         atomic_store_explicit(&w->paused_flag, false, memory_order_relaxed);
-        uv_cond_signal(&w->work);
+        if (w->thread_waiting)
+                uv_cond_signal(&w->work);
 }
 
 void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
@@ -269,10 +285,13 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
                 hp_rule_worker_publish(w);
                 uv_mutex_lock(&w->mu);
                 while (w->staged + skip + need - w->consumed > RING_SIZE) {
-                        if (w->paused)
+                        if (w->paused) {
                                 take_verdict(w, on_verdict);
-                        else
-                                uv_cond_wait(&w->progress, &w->mu);
+                                continue;
+                        }
+                        w->loop_waiting = true;
+                        uv_cond_wait(&w->progress, &w->mu);
+                        w->loop_waiting = false;
                 }
                 w->consumed_seen = w->consumed;
                 uv_mutex_unlock(&w->mu);
@@ -291,6 +310,8 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
         r->now = now;
         memcpy(r + 1, line, len);
         w->staged += need;
+        if (w->staged - w->handed >= HANDOVER_BYTES)
+                hp_rule_worker_publish(w);
 }
 
 void hp_rule_worker_settle(struct hp_rule_worker *w,
@@ -306,12 +327,15 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
         hp_rule_worker_publish(w);
         uv_mutex_lock(&w->mu);
         for (;;) {
-                if (w->paused)
+                if (w->paused) {
                         take_verdict(w, on_verdict);
-                else if (w->consumed != w->published)
+                } else if (w->consumed != w->published) {
+                        w->loop_waiting = true;
                         uv_cond_wait(&w->progress, &w->mu);
-                else
+                        w->loop_waiting = false;
+                } else {
                         break;
+                }
         }
         *deadline_earlier = w->deadline_earlier;
         w->deadline_earlier = false;
