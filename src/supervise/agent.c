@@ -516,6 +516,13 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        {
+                struct hp_console *const consoles[] = { &a->console_out,
+                                                        &a->console_err };
+                /* Cannot fail: two consoles, and a timer on a live loop. */
+                (void)hp_stream_hub_init(&a->stream_hub, loop, consoles,
+                                         HP_ARRAY_SIZE(consoles));
+        }
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(loop, &a->signals[i]);
                 a->signals[i].data = a;
@@ -563,6 +570,7 @@ void hp_agent_close(struct hp_agent *a)
                 uv_close((uv_handle_t *)&a->signals[i], NULL);
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
+        hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
