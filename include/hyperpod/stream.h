@@ -44,9 +44,11 @@
  * are read every HP_READ_PACE_MS instead of once per write, so that one
  * wakeup reads many ranks. The first bytes after a quiet spell are read at
  * once, and a read that fills HP_READ_CHUNK (a fast writer) ends the
- * pacing: a line waits at most this long to be read and seen by the rules,
- * and a worker blocks on a full pipe at most this long, once per burst. */
+ * pacing for HP_READ_UNPACED_MS: a line waits at most HP_READ_PACE_MS to
+ * be read and seen by the rules, and a worker blocks on a full pipe at
+ * most that long, once per burst. */
 #define HP_READ_PACE_MS 5
+#define HP_READ_UNPACED_MS 1000
 
 enum hp_line_end {
         HP_LINE_EOL = 0, /* ended by \n, \r or \r\n */
@@ -164,11 +166,11 @@ struct hp_stream_hub {
         size_t console_count;
         uint64_t read_due;    /* loop ms, or UINT64_MAX: not paced */
         uint64_t last_data;   /* when a pass last read something */
+        uint64_t pace_after;  /* no pacing before: a fast writer was seen */
         uint64_t console_due; /* or UINT64_MAX: nothing waits */
         uint64_t files_due;
         uint64_t armed_for;
         struct hp_stream *dirty; /* streams with unwritten file bytes */
-        uint64_t wakeups;        /* read passes, for tests and benchmarks */
 };
 
 /* consoles (borrowed, at most 2) outlive the hub. */

@@ -116,8 +116,9 @@ static void hub_watch(struct hp_stream_hub *hub)
  * After HP_READ_PACE_MS if small pieces keep coming sooner than that (a
  * steady job with several ranks); at the next event if nothing came (a
  * quiet job), if the last data came longer ago (one rank printing now and
- * then: pacing would only add a wakeup), or if a read filled a whole
- * chunk (a fast writer, which must not wait for us). */
+ * then: pacing would only add a wakeup), or within HP_READ_UNPACED_MS of
+ * a read that filled a whole chunk (a fast writer, which must not wait
+ * for us). */
 static void hub_pass(struct hp_stream_hub *hub)
 {
         struct epoll_event events[256];
@@ -125,7 +126,6 @@ static void hub_pass(struct hp_stream_hub *hub)
         uint64_t now;
         int n;
 
-        hub->wakeups++;
         do
                 n = epoll_wait(hub->epfd, events, HP_ARRAY_SIZE(events), 0);
         while (n < 0 && errno == EINTR);
@@ -139,7 +139,12 @@ static void hub_pass(struct hp_stream_hub *hub)
                 got_data |= s->stats.bytes != before;
         }
         now = uv_now(hub->loop);
-        pace = got_data && !fast &&
+        /* A fast writer's reads come back short as long as we keep up with
+         * it, so one full chunk suspends the pacing for a while: else each
+         * paced tick would let it fill its pipe and wait for us. */
+        if (fast)
+                hub->pace_after = now + HP_READ_UNPACED_MS;
+        pace = got_data && now >= hub->pace_after &&
                (hub->paced || now - hub->last_data < HP_READ_PACE_MS);
         if (got_data)
                 hub->last_data = now;
@@ -294,7 +299,7 @@ static void finish(struct hp_stream *s)
 
 /* Reads what the pipe holds, up to 16 chunks (then the other pipes get
  * their turn), and finishes the stream at EOF or on an error. Returns
- * true if a read filled a whole chunk: the writer is fast. */
+ * true if any read filled a whole chunk: the writer is fast. */
 static bool stream_read(struct hp_stream *s)
 {
         uv_os_fd_t fd;
@@ -316,9 +321,9 @@ static bool stream_read(struct hp_stream *s)
                         break;
                 }
                 consume(s, (size_t)n);
-                full = n == HP_READ_CHUNK;
-                if (!full)
+                if (n < HP_READ_CHUNK)
                         break; /* the pipe is empty for now */
+                full = true;
         }
         return full;
 }
