@@ -7,6 +7,11 @@
  * Nothing on this path allocates per line or per read: the read buffer and
  * the partial-line buffer belong to the stream, the console queue is a ring
  * of fixed size.
+ *
+ * Lines reach the rule engine the moment they are read. The writes are
+ * batched by the streams' hub: a steady job's ranks each print a little
+ * every few milliseconds, and one write() per read, twice (file and
+ * console), cost more than everything else the agent does with the bytes.
  */
 #ifndef HYPERPOD_STREAM_H
 #define HYPERPOD_STREAM_H
@@ -22,6 +27,28 @@
 #define HP_LINE_MAX (64 * 1024)
 /* One read from a worker pipe: the default pipe capacity. */
 #define HP_READ_CHUNK (64 * 1024)
+/* A stream's read buffer is also its log file's write buffer: reads land
+ * after the bytes not yet written, and the file gets them in one write
+ * once less than a read's worth of room is left. */
+#define HP_STREAM_BUFFER (2 * HP_READ_CHUNK)
+
+/* The longest that output waits in the agent before it is written: lines
+ * for the console (a person or a log collector reads them; 10 ms lets one
+ * write carry the reads of every rank of a steady job), and bytes for a
+ * log file (read after the fact; 100 ms makes its writes ten times fewer
+ * and larger). Everything is written at once when a stream ends, and the
+ * consoles whenever the agent reports on the workers. */
+#define HP_CONSOLE_DELAY_MS 10
+#define HP_FILE_DELAY_MS 100
+/* While the workers write small pieces more often than this, the pipes
+ * are read every HP_READ_PACE_MS instead of once per write, so that one
+ * wakeup reads many ranks. The first bytes after a quiet spell are read at
+ * once, and a read that fills HP_READ_CHUNK (a fast writer) ends the
+ * pacing for HP_READ_UNPACED_MS: a line waits at most HP_READ_PACE_MS to
+ * be read and seen by the rules, and a worker blocks on a full pipe at
+ * most that long, once per burst. */
+#define HP_READ_PACE_MS 5
+#define HP_READ_UNPACED_MS 1000
 
 enum hp_line_end {
         HP_LINE_EOL = 0, /* ended by \n, \r or \r\n */
@@ -77,6 +104,8 @@ struct hp_console {
         bool stalled;                /* a flush timed out with tail here: */
         uint64_t stalled_tail;       /* later waits skip if still no progress */
         bool stopping;
+        bool pending;   /* queued since the last commit; commit wakes */
+        size_t wake_at; /* or this many bytes queued wake the writer */
         uv_mutex_t lock;
         uv_cond_t wake;    /* the writer waits for data */
         uv_cond_t drained; /* close waits for the writer */
@@ -85,16 +114,21 @@ struct hp_console {
 
 /* Default ring size per console. */
 #define HP_CONSOLE_RING (4 * 1024 * 1024)
+/* A threaded console's writer is woken before the commit once this much
+ * waits, so that a fast job keeps the ring from filling between commits. */
+#define HP_CONSOLE_BATCH (256 * 1024)
 
 /* Starts the writer thread for fd (borrowed, not closed). */
 int hp_console_init(struct hp_console *con, int fd, size_t cap);
 /* Queues prefix + line + "\n" (+ marker before the newline when the line
- * was cut), atomically. Returns true if queued, false if dropped. */
+ * was cut), atomically. Returns true if queued, false if dropped. Queued
+ * lines are written at the next commit, or earlier once HP_CONSOLE_BATCH
+ * bytes wait. */
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
                          size_t prefix_len, const char *line, size_t len,
                          enum hp_line_end end);
-/* Ends a batch of lines (one pipe read): a direct console writes what it
- * buffered. Cheap no-op for a threaded one, whose writer is already awake. */
+/* Writes what was queued: a direct console writes its buffer, a threaded
+ * one wakes its writer. Cheap when nothing was queued. */
 void hp_console_commit(struct hp_console *con);
 /* Waits at most timeout_ms until everything queued is written. */
 void hp_console_flush(struct hp_console *con, uint64_t timeout_ms);
@@ -113,6 +147,42 @@ struct hp_stream;
 typedef void (*hp_stream_closed_cb)(struct hp_stream *s);
 
 /*
+ * What the streams of one loop share. Their pipes are watched by an epoll
+ * set of the hub's own, which the loop watches as one fd: one wakeup then
+ * reads every ready pipe, and pacing stops and starts one watcher, not one
+ * per pipe. One timer (each subsystem owns one, armed at the earliest
+ * deadline) runs the paced reads, writes the consoles HP_CONSOLE_DELAY_MS
+ * after their first unwritten line and the log files HP_FILE_DELAY_MS
+ * after their first unwritten byte. The owner embeds it.
+ */
+struct hp_stream_hub {
+        uv_loop_t *loop;
+        int epfd;       /* the pipes being read */
+        uv_poll_t poll; /* epfd in the loop, while not paced */
+        uv_timer_t timer;
+        int watched;    /* pipes in epfd */
+        bool paced;
+        struct hp_console *consoles[2]; /* borrowed */
+        size_t console_count;
+        uint64_t read_due;    /* loop ms, or UINT64_MAX: not paced */
+        uint64_t last_data;   /* when a pass last read something */
+        uint64_t pace_after;  /* no pacing before: a fast writer was seen */
+        uint64_t console_due; /* or UINT64_MAX: nothing waits */
+        uint64_t files_due;
+        uint64_t armed_for;
+        struct hp_stream *dirty; /* streams with unwritten file bytes */
+};
+
+/* consoles (borrowed, at most 2) outlive the hub. */
+int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
+                       struct hp_console *const *consoles, size_t count);
+/* Writes every stream's unwritten bytes and commits the consoles now. */
+void hp_stream_hub_flush(struct hp_stream_hub *hub);
+/* Flushes, then closes the handles (the loop must run once for them).
+ * Every stream is closed already. */
+void hp_stream_hub_close(struct hp_stream_hub *hub);
+
+/*
  * One worker stream: the read end of a pipe, the file it is written to (or
  * -1), the console it is echoed to (or NULL) with its prefix, and one line
  * listener (or NULL). The owner embeds it and is told by closed_cb when the
@@ -120,6 +190,8 @@ typedef void (*hp_stream_closed_cb)(struct hp_stream *s);
  */
 struct hp_stream {
         uv_pipe_t pipe;
+        struct hp_stream_hub *hub;
+        struct hp_stream *dirty_prev, *dirty_next; /* in hub->dirty */
         int file_fd;
         struct hp_console *console;
         char prefix[256];
@@ -130,22 +202,24 @@ struct hp_stream {
         hp_stream_closed_cb closed_cb;
         void *data; /* the owner's */
         bool open;
-        bool reading;
+        bool reading; /* in the hub's epoll set */
         int error; /* first file write or read error, -errno */
         struct hp_stream_stats stats;
         struct hp_linesplit split;
+        size_t unwritten; /* bytes at the start of buf not in the file yet */
         char line[HP_LINE_MAX];
-        char chunk[HP_READ_CHUNK];
+        char buf[HP_STREAM_BUFFER];
 };
 
-/* Initialises the pipe handle on loop; pass its uv_stdio_container to
- * uv_spawn, then call hp_stream_start. */
-int hp_stream_init(struct hp_stream *s, uv_loop_t *loop);
+/* Initialises the pipe handle on the hub's loop; pass its
+ * uv_stdio_container to uv_spawn, then call hp_stream_start. */
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub);
 int hp_stream_start(struct hp_stream *s);
-/* Reads whatever the pipe holds without blocking, then closes it: for a
- * worker whose process group is gone, so that a pipe an escaped (setsid)
- * grandchild keeps open cannot hold the worker up. Returns true if the
- * read reached EOF, false if a writer was still there. */
+/* Reads whatever the pipe holds without blocking, writes everything out,
+ * then closes it: for a worker whose process group is gone, so that a pipe
+ * an escaped (setsid) grandchild keeps open cannot hold the worker up.
+ * Returns true if the read reached EOF, false if a writer was still
+ * there. */
 bool hp_stream_drain_and_close(struct hp_stream *s);
 
 #endif

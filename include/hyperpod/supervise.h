@@ -176,6 +176,7 @@ struct hp_agent {
         struct hp_rdzv_info round;
         struct hp_console console_out;
         struct hp_console console_err;
+        struct hp_stream_hub stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;
         struct hp_group group;

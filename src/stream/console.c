@@ -55,6 +55,8 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
         memset(con, 0, sizeof(*con));
         con->fd = fd;
         con->cap = cap;
+        /* A small ring (in tests) must not fill before the writer wakes. */
+        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4 : HP_CONSOLE_BATCH;
         con->ring = malloc(cap);
         if (con->ring == NULL)
                 return -ENOMEM;
@@ -156,8 +158,15 @@ static void direct_write_out(struct hp_console *con)
 
 void hp_console_commit(struct hp_console *con)
 {
-        if (con->direct)
+        if (con->direct) {
                 direct_write_out(con);
+                return;
+        }
+        uv_mutex_lock(&con->lock);
+        if (con->pending)
+                uv_cond_signal(&con->wake);
+        con->pending = false;
+        uv_mutex_unlock(&con->lock);
 }
 
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
@@ -217,7 +226,14 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                           marker_len);
         if (queued) {
                 con->lines_queued++;
-                uv_cond_signal(&con->wake);
+                /* The writer is woken by the commit that ends the batch,
+                 * or now if the batch is large: one wakeup and one write
+                 * for many lines. */
+                con->pending = true;
+                if (con->head - con->tail >= con->wake_at) {
+                        uv_cond_signal(&con->wake);
+                        con->pending = false;
+                }
         } else {
                 con->lines_dropped++;
                 con->bytes_dropped += prefix_len + len + marker_len + 1;
@@ -232,6 +248,10 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
 static void wait_drained(struct hp_console *con, uint64_t timeout_ms)
 {
         uint64_t deadline = uv_hrtime() + timeout_ms * 1000000ull;
+
+        /* Lines queued since the last commit have not woken the writer. */
+        uv_cond_signal(&con->wake);
+        con->pending = false;
 
         /* A reader that made no progress since the last timed-out wait is
          * not waited for again: one stuck console costs one timeout. */

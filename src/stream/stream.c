@@ -1,10 +1,215 @@
-/* A worker pipe feeding a file, the console and a line listener. */
+/* A worker pipe feeding a file, the console and a line listener, and the
+ * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+
+/* ---- The hub ---- */
+
+static void hub_timer_cb(uv_timer_t *timer);
+
+/* Arms the timer for due if that is earlier than what it is armed for. */
+static void hub_arm(struct hp_stream_hub *hub, uint64_t due)
+{
+        uint64_t now;
+
+        if (due >= hub->armed_for)
+                return;
+        now = uv_now(hub->loop);
+        hub->armed_for = due;
+        uv_timer_start(&hub->timer, hub_timer_cb, due > now ? due - now : 0,
+                       0);
+}
+
+static void dirty_remove(struct hp_stream *s)
+{
+        if (s->dirty_prev != NULL)
+                s->dirty_prev->dirty_next = s->dirty_next;
+        else if (s->hub->dirty == s)
+                s->hub->dirty = s->dirty_next;
+        if (s->dirty_next != NULL)
+                s->dirty_next->dirty_prev = s->dirty_prev;
+        s->dirty_prev = s->dirty_next = NULL;
+}
+
+/* Writes what the stream's file has not got yet. */
+static void file_write_out(struct hp_stream *s)
+{
+        int r;
+
+        if (s->unwritten == 0)
+                return;
+        r = hp_write_all(s->file_fd, s->buf, s->unwritten);
+        if (r < 0 && s->error == 0) {
+                s->error = r;
+                hp_log_error("writing worker output to its log file "
+                             "failed: %s; the console still gets it",
+                             hp_strerror(r));
+        }
+        s->unwritten = 0;
+        dirty_remove(s);
+}
+
+static void hub_commit_consoles(struct hp_stream_hub *hub)
+{
+        for (size_t i = 0; i < hub->console_count; i++)
+                hp_console_commit(hub->consoles[i]);
+        hub->console_due = UINT64_MAX;
+}
+
+static void hub_write_files(struct hp_stream_hub *hub)
+{
+        while (hub->dirty != NULL)
+                file_write_out(hub->dirty);
+        hub->files_due = UINT64_MAX;
+}
+
+static bool stream_read(struct hp_stream *s);
+static void hub_pass(struct hp_stream_hub *hub);
+
+static void hub_timer_cb(uv_timer_t *timer)
+{
+        struct hp_stream_hub *hub =
+                hp_container_of(timer, struct hp_stream_hub, timer);
+        uint64_t now = uv_now(hub->loop);
+
+        hub->armed_for = UINT64_MAX;
+        if (hub->read_due <= now)
+                hub_pass(hub);
+        if (hub->console_due <= now)
+                hub_commit_consoles(hub);
+        /* All files at once: a file that got its first byte later than the
+         * others is written early, never late. */
+        if (hub->files_due <= now)
+                hub_write_files(hub);
+        hub_arm(hub, hub->read_due);
+        hub_arm(hub, hub->console_due);
+        hub_arm(hub, hub->files_due);
+}
+
+static void hub_poll_cb(uv_poll_t *poll, int status, int events)
+{
+        struct hp_stream_hub *hub =
+                hp_container_of(poll, struct hp_stream_hub, poll);
+
+        (void)status; /* an epoll fd does not fail to poll */
+        (void)events;
+        hub_pass(hub);
+}
+
+/* Event mode: the loop wakes up as soon as any pipe has something. */
+static void hub_watch(struct hp_stream_hub *hub)
+{
+        hub->paced = false;
+        hub->read_due = UINT64_MAX;
+        if (hub->watched > 0)
+                uv_poll_start(&hub->poll, UV_READABLE, hub_poll_cb);
+        else
+                uv_poll_stop(&hub->poll);
+}
+
+/* Reads every pipe that has something, then decides when to look again.
+ * After HP_READ_PACE_MS if small pieces keep coming sooner than that (a
+ * steady job with several ranks); at the next event if nothing came (a
+ * quiet job), if the last data came longer ago (one rank printing now and
+ * then: pacing would only add a wakeup), or within HP_READ_UNPACED_MS of
+ * a read that filled a whole chunk (a fast writer, which must not wait
+ * for us). */
+static void hub_pass(struct hp_stream_hub *hub)
+{
+        struct epoll_event events[256];
+        bool got_data = false, fast = false, pace;
+        uint64_t now;
+        int n;
+
+        do
+                n = epoll_wait(hub->epfd, events, HP_ARRAY_SIZE(events), 0);
+        while (n < 0 && errno == EINTR);
+        for (int i = 0; i < n; i++) {
+                struct hp_stream *s = events[i].data.ptr;
+                uint64_t before = s->stats.bytes;
+
+                if (!s->reading)
+                        continue; /* closed by a callback of this pass */
+                fast |= stream_read(s);
+                got_data |= s->stats.bytes != before;
+        }
+        now = uv_now(hub->loop);
+        /* A fast writer's reads come back short as long as we keep up with
+         * it, so one full chunk suspends the pacing for a while: else each
+         * paced tick would let it fill its pipe and wait for us. */
+        if (fast)
+                hub->pace_after = now + HP_READ_UNPACED_MS;
+        pace = got_data && now >= hub->pace_after &&
+               (hub->paced || now - hub->last_data < HP_READ_PACE_MS);
+        if (got_data)
+                hub->last_data = now;
+        if (pace) {
+                if (!hub->paced) {
+                        hub->paced = true;
+                        uv_poll_stop(&hub->poll);
+                }
+                hub->read_due = uv_now(hub->loop) + HP_READ_PACE_MS;
+                hub_arm(hub, hub->read_due);
+        } else if (hub->paced || !uv_is_active((uv_handle_t *)&hub->poll)) {
+                hub_watch(hub);
+        }
+}
+
+static void hub_poll_close_cb(uv_handle_t *handle)
+{
+        struct hp_stream_hub *hub =
+                hp_container_of(handle, struct hp_stream_hub, poll);
+
+        close(hub->epfd);
+        hub->epfd = -1;
+}
+
+int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
+                       struct hp_console *const *consoles, size_t count)
+{
+        int r;
+
+        memset(hub, 0, sizeof(*hub));
+        if (count > HP_ARRAY_SIZE(hub->consoles))
+                return -EINVAL;
+        hub->loop = loop;
+        memcpy(hub->consoles, consoles, count * sizeof(*consoles));
+        hub->console_count = count;
+        hub->read_due = UINT64_MAX;
+        hub->console_due = UINT64_MAX;
+        hub->files_due = UINT64_MAX;
+        hub->armed_for = UINT64_MAX;
+        hub->epfd = epoll_create1(EPOLL_CLOEXEC);
+        if (hub->epfd < 0)
+                return -errno;
+        r = uv_poll_init(loop, &hub->poll, hub->epfd);
+        if (r < 0) {
+                close(hub->epfd);
+                return r;
+        }
+        uv_timer_init(loop, &hub->timer); /* cannot fail */
+        return 0;
+}
+
+void hp_stream_hub_flush(struct hp_stream_hub *hub)
+{
+        hub_write_files(hub);
+        hub_commit_consoles(hub);
+}
+
+void hp_stream_hub_close(struct hp_stream_hub *hub)
+{
+        hp_stream_hub_flush(hub);
+        uv_close((uv_handle_t *)&hub->timer, NULL);
+        uv_close((uv_handle_t *)&hub->poll, hub_poll_close_cb);
+}
+
+/* ---- One stream ---- */
 
 static void on_line(void *ctx, const char *line, size_t len,
                     enum hp_line_end end)
@@ -22,33 +227,37 @@ static void on_line(void *ctx, const char *line, size_t len,
                 s->listener(s->listener_ctx, line, len, end);
 }
 
-/* Every byte goes to the file first, exactly as the worker wrote it, then
- * through the splitter. */
-static void consume(struct hp_stream *s, const char *data, size_t n)
+/* n bytes were read into buf after the unwritten ones. They go through the
+ * splitter at once, so the rules see each line as soon as it is read;
+ * the file gets them when the buffer has no room for another read, or
+ * from the hub's timer. */
+static void consume(struct hp_stream *s, size_t n)
 {
+        struct hp_stream_hub *hub = s->hub;
+        const char *data = s->buf + s->unwritten;
+
         s->stats.bytes += n;
-        if (s->file_fd >= 0) {
-                int r = hp_write_all(s->file_fd, data, n);
-                if (r < 0 && s->error == 0) {
-                        s->error = r;
-                        hp_log_error("writing worker output to its log file "
-                                     "failed: %s; the console still gets it",
-                                     hp_strerror(r));
+        hp_linesplit_feed(&s->split, data, n, on_line, s);
+        if (s->console != NULL && hub->console_due == UINT64_MAX) {
+                hub->console_due = uv_now(hub->loop) + HP_CONSOLE_DELAY_MS;
+                hub_arm(hub, hub->console_due);
+        }
+        if (s->file_fd < 0)
+                return; /* nothing to keep: the next read starts over */
+        if (s->unwritten == 0) {
+                s->dirty_next = hub->dirty;
+                s->dirty_prev = NULL;
+                if (hub->dirty != NULL)
+                        hub->dirty->dirty_prev = s;
+                hub->dirty = s;
+                if (hub->files_due == UINT64_MAX) {
+                        hub->files_due = uv_now(hub->loop) + HP_FILE_DELAY_MS;
+                        hub_arm(hub, hub->files_due);
                 }
         }
-        hp_linesplit_feed(&s->split, data, n, on_line, s);
-        if (s->console != NULL)
-                hp_console_commit(s->console);
-}
-
-static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
-{
-        struct hp_stream *s = hp_container_of(handle, struct hp_stream, pipe);
-
-        /* One fixed buffer per stream: read_cb consumes it synchronously
-         * before the next read, so there is nothing to allocate. */
-        buf->base = s->chunk;
-        buf->len = sizeof(s->chunk);
+        s->unwritten += n;
+        if (sizeof(s->buf) - s->unwritten < HP_READ_CHUNK)
+                file_write_out(s);
 }
 
 static void close_cb(uv_handle_t *handle)
@@ -60,39 +269,74 @@ static void close_cb(uv_handle_t *handle)
                 s->closed_cb(s);
 }
 
+static void unwatch(struct hp_stream *s)
+{
+        struct hp_stream_hub *hub = s->hub;
+        uv_os_fd_t fd;
+
+        if (!s->reading)
+                return;
+        s->reading = false;
+        /* Explicitly: a fork in progress may hold the fd open past our
+         * close, and the set must not report a stream that is gone. */
+        if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0)
+                (void)epoll_ctl(hub->epfd, EPOLL_CTL_DEL, fd, NULL);
+        if (--hub->watched == 0 && !hub->paced)
+                uv_poll_stop(&hub->poll);
+}
+
 static void finish(struct hp_stream *s)
 {
+        if (s->file_fd >= 0)
+                file_write_out(s);
         hp_linesplit_finish(&s->split, on_line, s);
         if (s->console != NULL)
                 hp_console_commit(s->console);
-        if (s->reading)
-                uv_read_stop((uv_stream_t *)&s->pipe);
-        s->reading = false;
+        unwatch(s);
         if (!uv_is_closing((uv_handle_t *)&s->pipe))
                 uv_close((uv_handle_t *)&s->pipe, close_cb);
 }
 
-static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+/* Reads what the pipe holds, up to 16 chunks (then the other pipes get
+ * their turn), and finishes the stream at EOF or on an error. Returns
+ * true if any read filled a whole chunk: the writer is fast. */
+static bool stream_read(struct hp_stream *s)
 {
-        struct hp_stream *s = hp_container_of(stream, struct hp_stream, pipe);
+        uv_os_fd_t fd;
+        bool full = false;
 
-        if (nread > 0) {
-                consume(s, buf->base, (size_t)nread);
-                return;
+        if (uv_fileno((uv_handle_t *)&s->pipe, &fd) < 0)
+                return false;
+        for (int i = 0; i < 16; i++) {
+                ssize_t n = read(fd, s->buf + s->unwritten, HP_READ_CHUNK);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        break;
+                if (n <= 0) {
+                        if (n < 0 && s->error == 0)
+                                s->error = -errno;
+                        finish(s);
+                        break;
+                }
+                consume(s, (size_t)n);
+                if (n < HP_READ_CHUNK)
+                        break; /* the pipe is empty for now */
+                full = true;
         }
-        if (nread == 0) /* EAGAIN: nothing to do */
-                return;
-        if (nread != UV_EOF && s->error == 0)
-                s->error = (int)nread;
-        finish(s);
+        return full;
 }
 
-int hp_stream_init(struct hp_stream *s, uv_loop_t *loop)
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
 {
-        int r = uv_pipe_init(loop, &s->pipe, 0);
+        int r = uv_pipe_init(hub->loop, &s->pipe, 0);
 
         if (r < 0)
                 return r;
+        s->hub = hub;
+        s->dirty_prev = s->dirty_next = NULL;
+        s->unwritten = 0;
         s->open = true;
         s->reading = false;
         s->error = 0;
@@ -103,11 +347,19 @@ int hp_stream_init(struct hp_stream *s, uv_loop_t *loop)
 
 int hp_stream_start(struct hp_stream *s)
 {
-        int r = uv_read_start((uv_stream_t *)&s->pipe, alloc_cb, read_cb);
+        struct hp_stream_hub *hub = s->hub;
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = s };
+        uv_os_fd_t fd;
+        int r = uv_fileno((uv_handle_t *)&s->pipe, &fd);
 
-        if (r == 0)
-                s->reading = true;
-        return r;
+        if (r < 0)
+                return r;
+        if (epoll_ctl(hub->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+                return -errno;
+        s->reading = true;
+        if (hub->watched++ == 0 && !hub->paced)
+                hub_watch(hub);
+        return 0;
 }
 
 bool hp_stream_drain_and_close(struct hp_stream *s)
@@ -121,9 +373,10 @@ bool hp_stream_drain_and_close(struct hp_stream *s)
          * even though the writer end is still open somewhere. */
         if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0) {
                 for (;;) {
-                        ssize_t n = read(fd, s->chunk, sizeof(s->chunk));
+                        ssize_t n = read(fd, s->buf + s->unwritten,
+                                         HP_READ_CHUNK);
                         if (n > 0) {
-                                consume(s, s->chunk, (size_t)n);
+                                consume(s, (size_t)n);
                                 continue;
                         }
                         if (n < 0 && errno == EINTR)

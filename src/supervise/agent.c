@@ -445,6 +445,8 @@ too_long:
 int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                   const struct hp_config *cfg, char *errbuf, size_t errlen)
 {
+        struct hp_console *const consoles[] = { &a->console_out,
+                                                &a->console_err };
         ssize_t n;
         int r;
 
@@ -516,6 +518,13 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        r = hp_stream_hub_init(&a->stream_hub, loop, consoles,
+                               HP_ARRAY_SIZE(consoles));
+        if (r < 0) {
+                hp_console_close(&a->console_err, 0);
+                hp_console_close(&a->console_out, 0);
+                goto err;
+        }
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(loop, &a->signals[i]);
                 a->signals[i].data = a;
@@ -528,7 +537,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
-        snprintf(errbuf, errlen, "cannot start the console writer: %s",
+        snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
 }
@@ -563,6 +572,7 @@ void hp_agent_close(struct hp_agent *a)
                 uv_close((uv_handle_t *)&a->signals[i], NULL);
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
+        hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);
 

@@ -325,11 +325,11 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         argv[2] = parent_pid;
         memcpy(argv + 3, cmd->argv, (size_t)cmd->argc * sizeof(char *));
 
-        r = hp_stream_init(&w->out, a->loop);
+        r = hp_stream_init(&w->out, &a->stream_hub);
         if (r < 0)
                 goto out;
         w->refs++;
-        r = hp_stream_init(&w->err, a->loop);
+        r = hp_stream_init(&w->err, &a->stream_hub);
         if (r < 0) {
                 w->out.data = w;
                 w->out.closed_cb = stream_closed_cb;

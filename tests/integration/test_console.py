@@ -50,6 +50,47 @@ def test_eight_ranks_concurrent_chunks(hpr):
                 b"".join(l + b"\n" for l in want)
 
 
+STEADY = """\
+import os, sys, time
+rank = int(os.environ["LOCAL_RANK"])
+for batch in range(40):
+    for fd, name in ((1, "out"), (2, "err")):
+        data = "".join(f"r{rank} {name} {batch:03d} {i:02d} " + "x" * (batch * 7 % 90) + "\\n"
+                       for i in range(25))
+        while data:
+            data = data[os.write(fd, data.encode()):]
+    # The pace of a training loop: small batches a few ms apart, which the
+    # agent reads paced, several ranks per wakeup.
+    time.sleep(0.003)
+os.write(1, f"r{rank} final partial line".encode())
+"""
+
+
+def steady_lines(rank, name):
+    return [f"r{rank} {name} {b:03d} {i:02d} ".encode() + b"x" * (b * 7 % 90)
+            for b in range(40) for i in range(25)]
+
+
+def test_steady_ranks_keep_every_line_whole_and_in_order(hpr, tmp_path):
+    script = tmp_path / "steady.py"
+    script.write_text(STEADY)
+    r = hpr.run(["--standalone", "--nproc-per-node", "8", "--tee", "3",
+                 script], timeout=60)
+    assert r.rc == 0, r.describe()
+    run_dir = hpr.only_train_dir()
+    for console, name in ((r.stdout, "out"), (r.stderr, "err")):
+        by_rank = worker_lines(console)
+        stray = by_rank.pop(None, [])
+        assert not_own(stray) == [], not_own(stray)[:5]
+        assert sorted(by_rank) == list(range(8))
+        for rank in range(8):
+            want = steady_lines(rank, name)
+            tail = [f"r{rank} final partial line".encode()] if name == "out" else []
+            assert by_rank[rank] == want + tail, f"rank {rank} std{name}"
+            data = (run_dir / "attempt_0" / str(rank) / f"std{name}.log").read_bytes()
+            assert data == b"".join(l + b"\n" for l in want) + b"".join(tail)
+
+
 def test_local_ranks_filter_tee(hpr, tmp_path):
     script = write_exec(tmp_path / "w.sh", ECHO)
     r = hpr.run(["--standalone", "--nproc-per-node", "4", "--tee", "3",

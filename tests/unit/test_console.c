@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -558,6 +559,75 @@ static void test_direct_console_buffers_until_commit(void **state)
         assert_int_equal(close(fd), 0);
 }
 
+/* A threaded console's writer is woken by the commit that ends a batch
+ * (not by each line), or early once a quarter of the ring waits: either
+ * way the lines reach the fd with no flush. A reader that times out here
+ * means the writer slept through a commit or a full batch. */
+static void read_exactly_or_fail(int fd, const char *want, size_t len)
+{
+        char buf[8192];
+        size_t got = 0;
+
+        assert_true(len <= sizeof(buf));
+        while (got < len) {
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                ssize_t r;
+
+                if (poll(&pfd, 1, FLUSH_TIMEOUT_MS) == 0)
+                        fail_msg("the writer was not woken: %zu of %zu "
+                                 "bytes arrived", got, len);
+                r = read(fd, buf + got, len - got);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                assert_true(r > 0);
+                got += (size_t)r;
+        }
+        assert_memory_equal(buf, want, len);
+}
+
+static void test_threaded_console_writes_at_commit_and_large_batches(
+        void **state)
+{
+        enum { RING = 4096 };
+        struct hp_console con;
+        char want[RING];
+        size_t want_len = 0;
+        int fds[2];
+
+        (void)state;
+        make_pipe(fds);
+        assert_int_equal(hp_console_init(&con, fds[1], RING), 0);
+        assert_false(con.direct);
+
+        /* A small batch: written once committed. */
+        for (int i = 0; i < 3; i++) {
+                assert_true(hp_console_put_line(&con, "[0]:", 4, "small", 5,
+                                                HP_LINE_EOL));
+                want_len += (size_t)snprintf(want + want_len,
+                                             sizeof(want) - want_len,
+                                             "[0]:small\n");
+        }
+        hp_console_commit(&con);
+        read_exactly_or_fail(fds[0], want, want_len);
+
+        /* A batch past a quarter of the ring wakes the writer by itself. */
+        want_len = 0;
+        while (want_len < RING / 4) {
+                assert_true(hp_console_put_line(&con, "[1]:", 4,
+                                                "a line in a large batch", 23,
+                                                HP_LINE_EOL));
+                want_len += 28;
+        }
+        for (size_t i = 0; i < want_len; i += 28)
+                memcpy(want + i, "[1]:a line in a large batch\n", 28);
+        read_exactly_or_fail(fds[0], want, want_len);
+
+        hp_console_close(&con, FLUSH_TIMEOUT_MS);
+        assert_int_equal(con.lines_dropped, 0);
+        assert_int_equal(close(fds[1]), 0);
+        assert_int_equal(close(fds[0]), 0);
+}
+
 /* A line longer than a direct console's whole buffer cannot be queued:
  * the put says so, and the counters agree with it. */
 /* A file console never drops: a line larger than its whole buffer (only
@@ -680,6 +750,8 @@ int main(void)
                         test_no_line_is_split_or_mixed_through_a_small_ring),
                 cmocka_unit_test(test_files_and_dev_null_are_direct),
                 cmocka_unit_test(test_direct_console_buffers_until_commit),
+                cmocka_unit_test(
+                        test_threaded_console_writes_at_commit_and_large_batches),
                 cmocka_unit_test(
                         test_direct_console_writes_a_line_it_cannot_hold),
                 cmocka_unit_test(test_closed_pipe_does_not_hang_close),
