@@ -33,7 +33,7 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
 
 /* Monitored lines evaluated on the loop thread per loop iteration; past
  * that, in the same iteration, they go to the rule worker (ruleworker.c). */
-#define HP_RULE_INLINE_MAX 256
+#define HP_RULE_INLINE_MAX 1024
 
 struct hp_rule_worker;
 /* Starts the thread; wake is the loop's handle for verdicts and earlier
