@@ -103,27 +103,25 @@ static void script_rules(const char **p, const char *end,
 /* false once a pattern hit a limit in either stream. */
 static bool agree(struct logmon_stream *a, struct logmon_stream *b, size_t n)
 {
-        struct logmon_rule_info x, y;
+        struct logmon_rule_info x[LOGMON_RULES_MAX], y[LOGMON_RULES_MAX];
         size_t i;
 
         for (i = 0; i < n; i++) {
-                FUZZ_ASSERT(logmon_stream_rule_info(a, i, &x) == 0);
-                FUZZ_ASSERT(logmon_stream_rule_info(b, i, &y) == 0);
-                if (x.limit_hits != 0 || y.limit_hits != 0)
+                FUZZ_ASSERT(logmon_stream_rule_info(a, i, &x[i]) == 0);
+                FUZZ_ASSERT(logmon_stream_rule_info(b, i, &y[i]) == 0);
+                if (x[i].limit_hits != 0 || y[i].limit_hits != 0)
                         return false;
         }
         for (i = 0; i < n; i++) {
-                logmon_stream_rule_info(a, i, &x);
-                logmon_stream_rule_info(b, i, &y);
-                FUZZ_ASSERT(x.state == y.state);
-                FUZZ_ASSERT(x.retired == y.retired);
-                FUZZ_ASSERT(x.matches == y.matches);
-                FUZZ_ASSERT(x.nonnumeric == y.nonnumeric);
-                FUZZ_ASSERT(x.consecutive == y.consecutive);
-                FUZZ_ASSERT(x.last_line_len == y.last_line_len);
-                FUZZ_ASSERT(x.last_line_len == 0 ||
-                            memcmp(x.last_line, y.last_line,
-                                   x.last_line_len) == 0);
+                FUZZ_ASSERT(x[i].state == y[i].state);
+                FUZZ_ASSERT(x[i].retired == y[i].retired);
+                FUZZ_ASSERT(x[i].matches == y[i].matches);
+                FUZZ_ASSERT(x[i].nonnumeric == y[i].nonnumeric);
+                FUZZ_ASSERT(x[i].consecutive == y[i].consecutive);
+                FUZZ_ASSERT(x[i].last_line_len == y[i].last_line_len);
+                FUZZ_ASSERT(x[i].last_line_len == 0 ||
+                            memcmp(x[i].last_line, y[i].last_line,
+                                   x[i].last_line_len) == 0);
         }
         FUZZ_ASSERT(logmon_stream_state(a) == logmon_stream_state(b));
         return true;
