@@ -225,15 +225,18 @@ static bool all_ascii(const char *text)
  *     there is a match, unless something cuts the search short. Atomic
  *     groups, lookarounds, conditions, options and verbs all start with
  *     "(?" (other than "(?:") or "(*"; possessive quantifiers end in "+";
- *   - nothing reads the start offset or quotes: "\G" is where a match
- *     attempt starts, and "\Q" makes what follows literal, ".*" included.
+ *   - nothing reads the start offset, moves the match's start or quotes:
+ *     "\G" is where a match attempt starts, "\K" makes a match report a
+ *     later start than where it began (the rest form takes a search's
+ *     start as the leftmost candidate), and "\Q" makes what follows
+ *     literal, ".*" included.
  * The test is on the pattern's text, so an escaped "\|" or "\(?" only
  * costs the speed-up.
  */
 static bool searchable(const char *pattern)
 {
         static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
-                                               "}+", "\\G", "\\Q" };
+                                               "}+", "\\G", "\\K", "\\Q" };
         const char *p;
         uint32_t newline = 0;
         size_t i;
