@@ -21,6 +21,9 @@ enum logmon_op {
         LOGMON_OP_EQ,
 };
 
+/* Literals kept from a pattern's text: a prefix is as good a filter. */
+#define LOGMON_LITERAL_MAX 32
+
 /* One pattern in the forms the engine picks from, line by line. Only
  * full is always there; each other form is kept where rule.c proves it
  * gives full's answer for the lines it is used on, and compiled. */
@@ -43,6 +46,21 @@ struct logmon_regex {
          * full's captures, without full's byte-by-byte backtracking. */
         pcre2_code *rest_ascii;
         uint8_t first_unit;
+        /* rest_ascii as head ".*" tail, cut at its first ".*" where head
+         * has no group and tail starts with a literal (pattern.c). At a
+         * start, head's first way of matching and then tail at each
+         * occurrence of tail_literal from the line's end back make the
+         * attempts rest_ascii would, less its byte-by-byte walk back
+         * from the end to the literal. Both anchored, no UTF. */
+        pcre2_code *head_ascii;
+        pcre2_code *tail_ascii;
+        uint8_t tail_literal_len;
+        char tail_literal[LOGMON_LITERAL_MAX];
+        /* Bytes every match contains (pattern.c): a line without them
+         * is answered without a call into PCRE2, whose every call costs
+         * about as much as scanning a 110-byte line. */
+        uint8_t literal_len;
+        char literal[LOGMON_LITERAL_MAX];
 };
 
 struct logmon_rule {
@@ -118,6 +136,26 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
 /* Length of the valid UTF-8 sequence starting with a byte >= 0x80 at p,
  * or 0 when it is invalid (overlong, surrogate, past U+10FFFF, cut). */
 size_t logmon__utf8_len(const unsigned char *p, size_t n);
+
+/* The longest run of literal bytes at the top level of a pattern (one
+ * that searchable() in rule.c accepts), which every match contains; its
+ * first cap bytes (at most LOGMON_LITERAL_MAX) go to out. 0 when there
+ * is none or the text holds something the reader does not know. */
+size_t logmon__required_literal(const char *pattern, size_t len, char *out,
+                                size_t cap);
+
+/* A rest form's text cut at its first top-level greedy ".*": head is
+ * rest[0, head_len) and holds no group; tail is rest[tail_at, len) and
+ * starts with the literal run whose first bytes are in literal. */
+struct logmon_split {
+        size_t head_len;
+        size_t tail_at;
+        size_t literal_len;
+        char literal[LOGMON_LITERAL_MAX];
+};
+
+bool logmon__split_rest(const char *rest, size_t len,
+                        struct logmon_split *out);
 
 /* JSON string escaping for the replay output: control characters are
  * escaped and invalid UTF-8 becomes U+FFFD, so the output is always

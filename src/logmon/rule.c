@@ -271,6 +271,50 @@ static size_t without_trailing_any(const char *pattern)
         return slashes % 2 == 0 ? len - 2 : len;
 }
 
+static uint32_t capture_count(const pcre2_code *code)
+{
+        uint32_t n = UINT32_MAX;
+
+        pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &n);
+        return n;
+}
+
+/*
+ * The rest form cut in two (see struct logmon_regex). Anchored at a
+ * start s, rest is head, then ".*", then tail. PCRE2 finds head's first
+ * way of matching at s, lets ".*" take the line and gives it back one
+ * character at a time, trying tail at each position from the end; only
+ * when none fits does it go back into head for its next way. On a line
+ * without \n ".*" can stop anywhere, and tail can only fit where its
+ * literal is, so the first success is tail at the last occurrence of
+ * the literal, at or after where head ended, at which tail matches, with
+ * the captures tail finds there. Head has no group, so tail's groups are
+ * numbered as in rest. Where head's first way leaves no fit, the engine
+ * asks rest itself (stream.c).
+ */
+static void split_form(struct logmon_regex *p, const char *rest, size_t len,
+                       bool jit)
+{
+        struct logmon_split split;
+
+        if (!logmon__split_rest(rest, len, &split) || split.head_len == 0)
+                return;
+        p->head_ascii = compile_form(rest, split.head_len, PCRE2_ANCHORED,
+                                     jit);
+        p->tail_ascii = compile_form(rest + split.tail_at,
+                                     len - split.tail_at, PCRE2_ANCHORED, jit);
+        if (p->head_ascii == NULL || p->tail_ascii == NULL ||
+            capture_count(p->head_ascii) != 0 ||
+            capture_count(p->tail_ascii) != capture_count(p->rest_ascii)) {
+                pcre2_code_free(p->head_ascii);
+                pcre2_code_free(p->tail_ascii);
+                p->head_ascii = p->tail_ascii = NULL;
+                return;
+        }
+        memcpy(p->tail_literal, split.literal, split.literal_len);
+        p->tail_literal_len = (uint8_t)split.literal_len;
+}
+
 /*
  * The rest form (see struct logmon_regex). Anchored at 0, ".*R" makes
  * the ".*" take the whole line and give it back one character at a time,
@@ -297,6 +341,9 @@ static void rest_form(struct logmon_regex *p, const char *pattern, bool jit)
         p->rest_ascii = compile_form(pattern + 2,
                                      without_trailing_any(pattern) - 2,
                                      PCRE2_ANCHORED, jit);
+        if (p->rest_ascii != NULL)
+                split_form(p, pattern + 2, without_trailing_any(pattern) - 2,
+                           jit);
 }
 
 static int regex(struct validator *v, const char *key, const cJSON *item,
@@ -355,6 +402,8 @@ static int regex(struct validator *v, const char *key, const cJSON *item,
                                              PCRE2_ANCHORED, jit);
         if (!searchable(text))
                 return 0;
+        p->literal_len = (uint8_t)logmon__required_literal(
+                text, strlen(text), p->literal, sizeof(p->literal));
         p->quick = compile_form(text + 2, strlen(text) - 2,
                                 PCRE2_UTF | PCRE2_UNGREEDY, jit);
         if (ascii) {
@@ -372,6 +421,8 @@ static void pattern_free(struct logmon_regex *p)
         pcre2_code_free(p->full_ascii);
         pcre2_code_free(p->quick_ascii);
         pcre2_code_free(p->rest_ascii);
+        pcre2_code_free(p->head_ascii);
+        pcre2_code_free(p->tail_ascii);
 }
 
 static int validate_rule(struct validator *v, struct logmon_ruleset *rs,

@@ -212,6 +212,103 @@ static int run(const struct logmon_stream *s, const pcre2_code *code,
  * which makes the same attempts within one call. */
 #define REST_TRIES_MAX 16
 
+/* Occurrences of a literal's first byte looked at before a search for
+ * the literal gives up and lets PCRE2 answer: a bound on the cost of a
+ * line made of that byte. */
+#define LITERAL_TRIES_MAX 64
+
+/* The last occurrence of lit (n bytes) that lies wholly in [from, end):
+ * 1 with its start in *out, 0 when there is none, -1 when the search
+ * gave up. */
+static int last_literal(const char *from, const char *end, const char *lit,
+                        size_t n, const char **out)
+{
+        const char *at;
+        int tries = 0;
+
+        if (end < from || (size_t)(end - from) < n)
+                return 0;
+        /* A start past end - n cannot hold all n bytes. */
+        at = end - n + 1;
+        while (at > from) {
+                at = memrchr(from, lit[0], (size_t)(at - from));
+                if (at == NULL)
+                        return 0;
+                if (at[n - 1] == lit[n - 1] &&
+                    memcmp(at + 1, lit + 1, n - 1) == 0) {
+                        *out = at;
+                        return 1;
+                }
+                if (++tries > LITERAL_TRIES_MAX)
+                        return -1;
+        }
+        return 0;
+}
+
+/* False only when the line certainly does not hold lit: its first byte
+ * found with memchr, the rest compared. glibc's memmem sets up a shift
+ * table on every call, which costs more than this on a log line. */
+static bool may_contain(const char *line, size_t len, const char *lit,
+                        size_t n)
+{
+        const char *at = line, *end = line + len;
+        int tries = 0;
+
+        while ((size_t)(end - at) >= n) {
+                at = memchr(at, lit[0], (size_t)(end - at) - n + 1);
+                if (at == NULL)
+                        return false;
+                /* The last byte first: a call to memcmp costs more than
+                 * most false starts. */
+                if (at[n - 1] == lit[n - 1] &&
+                    memcmp(at + 1, lit + 1, n - 1) == 0)
+                        return true;
+                if (++tries > LITERAL_TRIES_MAX)
+                        return true;
+                at++;
+        }
+        return false;
+}
+
+/* The split rest form (rule.c) at start: 1 or 0 as rest_ascii anchored
+ * there would answer, with its captures in s->md, or -1 when only
+ * rest_ascii can say (head's first way of matching leaves tail no fit
+ * while the literal occurs where another way could reach it, or a
+ * limit). */
+static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
+                       const char *line, size_t len, size_t start)
+{
+        const char *lit = p->tail_literal, *head_end, *limit, *at;
+        size_t n = p->tail_literal_len;
+        int tries = 0, rc, found;
+
+        rc = run(s, p->head_ascii, line, len, start);
+        if (rc == PCRE2_ERROR_NOMATCH)
+                return 0;
+        if (rc < 0)
+                return -1;
+        head_end = line + pcre2_get_ovector_pointer(s->md)[1];
+        for (limit = line + len;; limit = at + n - 1) {
+                found = last_literal(head_end, limit, lit, n, &at);
+                if (found == 0)
+                        break;
+                if (found < 0 || ++tries > REST_TRIES_MAX)
+                        return -1;
+                rc = run(s, p->tail_ascii, line, len, (size_t)(at - line));
+                if (rc >= 0)
+                        return 1;
+                if (rc != PCRE2_ERROR_NOMATCH)
+                        return -1;
+        }
+        /* Tail does not fit at any occurrence from head_end on, whatever
+         * head matched (it has no group tail could refer to). Another way
+         * of matching head ends earlier, so only an occurrence starting
+         * between start and head_end could still make a match. */
+        limit = head_end + n - 1 < line + len ? head_end + n - 1 : line + len;
+        found = last_literal(line + start, limit, lit, n, &at);
+        return found == 0 ? 0 : -1;
+}
+
 /* The rest form (rule.c) at each occurrence of its first code unit, from
  * the line's end back: 1 or 0 as full would answer, with full's captures
  * in s->md, or -1 when it gave up (too many candidates, or a limit) and
@@ -219,7 +316,8 @@ static int run(const struct logmon_stream *s, const pcre2_code *code,
  * not at all, and then one attempt (or none) answers. Where it occurs
  * more often, one quick search first says whether any match remains and
  * where the leftmost starts, so that a line with many candidates and no
- * match costs one search, not an attempt at each. */
+ * match costs one search, not an attempt at each. Where the rest form
+ * has a split form, that answers first at each candidate. */
 static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
                       const char *line, size_t len)
 {
@@ -240,11 +338,20 @@ static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
         for (;;) {
                 if (++tries > REST_TRIES_MAX)
                         return -1;
-                rc = run(s, p->rest_ascii, line, len, (size_t)(at - line));
-                if (rc >= 0)
+                rc = p->head_ascii != NULL ?
+                             match_split(s, p, line, len,
+                                         (size_t)(at - line)) :
+                             -1;
+                if (rc > 0)
                         return 1;
-                if (rc != PCRE2_ERROR_NOMATCH)
-                        return -1;
+                if (rc < 0) {
+                        rc = run(s, p->rest_ascii, line, len,
+                                 (size_t)(at - line));
+                        if (rc >= 0)
+                                return 1;
+                        if (rc != PCRE2_ERROR_NOMATCH)
+                                return -1;
+                }
                 if (at == from)
                         return 0;
                 at = memrchr(from, p->first_unit, (size_t)(at - from));
@@ -252,6 +359,7 @@ static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
                         return 0;
         }
 }
+
 
 /* 1: match, 0: no match, -1: the match was abandoned at a limit (or an
  * internal PCRE2 error, which is equally a reason to report). With
@@ -264,6 +372,10 @@ static int match(struct logmon_stream *s, const struct logmon_regex *p,
         const pcre2_code *quick = NULL;
         int rc;
 
+        /* Any line, with \n or not: every match holds the literal. */
+        if (p->literal_len != 0 &&
+            !may_contain(line, len, p->literal, p->literal_len))
+                return 0;
         if (!s->line_has_lf) {
                 if (captures && s->line_ascii && p->rest_ascii != NULL) {
                         rc = match_rest(s, p, line, len);
