@@ -24,6 +24,15 @@ enum logmon_op {
 /* Literals kept from a pattern's text: a prefix is as good a filter. */
 #define LOGMON_LITERAL_MAX 32
 
+/* Bytes a match must hold, looked for by the one of them (anchor) that
+ * is least common in log text, so that memchr stops at few false
+ * starts. len 0: none. */
+struct logmon_literal {
+        uint8_t len;
+        uint8_t anchor;
+        char bytes[LOGMON_LITERAL_MAX];
+};
+
 /* One pattern in the forms the engine picks from, line by line. Only
  * full is always there; each other form is kept where rule.c proves it
  * gives full's answer for the lines it is used on, and compiled. */
@@ -54,13 +63,11 @@ struct logmon_regex {
          * from the end to the literal. Both anchored, no UTF. */
         pcre2_code *head_ascii;
         pcre2_code *tail_ascii;
-        uint8_t tail_literal_len;
-        char tail_literal[LOGMON_LITERAL_MAX];
+        struct logmon_literal tail_literal;
         /* Bytes every match contains (pattern.c): a line without them
          * is answered without a call into PCRE2, whose every call costs
          * about as much as scanning a 110-byte line. */
-        uint8_t literal_len;
-        char literal[LOGMON_LITERAL_MAX];
+        struct logmon_literal literal;
 };
 
 struct logmon_rule {
@@ -156,6 +163,10 @@ struct logmon_split {
 
 bool logmon__split_rest(const char *rest, size_t len,
                         struct logmon_split *out);
+
+/* lit as a logmon_literal, its anchor chosen. */
+void logmon__literal_set(struct logmon_literal *out, const char *lit,
+                         size_t len);
 
 /* JSON string escaping for the replay output: control characters are
  * escaped and invalid UTF-8 becomes U+FFFD, so the output is always

@@ -311,8 +311,8 @@ static void split_form(struct logmon_regex *p, const char *rest, size_t len,
                 p->head_ascii = p->tail_ascii = NULL;
                 return;
         }
-        memcpy(p->tail_literal, split.literal, split.literal_len);
-        p->tail_literal_len = (uint8_t)split.literal_len;
+        logmon__literal_set(&p->tail_literal, split.literal,
+                            split.literal_len);
 }
 
 /*
@@ -363,7 +363,8 @@ static int regex(struct validator *v, const char *key, const cJSON *item,
         const uint32_t options = PCRE2_ANCHORED | PCRE2_UTF;
         const bool jit = !opts->no_jit;
         const char *text;
-        char desc[80];
+        char desc[80], literal[LOGMON_LITERAL_MAX];
+        size_t literal_len;
         PCRE2_UCHAR msg[256];
         PCRE2_SIZE offset;
         bool ascii;
@@ -402,8 +403,9 @@ static int regex(struct validator *v, const char *key, const cJSON *item,
                                              PCRE2_ANCHORED, jit);
         if (!searchable(text))
                 return 0;
-        p->literal_len = (uint8_t)logmon__required_literal(
-                text, strlen(text), p->literal, sizeof(p->literal));
+        literal_len = logmon__required_literal(text, strlen(text), literal,
+                                               sizeof(literal));
+        logmon__literal_set(&p->literal, literal, literal_len);
         p->quick = compile_form(text + 2, strlen(text) - 2,
                                 PCRE2_UTF | PCRE2_UNGREEDY, jit);
         if (ascii) {

@@ -217,26 +217,37 @@ static int run(const struct logmon_stream *s, const pcre2_code *code,
  * line made of that byte. */
 #define LITERAL_TRIES_MAX 64
 
-/* The last occurrence of lit (n bytes) that lies wholly in [from, end):
- * 1 with its start in *out, 0 when there is none, -1 when the search
- * gave up. */
-static int last_literal(const char *from, const char *end, const char *lit,
-                        size_t n, const char **out)
+/* Whether lit starts at p: its first and last bytes before a call to
+ * memcmp, which costs more than most false starts. */
+static bool literal_at(const char *p, const struct logmon_literal *lit)
 {
-        const char *at;
+        size_t last = lit->len - 1u;
+
+        return p[0] == lit->bytes[0] && p[last] == lit->bytes[last] &&
+               memcmp(p, lit->bytes, lit->len) == 0;
+}
+
+/* The last occurrence of lit that lies wholly in [from, end): 1 with its
+ * start in *out, 0 when there is none, -1 when the search gave up. The
+ * anchor byte is looked for with memrchr. */
+static int last_literal(const char *from, const char *end,
+                        const struct logmon_literal *lit, const char **out)
+{
+        size_t n = lit->len, k = lit->anchor;
+        const char *lo, *at;
         int tries = 0;
 
         if (end < from || (size_t)(end - from) < n)
                 return 0;
-        /* A start past end - n cannot hold all n bytes. */
-        at = end - n + 1;
-        while (at > from) {
-                at = memrchr(from, lit[0], (size_t)(at - from));
+        /* Where the anchor of an occurrence within [from, end) can be. */
+        lo = from + k;
+        at = end - n + k + 1;
+        while (at > lo) {
+                at = memrchr(lo, lit->bytes[k], (size_t)(at - lo));
                 if (at == NULL)
                         return 0;
-                if (at[n - 1] == lit[n - 1] &&
-                    memcmp(at + 1, lit + 1, n - 1) == 0) {
-                        *out = at;
+                if (literal_at(at - k, lit)) {
+                        *out = at - k;
                         return 1;
                 }
                 if (++tries > LITERAL_TRIES_MAX)
@@ -245,23 +256,25 @@ static int last_literal(const char *from, const char *end, const char *lit,
         return 0;
 }
 
-/* False only when the line certainly does not hold lit: its first byte
- * found with memchr, the rest compared. glibc's memmem sets up a shift
- * table on every call, which costs more than this on a log line. */
-static bool may_contain(const char *line, size_t len, const char *lit,
-                        size_t n)
+/* False only when the line certainly does not hold lit. glibc's memmem
+ * sets up a shift table on every call, which costs more than this on a
+ * log line. */
+static bool may_contain(const char *line, size_t len,
+                        const struct logmon_literal *lit)
 {
-        const char *at = line, *end = line + len;
+        size_t n = lit->len, k = lit->anchor;
+        const char *at, *last;
         int tries = 0;
 
-        while ((size_t)(end - at) >= n) {
-                at = memchr(at, lit[0], (size_t)(end - at) - n + 1);
+        if (len < n)
+                return false;
+        at = line + k;
+        last = line + len - n + k;
+        while (at <= last) {
+                at = memchr(at, lit->bytes[k], (size_t)(last - at) + 1);
                 if (at == NULL)
                         return false;
-                /* The last byte first: a call to memcmp costs more than
-                 * most false starts. */
-                if (at[n - 1] == lit[n - 1] &&
-                    memcmp(at + 1, lit + 1, n - 1) == 0)
+                if (literal_at(at - k, lit))
                         return true;
                 if (++tries > LITERAL_TRIES_MAX)
                         return true;
@@ -278,8 +291,9 @@ static bool may_contain(const char *line, size_t len, const char *lit,
 static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
                        const char *line, size_t len, size_t start)
 {
-        const char *lit = p->tail_literal, *head_end, *limit, *at;
-        size_t n = p->tail_literal_len;
+        const struct logmon_literal *lit = &p->tail_literal;
+        const char *head_end, *limit, *at;
+        size_t n = lit->len;
         int tries = 0, rc, found;
 
         rc = run(s, p->head_ascii, line, len, start);
@@ -289,7 +303,7 @@ static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
                 return -1;
         head_end = line + pcre2_get_ovector_pointer(s->md)[1];
         for (limit = line + len;; limit = at + n - 1) {
-                found = last_literal(head_end, limit, lit, n, &at);
+                found = last_literal(head_end, limit, lit, &at);
                 if (found == 0)
                         break;
                 if (found < 0 || ++tries > REST_TRIES_MAX)
@@ -305,7 +319,7 @@ static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
          * of matching head ends earlier, so only an occurrence starting
          * between start and head_end could still make a match. */
         limit = head_end + n - 1 < line + len ? head_end + n - 1 : line + len;
-        found = last_literal(line + start, limit, lit, n, &at);
+        found = last_literal(line + start, limit, lit, &at);
         return found == 0 ? 0 : -1;
 }
 
@@ -373,8 +387,7 @@ static int match(struct logmon_stream *s, const struct logmon_regex *p,
         int rc;
 
         /* Any line, with \n or not: every match holds the literal. */
-        if (p->literal_len != 0 &&
-            !may_contain(line, len, p->literal, p->literal_len))
+        if (p->literal.len != 0 && !may_contain(line, len, &p->literal))
                 return 0;
         if (!s->line_has_lf) {
                 if (captures && s->line_ascii && p->rest_ascii != NULL) {
