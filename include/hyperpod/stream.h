@@ -27,6 +27,11 @@
 #define HP_LINE_MAX (64 * 1024)
 /* One read from a worker pipe: the default pipe capacity. */
 #define HP_READ_CHUNK (64 * 1024)
+/* A read at least this large says the writer is fast (see
+ * HP_READ_PACE_MS): half a chunk, because a pipe of the default size
+ * never holds a whole chunk of lines written one by one (each write
+ * leaves the end of a page unused when the next does not fit). */
+#define HP_READ_FAST (HP_READ_CHUNK / 2)
 /* A stream's read buffer is also its log file's write buffer: reads land
  * after the bytes not yet written, and the file gets them in one write
  * once less than a read's worth of room is left. */
@@ -43,7 +48,7 @@
 /* While the workers write small pieces more often than this, the pipes
  * are read every HP_READ_PACE_MS instead of once per write, so that one
  * wakeup reads many ranks. The first bytes after a quiet spell are read at
- * once, and a read that fills HP_READ_CHUNK (a fast writer) ends the
+ * once, and a read of HP_READ_FAST or more (a fast writer) ends the
  * pacing for HP_READ_UNPACED_MS: a line waits at most HP_READ_PACE_MS to
  * be read and seen by the rules, and a worker blocks on a full pipe at
  * most that long, once per burst. */

@@ -140,7 +140,7 @@ static void hub_pass(struct hp_stream_hub *hub)
         }
         now = uv_now(hub->loop);
         /* A fast writer's reads come back short as long as we keep up with
-         * it, so one full chunk suspends the pacing for a while: else each
+         * it, so one large read suspends the pacing for a while: else each
          * paced tick would let it fill its pipe and wait for us. */
         if (fast)
                 hub->pace_after = now + HP_READ_UNPACED_MS;
@@ -299,11 +299,12 @@ static void finish(struct hp_stream *s)
 
 /* Reads what the pipe holds, up to 16 chunks (then the other pipes get
  * their turn), and finishes the stream at EOF or on an error. Returns
- * true if any read filled a whole chunk: the writer is fast. */
+ * true if any read brought HP_READ_FAST bytes or more: the writer is
+ * fast. */
 static bool stream_read(struct hp_stream *s)
 {
         uv_os_fd_t fd;
-        bool full = false;
+        bool fast = false;
 
         if (uv_fileno((uv_handle_t *)&s->pipe, &fd) < 0)
                 return false;
@@ -321,11 +322,12 @@ static bool stream_read(struct hp_stream *s)
                         break;
                 }
                 consume(s, (size_t)n);
+                if (n >= HP_READ_FAST)
+                        fast = true;
                 if (n < HP_READ_CHUNK)
                         break; /* the pipe is empty for now */
-                full = true;
         }
-        return full;
+        return fast;
 }
 
 int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)

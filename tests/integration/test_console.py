@@ -337,3 +337,25 @@ def test_pet_console_options(hpr, tmp_path):
     runs = list(logs.iterdir())
     assert len(runs) == 1
     assert (runs[0] / "attempt_0" / "1" / "stderr.log").read_bytes() == b"err 1\n"
+
+
+# What a worker sees on fd 1 and 2: is it a pipe, and how large.
+PIPE_PROBE = ("import fcntl, os, stat\n"
+              "for fd in (1, 2):\n"
+              "    st = os.fstat(fd)\n"
+              "    print(fd, stat.S_ISFIFO(st.st_mode),"
+              " fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))\n")
+
+
+@pytest.mark.parametrize("ranks, size", [(2, 256 * 1024), (40, 128 * 1024)])
+def test_workers_write_into_pipes_sized_for_bursts(hpr, tmp_path, ranks, size):
+    # Pipes, not socket pairs (a socket costs a buffer per write), with
+    # room for a burst, within 16 MiB for the group.
+    probe = tmp_path / "probe.py"
+    probe.write_text(PIPE_PROBE)
+    r = hpr.run(["--standalone", "--nproc-per-node", str(ranks), "--tee", "3",
+                 "--no-python", "python3", "-S", str(probe)])
+    assert r.rc == 0, r.describe()
+    want = sorted(f"[default{i}]:{fd} True {size}".encode()
+                  for i in range(ranks) for fd in (1, 2))
+    assert sorted(not_own(console_lines(r.stdout))) == want

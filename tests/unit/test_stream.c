@@ -1,5 +1,6 @@
 /* Unit tests for the worker streams and their hub (src/stream/stream.c):
- * socketpairs as uv_spawn makes them, a real loop, real files.
+ * pipes as group.c makes them (and socket pairs, which the hub reads
+ * as well), a real loop, real files.
  *
  * A writer thread plays the workers: it cuts each stream's lines into
  * writes of random sizes, mostly small pieces (a steady job, which the hub
@@ -288,7 +289,21 @@ static void console_reader_main(void *arg)
         }
 }
 
-static void run_stream_case(const struct stream_case *c)
+/* A worker's output channel: [0] ours, [1] the writer's. A pipe of the
+ * default size, which never holds a whole read chunk of small writes,
+ * or a socket pair. */
+static void make_channel(bool pipes, int fds[2])
+{
+        if (pipes)
+                assert_int_equal(pipe2(fds, O_CLOEXEC), 0);
+        else
+                assert_int_equal(socketpair(AF_UNIX,
+                                            SOCK_STREAM | SOCK_CLOEXEC, 0,
+                                            fds),
+                                 0);
+}
+
+static void run_stream_case(const struct stream_case *c, bool pipes)
 {
         struct fixture *f = test_calloc(1, sizeof(*f));
         struct writer wr = { .count = c->streams, .burst = c->burst };
@@ -329,9 +344,7 @@ static void run_stream_case(const struct stream_case *c)
                 int sv[2];
 
                 data[k] = make_data(k, c->lines, &data_len[k]);
-                assert_int_equal(socketpair(AF_UNIX,
-                                            SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
-                                 0);
+                make_channel(pipes, sv);
                 stream_setup(f, k, sv[0], data[k]);
                 wr.fds[k] = sv[1];
                 wr.data[k] = data[k];
@@ -387,9 +400,12 @@ static void run_stream_case(const struct stream_case *c)
 static void test_streams_lose_and_mix_nothing(void **state)
 {
         (void)state;
-        for (size_t i = 0; i < HP_ARRAY_SIZE(stream_cases); i++) {
-                print_message("case: %s\n", stream_cases[i].name);
-                run_stream_case(&stream_cases[i]);
+        for (int pipes = 0; pipes < 2; pipes++) {
+                for (size_t i = 0; i < HP_ARRAY_SIZE(stream_cases); i++) {
+                        print_message("case: %s, %s\n", stream_cases[i].name,
+                                      pipes ? "pipes" : "socket pairs");
+                        run_stream_case(&stream_cases[i], pipes);
+                }
         }
 }
 
@@ -422,9 +438,7 @@ static void test_drain_and_close_writes_everything_read(void **state)
                                                     1),
                                  0);
         }
-        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
-                                    sv),
-                         0);
+        make_channel(true, sv);
         stream_setup(f, 0, sv[0], data);
         f->streams[0]->listener = NULL;
         assert_int_equal(hp_stream_start(f->streams[0]), 0);
