@@ -183,6 +183,10 @@ int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
                        struct hp_console *const *consoles, size_t count);
 /* Writes every stream's unwritten bytes and commits the consoles now. */
 void hp_stream_hub_flush(struct hp_stream_hub *hub);
+/* Reads what every pipe holds now, paced or not: before anything judges
+ * the workers by the lines seen so far (a log rule's deadline), so that a
+ * line written in time is not judged missing for sitting in a pipe. */
+void hp_stream_hub_read_now(struct hp_stream_hub *hub);
 /* Flushes, then closes the handles (the loop must run once for them).
  * Every stream is closed already. */
 void hp_stream_hub_close(struct hp_stream_hub *hub);

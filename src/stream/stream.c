@@ -119,11 +119,11 @@ static void hub_watch(struct hp_stream_hub *hub)
  * then: pacing would only add a wakeup), or within HP_READ_UNPACED_MS of
  * a read that filled a whole chunk (a fast writer, which must not wait
  * for us). */
-static void hub_pass(struct hp_stream_hub *hub)
+/* Reads every pipe that has something; true if any did. */
+static bool hub_read_ready(struct hp_stream_hub *hub)
 {
         struct epoll_event events[256];
-        bool got_data = false, fast = false, pace;
-        uint64_t now;
+        bool got_data = false, fast = false;
         int n;
 
         do
@@ -138,12 +138,25 @@ static void hub_pass(struct hp_stream_hub *hub)
                 fast |= stream_read(s);
                 got_data |= s->stats.bytes != before;
         }
-        now = uv_now(hub->loop);
         /* A fast writer's reads come back short as long as we keep up with
          * it, so one large read suspends the pacing for a while: else each
          * paced tick would let it fill its pipe and wait for us. */
         if (fast)
-                hub->pace_after = now + HP_READ_UNPACED_MS;
+                hub->pace_after = uv_now(hub->loop) + HP_READ_UNPACED_MS;
+        return got_data;
+}
+
+void hp_stream_hub_read_now(struct hp_stream_hub *hub)
+{
+        if (hub->epfd >= 0 && hub_read_ready(hub))
+                hub->last_data = uv_now(hub->loop);
+}
+
+static void hub_pass(struct hp_stream_hub *hub)
+{
+        bool got_data = hub_read_ready(hub), pace;
+        uint64_t now = uv_now(hub->loop);
+
         pace = got_data && now >= hub->pace_after &&
                (hub->paced || now - hub->last_data < HP_READ_PACE_MS);
         if (got_data)

@@ -227,9 +227,15 @@ static void rule_timer_cb(uv_timer_t *timer)
 {
         struct hp_agent *a = hp_container_of(timer, struct hp_agent,
                                              rule_timer);
-        uint64_t now = uv_now(a->loop);
-        uint64_t deadline = a->rule_deadline;
+        uint64_t now, deadline = a->rule_deadline;
 
+        /* Reads are paced (up to HP_READ_PACE_MS): a progress line that
+         * came in before the deadline may still sit in its pipe. The lines
+         * read now are fed at now, after the deadline, which still counts
+         * them as in time: a matching line is recorded before any tick. */
+        hp_stream_hub_read_now(&a->stream_hub);
+        uv_update_time(a->loop);
+        now = uv_now(a->loop);
         settle(a);
         for (int i = 0; i < a->round.nproc; i++) {
                 struct hp_monitor *m = &a->monitors[i];

@@ -468,11 +468,66 @@ static void test_drain_and_close_writes_everything_read(void **state)
         test_free(f);
 }
 
+/* ---- Reading on demand ---- */
+
+/* Before a log rule's deadline is judged, the agent reads what the pipes
+ * hold, paced or not: hp_stream_hub_read_now reads it then and there,
+ * without the loop running. */
+static void test_read_now_reads_what_the_pipes_hold(void **state)
+{
+        static const char data[] = "one\ntwo\nthree\n";
+        struct fixture *f = test_calloc(1, sizeof(*f));
+        char con_path[64];
+        int sv[2], con_fd;
+
+        (void)state;
+        assert_non_null(f);
+        f->count = 1;
+        assert_int_equal(uv_loop_init(&f->loop), 0);
+        snprintf(con_path, sizeof(con_path), "/tmp/hp-test-readnow-%d",
+                 (int)getpid());
+        con_fd = open(con_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        assert_true(con_fd >= 0);
+        assert_int_equal(hp_console_init(&f->con, con_fd, 4096), 0);
+        {
+                struct hp_console *const cons[] = { &f->con };
+                assert_int_equal(hp_stream_hub_init(&f->hub, &f->loop, cons,
+                                                    1),
+                                 0);
+        }
+        make_channel(true, sv);
+        stream_setup(f, 0, sv[0], data);
+        assert_int_equal(hp_stream_start(f->streams[0]), 0);
+
+        hp_stream_hub_read_now(&f->hub);
+        assert_int_equal(f->listeners[0].lines, 0);
+        write_fully(sv[1], data, 8);
+        hp_stream_hub_read_now(&f->hub);
+        assert_int_equal(f->listeners[0].lines, 2);
+        write_fully(sv[1], data + 8, sizeof(data) - 1 - 8);
+        hp_stream_hub_read_now(&f->hub);
+        assert_int_equal(f->listeners[0].lines, 3);
+        assert_false(f->listeners[0].mismatch);
+
+        assert_int_equal(close(sv[1]), 0);
+        assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
+        assert_int_equal(f->closed, 1);
+        assert_int_equal(f->listeners[0].lines, 3);
+        hp_console_close(&f->con, FLUSH_TIMEOUT_MS);
+        assert_int_equal(uv_loop_close(&f->loop), 0);
+        assert_int_equal(close(con_fd), 0);
+        unlink(f->paths[0]);
+        unlink(con_path);
+        test_free(f->streams[0]);
+        test_free(f);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_streams_lose_and_mix_nothing),
                 cmocka_unit_test(test_drain_and_close_writes_everything_read),
+                cmocka_unit_test(test_read_now_reads_what_the_pipes_hold),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
