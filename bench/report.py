@@ -361,9 +361,10 @@ def steady_section(res, bare_ns=None):
         lines = res["nproc"] * res["rate"]
         wakeups = res["nproc"] * 100
         text = (f"The tee row is the cost of moving these bytes the plain way on this "
-                f"machine: {res['nproc']} ranks × a write every 10 ms wake the readers "
-                f"{f(wakeups)} times a second, and each wakeup pays for a pipe read and two "
-                f"file writes. hyperpodrun reads every rank's pipe in one pass every 5 ms "
+                f"machine: {res['nproc']} ranks × a batch every 10 ms (written 8 KiB at a "
+                f"time) wake the readers at least {f(wakeups)} times a second, and each "
+                f"wakeup pays for a pipe read and two file writes. hyperpodrun reads every "
+                f"rank's pipe in one pass every 10 ms "
                 f"while small pieces keep arriving, writes the console every 10 ms and "
                 f"each log file every 100 ms (or 64 KiB), and with the rules on rank 0 uses "
                 f"{f(hpr['cpu_pct'])} % of a core for {f(lines)} lines a second, the "
