@@ -118,6 +118,14 @@ struct hp_console {
         uv_cond_t wake;    /* the writer waits for data */
         uv_cond_t drained; /* close waits for the writer */
         uv_thread_t thread;
+        /* Direct mode in a flood: the first time the buffer fills, a
+         * thread starts that writes one buffer while the loop fills the
+         * other (spare), one write in flight, in order; nothing is
+         * dropped, a full buffer waits for the write before it. */
+        bool direct_thread;
+        char *spare;          /* the loop's next buffer, when not writing */
+        char *out_buf;        /* under lock: being written, or NULL */
+        size_t out_len;
 };
 
 /* Default ring size per console. */
@@ -126,7 +134,8 @@ struct hp_console {
  * waits, so that a fast job keeps the ring from filling between commits. */
 #define HP_CONSOLE_BATCH (256 * 1024)
 
-/* Starts the writer thread for fd (borrowed, not closed). */
+/* Starts the writer thread for fd (borrowed, not closed); a direct
+ * console starts one only in a flood. */
 int hp_console_init(struct hp_console *con, int fd, size_t cap);
 /* Queues prefix + line + "\n" (+ marker before the newline when the line
  * was cut), atomically. Returns true if queued, false if dropped. Queued
@@ -135,9 +144,15 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap);
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
                          size_t prefix_len, const char *line, size_t len,
                          enum hp_line_end end);
-/* Writes what was queued: a direct console writes its buffer, a threaded
- * one wakes its writer. Cheap when nothing was queued. */
+/* Writes what was queued: a direct console writes its buffer (or hands
+ * it to its flood thread), a threaded one wakes its writer. Cheap when
+ * nothing was queued. */
 void hp_console_commit(struct hp_console *con);
+/* As hp_console_commit, but a direct console's lines are in its file
+ * when it returns, so that what the agent writes next to another fd (a
+ * worker's exit, after its last lines) comes after them where both go to
+ * one file. */
+void hp_console_commit_ordered(struct hp_console *con);
 /* Waits at most timeout_ms until everything queued is written. */
 void hp_console_flush(struct hp_console *con, uint64_t timeout_ms);
 /* Drains for at most timeout_ms, stops the thread, frees the ring. Lines

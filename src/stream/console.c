@@ -140,13 +140,99 @@ static void linear_put(struct hp_console *con, const char *prefix,
         con->head = (uint64_t)(p - con->ring);
 }
 
-static void direct_write_out(struct hp_console *con)
+/* A direct console's flood thread: writes each buffer the loop hands
+ * over, then gives it back as the spare. */
+static void direct_writer_main(void *arg)
+{
+        struct hp_console *con = arg;
+
+        uv_mutex_lock(&con->lock);
+        for (;;) {
+                char *buf;
+                size_t n;
+                int r;
+
+                while (con->out_buf == NULL && !con->stopping)
+                        uv_cond_wait(&con->wake, &con->lock);
+                if (con->out_buf == NULL)
+                        break;
+                buf = con->out_buf;
+                n = con->out_len;
+                r = con->write_error;
+                uv_mutex_unlock(&con->lock);
+                if (r == 0)
+                        r = hp_write_all(con->fd, buf, n);
+                uv_mutex_lock(&con->lock);
+                if (r < 0) {
+                        if (con->write_error == 0)
+                                con->write_error = r;
+                        con->bytes_dropped += n;
+                }
+                con->spare = buf;
+                con->out_buf = NULL;
+                con->out_len = 0;
+                uv_cond_signal(&con->drained);
+        }
+        uv_mutex_unlock(&con->lock);
+}
+
+/* With the lock held: until the flood thread has no write in flight. */
+static void direct_wait_idle(struct hp_console *con)
+{
+        while (con->out_buf != NULL)
+                uv_cond_wait(&con->drained, &con->lock);
+}
+
+/* Starts the flood thread, once: a buffer that fills means more output
+ * than a commit period holds, and writing it on the loop thread held up
+ * the reads (a quarter of the wall time of 8 ranks flooding). A steady
+ * job never fills it and never starts a thread. */
+static bool direct_thread_start(struct hp_console *con)
+{
+        if (con->direct_thread)
+                return true;
+        con->spare = malloc(con->cap);
+        if (con->spare == NULL)
+                return false;
+        if (uv_thread_create(&con->thread, direct_writer_main, con) < 0) {
+                free(con->spare);
+                con->spare = NULL;
+                return false;
+        }
+        con->direct_thread = true;
+        return true;
+}
+
+/* Writes the buffer out: handed to the flood thread when async (starting
+ * it if need be) or when it runs already and ordered is not asked for;
+ * else written here, after any write in flight. */
+static void direct_write_out(struct hp_console *con, bool async,
+                             bool ordered)
 {
         size_t n = (size_t)(con->head - con->tail);
         int r;
 
-        if (n == 0)
+        if (n == 0 && !(ordered && con->direct_thread))
                 return;
+        if (async && !con->direct_thread)
+                async = direct_thread_start(con);
+        if (con->direct_thread) {
+                uv_mutex_lock(&con->lock);
+                direct_wait_idle(con);
+                if (n > 0 && (async || !ordered)) {
+                        con->out_buf = con->ring;
+                        con->out_len = n;
+                        con->ring = con->spare;
+                        con->spare = NULL;
+                        uv_cond_signal(&con->wake);
+                        uv_mutex_unlock(&con->lock);
+                        con->head = con->tail = 0;
+                        return;
+                }
+                uv_mutex_unlock(&con->lock);
+                if (n == 0)
+                        return;
+        }
         r = con->write_error ? con->write_error
                              : hp_write_all(con->fd, con->ring, n);
         if (r < 0 && con->write_error == 0) {
@@ -159,7 +245,7 @@ static void direct_write_out(struct hp_console *con)
 void hp_console_commit(struct hp_console *con)
 {
         if (con->direct) {
-                direct_write_out(con);
+                direct_write_out(con, false, false);
                 return;
         }
         uv_mutex_lock(&con->lock);
@@ -167,6 +253,14 @@ void hp_console_commit(struct hp_console *con)
                 uv_cond_signal(&con->wake);
         con->pending = false;
         uv_mutex_unlock(&con->lock);
+}
+
+void hp_console_commit_ordered(struct hp_console *con)
+{
+        if (con->direct)
+                direct_write_out(con, false, true);
+        else
+                hp_console_commit(con);
 }
 
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
@@ -182,12 +276,13 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                 size_t need = prefix_len + len + marker_len + 1;
 
                 if (con->cap - (size_t)con->head < need)
-                        direct_write_out(con);
+                        direct_write_out(con, true, false);
                 queued = con->cap - (size_t)con->head >= need;
                 if (queued) {
                         linear_put(con, prefix, prefix_len, line, len, marker,
                                    marker_len);
                 } else {
+                        direct_write_out(con, false, true);
                         /* Larger than the whole buffer (only with a buffer
                          * smaller than HP_LINE_MAX): a file can take it
                          * as it is, in pieces, still one line. */
@@ -276,7 +371,7 @@ void hp_console_flush(struct hp_console *con, uint64_t timeout_ms)
         if (con->ring == NULL)
                 return;
         if (con->direct) {
-                direct_write_out(con);
+                direct_write_out(con, false, true);
                 return;
         }
         uv_mutex_lock(&con->lock);
@@ -289,7 +384,17 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
         if (con->ring == NULL)
                 return;
         if (con->direct) {
-                direct_write_out(con);
+                direct_write_out(con, false, true);
+                if (con->direct_thread) {
+                        uv_mutex_lock(&con->lock);
+                        con->stopping = true;
+                        uv_cond_signal(&con->wake);
+                        uv_mutex_unlock(&con->lock);
+                        uv_thread_join(&con->thread);
+                        free(con->spare);
+                        con->spare = NULL;
+                        con->direct_thread = false;
+                }
                 uv_cond_destroy(&con->drained);
                 uv_cond_destroy(&con->wake);
                 uv_mutex_destroy(&con->lock);

@@ -304,7 +304,7 @@ static void finish(struct hp_stream *s)
                 file_write_out(s);
         hp_linesplit_finish(&s->split, on_line, s);
         if (s->console != NULL)
-                hp_console_commit(s->console);
+                hp_console_commit_ordered(s->console);
         unwatch(s);
         if (!uv_is_closing((uv_handle_t *)&s->pipe))
                 uv_close((uv_handle_t *)&s->pipe, close_cb);

@@ -493,6 +493,15 @@ static char *file_contents(int fd, size_t *out_len)
         return buf;
 }
 
+/* Until a direct console's flood thread has no write in flight. */
+static void wait_flood_write(struct hp_console *con)
+{
+        uv_mutex_lock(&con->lock);
+        while (con->out_buf != NULL)
+                uv_cond_wait(&con->drained, &con->lock);
+        uv_mutex_unlock(&con->lock);
+}
+
 /* In direct mode the ring is a buffer written out when a line does not
  * fit and at each commit: nothing is dropped, lines stay whole, and the
  * order is kept across write-outs. */
@@ -538,6 +547,7 @@ static void test_direct_console_buffers_until_commit(void **state)
                 want_len += (size_t)snprintf(want + want_len,
                                              sizeof(want) - want_len,
                                              "[1]:%s\n", lines[i]);
+                wait_flood_write(&con);
                 out = file_contents(fd, &len);
                 /* Whatever reached the file ends at a line boundary. */
                 if (len > 0 && out[len - 1] != '\n')
@@ -556,6 +566,59 @@ static void test_direct_console_buffers_until_commit(void **state)
         assert_int_equal(len, want_len);
         assert_memory_equal(out, want, want_len);
         test_free(out);
+        assert_int_equal(close(fd), 0);
+}
+
+/* A flood through a direct console: the first full buffer starts the
+ * thread that writes one buffer while lines go into the other. Nothing
+ * is dropped or reordered, an ordered commit leaves every line queued so
+ * far in the file, and close writes the rest. */
+static const char file_filler[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+static void test_direct_console_flood_writes_on_its_thread(void **state)
+{
+        enum { RING = 4096, LINES = 20000, ORDERED_AT = 12345 };
+        char file[] = "/tmp/hp-test-console-XXXXXX";
+        struct hp_console con;
+        char line[200], *want, *out;
+        size_t want_len = 0, len, cap = (size_t)LINES * 220;
+        int fd = mkostemp(file, O_CLOEXEC);
+
+        (void)state;
+        assert_true(fd >= 0);
+        assert_int_equal(unlink(file), 0);
+        assert_int_equal(hp_console_init(&con, fd, RING), 0);
+        assert_true(con.direct);
+        want = test_malloc(cap);
+        for (int i = 0; i < LINES; i++) {
+                int n = snprintf(line, sizeof(line), "line %d %.*s", i,
+                                 (i * 7919) % 150, file_filler);
+
+                assert_true(hp_console_put_line(&con, "[3]:", 4, line,
+                                                (size_t)n, HP_LINE_EOL));
+                want_len += (size_t)snprintf(want + want_len, cap - want_len,
+                                             "[3]:%s\n", line);
+                if (i == ORDERED_AT) {
+                        assert_true(con.direct_thread);
+                        hp_console_commit_ordered(&con);
+                        out = file_contents(fd, &len);
+                        assert_int_equal(len, want_len);
+                        assert_memory_equal(out, want, want_len);
+                        test_free(out);
+                }
+        }
+        hp_console_close(&con, FLUSH_TIMEOUT_MS);
+        assert_int_equal(con.lines_queued, LINES);
+        assert_int_equal(con.lines_dropped, 0);
+        assert_int_equal(con.write_error, 0);
+        out = file_contents(fd, &len);
+        assert_int_equal(len, want_len);
+        assert_memory_equal(out, want, want_len);
+        test_free(out);
+        test_free(want);
         assert_int_equal(close(fd), 0);
 }
 
@@ -750,6 +813,8 @@ int main(void)
                         test_no_line_is_split_or_mixed_through_a_small_ring),
                 cmocka_unit_test(test_files_and_dev_null_are_direct),
                 cmocka_unit_test(test_direct_console_buffers_until_commit),
+                cmocka_unit_test(
+                        test_direct_console_flood_writes_on_its_thread),
                 cmocka_unit_test(
                         test_threaded_console_writes_at_commit_and_large_batches),
                 cmocka_unit_test(
