@@ -252,7 +252,7 @@ def pipeline_analysis(res):
         return []
     ns, bare_ns = cpu / lines * 1e9, bare / lines * 1e9
     text = (f"At {n} ranks hyperpodrun spends {f(ns)} ns of CPU per line with the four rules "
-            f"(its I/O thread and, in a flood, its rule threads together) and {f(bare_ns)} ns "
+            f"(its I/O thread and, in a flood, its rule threads and console thread together) and {f(bare_ns)} ns "
             f"without them.")
     if not (prod and cores and tee and tee_cpu and tee_prod):
         return ["", text]
@@ -375,8 +375,8 @@ def steady_section(res, bare_ns=None):
                      f"moves a line for {f(bare_ns)} ns (benchmark 2, no rules): "
                      f"{f(floor)} % of a core at this rate before the rules on rank 0 and "
                      f"before any wakeup is paid for; the rest, "
-                     f"{f(hpr['cpu_pct'] - floor)} %, is what about 200 read passes, 100 "
-                     f"console writes and the file writes a second cost here.")
+                     f"{f(hpr['cpu_pct'] - floor)} %, is what about 100 read passes, 100 "
+                     f"console writes and 80 file writes a second cost here.")
         out += ["", text]
     return out
 
@@ -393,8 +393,11 @@ def document(data, plot_rel):
            "3.11) and calls `torch.distributed.run.main()`. It is given "
            "`--monitor_interval 0.1`, the default of current torch; 1.13's default of 5 s "
            "would add up to 5 s to each of its figures. The workers are `bench/producer.c`, "
-           "built with `cc -O2`; it formats lines into 1 MiB buffers and writes each with "
-           "one write(), so that it is never what limits a run.", ""]
+           "built with `cc -O2`; it formats lines into 1 MiB buffers, so that it is never "
+           "what limits a run, and writes them 8 KiB at a time, cut anywhere, as a Python "
+           "worker's buffered stdout does. Until the fourth session it wrote up to 1 MiB "
+           "per write(), which no worker does. hyperpodrun's workers write into pipes, "
+           "as the tee limit's do.", ""]
     out += machine_section(data) + [""]
     out += targets_section(data) + [""]
     sections = [("launch", launch_section), ("pipeline", None), ("hang", hang_section),
