@@ -185,7 +185,7 @@ static void direct_wait_idle(struct hp_console *con)
 
 /* Starts the flood thread, once: a buffer that fills means more output
  * than a commit period holds, and writing it on the loop thread held up
- * the reads (a quarter of the wall time of 8 ranks flooding). A steady
+ * the reads (a fifth of the wall time of 8 ranks flooding). A steady
  * job never fills it and never starts a thread. */
 static bool direct_thread_start(struct hp_console *con)
 {
