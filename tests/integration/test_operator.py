@@ -484,17 +484,25 @@ def test_metrics_and_healthz(hpr, tmp_path):
         assert hdrs["content-type"].startswith("text/plain; version=0.0.4")
         return data.decode()
 
+    def rank1_lines(text):
+        m = re.search(r'hyperpodrun_stream_lines_total\{local_rank="1",stream="stdout"\} (\d+)',
+                      text)
+        assert m, text
+        return int(m.group(1))
+
+    # Rank 1 starts and prints on its own schedule, and the agent reads
+    # every 10 ms while output trickles in: wait for both to show.
     def started():
         text = scrape()
-        return text if 'hyperpodrun_rule_matches_total{local_rank="0",rule="Start"} 1' in text else None
+        matched = 'hyperpodrun_rule_matches_total{local_rank="0",rule="Start"} 1' in text
+        return text if matched and rank1_lines(text) >= 1 else None
 
-    text = deadline_poll(started, 15, what="the rule match in /metrics")
+    text = deadline_poll(started, 15,
+                         what="the rule match and rank 1's first line in /metrics")
     assert 'hyperpodrun_agent_state{state="running"} 1' in text
     assert 'hyperpodrun_rule_state{local_rank="0",rule="Start"} 1' in text
     assert "hyperpodrun_attempts_total 1" in text
     assert "hyperpodrun_workers_running 2" in text
-    lines = re.search(r'hyperpodrun_stream_lines_total\{local_rank="1",stream="stdout"\} (\d+)', text)
-    assert int(lines.group(1)) >= 1
     # Every sample line is "name{labels} value" or "name value".
     for line in text.splitlines():
         if not line.startswith("#"):
