@@ -493,6 +493,20 @@ static char *file_contents(int fd, size_t *out_len)
         return buf;
 }
 
+/* A direct console of cap bytes on an unlinked temporary file; returns
+ * the file's fd, for the caller to read back and close. */
+static int open_direct_console(struct hp_console *con, size_t cap)
+{
+        char file[] = "/tmp/hp-test-console-XXXXXX";
+        int fd = mkostemp(file, O_CLOEXEC);
+
+        assert_true(fd >= 0);
+        assert_int_equal(unlink(file), 0);
+        assert_int_equal(hp_console_init(con, fd, cap), 0);
+        assert_true(con->direct);
+        return fd;
+}
+
 /* Until a direct console's flood thread has no write in flight. */
 static void wait_flood_write(struct hp_console *con)
 {
@@ -508,7 +522,6 @@ static void wait_flood_write(struct hp_console *con)
 static void test_direct_console_buffers_until_commit(void **state)
 {
         enum { RING = 64 };
-        char file[] = "/tmp/hp-test-console-XXXXXX";
         static const char *const lines[] = {
                 "first", "second line", "", "a longer line of text here",
                 "x", "a line that with its prefix fills most of the rin",
@@ -518,13 +531,10 @@ static void test_direct_console_buffers_until_commit(void **state)
         char want[1024];
         size_t want_len = 0, len;
         char *out;
-        int fd = mkostemp(file, O_CLOEXEC);
+        int fd;
 
         (void)state;
-        assert_true(fd >= 0);
-        assert_int_equal(unlink(file), 0);
-        assert_int_equal(hp_console_init(&con, fd, RING), 0);
-        assert_true(con.direct);
+        fd = open_direct_console(&con, RING);
 
         /* One line stays in the buffer until the batch ends. */
         assert_true(hp_console_put_line(&con, "[1]:", 4, lines[0],
@@ -581,17 +591,13 @@ static const char file_filler[] =
 static void test_direct_console_flood_writes_on_its_thread(void **state)
 {
         enum { RING = 4096, LINES = 20000, ORDERED_AT = 12345 };
-        char file[] = "/tmp/hp-test-console-XXXXXX";
         struct hp_console con;
         char line[200], *want, *out;
         size_t want_len = 0, len, cap = (size_t)LINES * 220;
-        int fd = mkostemp(file, O_CLOEXEC);
+        int fd;
 
         (void)state;
-        assert_true(fd >= 0);
-        assert_int_equal(unlink(file), 0);
-        assert_int_equal(hp_console_init(&con, fd, RING), 0);
-        assert_true(con.direct);
+        fd = open_direct_console(&con, RING);
         want = test_malloc(cap);
         for (int i = 0; i < LINES; i++) {
                 int n = snprintf(line, sizeof(line), "line %d %.*s", i,

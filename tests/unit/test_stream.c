@@ -409,6 +409,57 @@ static void test_streams_lose_and_mix_nothing(void **state)
         }
 }
 
+/* ---- One stream, driven by hand ---- */
+
+/* One stream on a pipe, a direct console in a file named after what,
+ * the hub; *writer is the worker's end of the pipe. */
+static struct fixture *one_stream_open(const char *what, const char *data,
+                                       int *writer, char *con_path,
+                                       size_t path_len, int *con_fd)
+{
+        struct fixture *f = test_calloc(1, sizeof(*f));
+        struct hp_console *cons[1];
+        int sv[2];
+
+        assert_non_null(f);
+        f->count = 1;
+        assert_int_equal(uv_loop_init(&f->loop), 0);
+        snprintf(con_path, path_len, "/tmp/hp-test-%s-%d", what,
+                 (int)getpid());
+        *con_fd = open(con_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+                       0600);
+        assert_true(*con_fd >= 0);
+        assert_int_equal(hp_console_init(&f->con, *con_fd, 4096), 0);
+        cons[0] = &f->con;
+        assert_int_equal(hp_stream_hub_init(&f->hub, &f->loop, cons, 1), 0);
+        make_channel(true, sv);
+        stream_setup(f, 0, sv[0], data);
+        *writer = sv[1];
+        return f;
+}
+
+/* Runs the loop until the stream has closed. */
+static void one_stream_run(struct fixture *f)
+{
+        assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
+        assert_int_equal(f->closed, 1);
+}
+
+/* Frees what one_stream_open made; writer -1 when closed already. */
+static void one_stream_close(struct fixture *f, int writer,
+                             const char *con_path, int con_fd)
+{
+        hp_console_close(&f->con, FLUSH_TIMEOUT_MS);
+        assert_int_equal(uv_loop_close(&f->loop), 0);
+        if (writer >= 0)
+                assert_int_equal(close(writer), 0);
+        assert_int_equal(close(con_fd), 0);
+        unlink(f->paths[0]);
+        unlink(con_path);
+        test_free(f->streams[0]);
+        test_free(f);
+}
+
 /* ---- Draining a stream whose writer is still there ---- */
 
 /* What was read and not yet written to the file (the hub holds file bytes
@@ -417,32 +468,18 @@ static void test_streams_lose_and_mix_nothing(void **state)
 static void test_drain_and_close_writes_everything_read(void **state)
 {
         static const char data[] = "first line\nsecond line\npartial";
-        struct fixture *f = test_calloc(1, sizeof(*f));
+        struct fixture *f;
         char con_path[64];
         char *out;
         size_t len;
-        int sv[2], con_fd;
+        int writer, con_fd;
 
         (void)state;
-        assert_non_null(f);
-        f->count = 1;
-        assert_int_equal(uv_loop_init(&f->loop), 0);
-        snprintf(con_path, sizeof(con_path), "/tmp/hp-test-drain-%d",
-                 (int)getpid());
-        con_fd = open(con_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        assert_true(con_fd >= 0);
-        assert_int_equal(hp_console_init(&f->con, con_fd, 4096), 0);
-        {
-                struct hp_console *const cons[] = { &f->con };
-                assert_int_equal(hp_stream_hub_init(&f->hub, &f->loop, cons,
-                                                    1),
-                                 0);
-        }
-        make_channel(true, sv);
-        stream_setup(f, 0, sv[0], data);
+        f = one_stream_open("drain", data, &writer, con_path,
+                            sizeof(con_path), &con_fd);
         f->streams[0]->listener = NULL;
         assert_int_equal(hp_stream_start(f->streams[0]), 0);
-        write_fully(sv[1], data, sizeof(data) - 1);
+        write_fully(writer, data, sizeof(data) - 1);
 
         /* The writer end stays open: no EOF, only what is there. */
         assert_false(hp_stream_drain_and_close(f->streams[0]));
@@ -455,17 +492,8 @@ static void test_drain_and_close_writes_everything_read(void **state)
         assert_string_equal(out, "[s0]:first line\n[s0]:second line\n"
                                  "[s0]:partial\n");
         test_free(out);
-
-        assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
-        assert_int_equal(f->closed, 1);
-        hp_console_close(&f->con, FLUSH_TIMEOUT_MS);
-        assert_int_equal(uv_loop_close(&f->loop), 0);
-        assert_int_equal(close(sv[1]), 0);
-        assert_int_equal(close(con_fd), 0);
-        unlink(f->paths[0]);
-        unlink(con_path);
-        test_free(f->streams[0]);
-        test_free(f);
+        one_stream_run(f);
+        one_stream_close(f, writer, con_path, con_fd);
 }
 
 /* ---- Reading on demand ---- */
@@ -476,50 +504,30 @@ static void test_drain_and_close_writes_everything_read(void **state)
 static void test_read_now_reads_what_the_pipes_hold(void **state)
 {
         static const char data[] = "one\ntwo\nthree\n";
-        struct fixture *f = test_calloc(1, sizeof(*f));
+        struct fixture *f;
         char con_path[64];
-        int sv[2], con_fd;
+        int writer, con_fd;
 
         (void)state;
-        assert_non_null(f);
-        f->count = 1;
-        assert_int_equal(uv_loop_init(&f->loop), 0);
-        snprintf(con_path, sizeof(con_path), "/tmp/hp-test-readnow-%d",
-                 (int)getpid());
-        con_fd = open(con_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        assert_true(con_fd >= 0);
-        assert_int_equal(hp_console_init(&f->con, con_fd, 4096), 0);
-        {
-                struct hp_console *const cons[] = { &f->con };
-                assert_int_equal(hp_stream_hub_init(&f->hub, &f->loop, cons,
-                                                    1),
-                                 0);
-        }
-        make_channel(true, sv);
-        stream_setup(f, 0, sv[0], data);
+        f = one_stream_open("readnow", data, &writer, con_path,
+                            sizeof(con_path), &con_fd);
         assert_int_equal(hp_stream_start(f->streams[0]), 0);
 
         hp_stream_hub_read_now(&f->hub);
         assert_int_equal(f->listeners[0].lines, 0);
-        write_fully(sv[1], data, 8);
+        write_fully(writer, data, 8);
         hp_stream_hub_read_now(&f->hub);
         assert_int_equal(f->listeners[0].lines, 2);
-        write_fully(sv[1], data + 8, sizeof(data) - 1 - 8);
+        write_fully(writer, data + 8, sizeof(data) - 1 - 8);
         hp_stream_hub_read_now(&f->hub);
         assert_int_equal(f->listeners[0].lines, 3);
         assert_false(f->listeners[0].mismatch);
 
-        assert_int_equal(close(sv[1]), 0);
-        assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
-        assert_int_equal(f->closed, 1);
+        /* EOF: the loop closes the stream, with no line more. */
+        assert_int_equal(close(writer), 0);
+        one_stream_run(f);
         assert_int_equal(f->listeners[0].lines, 3);
-        hp_console_close(&f->con, FLUSH_TIMEOUT_MS);
-        assert_int_equal(uv_loop_close(&f->loop), 0);
-        assert_int_equal(close(con_fd), 0);
-        unlink(f->paths[0]);
-        unlink(con_path);
-        test_free(f->streams[0]);
-        test_free(f);
+        one_stream_close(f, -1, con_path, con_fd);
 }
 
 int main(void)
