@@ -14,6 +14,20 @@
 static const char capped_marker[] = " [hyperpodrun: line longer than 65536 "
                                     "bytes, continued on the next line]";
 
+/* Writes n bytes to the console in pieces of at most HP_CONSOLE_WRITE_MAX
+ * (see there); 0 or a negative errno. */
+static int console_write(struct hp_console *con, const char *buf, size_t n)
+{
+        int r = 0;
+
+        for (size_t off = 0; r == 0 && off < n; off += HP_CONSOLE_WRITE_MAX)
+                r = hp_write_all(con->fd, buf + off,
+                                 n - off < HP_CONSOLE_WRITE_MAX
+                                         ? n - off
+                                         : HP_CONSOLE_WRITE_MAX);
+        return r;
+}
+
 static void writer_main(void *arg)
 {
         struct hp_console *con = arg;
@@ -35,7 +49,7 @@ static void writer_main(void *arg)
                         n = con->cap - off;
                 uv_mutex_unlock(&con->lock);
                 r = con->write_error ? con->write_error
-                                     : hp_write_all(con->fd, con->ring + off, n);
+                                     : console_write(con, con->ring + off, n);
                 uv_mutex_lock(&con->lock);
                 if (r < 0)
                         con->write_error = r;
@@ -161,7 +175,7 @@ static void direct_writer_main(void *arg)
                 r = con->write_error;
                 uv_mutex_unlock(&con->lock);
                 if (r == 0)
-                        r = hp_write_all(con->fd, buf, n);
+                        r = console_write(con, buf, n);
                 uv_mutex_lock(&con->lock);
                 if (r < 0) {
                         if (con->write_error == 0)
@@ -234,7 +248,7 @@ static void direct_write_out(struct hp_console *con, bool async,
                         return;
         }
         r = con->write_error ? con->write_error
-                             : hp_write_all(con->fd, con->ring, n);
+                             : console_write(con, con->ring, n);
         if (r < 0 && con->write_error == 0) {
                 con->write_error = r;
                 con->bytes_dropped += n;

@@ -588,16 +588,15 @@ static const char file_filler[] =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
-static void test_direct_console_flood_writes_on_its_thread(void **state)
+static void flood_through_direct_console(size_t ring)
 {
-        enum { RING = 4096, LINES = 20000, ORDERED_AT = 12345 };
+        enum { LINES = 20000, ORDERED_AT = 12345 };
         struct hp_console con;
         char line[200], *want, *out;
         size_t want_len = 0, len, cap = (size_t)LINES * 220;
         int fd;
 
-        (void)state;
-        fd = open_direct_console(&con, RING);
+        fd = open_direct_console(&con, ring);
         want = test_malloc(cap);
         for (int i = 0; i < LINES; i++) {
                 int n = snprintf(line, sizeof(line), "line %d %.*s", i,
@@ -626,6 +625,20 @@ static void test_direct_console_flood_writes_on_its_thread(void **state)
         test_free(out);
         test_free(want);
         assert_int_equal(close(fd), 0);
+}
+
+static void test_direct_console_flood_writes_on_its_thread(void **state)
+{
+        (void)state;
+        flood_through_direct_console(4096);
+}
+
+/* A buffer larger than HP_CONSOLE_WRITE_MAX goes out in several writes,
+ * the last one short: the file still holds every byte once, in order. */
+static void test_direct_console_writes_a_large_buffer_in_pieces(void **state)
+{
+        (void)state;
+        flood_through_direct_console(2 * HP_CONSOLE_WRITE_MAX + 4096);
 }
 
 /* A threaded console's writer is woken by the commit that ends a batch
@@ -821,6 +834,8 @@ int main(void)
                 cmocka_unit_test(test_direct_console_buffers_until_commit),
                 cmocka_unit_test(
                         test_direct_console_flood_writes_on_its_thread),
+                cmocka_unit_test(
+                        test_direct_console_writes_a_large_buffer_in_pieces),
                 cmocka_unit_test(
                         test_threaded_console_writes_at_commit_and_large_batches),
                 cmocka_unit_test(
