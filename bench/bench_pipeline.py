@@ -68,7 +68,13 @@ def run_launcher(tool, argv, ranks, lines, scratch):
     return r
 
 
+# What a run writes per line, with room to spare: the line itself (about
+# 110 bytes) to its rank's file and again, prefixed, to the console.
+WARM_BYTES_PER_LINE = 2 * 128
+
+
 def measure(tool, hpr, producer, ranks, lines, rules):
+    bl.warm_free_memory(ranks * lines * WARM_BYTES_PER_LINE)
     scratch = bl.make_scratch("pipeline")
     try:
         logdir = str(Path(scratch, "logs"))
