@@ -95,6 +95,9 @@ struct hp_rule_worker {
          * acquire make the thread's stream writes visible to the loop. */
         atomic_size_t done;
         atomic_bool paused_flag;
+
+        /* The thread's: what each line fed did. */
+        struct logmon_events events;
 };
 
 static size_t padded(size_t len)
@@ -110,6 +113,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
 {
         struct hp_agent *a = w->agent;
         size_t limit = from + HANDOVER_BYTES;
+        struct logmon_events *ev = &w->events;
 
         while (from < to && from < limit) {
                 size_t pos = from % RING_SIZE;
@@ -130,8 +134,16 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                 if (s == NULL)
                         continue;
                 logmon_stream_feed(s, (const char *)(r + 1), r->len, r->now,
-                                   NULL);
-                if (logmon_stream_next_deadline(s) < armed)
+                                   ev);
+                /* The loop's timer is armed no later than every stream's
+                 * deadline (monitor.c), and a line moves a deadline
+                 * earlier only when a rule changes state (its first match
+                 * trades the start cut-off for the recurring frequency; a
+                 * match out of HANGING gives it a deadline again). Other
+                 * lines only move last matches later, so the deadline is
+                 * looked at only after a line that brought events. */
+                if ((ev->n > 0 || ev->stream_changed) &&
+                    logmon_stream_next_deadline(s) < armed)
                         *earlier = true;
                 if (!verdict_taken &&
                     logmon_stream_state(s) >= LOGMON_SLOW) {

@@ -16,6 +16,9 @@
 #include "hyperpod/common.h"
 #include "hyperpod/logmon.h"
 
+/* LOGMON_MATCH_STREAK, for the test of the guess it drives. */
+#include "logmon-private.h"
+
 static const char *data_dir;
 
 static char *data_path(const char *name)
@@ -270,6 +273,52 @@ static void test_last_line_capped(void **state)
         assert_int_equal(info.last_line_len, LOGMON_LAST_LINE_MAX);
         assert_true(info.last_line_capped);
         logmon_stream_free(s);
+        logmon_ruleset_unref(rs);
+}
+
+/* After a run of matches a rule stops looking for its literal before
+ * the pattern runs (LOGMON_MATCH_STREAK), but looks for it before it
+ * counts a limit: a line without the literal is a plain "no", whatever
+ * came before it. The long line makes the pattern hit a low match limit
+ * when it runs (a limit hit here without that search); a stream that
+ * sees it first never runs it. */
+static void test_limit_after_a_run_of_matches(void **state)
+{
+        static const struct logmon_ruleset_opts opts = { .match_limit = 30 };
+        cJSON *rules = cJSON_Parse(
+                "[{\"name\": \"R\", \"logPattern\": \".*(a+)+cd.*\"}]");
+        struct logmon_ruleset *rs = NULL;
+        struct logmon_stream *after_run, *alone;
+        struct logmon_rule_info info;
+        char errbuf[256], line[160];
+        int i;
+
+        assert_non_null(rules);
+        assert_int_equal(logmon_ruleset_new(rules, &opts, &rs, errbuf,
+                                            sizeof(errbuf)), 0);
+        cJSON_Delete(rules);
+        /* "cd" nowhere, though both letters occur: the nested "+" tries
+         * every way to split the a's before it gives up. */
+        for (i = 0; i < 60; i++)
+                memcpy(line + 2 * i, "aa", 2);
+        memcpy(line + 120, " d c", 4);
+        after_run = logmon_stream_new(rs);
+        alone = logmon_stream_new(rs);
+        logmon_stream_start(after_run, 0);
+        logmon_stream_start(alone, 0);
+        for (i = 0; i < 2 * LOGMON_MATCH_STREAK; i++)
+                logmon_stream_feed(after_run, "aacd", 4, 1, NULL);
+        logmon_stream_feed(after_run, line, 124, 2, NULL);
+        logmon_stream_feed(alone, line, 124, 2, NULL);
+
+        logmon_stream_rule_info(after_run, 0, &info);
+        assert_int_equal(info.matches, 2 * LOGMON_MATCH_STREAK);
+        assert_int_equal(info.limit_hits, 0);
+        logmon_stream_rule_info(alone, 0, &info);
+        assert_int_equal(info.matches, 0);
+        assert_int_equal(info.limit_hits, 0);
+        logmon_stream_free(after_run);
+        logmon_stream_free(alone);
         logmon_ruleset_unref(rs);
 }
 
@@ -644,6 +693,7 @@ int main(int argc, char **argv)
                 cmocka_unit_test(test_config_load_ruleset),
                 cmocka_unit_test(test_streams_share_rules),
                 cmocka_unit_test(test_last_line_capped),
+                cmocka_unit_test(test_limit_after_a_run_of_matches),
                 cmocka_unit_test(test_state_names),
                 cmocka_unit_test(test_ruleset_untouched_on_failure),
                 cmocka_unit_test(test_replay_asctime),
