@@ -301,7 +301,8 @@ def pipeline_analysis(res):
         handover = ns - bare_ns - engine
         text += (f" The rule engine alone, on one thread in a tight loop with warm caches, "
                  f"takes {f(engine)} ns for them on a line of the same form "
-                 f"(tests/logmon/bench-logmon pipeline progress); in the agent they cost "
+                 f"(tests/logmon/bench-logmon pipeline progress, fastest of five runs, "
+                 f"measured before the pipeline runs); in the agent they cost "
                  f"{f(ns - bare_ns)} ns, {f(handover)} ns more for the hand-over to the rule "
                  f"threads and the lines crossing cores.")
     if engine and floor:
@@ -324,19 +325,45 @@ def pipeline_analysis(res):
     return ["", text]
 
 
-# From a profile, not from the results: it explains the noise and where the
-# shared cost of moving bytes goes on this kind of machine.
-PAGE_CACHE_NOTE = [
-    "", "Where the cost of moving the bytes goes on this machine, from a profile of one "
-    "8-rank run with the rules (`perf record -e cpu-clock -g`, fifth session): a third of "
-    "all samples of the run, agent and producers together, are the kernel copying into "
-    "new page-cache pages of the console file (copy_folio_from_iter_atomic on the console "
-    "thread). The VM gives freed memory back to its host, and the host backs it again on "
-    "first touch: writing 1 GB to a new file measured 0.75–1.2 GB/s when that had "
-    "happened and 5–6 GB/s when recently freed pages were reused. The tee limit pays the "
-    "same for its console files (its profile shows the same copy and the zeroing of new "
-    "pages), so the cost sits on both sides of the ratio. It is also much of the ±15 % "
-    "between runs: how warm the free memory is depends on what ran just before."]
+# Measured by hand in the sixth session, not from the results: why every
+# run starts from warm memory, and where an 8-rank run's time goes.
+MEMORY_NOTE = [
+    "", "Every pipeline run starts right after as many bytes as it will write were written "
+    "to the scratch tmpfs and deleted (`benchlib.warm_free_memory`). This VM hands memory "
+    "that has been free for about two seconds back to its host (free page reporting, "
+    "`/sys/module/page_reporting`), and the host backs it again on first touch: writing "
+    "2 GiB into tmpfs took 2.4–3.7 s from such memory and 0.9–1.2 s right after the same "
+    "amount was freed. Without the warm-up a run's speed depended on what ran before it: "
+    "hyperpodrun at 8 ranks with the rules gave 2.6–4.9 M lines/s right after the 4-rank "
+    "tee run, 5.9–6.0 right after a 64-rank run and 3.1–3.4 after 6 s of sleep. That is "
+    "why the fifth session's 8-rank row (3.7–4.0 M lines/s, always after the 4-rank tee "
+    "run) disagreed with its own flatness pairs (5.9–6.3). A node whose memory is its own "
+    "is always in the warm state. The tee limit gains the most from it, since moving bytes "
+    "is all it does: about 9 M lines/s at 8 ranks from cold memory, 9.7–11.5 warm."]
+
+THREADS_NOTE = [
+    "", "Where an 8-rank run with the rules spends its time, from each thread's own CPU "
+    "time (getrusage(RUSAGE_THREAD) at its end, a build instrumented for it, eight runs of "
+    "1.24–1.55 s, sixth session): each of the two rule threads 0.41–0.55 s, the I/O loop "
+    "0.15–0.40 s in user space and 0.42–0.52 s in the kernel (pipe reads and log-file "
+    "writes), the console thread 0.36–0.40 s, nearly all in the kernel (the console "
+    "file's writes), and the producers about 0.3 s: 2.2–2.7 CPU-seconds, 84–90 % of both "
+    "cores. The kernel's share of the agent (about 0.85 s) is less than tee's whole CPU "
+    "time for the same bytes (about 1.0 s); the rules are what the tee limit does not "
+    "pay for. The cores are not fully used because of where Linux puts woken threads: a "
+    "`perf sched` trace shows one CPU idle for 0.2–2 ms while a rule thread, woken by the "
+    "I/O loop on the other CPU, waits up to 2 ms to run there behind the loop and the "
+    "producers that the loop's reads woke (a pipe read wakes its writer on the reader's "
+    "CPU). Reads of 128 KiB instead of 64 about halved those wakeups (22,000–24,000 to "
+    "12,000–14,000 context switches a run), and rule rings of 4 MiB instead of 1 let the loop run ahead while "
+    "one rule thread waits; the rest of the idle time the agent cannot take back without "
+    "pinning threads to CPUs, which it must not do on a training node.",
+    "", "The 64-rank runs do the same work for the agent but start and stop 64 producers "
+    "instead of 8: `hyperpodrun --nproc-per-node 64 --no-python /bin/true` takes 70 ms "
+    "and 0.11 CPU-seconds against 10 ms for 8 ranks, and the producers' own CPU time in a "
+    "64-rank run was 0.46 s against 0.32 at 8 ranks (sixth session), about 0.2 "
+    "CPU-seconds of a 2.5-second budget that no launcher can save. The tee limit pays the "
+    "same, with 64 more processes of its own."]
 
 
 def hang_section(res):
@@ -460,7 +487,7 @@ def document(data, plot_rel):
             continue
         if name == "pipeline":
             out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
-                    + PAGE_CACHE_NOTE)
+                    + MEMORY_NOTE + THREADS_NOTE)
         elif name == "steady":
             out += fn(data[name], bare_line_ns(data.get("pipeline")))
         else:
