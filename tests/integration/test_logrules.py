@@ -277,6 +277,29 @@ def test_a_fault_on_the_last_line_of_a_flood_ends_the_job(hpr, tmp_path):
     assert log.read_bytes().count(b"\n") == count
 
 
+def test_a_first_match_inside_a_flood_arms_the_hang_deadline(hpr, tmp_path):
+    # The start cut-off is 600 s; the rule's first match, deep inside a
+    # flood (on a rule thread, as a rule runs after HP_RULE_INLINE_MAX
+    # lines), trades it for the 1 s recurring frequency. The worker then
+    # stays silent: the hang must be caught about a second later, not at
+    # the cut-off, so the earlier deadline has to reach the loop's timer.
+    rule = dict(HANG_RULE, expectedStartCutOffInSeconds=600)
+    script = worker(tmp_path, (
+        "noise = ['{} INFO dataloader prefetched shard'.format(i)"
+        f" for i in range({FLOOD})]\n"
+        f"lines = [{PROGRESS!r}.format(i=i, rate=120) for i in range(2000)]\n"
+        "sys.stdout.write('\\n'.join(noise + lines) + '\\n')\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(60)\n"))
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--log-monitor-ranks", "all", "--log-monitoring-config",
+                 rules(tmp_path, rule), script], timeout=20)
+    assert r.rc == 124, r.describe()
+    assert [m.group(1) for m in verdicts(r)] == [
+        "LogHang_JobHangingDetection"], r.describe()
+    assert "Batch 1999]" in r.err, r.describe()
+
+
 def test_a_healthy_flood_succeeds(hpr, tmp_path):
     script = flood_worker(tmp_path, -1, 50)
     r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
