@@ -311,6 +311,10 @@ static int slurp(const char *path, char **data, size_t *n, char *errbuf,
         char *buf;
         int err;
 
+        /* Set on every path: a caller reads them only when 0 comes back,
+         * but -O3 cannot see that errno is never 0 after fopen fails. */
+        *data = NULL;
+        *n = 0;
         if (f == NULL) {
                 err = -errno;
                 snprintf(errbuf, len, "%s: %s", path, strerror(-err));
