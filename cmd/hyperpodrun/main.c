@@ -51,10 +51,6 @@ int main(int argc, char **argv)
         uv_loop_t loop;
         int code, r;
 
-        /* The chain-load step of every spawned process (see reaper.c). */
-        if (argc >= 2 && strcmp(argv[1], "__exec") == 0)
-                hp_exec_child(argc - 2, argv + 2);
-
         if (level_text != NULL && *level_text != '\0') {
                 if (hp_log_level_parse(level_text, &level) < 0) {
                         fprintf(stderr,

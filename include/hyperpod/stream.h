@@ -265,5 +265,7 @@ int hp_stream_start(struct hp_stream *s);
  * Returns true if the read reached EOF, false if a writer was still
  * there. */
 bool hp_stream_drain_and_close(struct hp_stream *s);
+/* True once the stream has seen EOF or was closed (or is closing). */
+bool hp_stream_closed(const struct hp_stream *s);
 
 #endif

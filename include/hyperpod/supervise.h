@@ -187,7 +187,6 @@ struct hp_agent {
         int received_signal;
         bool group_active;
         bool no_files;
-        char self_exe[PATH_MAX];
         char hostname[256];
         char log_root[PATH_MAX];
         const struct hp_agent_events *events;   /* NULL: self-driven */
@@ -272,8 +271,9 @@ int hp_reaper_kill_descendants(int sig);
  * subreaper). is_managed tells libuv's pids apart. */
 int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx);
 
-/* The chain-loaded child: hyperpodrun __exec PARENT_PID PROGRAM ARGS...
- * sets PR_SET_PDEATHSIG and execs. Never returns. */
-void hp_exec_child(int argc, char **argv) __attribute__((noreturn));
+/* Makes every process this one forks from now on (libuv's spawns) get
+ * PR_SET_PDEATHSIG SIGKILL before it execs, and exit at once if this
+ * process is already gone. Once per process; 0 or -errno. */
+int hp_pdeathsig_install(void);
 
 #endif

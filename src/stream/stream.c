@@ -377,12 +377,17 @@ int hp_stream_start(struct hp_stream *s)
         return 0;
 }
 
+bool hp_stream_closed(const struct hp_stream *s)
+{
+        return !s->open || uv_is_closing((const uv_handle_t *)&s->pipe);
+}
+
 bool hp_stream_drain_and_close(struct hp_stream *s)
 {
         bool eof = false;
         uv_os_fd_t fd;
 
-        if (!s->open || uv_is_closing((uv_handle_t *)&s->pipe))
+        if (hp_stream_closed(s))
                 return true;
         /* libuv keeps the fd non-blocking, so this loop ends at EAGAIN
          * even though the writer end is still open somewhere. */

@@ -447,7 +447,6 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 {
         struct hp_console *const consoles[] = { &a->console_out,
                                                 &a->console_err };
-        ssize_t n;
         int r;
 
         memset(a, 0, sizeof(*a));
@@ -455,13 +454,12 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         a->cfg = cfg;
         loop->data = a;
 
-        n = readlink("/proc/self/exe", a->self_exe, sizeof(a->self_exe) - 1);
-        if (n <= 0) {
-                snprintf(errbuf, errlen, "cannot find our own binary: %s",
-                         strerror(errno));
-                return -errno;
+        r = hp_pdeathsig_install();
+        if (r < 0) {
+                snprintf(errbuf, errlen, "cannot install the fork handler: %s",
+                         strerror(-r));
+                return r;
         }
-        a->self_exe[n] = '\0';
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
 

@@ -132,6 +132,11 @@ static void drain_if_group_gone(struct hp_worker *w)
 
         if (w->state != HP_WORKER_EXITED || w->pid <= 0)
                 return;
+        /* Most workers' pipes end with them: nothing to wait for, and no
+         * kill() per exited worker on every child's exit (64 workers made
+         * that 3,600 calls). */
+        if (hp_stream_closed(&w->out) && hp_stream_closed(&w->err))
+                return;
         if (kill(-w->pid, 0) == 0 || errno != ESRCH)
                 return; /* members left: they get the stop signal */
         out_eof = hp_stream_drain_and_close(&w->out);
@@ -279,13 +284,23 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
 /* A worker that could not be started is reported like an exec failure
  * (127) through the normal path: its handles close, the references drop,
  * and the group sees a failed worker. */
-static void worker_fail_to_start(struct hp_worker *w, int err)
+/* program: the one that could not be executed, or NULL when the worker
+ * failed before its exec (pipes, files). The exit status is the shell's:
+ * 127 for a program that is not there, 126 for one that cannot run. */
+static void worker_fail_to_start(struct hp_worker *w, int err,
+                                 const char *program)
 {
         struct hp_group *g = w->group;
 
-        hp_log_error("%s worker %d: cannot start: %s", hp_stage_name(g->stage),
-                     w->local_rank, hp_strerror(err));
-        w->exit_status = 127;
+        if (program != NULL)
+                hp_log_error("%s worker %d: cannot execute '%s': %s",
+                             hp_stage_name(g->stage), w->local_rank, program,
+                             hp_strerror(err));
+        else
+                hp_log_error("%s worker %d: cannot start: %s",
+                             hp_stage_name(g->stage), w->local_rank,
+                             hp_strerror(err));
+        w->exit_status = program == NULL || err == UV_ENOENT ? 127 : 126;
         w->exit_time = wall_now();
         w->state = HP_WORKER_EXITED;
         g->exited++;
@@ -350,27 +365,12 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         struct hp_envbuf env = { 0 };
         uv_process_options_t opts;
         uv_stdio_container_t stdio[3];
-        char parent_pid[16];
-        char **argv = NULL;
         int child_fd[2] = { -1, -1 };
         int r;
 
         r = hp_env_build(&params, environ, &env);
         if (r < 0)
                 return r;
-        /* Chain-load through ourselves: "hyperpodrun __exec PPID CMD...".
-         * The step sets PR_SET_PDEATHSIG, which libuv has no hook for. */
-        argv = calloc((size_t)cmd->argc + 4, sizeof(char *));
-        if (argv == NULL) {
-                r = -ENOMEM;
-                goto out;
-        }
-        snprintf(parent_pid, sizeof(parent_pid), "%d", (int)getpid());
-        argv[0] = a->self_exe;
-        argv[1] = "__exec";
-        argv[2] = parent_pid;
-        memcpy(argv + 3, cmd->argv, (size_t)cmd->argc * sizeof(char *));
-
         r = hp_stream_init(&w->out, &a->stream_hub);
         if (r < 0)
                 goto out;
@@ -396,7 +396,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         if (r == 0)
                 r = setup_stream(g, w, &w->err, HP_STD_ERR);
         if (r < 0) {
-                worker_fail_to_start(w, r);
+                worker_fail_to_start(w, r, NULL);
                 goto out;
         }
 
@@ -407,11 +407,13 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         if (r == 0)
                 r = open_output_pipe(g, &w->err, &stdio[2], &child_fd[1]);
         if (r < 0) {
-                worker_fail_to_start(w, r);
+                worker_fail_to_start(w, r, NULL);
                 goto out;
         }
-        opts.file = a->self_exe;
-        opts.args = argv;
+        /* PR_SET_PDEATHSIG is set between fork and exec by the fork
+         * handler that hp_agent_init installs (hp_pdeathsig_install). */
+        opts.file = cmd->argv[0];
+        opts.args = cmd->argv;
         opts.env = env.envp;
         opts.stdio = stdio;
         opts.stdio_count = 3;
@@ -425,7 +427,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         if (r < 0) {
                 w->refs++;
                 uv_close((uv_handle_t *)&w->proc, process_closed_cb);
-                worker_fail_to_start(w, r);
+                worker_fail_to_start(w, r, cmd->argv[0]);
                 goto out;
         }
         w->refs++;
@@ -454,7 +456,6 @@ out:
                 close(child_fd[0]);
         if (child_fd[1] >= 0)
                 close(child_fd[1]);
-        free(argv);
         hp_env_free(&env);
         return r;
 }
