@@ -94,6 +94,8 @@ demo)
 test)
         install_missing
         build build
+        # -O3 sees what -O2 does not: a release build must build too.
+        build build-release -Dbuildtype=release -Dtests=disabled
         run_suite "tests" build
         # Sanitizers: any report fails the test that triggered it.
         build build-asan -Db_sanitize=address,undefined -Db_lundef=false \
