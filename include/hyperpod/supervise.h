@@ -120,6 +120,7 @@ struct hp_group {
         int stop_signal;
         int kill_phase; /* 0 none, 1 signal sent, 2 SIGKILL sent, 3 drained */
         struct hp_worker *first_failure;
+        bool pipe_limits; /* the user's pipe memory limits apply to us */
         uv_timer_t timer;
         void (*done_cb)(struct hp_group *group, enum hp_group_result result);
 };

@@ -11,11 +11,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,10 +35,17 @@
  * 33 ranks on, the default 64 KiB from 65), a quarter of the pipe memory
  * an unprivileged user may hold (/proc/sys/fs/pipe-user-pages-soft)
  * before Linux gives every new pipe of theirs two pages, the job's own
- * pipes included. */
+ * pipes included. Those limits do not apply to a process with
+ * CAP_SYS_RESOURCE or CAP_SYS_ADMIN (root in most training containers):
+ * its groups get HP_OUTPUT_PIPES_MAX_PRIVILEGED, 256 KiB each up to 128
+ * ranks. At 64 ranks flooding their output that was 6.27 M lines/s
+ * against 5.85 with 128 KiB pipes (median of 5 interleaved runs, the four
+ * rules on every rank): the producers block half as often. A pipe's pages
+ * are allocated only while it holds data. */
 #define HP_OUTPUT_PIPE_MAX (256 * 1024)
 #define HP_OUTPUT_PIPE_MIN (64 * 1024)
 #define HP_OUTPUT_PIPES_MAX (16 * 1024 * 1024)
+#define HP_OUTPUT_PIPES_MAX_PRIVILEGED (64 * 1024 * 1024)
 
 extern char **environ;
 
@@ -310,13 +319,30 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
         hp_stream_drain_and_close(&w->err);
 }
 
+/* Whether Linux's limits on a user's pipe memory apply to us: not with
+ * CAP_SYS_RESOURCE or CAP_SYS_ADMIN in the effective set (fs/pipe.c). */
+static bool pipe_limits_apply(void)
+{
+        struct __user_cap_header_struct header = {
+                .version = _LINUX_CAPABILITY_VERSION_3,
+        };
+        struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+        uint32_t wanted = (1u << CAP_SYS_RESOURCE) | (1u << CAP_SYS_ADMIN);
+
+        if (syscall(SYS_capget, &header, data) < 0)
+                return true;
+        return (data[0].effective & wanted) == 0;
+}
+
 /* The worker's end of a new pipe for one of its outputs, in *child_fd;
  * ours goes to the stream. */
 static int open_output_pipe(const struct hp_group *g, struct hp_stream *s,
                             uv_stdio_container_t *c, int *child_fd)
 {
         int ranks = g->stage == HP_STAGE_TRAIN ? g->agent->round.nproc : 1;
-        int share = HP_OUTPUT_PIPES_MAX / (2 * (ranks > 0 ? ranks : 1));
+        int budget = g->pipe_limits ? HP_OUTPUT_PIPES_MAX
+                                    : HP_OUTPUT_PIPES_MAX_PRIVILEGED;
+        int share = budget / (2 * (ranks > 0 ? ranks : 1));
         int size = HP_OUTPUT_PIPE_MAX, fds[2], r;
 
         if (pipe2(fds, O_CLOEXEC) < 0)
@@ -568,6 +594,7 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
         g->stop_requested = false;
         g->kill_phase = 0;
         g->first_failure = NULL;
+        g->pipe_limits = pipe_limits_apply();
         g->workers = calloc((size_t)count, sizeof(*g->workers));
         if (g->workers == NULL)
                 return -ENOMEM;

@@ -259,15 +259,16 @@ class Runner:
         return env
 
     def start(self, args, env=None, unset=(), cwd=None, log_dir=True,
-              stdout=None):
+              stdout=None, wrapper=()):
         """Starts hyperpodrun with args. log_dir=True adds --log-dir <tmp>/logs
-        in front; env entries overlay the base environment."""
+        in front; env entries overlay the base environment; wrapper is a
+        command that execs hyperpodrun (setpriv ...)."""
         full_env = dict(self.env)
         if env:
             full_env.update({k: str(v) for k, v in env.items()})
         for k in unset:
             full_env.pop(k, None)
-        cmd = [HYPERPODRUN]
+        cmd = [*wrapper, HYPERPODRUN]
         if log_dir:
             cmd += ["--log-dir", str(self.log_dir)]
         cmd += [str(a) for a in args]
