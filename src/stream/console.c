@@ -393,6 +393,25 @@ void hp_console_flush(struct hp_console *con, uint64_t timeout_ms)
         uv_mutex_unlock(&con->lock);
 }
 
+/* Tells the writer thread to end and waits for it. Called with the lock
+ * held; returns with it released. */
+static void join_writer(struct hp_console *con)
+{
+        con->stopping = true;
+        uv_cond_signal(&con->wake);
+        uv_mutex_unlock(&con->lock);
+        uv_thread_join(&con->thread);
+}
+
+static void free_ring(struct hp_console *con)
+{
+        uv_cond_destroy(&con->drained);
+        uv_cond_destroy(&con->wake);
+        uv_mutex_destroy(&con->lock);
+        free(con->ring);
+        con->ring = NULL;
+}
+
 void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
 {
         if (con->ring == NULL)
@@ -401,19 +420,12 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
                 direct_write_out(con, false, true);
                 if (con->direct_thread) {
                         uv_mutex_lock(&con->lock);
-                        con->stopping = true;
-                        uv_cond_signal(&con->wake);
-                        uv_mutex_unlock(&con->lock);
-                        uv_thread_join(&con->thread);
+                        join_writer(con);
                         free(con->spare);
                         con->spare = NULL;
                         con->direct_thread = false;
                 }
-                uv_cond_destroy(&con->drained);
-                uv_cond_destroy(&con->wake);
-                uv_mutex_destroy(&con->lock);
-                free(con->ring);
-                con->ring = NULL;
+                free_ring(con);
                 return;
         }
         uv_mutex_lock(&con->lock);
@@ -435,13 +447,6 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
                  * Leave it, and the ring it reads, to process exit. */
                 return;
         }
-        con->stopping = true;
-        uv_cond_signal(&con->wake);
-        uv_mutex_unlock(&con->lock);
-        uv_thread_join(&con->thread);
-        uv_cond_destroy(&con->drained);
-        uv_cond_destroy(&con->wake);
-        uv_mutex_destroy(&con->lock);
-        free(con->ring);
-        con->ring = NULL;
+        join_writer(con);
+        free_ring(con);
 }

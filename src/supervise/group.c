@@ -291,11 +291,12 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
 }
 
 /* A worker that could not be started is reported like an exec failure
- * (127) through the normal path: its handles close, the references drop,
- * and the group sees a failed worker. */
-/* program: the one that could not be executed, or NULL when the worker
- * failed before its exec (pipes, files). The exit status is the shell's:
- * 127 for a program that is not there, 126 for one that cannot run. */
+ * through the normal path: its handles close, the references drop, and
+ * the group sees a failed worker. program: the one that could not be
+ * executed, or NULL when the worker failed before its exec (pipes,
+ * files). The exit status is the shell's: 127 for a program that is not
+ * there (and for a failure before the exec), 126 for one that cannot
+ * run. */
 static void worker_fail_to_start(struct hp_worker *w, int err,
                                  const char *program)
 {

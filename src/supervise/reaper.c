@@ -2,12 +2,12 @@
  * killing what escaped the workers' process groups, and the parent-death
  * signal that every spawned process gets between fork and exec. */
 #include <ctype.h>
-#include <pthread.h>
-#include <stdbool.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
