@@ -59,9 +59,9 @@ static int digitpart(const char **p, const char *end, char *buf, size_t *o)
  * f <= 22), and one IEEE division rounds that quotient correctly, which
  * is all strtod promises too. Metrics are printed this way ("123.45"),
  * and strtod's arbitrary-precision path costs five times as much. It
- * takes the capture as it is, [+-]digits[.digits] with a digit on either
- * side of the dot; anything else (spaces, underscores, an exponent, more
- * digits) is for the full parser.
+ * takes the capture as it is, [+-]digits[.digits], ".5" and "5." too
+ * (as float() does); anything else (spaces, underscores, an exponent,
+ * more digits) is for the full parser.
  */
 static bool fast_decimal(const char *text, size_t n, double *out)
 {
@@ -70,33 +70,35 @@ static bool fast_decimal(const char *text, size_t n, double *out)
                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
         };
-        const char *p = text, *end = text + n;
-        bool negative = false, dot = false, any = false;
+        const char *p = text, *end = text + n, *dot = NULL, *digits;
+        bool negative = false;
         uint64_t m = 0;
-        int digits = 0, fraction = 0;
+        size_t fraction = 0;
 
         if (p < end && (*p == '+' || *p == '-'))
                 negative = *p++ == '-';
+        digits = p;
         for (; p < end; p++) {
-                if (*p == '.' && !dot) {
-                        dot = true;
+                unsigned d = (unsigned char)*p - (unsigned)'0';
+
+                if (d > 9) {
+                        if (*p != '.' || dot != NULL)
+                                return false;
+                        dot = p;
                         continue;
                 }
-                if (!is_digit(*p))
+                /* Leading zeros leave m at 0; a 16th significant digit
+                 * takes it to 10^15 or more. */
+                m = m * 10 + d;
+                if (m >= 1000000000000000ull)
                         return false;
-                any = true;
-                /* Leading zeros add nothing to m. */
-                if (m != 0 || *p != '0')
-                        digits++;
-                if (digits > 15)
-                        return false;
-                m = m * 10 + (uint64_t)(*p - '0');
-                fraction += dot;
         }
+        if (dot != NULL)
+                fraction = (size_t)(end - dot) - 1;
         /* With x87 arithmetic (FLT_EVAL_METHOD 2) the quotient would be
          * rounded twice; SSE2 and every 64-bit ABI round once. */
-        if (FLT_EVAL_METHOD != 0 || !any ||
-            fraction >= (int)HP_ARRAY_SIZE(powers))
+        if (FLT_EVAL_METHOD != 0 || end - digits == (dot != NULL) ||
+            fraction >= HP_ARRAY_SIZE(powers))
                 return false;
         *out = (double)m / powers[fraction];
         if (negative)
@@ -104,8 +106,10 @@ static bool fast_decimal(const char *text, size_t n, double *out)
         return true;
 }
 
-bool logmon__parse_float(const char *text, size_t n, locale_t loc,
-                         double *out)
+/* Everything else Python's float() takes, through strtod; kept out of
+ * line so that the fast path pays for none of its buffer. */
+static bool __attribute__((noinline))
+parse_float_slow(const char *text, size_t n, locale_t loc, double *out)
 {
         const char *p = text, *end = text + n;
         char buf[NUMBER_MAX];
@@ -113,8 +117,6 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
         int ip, fp = 0;
         char *stop;
 
-        if (fast_decimal(text, n, out))
-                return true;
         while (p < end && is_space(*p))
                 p++;
         while (end > p && is_space(end[-1]))
@@ -157,4 +159,11 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
         buf[o] = '\0';
         *out = strtod_l(buf, &stop, loc);
         return *stop == '\0';
+}
+
+bool logmon__parse_float(const char *text, size_t n, locale_t loc,
+                         double *out)
+{
+        return fast_decimal(text, n, out) ||
+               parse_float_slow(text, n, loc, out);
 }
