@@ -36,20 +36,25 @@ static void hold(struct hp_linesplit *ls, const char *data, size_t n,
 
 /* The first \n or \r in [p, end). Two memchr calls beat one byte loop
  * that tests both: glibc's memchr looks at 32 or 64 bytes per step. The
- * next \n is remembered in *nl, so that a chunk of \r-ended lines (a
- * progress bar) with no \n in it is scanned for \n once, not once per
- * line. */
-static const char *find_eol(const char *p, const char *end, const char **nl)
+ * next of each is remembered (in *nl and *cr, end when there is none),
+ * so that each is looked for once per occurrence, not once per line: a
+ * chunk of \r-ended lines (a progress bar) is scanned for \n once, and a
+ * chunk of ordinary lines for \r once (a memchr call per line cost a
+ * third of the splitting). */
+static const char *find_eol(const char *p, const char *end, const char **nl,
+                            const char **cr)
 {
-        const char *cr;
-
         if (*nl == NULL || *nl < p) {
                 *nl = memchr(p, '\n', (size_t)(end - p));
                 if (*nl == NULL)
                         *nl = end;
         }
-        cr = memchr(p, '\r', (size_t)(*nl - p));
-        return cr != NULL ? cr : *nl;
+        if (*cr == NULL || *cr < p) {
+                *cr = memchr(p, '\r', (size_t)(end - p));
+                if (*cr == NULL)
+                        *cr = end;
+        }
+        return *cr < *nl ? *cr : *nl;
 }
 
 void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
@@ -57,7 +62,7 @@ void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
 {
         const char *end = data + n;
         const char *p = data;
-        const char *nl = NULL; /* not looked for yet */
+        const char *nl = NULL, *cr = NULL; /* not looked for yet */
 
         if (n == 0)
                 return; /* an empty read must not forget a pending \r */
@@ -65,7 +70,7 @@ void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
                 p++;
         ls->after_cr = false;
         while (p < end) {
-                const char *eol = find_eol(p, end, &nl);
+                const char *eol = find_eol(p, end, &nl, &cr);
 
                 if (eol == end) {
                         hold(ls, p, (size_t)(end - p), cb, ctx);

@@ -81,6 +81,20 @@ static const struct split_case split_cases[] = {
                            { BYTES("two"), HP_LINE_EOL } },
         },
         {
+                .name = "LF lines before and after a CR line in one chunk "
+                        "(the next of each terminator is remembered)",
+                .cap = 16,
+                .chunks = { { BYTES("one\ntwo\nthree\rfour\nfive\r\nsix\n"
+                                    "seven\r") } },
+                .lines = { { BYTES("one"), HP_LINE_EOL },
+                           { BYTES("two"), HP_LINE_EOL },
+                           { BYTES("three"), HP_LINE_EOL },
+                           { BYTES("four"), HP_LINE_EOL },
+                           { BYTES("five"), HP_LINE_EOL },
+                           { BYTES("six"), HP_LINE_EOL },
+                           { BYTES("seven"), HP_LINE_EOL } },
+        },
+        {
                 .name = "LF then CR are two terminators",
                 .cap = 16,
                 .chunks = { { BYTES("a\n\rb\n") } },
