@@ -369,9 +369,42 @@ THREADS_NOTE = [
     "producers' own: 0.37–0.44 CPU-seconds at 64 ranks against 0.30 at 8 (seventh "
     "session), each process mapping its libc and faulting in its own 1 MiB buffer, which "
     "no launcher can save; the tee limit pays the same, with 64 more processes of its "
-    "own. Five pairs of the same binary run by hand shortly before this run gave 0.94, "
-    "1.15, 0.97, 0.97 and 0.98 (median 0.97) against this run's 0.88–0.92: the target "
-    "sits inside this machine's spread between spells."]
+    "own. By hand, pairs of one binary gave 0.94, 1.15, 0.97, 0.97 and 0.98 (median "
+    "0.97, seventh session) and 1.07, 0.95, 0.99, 1.24 and 1.06 (median 1.06, eighth "
+    "session, a slower spell of the machine); the seventh session's full run gave "
+    "0.88–0.92."]
+
+# Measured by hand in the eighth session: what the engine's instructions
+# went to, what the rules cost in the agent beyond the engine, and where
+# the idle CPU time comes from.
+ENGINE_NOTE = [
+    "", "What a progress line costs the engine, in instructions (callgrind, bench-logmon "
+    "pipeline progress, eighth session): 2,281, from 2,406 before that session. The quick "
+    "form, which only answers whether a line matches, no longer saves its groups (55 "
+    "fewer on JobHangingDetection's search), the decimal parser's fast path takes 120 "
+    "instead of 169, and the ASCII check reads the line's last bytes as one word. About "
+    "450 of the 2,281 are the entry into PCRE2 alone: a progress line needs three JIT "
+    "calls (JobHangingDetection's search, LowThroughputDetection's head and tail), and a "
+    "call of an anchored pattern that fails at its first byte costs about 150 (an "
+    "always-failing pattern, same machine). The line splitter now remembers the next "
+    "\\r as it remembered the next \\n: 37 fewer instructions a line in the agent "
+    "(2,750 to 2,713, 8 ranks × 50,000 lines with the four rules, callgrind).",
+    "", "What the rules cost in the agent beyond the engine (8 ranks, 1,000,000 lines "
+    "each, median of 5 interleaved runs, eighth session): no rules 9.78 M lines/s and 125 ns of the agent's CPU a line; JobStart "
+    "alone, which costs the engine next to nothing on a progress line, 7.80 M lines/s "
+    "and 159 ns; the four rules 6.24 M lines/s and 244 ns. So about 34 ns a line go to "
+    "queueing each line for a rule thread and to the engine's fixed work on it (the "
+    "ASCII check, one literal search), whatever the rules; the four rules' own work is "
+    "the other 85 ns.",
+    "", "Where the idle CPU time comes from (`perf sched` over one 8-rank run with the "
+    "rules, eighth session): CPU 0 sat idle for 163 ms of the run's 1.6 s, in spells of "
+    "1–4 ms, while the agent's threads waited 685 ms in all in CPU 1's run queue; CPU 1 "
+    "was never idle. A pipe read wakes the writer it made room for as a synchronous "
+    "wakeup, which Linux places on the reader's CPU, so the producers gather on the CPU "
+    "of the I/O loop and take turns with it every 20–130 µs. Threads woken there stay "
+    "there until the load balancer moves them, and it counts a task that ran within the "
+    "last half millisecond as cache-hot and leaves it (sysctl_sched_migration_cost), "
+    "which every one of them is."]
 
 # Measured by hand in the seventh session: what one read pass of the steady
 # job costs, and why reading less often does not help.
@@ -510,7 +543,7 @@ def document(data, plot_rel):
             continue
         if name == "pipeline":
             out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
-                    + MEMORY_NOTE + THREADS_NOTE)
+                    + MEMORY_NOTE + THREADS_NOTE + ENGINE_NOTE)
         elif name == "steady":
             out += fn(data[name], bare_line_ns(data.get("pipeline"))) + STEADY_NOTE
         else:
