@@ -379,11 +379,11 @@ THREADS_NOTE = [
 # the idle CPU time comes from.
 ENGINE_NOTE = [
     "", "What a progress line costs the engine, in instructions (callgrind, bench-logmon "
-    "pipeline progress, eighth session): 2,281, from 2,406 before that session. The quick "
+    "pipeline progress, eighth session): 2,283, from 2,406 before that session. The quick "
     "form, which only answers whether a line matches, no longer saves its groups (55 "
     "fewer on JobHangingDetection's search), the decimal parser's fast path takes 120 "
     "instead of 169, and the ASCII check reads the line's last bytes as one word. About "
-    "450 of the 2,281 are the entry into PCRE2 alone: a progress line needs three JIT "
+    "450 of the 2,283 are the entry into PCRE2 alone: a progress line needs three JIT "
     "calls (JobHangingDetection's search, LowThroughputDetection's head and tail), and a "
     "call of an anchored pattern that fails at its first byte costs about 150 (an "
     "always-failing pattern, same machine). The line splitter now remembers the next "

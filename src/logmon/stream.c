@@ -554,10 +554,11 @@ static const char *sanitize(struct logmon_stream *s, const char *line,
                 if (word & 0x8080808080808080ull)
                         break;
         }
-        /* The last bytes as one word that overlaps the ones checked,
-         * rather than one at a time (a quarter of this scan on a 110-byte
-         * line). */
-        if (i < len && len >= 8) {
+        /* Fewer than eight bytes left unchecked (the loops ran out, no
+         * word had its top bit set): the last eight as one word that
+         * overlaps the ones checked, rather than one at a time (a quarter
+         * of this scan on a 110-byte line). */
+        if (len - i < 8 && len >= 8) {
                 uint64_t word;
 
                 memcpy(&word, p + len - 8, 8);
