@@ -91,8 +91,7 @@ struct logmon_ruleset {
         int refs;
         size_t n;
         struct logmon_rule *rules;
-        pcre2_match_context *mctx;
-        pcre2_jit_stack *jit_stack;
+        pcre2_match_context *mctx; /* the limits; each stream copies it */
         uint32_t max_pairs;   /* ovector pairs any pattern needs */
         bool jit;
         locale_t c_locale;    /* strtod must not follow LC_NUMERIC */
@@ -133,6 +132,13 @@ struct logmon_rule_state {
 struct logmon_stream {
         struct logmon_ruleset *rs;
         pcre2_match_data *md;
+        /* The set's match context with a JIT stack of the stream's own.
+         * A set is shared by the streams of all ranks, and these run on
+         * different threads at once (the agent's rule threads): one stack
+         * for the set let two matches write their frames into the same
+         * memory, and a capture came back with another line's bytes. */
+        pcre2_match_context *mctx;
+        pcre2_jit_stack *jit_stack;
         char *fixed;          /* LOGMON_FIXED_MAX bytes */
         bool line_has_lf;     /* the quick and rest forms do not apply */
         bool line_ascii;      /* the ASCII forms apply */

@@ -621,7 +621,6 @@ static void rules_free(struct logmon_ruleset *rs)
                 pattern_free(&rs->rules[i].stop);
         }
         free(rs->rules);
-        pcre2_jit_stack_free(rs->jit_stack);
         pcre2_match_context_free(rs->mctx);
         if (rs->c_locale != (locale_t)0)
                 freelocale(rs->c_locale);
@@ -703,18 +702,6 @@ int logmon_ruleset_new(const cJSON *rules,
                 }
         }
 
-        /* One JIT stack for the set: streams run on one thread, and the
-         * 32 KiB default on the machine stack gives up on patterns like
-         * (a|b)* over long lines that Python handles. */
-        if (rs->jit && rs->n > 0) {
-                rs->jit_stack = pcre2_jit_stack_create(32 * 1024,
-                                                       1024 * 1024, NULL);
-                if (rs->jit_stack == NULL) {
-                        err = -ENOMEM;
-                        goto error;
-                }
-                pcre2_jit_stack_assign(rs->mctx, NULL, rs->jit_stack);
-        }
         *out = rs;
         return 0;
 

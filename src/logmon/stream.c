@@ -87,13 +87,24 @@ struct logmon_stream *logmon_stream_new(struct logmon_ruleset *rs)
          * words (within the buffer), which valgrind would otherwise
          * report as a use of uninitialised bytes. */
         s->fixed = calloc(1, LOGMON_FIXED_MAX);
-        if (s->md == NULL || s->fixed == NULL) {
+        s->mctx = pcre2_match_context_copy(rs->mctx);
+        /* The 32 KiB default on the machine stack gives up on patterns
+         * like (a|b)* over long lines that Python handles. */
+        if (rs->jit)
+                s->jit_stack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024,
+                                                      NULL);
+        if (s->md == NULL || s->fixed == NULL || s->mctx == NULL ||
+            (rs->jit && s->jit_stack == NULL)) {
+                pcre2_jit_stack_free(s->jit_stack);
+                pcre2_match_context_free(s->mctx);
                 pcre2_match_data_free(s->md);
                 free(s->fixed);
                 free(s);
                 errno = ENOMEM;
                 return NULL;
         }
+        if (s->jit_stack != NULL)
+                pcre2_jit_stack_assign(s->mctx, NULL, s->jit_stack);
         s->rs = logmon_ruleset_ref(rs);
         rule_states_reset(s);
         return s;
@@ -104,6 +115,8 @@ void logmon_stream_free(struct logmon_stream *s)
         if (s == NULL)
                 return;
         pcre2_match_data_free(s->md);
+        pcre2_jit_stack_free(s->jit_stack);
+        pcre2_match_context_free(s->mctx);
         free(s->fixed);
         logmon_ruleset_unref(s->rs);
         free(s);
@@ -204,9 +217,9 @@ static int run(const struct logmon_stream *s, const pcre2_code *code,
         if (s->rs->jit)
                 return pcre2_jit_match(code, (PCRE2_SPTR)line, len, start,
                                        PCRE2_NO_UTF_CHECK, s->md,
-                                       s->rs->mctx);
+                                       s->mctx);
         return pcre2_match(code, (PCRE2_SPTR)line, len, start,
-                           PCRE2_NO_UTF_CHECK, s->md, s->rs->mctx);
+                           PCRE2_NO_UTF_CHECK, s->md, s->mctx);
 }
 
 /* A line with more candidate starts than this is left to the full form,
