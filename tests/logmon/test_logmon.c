@@ -3,6 +3,7 @@
  * argv[1] is the directory of data files. The engine's behaviour itself
  * is covered by the data-driven cases (test_cases.c). */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,67 @@ static void test_streams_share_rules(void **state)
         assert_int_equal(logmon_stream_next_deadline(b), UINT64_MAX);
         logmon_stream_free(a);
         logmon_stream_free(b);
+}
+
+/* Streams of one rule set on two threads at once, as the agent's rule
+ * threads run them: each must read its own lines' numbers. With one JIT
+ * stack for the set, the two threads' matches shared their frames and a
+ * capture could come back from the other thread's line. */
+struct flood {
+        struct logmon_stream *s;
+        const char *rate;
+        enum logmon_state want;
+        long wrong;
+};
+
+static void *flood_main(void *arg)
+{
+        struct flood *f = arg;
+        char line[160];
+        int len;
+
+        for (long i = 0; i < 200000; i++) {
+                len = snprintf(line, sizeof(line),
+                               "[Epoch 0 Batch %ld] {'training_loss_step': "
+                               "1.5, 'samples/sec': %s, 'lr': 0.0003}",
+                               i, f->rate);
+                logmon_stream_feed(f->s, line, (size_t)len, 1, NULL);
+                if (logmon_stream_state(f->s) != f->want)
+                        f->wrong++;
+        }
+        return NULL;
+}
+
+static void test_streams_on_two_threads(void **state)
+{
+        struct logmon_ruleset *rs = ruleset(
+                "[{\"name\": \"Tput\", \"logPattern\": "
+                "\".*\\\\[Epoch 0 Batch \\\\d+.*'samples\\\\/sec': "
+                "(\\\\d+(\\\\.\\\\d+)?).*\", \"metricThreshold\": 80, "
+                "\"operator\": \"lteq\", \"metricEvaluationDataPoints\": 1}]");
+        struct flood f[2] = {
+                { .rate = "120", .want = LOGMON_HEALTHY },
+                { .rate = "7.25", .want = LOGMON_SLOW },
+        };
+        pthread_t t[2];
+        int i;
+
+        (void)state;
+        for (i = 0; i < 2; i++) {
+                f[i].s = logmon_stream_new(rs);
+                assert_non_null(f[i].s);
+                logmon_stream_start(f[i].s, 0);
+        }
+        for (i = 0; i < 2; i++)
+                assert_int_equal(pthread_create(&t[i], NULL, flood_main,
+                                                &f[i]), 0);
+        for (i = 0; i < 2; i++)
+                assert_int_equal(pthread_join(t[i], NULL), 0);
+        for (i = 0; i < 2; i++) {
+                assert_int_equal(f[i].wrong, 0);
+                logmon_stream_free(f[i].s);
+        }
+        logmon_ruleset_unref(rs);
 }
 
 /* The last matched line is copied, capped at LOGMON_LAST_LINE_MAX. */
@@ -692,6 +754,7 @@ int main(int argc, char **argv)
                 cmocka_unit_test(test_config_parse_buffer),
                 cmocka_unit_test(test_config_load_ruleset),
                 cmocka_unit_test(test_streams_share_rules),
+                cmocka_unit_test(test_streams_on_two_threads),
                 cmocka_unit_test(test_last_line_capped),
                 cmocka_unit_test(test_limit_after_a_run_of_matches),
                 cmocka_unit_test(test_state_names),
