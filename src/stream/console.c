@@ -68,15 +68,17 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
 
         memset(con, 0, sizeof(*con));
         con->fd = fd;
-        con->cap = cap;
-        /* A small ring (in tests) must not fill before the writer wakes. */
-        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4 : HP_CONSOLE_BATCH;
-        con->ring = malloc(cap);
-        if (con->ring == NULL)
-                return -ENOMEM;
         con->direct = fstat(fd, &st) == 0 &&
                       (S_ISREG(st.st_mode) ||
                        (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)));
+        con->cap = con->direct && cap >= HP_CONSOLE_BUFFERS
+                           ? cap / HP_CONSOLE_BUFFERS
+                           : cap;
+        /* A small ring (in tests) must not fill before the writer wakes. */
+        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4 : HP_CONSOLE_BATCH;
+        con->ring = malloc(con->cap);
+        if (con->ring == NULL)
+                return -ENOMEM;
         r = uv_mutex_init(&con->lock);
         if (r < 0)
                 goto err_ring;
@@ -154,47 +156,46 @@ static void linear_put(struct hp_console *con, const char *prefix,
         con->head = (uint64_t)(p - con->ring);
 }
 
-/* A direct console's flood thread: writes each buffer the loop hands
- * over, then gives it back as the spare. */
+/* A direct console's flood thread: writes the buffers the loop hands
+ * over, in order, and gives each back to the free ones. */
 static void direct_writer_main(void *arg)
 {
         struct hp_console *con = arg;
 
         uv_mutex_lock(&con->lock);
         for (;;) {
-                char *buf;
-                size_t n;
+                struct hp_console_buffer out;
                 int r;
 
-                while (con->out_buf == NULL && !con->stopping)
+                while (con->queued == 0 && !con->stopping)
                         uv_cond_wait(&con->wake, &con->lock);
-                if (con->out_buf == NULL)
+                if (con->queued == 0)
                         break;
-                buf = con->out_buf;
-                n = con->out_len;
+                /* It stays queued while it is written: an ordered write
+                 * waits for it. */
+                out = con->queue[con->queue_head];
                 r = con->write_error;
                 uv_mutex_unlock(&con->lock);
                 if (r == 0)
-                        r = console_write(con, buf, n);
+                        r = console_write(con, out.data, out.len);
                 uv_mutex_lock(&con->lock);
                 if (r < 0) {
                         if (con->write_error == 0)
                                 con->write_error = r;
-                        con->bytes_dropped += n;
+                        con->bytes_dropped += out.len;
                 }
-                con->spare = buf;
-                con->out_buf = NULL;
-                con->out_len = 0;
+                con->free_buffers[con->free_count++] = out.data;
+                con->queue_head = (con->queue_head + 1) % HP_CONSOLE_BUFFERS;
+                con->queued--;
                 uv_cond_signal(&con->drained);
         }
         uv_mutex_unlock(&con->lock);
 }
 
-/* With the lock held: until the flood thread has no write in flight. */
-static void direct_wait_idle(struct hp_console *con)
+static void free_buffers(struct hp_console *con)
 {
-        while (con->out_buf != NULL)
-                uv_cond_wait(&con->drained, &con->lock);
+        while (con->free_count > 0)
+                free(con->free_buffers[--con->free_count]);
 }
 
 /* Starts the flood thread, once: a buffer that fills means more output
@@ -205,12 +206,17 @@ static bool direct_thread_start(struct hp_console *con)
 {
         if (con->direct_thread)
                 return true;
-        con->spare = malloc(con->cap);
-        if (con->spare == NULL)
-                return false;
+        for (unsigned i = 1; i < HP_CONSOLE_BUFFERS; i++) {
+                char *buf = malloc(con->cap);
+
+                if (buf == NULL) {
+                        free_buffers(con);
+                        return false;
+                }
+                con->free_buffers[con->free_count++] = buf;
+        }
         if (uv_thread_create(&con->thread, direct_writer_main, con) < 0) {
-                free(con->spare);
-                con->spare = NULL;
+                free_buffers(con);
                 return false;
         }
         con->direct_thread = true;
@@ -219,7 +225,7 @@ static bool direct_thread_start(struct hp_console *con)
 
 /* Writes the buffer out: handed to the flood thread when async (starting
  * it if need be) or when it runs already and ordered is not asked for;
- * else written here, after any write in flight. */
+ * else written here, after every buffer queued before it. */
 static void direct_write_out(struct hp_console *con, bool async,
                              bool ordered)
 {
@@ -232,17 +238,21 @@ static void direct_write_out(struct hp_console *con, bool async,
                 async = direct_thread_start(con);
         if (con->direct_thread) {
                 uv_mutex_lock(&con->lock);
-                direct_wait_idle(con);
                 if (n > 0 && (async || !ordered)) {
-                        con->out_buf = con->ring;
-                        con->out_len = n;
-                        con->ring = con->spare;
-                        con->spare = NULL;
+                        while (con->free_count == 0)
+                                uv_cond_wait(&con->drained, &con->lock);
+                        con->queue[(con->queue_head + con->queued) %
+                                   HP_CONSOLE_BUFFERS] =
+                                (struct hp_console_buffer){ con->ring, n };
+                        con->queued++;
+                        con->ring = con->free_buffers[--con->free_count];
                         uv_cond_signal(&con->wake);
                         uv_mutex_unlock(&con->lock);
                         con->head = con->tail = 0;
                         return;
                 }
+                while (con->queued > 0)
+                        uv_cond_wait(&con->drained, &con->lock);
                 uv_mutex_unlock(&con->lock);
                 if (n == 0)
                         return;
@@ -421,8 +431,7 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
                 if (con->direct_thread) {
                         uv_mutex_lock(&con->lock);
                         join_writer(con);
-                        free(con->spare);
-                        con->spare = NULL;
+                        free_buffers(con);
                         con->direct_thread = false;
                 }
                 free_ring(con);

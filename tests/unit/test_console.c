@@ -507,11 +507,12 @@ static int open_direct_console(struct hp_console *con, size_t cap)
         return fd;
 }
 
-/* Until a direct console's flood thread has no write in flight. */
+/* Until a direct console's flood thread has written every buffer handed
+ * to it. */
 static void wait_flood_write(struct hp_console *con)
 {
         uv_mutex_lock(&con->lock);
-        while (con->out_buf != NULL)
+        while (con->queued > 0)
                 uv_cond_wait(&con->drained, &con->lock);
         uv_mutex_unlock(&con->lock);
 }
@@ -521,7 +522,7 @@ static void wait_flood_write(struct hp_console *con)
  * order is kept across write-outs. */
 static void test_direct_console_buffers_until_commit(void **state)
 {
-        enum { RING = 64 };
+        enum { RING = 64 * HP_CONSOLE_BUFFERS }; /* buffers of 64 bytes */
         static const char *const lines[] = {
                 "first", "second line", "", "a longer line of text here",
                 "x", "a line that with its prefix fills most of the rin",
@@ -580,7 +581,9 @@ static void test_direct_console_buffers_until_commit(void **state)
 }
 
 /* A flood through a direct console: the first full buffer starts the
- * thread that writes one buffer while lines go into the other. Nothing
+ * thread that writes the buffers handed to it, in order, while lines go
+ * into a free one; with buffers of 4 KiB that is hundreds of hand-overs,
+ * often with several buffers queued. Nothing
  * is dropped or reordered, an ordered commit leaves every line queued so
  * far in the file, and close writes the rest. */
 static const char file_filler[] =
@@ -630,7 +633,7 @@ static void flood_through_direct_console(size_t ring)
 static void test_direct_console_flood_writes_on_its_thread(void **state)
 {
         (void)state;
-        flood_through_direct_console(4096);
+        flood_through_direct_console(4096 * HP_CONSOLE_BUFFERS);
 }
 
 /* A buffer larger than HP_CONSOLE_WRITE_MAX goes out in several writes,
@@ -638,7 +641,8 @@ static void test_direct_console_flood_writes_on_its_thread(void **state)
 static void test_direct_console_writes_a_large_buffer_in_pieces(void **state)
 {
         (void)state;
-        flood_through_direct_console(2 * HP_CONSOLE_WRITE_MAX + 4096);
+        flood_through_direct_console((2 * HP_CONSOLE_WRITE_MAX + 4096) *
+                                     HP_CONSOLE_BUFFERS);
 }
 
 /* A threaded console's writer is woken by the commit that ends a batch
@@ -717,7 +721,7 @@ static void test_threaded_console_writes_at_commit_and_large_batches(
  * and still arrives as one line, in order after what was buffered. */
 static void test_direct_console_writes_a_line_it_cannot_hold(void **state)
 {
-        enum { RING = 16 };
+        enum { RING = 16 * HP_CONSOLE_BUFFERS }; /* buffers of 16 bytes */
         static const char line[] = "this line is longer than the buffer";
         static const char expected[] = "[0]:ab\n[0]:this line is longer "
                                        "than the buffer\n";
