@@ -44,6 +44,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hyperpod/common.h"
 
@@ -61,6 +62,19 @@ struct record {
         uint64_t now;
 };
 #define RECORD_WRAP (-1)
+/* How much lower than the loop's the rule threads' priority is (a nice
+ * value added to the agent's). In a flood the loop thread is the head of
+ * the pipeline: every line is read, written and queued there, and when
+ * the cores are busy it must not wait behind a rule thread that has lines
+ * in hand; the rule threads catch up whenever the loop waits for the
+ * pipes. With the same priority the rule threads were idle half of an
+ * 8-rank run (1.1-1.7 s of waiting, two threads, 1.2 s) while the loop
+ * waited in the run queue. At 8 ranks x 1M lines with the four rules,
+ * nice +3 took 6.79 to 7.18 M lines/s (median of 11 interleaved runs;
+ * paired, 5.6 % more; +1, +2 and +5 gave about the same). On a training
+ * node it also means a flood's rule work yields to the training processes
+ * first. Never below the lowest priority, 19. */
+#define WORKER_NICE 3
 
 struct hp_rule_worker {
         struct hp_agent *agent;
@@ -155,10 +169,26 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
         return from;
 }
 
+/* Lowers the calling thread's priority by WORKER_NICE. Linux keeps a nice
+ * value per thread, and uv_os_setpriority() is setpriority(PRIO_PROCESS)
+ * on the id given, here the thread's. Lowering can only fail if the
+ * thread is gone; it then runs at the loop's priority, as before. */
+static void lower_priority(void)
+{
+        uv_pid_t tid = (uv_pid_t)gettid();
+        int nice;
+
+        if (uv_os_getpriority(tid, &nice) < 0)
+                return;
+        nice = nice + WORKER_NICE > 19 ? 19 : nice + WORKER_NICE;
+        (void)uv_os_setpriority(tid, nice);
+}
+
 static void worker_main(void *arg)
 {
         struct hp_rule_worker *w = arg;
 
+        lower_priority();
         uv_mutex_lock(&w->mu);
         for (;;) {
                 size_t from, to, end;

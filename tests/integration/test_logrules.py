@@ -3,8 +3,12 @@ restarts the group, and ends the job with status 124 when no restart is
 left. The rule engine's own semantics are covered by tests/logmon."""
 
 import json
+import os
 import re
+import signal
 import subprocess
+import time
+from pathlib import Path
 
 from conftest import HYPERPODRUN, SOURCE_ROOT, write_exec
 
@@ -307,3 +311,47 @@ def test_a_healthy_flood_succeeds(hpr, tmp_path):
                  rules(tmp_path, SLOW_RULE, HANG_RULE), script], timeout=60)
     assert r.rc == 0, r.describe()
     assert verdicts(r) == [], r.describe()
+
+
+def thread_nices(pid):
+    """{tid: nice} of a live process's threads, from /proc."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        # Field 19 is the nice value; the fields after the command's
+        # closing parenthesis start at field 3.
+        out[int(task.name)] = int(stat.rsplit(")", 1)[1].split()[16])
+    return out
+
+
+def test_rule_threads_run_below_the_loop_priority(hpr, tmp_path):
+    # In a flood the rules run on threads with a nice value 3 above the
+    # agent's, so that the thread that reads the pipes is never kept
+    # waiting by them; the loop thread itself keeps the agent's priority.
+    # The workers flood, then stay until the agent is stopped.
+    script = worker(tmp_path, (
+        f"lines = [{PROGRESS!r}.format(i=i, rate=120) for i in range({FLOOD})]\n"
+        "sys.stdout.write('\\n'.join(lines) + '\\n')\n"
+        "sys.stdout.flush()\n"
+        "time.sleep(60)\n"))
+    p = hpr.start(["--standalone", "--nproc-per-node", "2", "--no-python",
+                   "--log-monitor-ranks", "all", "--log-monitoring-config",
+                   rules(tmp_path, SLOW_RULE), script])
+    # One rule thread per core, up to the ranks watched.
+    want = min(len(os.sched_getaffinity(0)), 2)
+    base = os.getpriority(os.PRIO_PROCESS, p.pid)
+    deadline = time.monotonic() + 20
+    nices = {}
+    while time.monotonic() < deadline and p.poll() is None:
+        nices = thread_nices(p.pid)
+        if list(nices.values()).count(base + 3) == want:
+            break
+        time.sleep(0.01)
+    p.signal(signal.SIGTERM)
+    r = p.wait(30)
+    assert nices.get(p.pid) == base, (nices, r.describe())
+    assert list(nices.values()).count(base + 3) == want, (nices, r.describe())
+    assert all(n in (base, base + 3) for n in nices.values()), nices
