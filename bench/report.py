@@ -356,8 +356,10 @@ THREADS_NOTE = [
     "producers that the loop's reads woke (a pipe read wakes its writer on the reader's "
     "CPU). Reads of 128 KiB instead of 64 about halved those wakeups (22,000–24,000 to "
     "12,000–14,000 context switches a run), and rule rings of 4 MiB instead of 1 let the loop run ahead while "
-    "one rule thread waits; the rest of the idle time the agent cannot take back without "
-    "pinning threads to CPUs, which it must not do on a training node.",
+    "one rule thread waits. Pinning threads to CPUs, which the agent must not do on a "
+    "training node, is not needed for the rest: the ninth session took much of it back "
+    "by never making the loop wait for the console and by giving the loop the higher "
+    "priority (below).",
     "", "The 64-rank runs do the same work for the agent but start and stop 64 producers "
     "instead of 8. Since the seventh session the workers are exec'd directly (the "
     "parent-death signal is set by a fork handler, no longer by a second exec of "
@@ -405,6 +407,35 @@ ENGINE_NOTE = [
     "there until the load balancer moves them, and it counts a task that ran within the "
     "last half millisecond as cache-hot and leaves it (sysctl_sched_migration_cost), "
     "which every one of them is."]
+
+# Measured by hand in the ninth session: who waits for whom in a flood, and
+# the two changes that came of it.
+WAITS_NOTE = [
+    "", "Who waits for whom in an 8-rank run with the rules (ninth session, a build that "
+    "summed the time each thread spent in each wait, runs of about 1.2 s): the two rule "
+    "threads waited for lines 1.1–1.7 s together, the I/O loop waited for room in a rule "
+    "queue 0.001–0.015 s, and for the console's thread to finish the write before the "
+    "next 0.04–0.15 s in 65–70 waits. So the loop thread, which reads, writes and queues "
+    "every line, is the pipeline's head, and every moment it waits or sits in a run queue "
+    "idles the rest. Two changes came of it:",
+    "", "- A file console now has four buffers of 1 MiB, up to three queued for its "
+    "thread, instead of two of 4 MiB: the loop no longer waited for it at all, and the "
+    "run went from 6.51 to 7.00 M lines/s (median of 13 interleaved runs; eight buffers "
+    "of 1 MiB gave 7.07, two of 4 MiB as before 6.72, sixteen no more).",
+    "- The rule threads run at a nice value 3 above the agent's, so that the loop goes "
+    "first when both cores are busy: 6.79 to 7.18 M lines/s (median of 11 interleaved "
+    "runs; the median of the paired ratios 1.056; +1, +2 and +5 gave about the same). "
+    "On a training node the rule work of a flood then also yields to the training "
+    "processes.",
+    "", "Two other shapes were measured and left (ninth session, 8 ranks, four rules, "
+    "interleaved runs): the rules on the loop thread itself, with no rule threads, cost "
+    "the agent less CPU (221–232 ns a line against 214–247) but carried only 5.16–5.43 M "
+    "lines/s, one thread doing all the work; and reading the pipes on two threads at "
+    "once (each read pass split between the loop and a helper thread by stream, the "
+    "rules run where the line is read, the helper's console lines copied into the "
+    "console at the end of the pass) carried 6.53 M lines/s against 6.75 for the rule "
+    "threads: the console copy took 0.09–0.14 s a run and the loop waited 0.04–0.09 s "
+    "for the helper at the ends of passes."]
 
 # Measured by hand in the seventh session: what one read pass of the steady
 # job costs, and why reading less often does not help.
@@ -543,7 +574,7 @@ def document(data, plot_rel):
             continue
         if name == "pipeline":
             out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
-                    + MEMORY_NOTE + THREADS_NOTE + ENGINE_NOTE)
+                    + MEMORY_NOTE + THREADS_NOTE + ENGINE_NOTE + WAITS_NOTE)
         elif name == "steady":
             out += fn(data[name], bare_line_ns(data.get("pipeline"))) + STEADY_NOTE
         else:
