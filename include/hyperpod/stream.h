@@ -95,13 +95,6 @@ void hp_linesplit_feed(struct hp_linesplit *ls, const char *data, size_t n,
 /* End of stream: a held partial line is emitted with HP_LINE_EOF. */
 void hp_linesplit_finish(struct hp_linesplit *ls, hp_line_cb cb, void *ctx);
 
-/*
- * The console: a bounded byte ring drained into one fd by a writer thread,
- * so that a slow or blocked terminal or pipe never stalls the event loop,
- * and so never the workers. A line is queued whole or not at all; when the
- * ring is full the line is dropped and counted, and a marker line saying how
- * many were lost is queued as soon as there is room again.
- */
 /* A direct console's memory, cap bytes, is this many buffers of
  * cap / HP_CONSOLE_BUFFERS: in a flood the loop fills one while the
  * console's thread writes the others. With two 4 MiB buffers (one
@@ -112,6 +105,13 @@ void hp_linesplit_finish(struct hp_linesplit *ls, hp_line_cb cb, void *ctx);
  * interleaved runs; eight of 1 MiB gave 7.07, sixteen no more). */
 #define HP_CONSOLE_BUFFERS 4
 
+/*
+ * The console: a bounded byte ring drained into one fd by a writer thread,
+ * so that a slow or blocked terminal or pipe never stalls the event loop,
+ * and so never the workers. A line is queued whole or not at all; when the
+ * ring is full the line is dropped and counted, and a marker line saying how
+ * many were lost is queued as soon as there is room again.
+ */
 struct hp_console {
         int fd;
         /* A regular file or /dev/null cannot block for long, so it is
