@@ -64,6 +64,21 @@ struct logmon_regex {
         pcre2_code *head_ascii;
         pcre2_code *tail_ascii;
         struct logmon_literal tail_literal;
+        /* tail_ascii for whether a line matches, not how: lazy, its
+         * groups not capturing (NULL: tail_ascii answers that too). */
+        pcre2_code *tail_quick;
+        /* head's text, to find the patterns of a set that start the same
+         * way (rule.c, share_heads()). */
+        char *head_text;
+        size_t head_len;
+        /* Which of the set's shared heads this head is, or -1. Patterns
+         * with the same head (JobHangingDetection's and
+         * LowThroughputDetection's "\[Epoch 0 Batch \d+") run it once
+         * per line: a stream remembers where the line's last first_unit
+         * is and where head matched there (struct logmon_head_memo), and
+         * with that the split form answers even a pattern that needs no
+         * captures for less than its quick form. */
+        int head_id;
         /* Bytes every match contains (pattern.c): a line without them
          * is answered without a call into PCRE2, whose every call costs
          * about as much as scanning a 110-byte line. */
@@ -91,6 +106,7 @@ struct logmon_ruleset {
         int refs;
         size_t n;
         struct logmon_rule *rules;
+        size_t heads;         /* shared heads: head_id < heads */
         pcre2_match_context *mctx; /* the limits; each stream copies it */
         uint32_t max_pairs;   /* ovector pairs any pattern needs */
         bool jit;
@@ -126,6 +142,20 @@ struct logmon_rule_state {
  * come between progress lines never makes the run and keeps the search. */
 #define LOGMON_MATCH_STREAK 16
 
+/* What a stream found out about the line it is feeding for one shared
+ * head (struct logmon_regex, head_id), so that the next pattern with
+ * that head does not look again. Each part is for the line whose number
+ * it holds (logmon_stream, line_seq). */
+struct logmon_head_memo {
+        uint64_t scan_seq;
+        const char *last;     /* the last first_unit; NULL: none */
+        bool several;         /* first_unit occurs before last as well */
+        uint64_t head_seq;
+        size_t head_start;    /* where head was run */
+        int head_rc;          /* 1 matched, 0 did not, -1 gave up */
+        size_t head_end;      /* where its first way of matching ended */
+};
+
 /* Room for a line whose invalid UTF-8 was replaced by U+FFFD. */
 #define LOGMON_FIXED_MAX (64 * 1024)
 
@@ -142,6 +172,9 @@ struct logmon_stream {
         char *fixed;          /* LOGMON_FIXED_MAX bytes */
         bool line_has_lf;     /* the quick and rest forms do not apply */
         bool line_ascii;      /* the ASCII forms apply */
+        bool states_changed;  /* a rule's state moved in this feed */
+        uint64_t line_seq;    /* lines fed, for the memos */
+        struct logmon_head_memo *memo; /* rs->heads of them */
         bool installed;       /* started since new or clear */
         bool running;         /* installed and not suspended */
         uint64_t last_now;    /* largest now seen: time never goes back */

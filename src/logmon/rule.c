@@ -206,15 +206,20 @@ static pcre2_code *compile_form(const char *pattern, size_t len,
  * pattern). searchable() has refused named groups, so no group is left
  * to capture, and a pattern that refers to one (\1, \g{-1}) does not
  * compile that way: it keeps its groups. */
-static pcre2_code *compile_quick(const char *pattern, uint32_t options,
-                                 bool jit)
+static pcre2_code *compile_quick_len(const char *pattern, size_t len,
+                                     uint32_t options, bool jit)
 {
-        size_t len = strlen(pattern);
         pcre2_code *code;
 
         code = compile_form(pattern, len, options | PCRE2_NO_AUTO_CAPTURE,
                             jit);
         return code != NULL ? code : compile_form(pattern, len, options, jit);
+}
+
+static pcre2_code *compile_quick(const char *pattern, uint32_t options,
+                                 bool jit)
+{
+        return compile_quick_len(pattern, strlen(pattern), options, jit);
 }
 
 static bool all_ascii(const char *text)
@@ -330,6 +335,15 @@ static void split_form(struct logmon_regex *p, const char *rest, size_t len,
         }
         logmon__literal_set(&p->tail_literal, split.literal,
                             split.literal_len);
+        /* Lazy and without groups, as the quick form is (compile_quick),
+         * and for the same reason: whether tail fits at a place does not
+         * depend on how (searchable() has refused what would make it). */
+        p->tail_quick = compile_quick_len(rest + split.tail_at,
+                                          len - split.tail_at,
+                                          PCRE2_ANCHORED | PCRE2_UNGREEDY,
+                                          jit);
+        p->head_text = strndup(rest, split.head_len);
+        p->head_len = split.head_len;
 }
 
 /*
@@ -440,6 +454,8 @@ static void pattern_free(struct logmon_regex *p)
         pcre2_code_free(p->rest_ascii);
         pcre2_code_free(p->head_ascii);
         pcre2_code_free(p->tail_ascii);
+        pcre2_code_free(p->tail_quick);
+        free(p->head_text);
 }
 
 static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
@@ -611,6 +627,44 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         return 0;
 }
 
+/* The set's patterns in one list, logPattern and stopPattern of each
+ * rule in order; NULL past the end. */
+static struct logmon_regex *pattern_at(struct logmon_ruleset *rs, size_t k)
+{
+        if (k >= 2 * rs->n)
+                return NULL;
+        return k % 2 == 0 ? &rs->rules[k / 2].log : &rs->rules[k / 2].stop;
+}
+
+/* Gives the heads that two or more split forms of the set have in common
+ * an id each (struct logmon_regex, head_id); every other pattern gets -1
+ * and keeps its own forms. A strndup that failed leaves that pattern's
+ * head unshared, which only costs the speed-up. */
+static void share_heads(struct logmon_ruleset *rs)
+{
+        struct logmon_regex *p, *q;
+        size_t j, k;
+
+        for (k = 0; (p = pattern_at(rs, k)) != NULL; k++)
+                p->head_id = -1;
+        for (k = 0; (p = pattern_at(rs, k)) != NULL; k++) {
+                if (p->head_text == NULL || p->head_id >= 0)
+                        continue;
+                for (j = k + 1; (q = pattern_at(rs, j)) != NULL; j++) {
+                        if (q->head_text == NULL || q->head_id >= 0 ||
+                            q->first_unit != p->first_unit ||
+                            q->head_len != p->head_len ||
+                            memcmp(q->head_text, p->head_text,
+                                   p->head_len) != 0)
+                                continue;
+                        p->head_id = (int)rs->heads;
+                        q->head_id = (int)rs->heads;
+                }
+                if (p->head_id >= 0)
+                        rs->heads++;
+        }
+}
+
 static void rules_free(struct logmon_ruleset *rs)
 {
         size_t i;
@@ -702,6 +756,7 @@ int logmon_ruleset_new(const cJSON *rules,
                 }
         }
 
+        share_heads(rs);
         *out = rs;
         return 0;
 
