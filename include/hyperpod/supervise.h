@@ -134,6 +134,9 @@ struct hp_monitor {
         struct hp_agent *agent;
         struct logmon_stream *rules; /* NULL: this rank is not watched */
         int local_rank;
+        /* Its rule thread in a flood: agent->rule_workers[worker_slot].
+         * Kept rather than computed per line, which took a division. */
+        int worker_slot;
 };
 
 enum hp_agent_state {

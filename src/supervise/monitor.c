@@ -158,14 +158,15 @@ void hp_agent_settle_rules(struct hp_agent *a)
 /* The rule thread of a local rank, started on its first flood; NULL when
  * none can be started (its lines are then evaluated here, as always
  * before). */
-static struct hp_rule_worker *worker_for(struct hp_agent *a, int rank)
+static struct hp_rule_worker *worker_for(struct hp_agent *a,
+                                         const struct hp_monitor *m)
 {
         struct hp_rule_worker **w;
         int r;
 
         if (a->rule_worker_count == 0)
                 return NULL;
-        w = &a->rule_workers[rank % a->rule_worker_count];
+        w = &a->rule_workers[m->worker_slot];
         if (*w != NULL || a->rule_worker_failed)
                 return *w;
         r = hp_rule_worker_new(a, &a->rule_wake, w);
@@ -185,14 +186,14 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
         struct hp_monitor *m = ctx;
         struct hp_agent *a = m->agent;
         struct hp_rule_worker *w = a->rule_worker_count > 0 ?
-                a->rule_workers[m->local_rank % a->rule_worker_count] : NULL;
+                a->rule_workers[m->worker_slot] : NULL;
 
         /* A rank's lines stay in order: once one is queued, the ones after
          * it are too, until its worker has caught up. */
         if (a->rule_inline >= HP_RULE_INLINE_MAX ||
             (w != NULL && !hp_rule_worker_idle(w))) {
                 if (w == NULL)
-                        w = worker_for(a, m->local_rank);
+                        w = worker_for(a, m);
                 if (w != NULL) {
                         hp_rule_worker_push(w, m->local_rank, line, len,
                                             uv_now(a->loop), take_verdict);
@@ -302,6 +303,10 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
                 a->rule_worker_count = HP_RULE_WORKERS_MAX;
         if (a->rule_worker_count > watched)
                 a->rule_worker_count = watched;
+        for (int i = 0; i < a->round.nproc; i++)
+                a->monitors[i].worker_slot =
+                        a->rule_worker_count > 0 ? i % a->rule_worker_count
+                                                 : 0;
         if (cfg->log_monitoring_config == NULL)
                 return 0;
         r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
