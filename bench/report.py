@@ -458,7 +458,22 @@ ENGINE10_NOTE = [
     "interleaved runs), and the agent at 8 ranks from 2,697 to 2,396 instructions a "
     "line over all its threads (8 × 100,000 lines, callgrind). The three PCRE2 calls a "
     "progress line needs (the shared head and the two tails) are now about 700 of the "
-    "2,040."]
+    "2,040.",
+    "", "What kept the loop thread off its CPU (tenth session, sched_switch events with "
+    "their stacks, one 8-rank run of 1.1 s with the rules): it was preempted about 2,500 "
+    "times, 315 ms in all, against 29 ms waiting for room in a rule queue and 17 ms for "
+    "the console. About 1,100 of the preemptions came right after a pipe read (the "
+    "producer it woke), 650 right after the signal that woke a rule thread and 630 "
+    "right after an unlock that woke the console's thread. The rule threads now run "
+    "under SCHED_BATCH, which keeps their share of the CPU but lets a waking thread "
+    "never preempt the one running: those 650 fell to about 220, and the run went from "
+    "6.12 to 6.50 and from 6.38 to 7.12 M lines/s (two sets of 16 runs in alternating "
+    "order; the median of the paired ratios 1.067 and 1.084, the new binary ahead in 21 "
+    "of 32). Measured and left: the console's thread under SCHED_BATCH as well (paired "
+    "0.98), or at nice +3 (0.935); signalling the rule and console threads after the "
+    "unlock rather than before (10 % fewer context switches, but 3–7 % slower: the "
+    "woken thread then preempts the loop at once); three or four rule threads instead "
+    "of two (no difference against the tee limit, 0.601 and 0.599 of it)."]
 
 # Measured by hand in the seventh session: what one read pass of the steady
 # job costs, and why reading less often does not help.

@@ -313,24 +313,27 @@ def test_a_healthy_flood_succeeds(hpr, tmp_path):
     assert verdicts(r) == [], r.describe()
 
 
-def thread_nices(pid):
-    """{tid: nice} of a live process's threads, from /proc."""
+def thread_sched(pid):
+    """{tid: (nice, policy)} of a live process's threads, from /proc."""
     out = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except FileNotFoundError:
             continue  # the thread ended meanwhile
-        # Field 19 is the nice value; the fields after the command's
-        # closing parenthesis start at field 3.
-        out[int(task.name)] = int(stat.rsplit(")", 1)[1].split()[16])
+        # Fields 19 and 41 are the nice value and the scheduling policy;
+        # the fields after the command's closing parenthesis start at
+        # field 3.
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(task.name)] = (int(fields[16]), int(fields[38]))
     return out
 
 
 def test_rule_threads_run_below_the_loop_priority(hpr, tmp_path):
     # In a flood the rules run on threads with a nice value 3 above the
-    # agent's, so that the thread that reads the pipes is never kept
-    # waiting by them; the loop thread itself keeps the agent's priority.
+    # agent's and the SCHED_BATCH policy, so that the thread that reads
+    # the pipes is never kept waiting by them nor preempted when it wakes
+    # them; the loop thread itself keeps the agent's priority and policy.
     # The workers flood, then stay until the agent is stopped.
     script = worker(tmp_path, (
         f"lines = [{PROGRESS!r}.format(i=i, rate=120) for i in range({FLOOD})]\n"
@@ -343,15 +346,17 @@ def test_rule_threads_run_below_the_loop_priority(hpr, tmp_path):
     # One rule thread per core, up to the ranks watched.
     want = min(len(os.sched_getaffinity(0)), 2)
     base = os.getpriority(os.PRIO_PROCESS, p.pid)
+    rule_thread = (base + 3, os.SCHED_BATCH)
     deadline = time.monotonic() + 20
-    nices = {}
+    threads = {}
     while time.monotonic() < deadline and p.poll() is None:
-        nices = thread_nices(p.pid)
-        if list(nices.values()).count(base + 3) == want:
+        threads = thread_sched(p.pid)
+        if list(threads.values()).count(rule_thread) == want:
             break
         time.sleep(0.01)
     p.signal(signal.SIGTERM)
     r = p.wait(30)
-    assert nices.get(p.pid) == base, (nices, r.describe())
-    assert list(nices.values()).count(base + 3) == want, (nices, r.describe())
-    assert all(n in (base, base + 3) for n in nices.values()), nices
+    assert threads.get(p.pid) == (base, os.SCHED_OTHER), (threads, r.describe())
+    assert list(threads.values()).count(rule_thread) == want, (threads, r.describe())
+    assert all(t in ((base, os.SCHED_OTHER), rule_thread)
+               for t in threads.values()), threads
