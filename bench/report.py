@@ -240,7 +240,30 @@ def flatness_section(res):
                    f"{pct(p['ratio'])} |")
     out.append(f"| median | {f(fl['narrow_lines_per_s'])} | {f(fl['wide_lines_per_s'])} | "
                f"{pct(fl['ratio'])} |")
-    return out
+    return out + flatness_against_limit(res, wide)
+
+
+def flatness_against_limit(res, wide):
+    """The table's rows at 8 and `wide` ranks against the tee limit of the
+    same rows: whether hyperpodrun keeps its share of what the machine
+    allows, and how flat that limit itself is."""
+    def row(ranks, tool):
+        return next((r for r in res["rows"] if r["ranks"] == ranks and r["tool"] == tool),
+                    None)
+    hn, hw = row(8, "hyperpodrun"), row(wide, "hyperpodrun")
+    tn, tw = row(8, "tee"), row(wide, "tee")
+    if None in (hn, hw, tn, tw):
+        return []
+    return ["", f"Against the machine's own limit, from the table above: hyperpodrun with "
+                f"the rules carried {pct(hn['lines_per_s'] / tn['lines_per_s'])} of the tee "
+                f"limit at 8 ranks and {pct(hw['lines_per_s'] / tw['lines_per_s'])} at {wide}, "
+                f"and the tee limit itself went from {f(tn['lines_per_s'])} to "
+                f"{f(tw['lines_per_s'])} lines per second "
+                f"({pct(tw['lines_per_s'] / tn['lines_per_s'])}): {wide} producers and {wide} tee "
+                "processes cost the machine more per line than 8 of each. "
+                f"hyperpodrun spent {f(hn['cpu_s'] / (8 * hn['lines_per_rank']) * 1e9)} ns of "
+                f"CPU a line at 8 ranks and "
+                f"{f(hw['cpu_s'] / (wide * hw['lines_per_rank']) * 1e9)} at {wide}."]
 
 
 def bare_line_ns(res):
