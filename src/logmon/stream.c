@@ -247,9 +247,9 @@ static uint64_t load8(const char *p)
 
 /* Whether lit starts at p: its first and last bytes, which turn down
  * most false starts, then eight bytes at a time, the last eight
- * overlapping the ones before. A call to memcmp cost about 55
- * instructions for a literal of 20 bytes, a quarter of them in the
- * call; this takes 15. */
+ * overlapping the ones before, rather than through memcmp, whose call
+ * and dispatch cost more than the comparison for literals of a log
+ * pattern's length (a few instructions a progress line, callgrind). */
 static bool literal_at(const char *p, const struct logmon_literal *lit)
 {
         size_t n = lit->len, i;
@@ -333,11 +333,6 @@ static inline bool may_contain(const char *line, size_t len,
         return first_literal(line, line + len, lit, &at) != 0;
 }
 
-/* The split rest form (rule.c) at start: 1 or 0 as rest_ascii anchored
- * there would answer, with its captures in s->md, or -1 when only
- * rest_ascii can say (head's first way of matching leaves tail no fit
- * while the literal occurs where another way could reach it, or a
- * limit). */
 /* head anchored at start: 1 with where its first way of matching ends
  * in *end, 0 when it does not match there, -1 at a limit. A shared head
  * (rule.c, share_heads()) runs once per line and start. */
@@ -366,6 +361,12 @@ static int run_head(struct logmon_stream *s, const struct logmon_regex *p,
         return rc;
 }
 
+/* The split rest form (rule.c) at start: 1 or 0 as rest_ascii anchored
+ * there would answer, with its captures in s->md when captures is true,
+ * or -1 when only rest_ascii can say (head's first way of matching
+ * leaves tail no fit while the literal occurs where another way could
+ * reach it, or a limit). Without captures only the answer counts, and
+ * the tail's lazy form tries the literal's occurrences in line order. */
 static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
                        bool captures, const char *line, size_t len,
                        size_t start)
@@ -427,8 +428,10 @@ no_fit:
  * not at all, and then one attempt (or none) answers. Where it occurs
  * more often, one quick search first says whether any match remains and
  * where the leftmost starts, so that a line with many candidates and no
- * match costs one search, not an attempt at each. Where the rest form
- * has a split form, that answers first at each candidate. */
+ * match costs one search, not an attempt at each (and, without
+ * captures, answers). Where the rest form has a split form, that answers
+ * first at each candidate. Captures are left in s->md only when asked
+ * for. */
 static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
                       bool captures, const char *line, size_t len)
 {
@@ -544,10 +547,10 @@ match_forms(struct logmon_stream *s, const struct logmon_regex *p,
 
 /* The literal first, here, and the forms only for a line that holds it:
  * most rules turn most lines down this way, and then the call into the
- * forms with all it keeps in registers is not made (about 40 of the
- * 2,164 instructions of a progress line through the four pipeline rules,
- * two of which turn it down). Any line, with \n or not: every match
- * holds the literal. */
+ * forms with all it keeps in registers is not made (71 of the 2,164
+ * instructions of a progress line through the four pipeline rules, two
+ * of which turn it down; callgrind). Any line, with \n or not: every
+ * match holds the literal. */
 static inline int match(struct logmon_stream *s,
                         const struct logmon_regex *p, bool captures,
                         bool likely, const char *line, size_t len)
@@ -870,10 +873,10 @@ static bytes16 load16(const char *p)
  * every line is: then sanitize() has nothing to do and every form
  * applies. 16 bytes a step, the last step overlapping the one before;
  * a byte has its top bit set in the sum when it is past ASCII or a \n
- * (the comparison gives 0xff). It took about 90 of the 2,225
- * instructions a progress line costs through the four pipeline rules
- * (callgrind): the word-at-a-time scan and a memchr for \n cost 130.
- * False sends the line to the scans that tell which. */
+ * (the comparison gives 0xff). It took 61 of the 2,225 instructions a
+ * progress line cost through the four pipeline rules (callgrind), where
+ * the word-at-a-time scan and a memchr for \n were. False sends the line
+ * to the scans that tell which. */
 static bool plain_ascii(const char *line, size_t len)
 {
         const bytes16 lf = { '\n', '\n', '\n', '\n', '\n', '\n', '\n', '\n',
