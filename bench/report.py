@@ -493,7 +493,7 @@ ENGINE10_NOTE = [
     "6.12 to 6.50 and from 6.38 to 7.12 M lines/s (two sets of 16 runs in alternating "
     "order; the median of the paired ratios 1.067 and 1.084, the new binary ahead in 21 "
     "of 32; a third set after the full run, 1.012, ahead in 6 of 10). At 64 ranks it did "
-    "not help: 0.941 and 0.984 in two sets of 12, ahead in 9 of 24, perhaps because a "
+    "not help: 0.941, 0.984 and 0.990 in sets of 12, 12 and 20, ahead in 16 of 44, perhaps because a "
     "rule thread that cannot preempt waits longer behind 64 runnable producers; kept for "
     "8 ranks, the common node, and because a flood's rule work should never preempt a "
     "training process. Measured and left: the console's thread under SCHED_BATCH as well (paired "
