@@ -187,9 +187,9 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
  * 7.12 M lines/s (two sets of 16 runs in alternating order, medians;
  * the median of the paired ratios 1.067 and 1.084). At 64 ranks it did
  * not help (0.941, 0.984 and 0.990 in sets of 12, 12 and 20). The
- * console's thread as
- * well made no difference (0.98). On a training node it also means a
- * flood's rule work never preempts a training process. */
+ * console's thread as well made no difference (0.98). On a training
+ * node it also means a flood's rule work never preempts a training
+ * process. */
 static void lower_priority(void)
 {
         struct sched_param none = { 0 };
