@@ -70,7 +70,6 @@ struct logmon_regex {
         /* head's text, to find the patterns of a set that start the same
          * way (rule.c, share_heads()). */
         char *head_text;
-        size_t head_len;
         /* Which of the set's shared heads this head is, or -1. Patterns
          * with the same head (JobHangingDetection's and
          * LowThroughputDetection's "\[Epoch 0 Batch \d+") run it once

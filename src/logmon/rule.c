@@ -343,7 +343,6 @@ static void split_form(struct logmon_regex *p, const char *rest, size_t len,
                                           PCRE2_ANCHORED | PCRE2_UNGREEDY,
                                           jit);
         p->head_text = strndup(rest, split.head_len);
-        p->head_len = split.head_len;
 }
 
 /*
@@ -653,9 +652,7 @@ static void share_heads(struct logmon_ruleset *rs)
                 for (j = k + 1; (q = pattern_at(rs, j)) != NULL; j++) {
                         if (q->head_text == NULL || q->head_id >= 0 ||
                             q->first_unit != p->first_unit ||
-                            q->head_len != p->head_len ||
-                            memcmp(q->head_text, p->head_text,
-                                   p->head_len) != 0)
+                            strcmp(q->head_text, p->head_text) != 0)
                                 continue;
                         p->head_id = (int)rs->heads;
                         q->head_id = (int)rs->heads;

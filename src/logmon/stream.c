@@ -383,24 +383,19 @@ static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
         if (rc <= 0)
                 return rc;
         head_end = line + end;
-        /* Whether tail fits somewhere from head_end on, not where first:
-         * the occurrences in line order, the first of which is usually
-         * the one (the literal's anchor byte may well occur again after
-         * it, and a search from the end back stops at each). */
-        for (limit = head_end; !captures; limit = at + 1) {
-                found = first_literal(limit, line + len, lit, &at);
-                if (found == 0)
-                        goto no_fit;
-                if (found < 0 || ++tries > REST_TRIES_MAX)
-                        return -1;
-                rc = run(s, tail, line, len, (size_t)(at - line));
-                if (rc >= 0)
-                        return 1;
-                if (rc != PCRE2_ERROR_NOMATCH)
-                        return -1;
-        }
-        for (limit = line + len;; limit = at + n - 1) {
-                found = last_literal(head_end, limit, lit, &at);
+        /* With captures, the occurrences from the line's end back, as
+         * rest_ascii tries them. Without, only whether tail fits somewhere
+         * from head_end on counts: the occurrences in line order, the
+         * first of which is usually the one (the literal's anchor byte
+         * may well occur again after it, and a search from the end back
+         * stops at each). */
+        for (at = NULL;;) {
+                found = captures ?
+                        last_literal(head_end,
+                                     at == NULL ? line + len : at + n - 1,
+                                     lit, &at) :
+                        first_literal(at == NULL ? head_end : at + 1,
+                                      line + len, lit, &at);
                 if (found == 0)
                         break;
                 if (found < 0 || ++tries > REST_TRIES_MAX)
@@ -411,7 +406,6 @@ static int match_split(struct logmon_stream *s, const struct logmon_regex *p,
                 if (rc != PCRE2_ERROR_NOMATCH)
                         return -1;
         }
-no_fit:
         /* Tail does not fit at any occurrence from head_end on, whatever
          * head matched (it has no group tail could refer to). Another way
          * of matching head ends earlier, so only an occurrence starting
