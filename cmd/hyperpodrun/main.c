@@ -51,6 +51,16 @@ int main(int argc, char **argv)
         uv_loop_t loop;
         int code, r;
 
+        /* Before anything opens a file: a closed standard stream would
+         * lend its number to one. */
+        r = hp_std_fds_open();
+        if (r < 0) {
+                /* stderr may be the closed one: the exit status says it. */
+                fprintf(stderr, "hyperpodrun: error: cannot open /dev/null "
+                                "for a closed standard stream: %s\n",
+                        strerror(-r));
+                return EXIT_FAILURE;
+        }
         if (level_text != NULL && *level_text != '\0') {
                 if (hp_log_level_parse(level_text, &level) < 0) {
                         fprintf(stderr,

@@ -79,6 +79,12 @@ int hp_snprintf(char *buf, size_t len, const char *fmt, ...)
  * tempfile does, from getrandom(). */
 void hp_random_name(char *buf, size_t len);
 
+/* Opens /dev/null on whichever of fds 0, 1 and 2 is closed, so that no
+ * pipe or file of ours gets a standard stream's number (libuv aborts when
+ * it closes one, and a worker's stdout would be lost on its exec). Returns
+ * 0 or -errno. */
+int hp_std_fds_open(void);
+
 /* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0
  * or -errno. Blocking: only for files and for the console writer thread. */
 int hp_write_all(int fd, const void *buf, size_t len);

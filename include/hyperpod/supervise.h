@@ -85,11 +85,12 @@ struct hp_group;
 
 struct hp_worker {
         struct hp_group *group;
-        uv_process_t proc;
+        uv_poll_t exit_poll; /* on pidfd, readable once the process exited */
+        int pidfd;
         struct hp_stream out;
         struct hp_stream err;
         enum hp_worker_state state;
-        int refs; /* the process handle plus each open pipe */
+        int refs; /* the exit watch plus each open pipe */
         int local_rank;
         int rank;
         pid_t pid;
@@ -275,9 +276,5 @@ int hp_reaper_kill_descendants(int sig);
  * subreaper). is_managed tells libuv's pids apart. */
 int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx);
 
-/* Makes every process this one forks from now on (libuv's spawns) get
- * PR_SET_PDEATHSIG SIGKILL before it execs, and exit at once if this
- * process is already gone. Once per process; 0 or -errno. */
-int hp_pdeathsig_install(void);
 
 #endif

@@ -101,6 +101,26 @@ void hp_random_name(char *buf, size_t len)
                 buf[i] = alphabet[bytes[i] % (sizeof(alphabet) - 1)];
 }
 
+int hp_std_fds_open(void)
+{
+        for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+                int null_fd;
+
+                if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+                        continue;
+                /* The lowest free number: this one, as the lower ones are
+                 * open by now. */
+                null_fd = open("/dev/null", O_RDWR);
+                if (null_fd < 0)
+                        return -errno;
+                if (null_fd != fd) {
+                        close(null_fd);
+                        return -EBADF;
+                }
+        }
+        return 0;
+}
+
 int hp_write_all(int fd, const void *buf, size_t len)
 {
         const char *p = buf;

@@ -454,12 +454,6 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         a->cfg = cfg;
         loop->data = a;
 
-        r = hp_pdeathsig_install();
-        if (r < 0) {
-                snprintf(errbuf, errlen, "cannot install the fork handler: %s",
-                         strerror(-r));
-                return r;
-        }
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
 

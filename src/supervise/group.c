@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,10 +116,14 @@ static void stream_closed_cb(struct hp_stream *s)
         worker_unref(w);
 }
 
-static void process_closed_cb(uv_handle_t *handle)
+static void exit_poll_closed_cb(uv_handle_t *handle)
 {
-        struct hp_worker *w = hp_container_of(handle, struct hp_worker, proc);
+        struct hp_worker *w = hp_container_of(handle, struct hp_worker,
+                                              exit_poll);
 
+        /* Only now: libuv must not be watching an fd that is closed. */
+        close(w->pidfd);
+        w->pidfd = -1;
         worker_unref(w);
 }
 
@@ -164,9 +169,8 @@ void hp_group_recheck(struct hp_group *g)
                 drain_if_group_gone(&g->workers[i]);
 }
 
-static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
+static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
 {
-        struct hp_worker *w = hp_container_of(proc, struct hp_worker, proc);
         struct hp_group *g = w->group;
         bool failed = status != 0 || term_signal != 0;
 
@@ -175,7 +179,7 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
         w->exit_time = wall_now();
         worker_set_state(w, HP_WORKER_EXITED, "exit");
         g->exited++;
-        uv_close((uv_handle_t *)proc, process_closed_cb);
+        uv_close((uv_handle_t *)&w->exit_poll, exit_poll_closed_cb);
         hp_agent__process_exited(g->agent);
         drain_if_group_gone(w);
 
@@ -199,6 +203,32 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal)
          * same way, so the pipes reach EOF. */
         if (g->exited == g->count && !g->stopping)
                 hp_group_stop(g, SIGTERM, g->agent->cfg->shutdown_timeout_ms);
+}
+
+static void exit_poll_cb(uv_poll_t *handle, int status, int events)
+{
+        struct hp_worker *w = hp_container_of(handle, struct hp_worker,
+                                              exit_poll);
+        int64_t exit_status;
+        int term_signal, r;
+
+        (void)status;
+        (void)events;
+        r = hp_spawn_reap(w->pidfd, &exit_status, &term_signal);
+        if (r == 0)
+                return;
+        if (r < 0) {
+                /* Only ECHILD, if something else reaped it: it is gone,
+                 * with a status nobody can know. */
+                hp_log_error("%s worker %d (pid %d): cannot read its exit "
+                             "status: %s",
+                             hp_stage_name(w->group->stage), w->local_rank,
+                             (int)w->pid, hp_strerror(r));
+                exit_status = 1;
+                term_signal = 0;
+        }
+        uv_poll_stop(handle);
+        worker_exited(w, exit_status, term_signal);
 }
 
 static int open_log_file(const char *dir, const char *name, int *fd)
@@ -338,7 +368,7 @@ static bool pipe_limits_apply(void)
 /* The worker's end of a new pipe for one of its outputs, in *child_fd;
  * ours goes to the stream. */
 static int open_output_pipe(const struct hp_group *g, struct hp_stream *s,
-                            uv_stdio_container_t *c, int *child_fd)
+                            int *child_fd)
 {
         int ranks = g->stage == HP_STAGE_TRAIN ? g->agent->round.nproc : 1;
         int budget = g->pipe_limits ? HP_OUTPUT_PIPES_MAX
@@ -362,8 +392,6 @@ static int open_output_pipe(const struct hp_group *g, struct hp_stream *s,
                 close(fds[1]);
                 return r;
         }
-        c->flags = UV_INHERIT_FD;
-        c->data.fd = fds[1];
         *child_fd = fds[1];
         return 0;
 }
@@ -390,10 +418,9 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 .error_file = w->error_file,
         };
         struct hp_envbuf env = { 0 };
-        uv_process_options_t opts;
-        uv_stdio_container_t stdio[3];
+        struct hp_spawn_options opts;
         int child_fd[2] = { -1, -1 };
-        int r;
+        int pidfd = -1, r;
 
         r = hp_env_build(&params, environ, &env);
         if (r < 0)
@@ -427,38 +454,47 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 goto out;
         }
 
-        memset(&opts, 0, sizeof(opts));
-        stdio[0].flags = UV_INHERIT_FD;
-        stdio[0].data.fd = STDIN_FILENO;
-        r = open_output_pipe(g, &w->out, &stdio[1], &child_fd[0]);
+        r = open_output_pipe(g, &w->out, &child_fd[0]);
         if (r == 0)
-                r = open_output_pipe(g, &w->err, &stdio[2], &child_fd[1]);
+                r = open_output_pipe(g, &w->err, &child_fd[1]);
         if (r < 0) {
                 worker_fail_to_start(w, r, NULL);
                 goto out;
         }
-        /* PR_SET_PDEATHSIG is set between fork and exec by the fork
-         * handler that hp_agent_init installs (hp_pdeathsig_install). */
-        opts.file = cmd->argv[0];
-        opts.args = cmd->argv;
-        opts.env = env.envp;
-        opts.stdio = stdio;
-        opts.stdio_count = 3;
-        opts.exit_cb = exit_cb;
-        opts.flags = UV_PROCESS_DETACHED;
-
-        r = uv_spawn(a->loop, &w->proc, &opts);
+        opts = (struct hp_spawn_options){
+                .file = cmd->argv[0],
+                .argv = cmd->argv,
+                .envp = env.envp,
+                .stdout_fd = child_fd[0],
+                .stderr_fd = child_fd[1],
+        };
+        r = hp_spawn(&opts, &w->pid, &pidfd);
         close(child_fd[0]);
         close(child_fd[1]);
         child_fd[0] = child_fd[1] = -1;
+        if (r == 0) {
+                r = uv_poll_init(a->loop, &w->exit_poll, pidfd);
+                if (r < 0) {
+                        /* Not watched, it could not be reaped: kill it. */
+                        hp_log_error("%s worker %d (pid %d): cannot watch it: %s",
+                                     hp_stage_name(g->stage), w->local_rank,
+                                     (int)w->pid, hp_strerror(r));
+                        (void)kill(-w->pid, SIGKILL);
+                        (void)waitid(P_PIDFD, (id_t)pidfd, &(siginfo_t){ 0 },
+                                     WEXITED);
+                        close(pidfd);
+                        w->pid = 0;
+                        worker_fail_to_start(w, r, NULL);
+                        goto out;
+                }
+        }
         if (r < 0) {
-                w->refs++;
-                uv_close((uv_handle_t *)&w->proc, process_closed_cb);
                 worker_fail_to_start(w, r, cmd->argv[0]);
                 goto out;
         }
+        w->pidfd = pidfd;
         w->refs++;
-        w->pid = w->proc.pid;
+        (void)uv_poll_start(&w->exit_poll, UV_READABLE, exit_poll_cb);
         w->state = HP_WORKER_RUNNING;
 
         /* The prefix may name the pid, known only now. */

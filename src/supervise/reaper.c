@@ -1,17 +1,14 @@
-/* PID-1 and subreaper duties: reaping orphans that libuv does not own,
- * killing what escaped the workers' process groups, and the parent-death
- * signal that every spawned process gets between fork and exec. */
+/* PID-1 and subreaper duties: reaping orphans that the groups do not own,
+ * and killing what escaped the workers' process groups. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,11 +21,11 @@ int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx)
         int reaped = 0;
 
         /*
-         * libuv reaps its own children by pid. A plain waitpid(-1) here
-         * would steal their statuses, so each zombie is first looked at
-         * with WNOWAIT: ours-through-libuv are left alone (libuv's exit
-         * callback then calls this sweep again), anything else is an orphan
-         * reparented to us, and is reaped.
+         * The groups reap their own workers through their pidfds. A plain
+         * waitpid(-1) here would steal their statuses, so each zombie is
+         * first looked at with WNOWAIT: a worker is left alone (its group's
+         * exit callback then calls this sweep again), anything else is an
+         * orphan reparented to us, and is reaped.
          */
         for (;;) {
                 siginfo_t info;
@@ -145,41 +142,4 @@ int hp_reaper_kill_descendants(int sig)
         free(ppids);
         free(mine);
         return killed;
-}
-
-/* The agent's pid, for the fork handler below: pthread_atfork handlers take
- * no argument, so this one fact lives in a static. */
-static pid_t pdeathsig_parent;
-
-/* Runs in every child that fork() makes, libuv's workers included, between
- * fork and exec: only async-signal-safe calls and _exit. The signal is
- * kept across execve (unless the program is set-user-ID), so the workers
- * die with the agent even when it is SIGKILLed. */
-static void set_pdeathsig(void)
-{
-        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != pdeathsig_parent)
-                _exit(128 + SIGKILL); /* the agent died before we got here */
-}
-
-int hp_pdeathsig_install(void)
-{
-        static bool installed;
-        int r;
-
-        /* Until the seventh session each worker was exec'd through
-         * "hyperpodrun __exec", a second exec of this dynamically linked
-         * binary that only made these two calls: 0.3 ms of CPU and about
-         * 200 page faults per worker, which 64 workers pay on every start.
-         * libuv spawns with glibc's fork(), which runs this handler; the
-         * integration test test_pdeathsig_when_agent_is_killed fails if a
-         * libuv ever spawns without it. */
-        if (installed)
-                return 0;
-        pdeathsig_parent = getpid();
-        r = pthread_atfork(NULL, NULL, set_pdeathsig);
-        if (r != 0)
-                return -r;
-        installed = true;
-        return 0;
 }

@@ -20,8 +20,30 @@ void hp_group_release(struct hp_group *g);
 void hp_group_recheck(struct hp_group *g);
 bool hp_group_owns_pid(const struct hp_group *g, pid_t pid);
 
-/* Called by the group after each process exit: reap orphans now that libuv
- * has taken its child. */
+/* What hp_spawn starts: file is searched in PATH like execvp's; the
+ * child's stdout and stderr become stdout_fd and stderr_fd, its stdin is
+ * the agent's. */
+struct hp_spawn_options {
+        const char *file;
+        char *const *argv;
+        char *const *envp;
+        int stdout_fd;
+        int stderr_fd;
+};
+
+/* Starts a process in its own session, with every signal at its default
+ * action and none blocked, and PR_SET_PDEATHSIG SIGKILL. Returns 0 with
+ * its pid and a pidfd (close-on-exec) once it has exec'd, or -errno from
+ * the clone, from a step before the exec, or from the exec itself (the
+ * child is then reaped already). */
+int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid, int *pidfd);
+/* 1 and the status once the process has exited (reaped), 0 while it runs,
+ * or -errno. exit_status is the exit code, term_signal the signal that
+ * killed it (0 when it exited). */
+int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
+
+/* Called by the group after each process exit: reap orphans now that the
+ * group has reaped its child. */
 void hp_agent__process_exited(struct hp_agent *agent);
 
 /* The line listener for a worker's stdout, or NULL when no rule watches

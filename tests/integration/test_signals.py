@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import (deadline_poll, helper, pid_alive, proc_status,
+from conftest import (PYTHON, deadline_poll, helper, pid_alive, proc_status,
                       wait_for_files, write_exec)
 
 
@@ -211,6 +211,53 @@ def test_pdeathsig_when_agent_is_killed(hpr, tmp_path):
                   what=f"workers {pids} to die with hyperpodrun")
     for rank in range(2):
         assert names(out / f"sig_w_{rank}") == []
+
+
+def test_worker_starts_with_default_signals_in_its_own_session(hpr, tmp_path):
+    """Whatever the agent inherited or set up for itself, a worker starts
+    with no signal ignored or blocked and leads its own session and process
+    group (so a stop signal to the group reaches what it starts)."""
+    # The agent starts with SIGHUP ignored and SIGUSR2 blocked, as under
+    # nohup or a launcher that blocks signals.
+    wrapper = [PYTHON, "-c",
+               "import os, signal, sys\n"
+               "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+               "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2])\n"
+               "os.execv(sys.argv[1], sys.argv[1:])\n"]
+    # Shell builtins only: a shell blocks every signal while it waits for
+    # a child, which a grep reading its status would see.
+    worker = write_exec(tmp_path / "w.sh", f"""#!/bin/sh
+while read -r key value; do
+    case $key in SigBlk:|SigIgn:) echo "$key $value";; esac
+done < /proc/$$/status > '{tmp_path}/status_'$RANK
+read -r pid comm state ppid pgrp sid rest < /proc/$$/stat
+echo $pid $pgrp $sid > '{tmp_path}/ids_'$RANK
+""")
+    r = hpr.run(["--standalone", "--nproc-per-node", 2, "--no-python", worker],
+                wrapper=wrapper)
+    assert r.rc == 0, r.describe()
+    for rank in range(2):
+        status = (tmp_path / f"status_{rank}").read_text()
+        assert status == "SigBlk: 0000000000000000\nSigIgn: 0000000000000000\n", status
+        pid, pgrp, sid = (tmp_path / f"ids_{rank}").read_text().split()
+        assert pid == pgrp == sid, (pid, pgrp, sid)
+
+
+def test_closed_standard_streams(hpr, tmp_path):
+    """Started with stdin, stdout and stderr closed (a supervisor that
+    closes them), hyperpodrun still runs the job and tees every worker's
+    output to its files: no pipe of its own takes a standard stream's
+    number."""
+    worker = write_exec(tmp_path / "w.sh",
+                        "#!/bin/sh\necho out $RANK\necho err $RANK >&2\n")
+    r = hpr.run(["--standalone", "--nproc-per-node", 2, "--tee", 3,
+                 "--no-python", worker],
+                wrapper=["/bin/sh", "-c", 'exec "$0" "$@" <&- >&- 2>&-'])
+    assert r.rc == 0, r.describe()
+    train = hpr.only_train_dir() / "attempt_0"
+    for rank in range(2):
+        assert (train / str(rank) / "stdout.log").read_text() == f"out {rank}\n"
+        assert (train / str(rank) / "stderr.log").read_text() == f"err {rank}\n"
 
 
 def test_signal_during_pre_train(hpr, tmp_path):
