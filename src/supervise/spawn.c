@@ -18,7 +18,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdalign.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -26,11 +27,13 @@
 
 #include "supervise-private.h"
 
-/* The child's stack, on the parent's: the parent thread is suspended from
- * clone until the child has exec'd or exited, so nothing else uses it.
- * execvpe needs about PATH_MAX plus the argument count in words, to
- * search PATH and to run a script without #! through /bin/sh. */
-#define SPAWN_STACK_SIZE (64 * 1024)
+/* The child's stack, as glibc's posix_spawn sizes it: execvpe needs
+ * about PATH_MAX to search PATH, and room for the argument vector plus two
+ * to run a script without #! through /bin/sh. It comes from the heap: the
+ * parent thread is suspended from clone until the child has exec'd or
+ * exited, and a child that ran past a stack in the parent's frame would
+ * write over the frame of the clone call itself. */
+#define SPAWN_STACK_BASE (32 * 1024)
 
 struct spawn_child {
         const struct hp_spawn_options *opts;
@@ -46,8 +49,8 @@ static void child_fail(struct spawn_child *c, int err)
         _exit(127);
 }
 
-/* Runs in the child, in the agent's memory, on the parent thread's stack
- * and thread-local storage: only async-signal-safe calls, no allocation,
+/* Runs in the child, in the agent's memory and on the parent thread's
+ * thread-local storage: only async-signal-safe calls, no allocation,
  * nothing written but its own stack and c->error. AddressSanitizer would
  * poison this stack's frames in memory the parent owns. */
 __attribute__((no_sanitize_address)) static int child_main(void *arg)
@@ -106,7 +109,6 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
 int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
              int *pidfd_out)
 {
-        alignas(16) char stack[SPAWN_STACK_SIZE];
         struct spawn_child child = {
                 .opts = opts,
                 .parent = getpid(),
@@ -114,17 +116,30 @@ int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
         };
         sigset_t all, saved;
         int pidfd = -1, clone_errno;
+        size_t argc = 0, stack_size;
+        char *stack;
         pid_t pid;
+
+        while (opts->argv[argc] != NULL)
+                argc++;
+        stack_size = SPAWN_STACK_BASE + (argc + 2) * sizeof(char *);
+        stack = malloc(stack_size);
+        if (stack == NULL)
+                return -ENOMEM;
 
         /* No handler of the agent's may run in the child before it has
          * reset them: it would act on the agent's memory. */
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &saved);
-        pid = clone(child_main, stack + sizeof(stack),
+        /* The top, where the stack starts, 16-byte aligned as the ABI
+         * wants. */
+        pid = clone(child_main,
+                    (void *)(((uintptr_t)stack + stack_size) & ~(uintptr_t)15),
                     CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &child,
                     &pidfd);
         clone_errno = errno;
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        free(stack);
         if (pid < 0)
                 return -clone_errno;
         if (child.error != 0) {

@@ -202,3 +202,17 @@ def test_worker_that_cannot_be_executed(hpr, tmp_path, interpreter, code, why):
     assert f"train worker 0: cannot execute '{script}': {why}" in r.err, r.describe()
     root = summary(r)
     assert re.search(rf"(?m)^\s*exitcode\s*: {code} \(pid: \d+\)$", root), root
+
+
+def test_script_without_interpreter_line_and_many_arguments(hpr, tmp_path):
+    """A script with no #! line is run by /bin/sh, as execvp runs it, with
+    all of its arguments: 20,000 of them need more room to be passed on
+    (the argument vector is copied on the starting process's stack) than
+    a small fixed stack would give."""
+    script = write_exec(tmp_path / "w", f'echo "$# $1 ${{20000}}" > "{tmp_path}/argc_$RANK"\n')
+    args = [f"a{i}" for i in range(1, 20001)]
+    r = hpr.run(["--standalone", "--nproc-per-node", 2, "--no-python", script,
+                 *args])
+    assert r.rc == 0, r.describe()
+    for rank in range(2):
+        assert (tmp_path / f"argc_{rank}").read_text() == "20000 a1 a20000\n"
