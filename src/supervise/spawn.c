@@ -27,12 +27,12 @@
 
 #include "supervise-private.h"
 
-/* The child's stack, as glibc's posix_spawn sizes it: execvpe needs
+/* The child's stack, sized as glibc's posix_spawn sizes it: execvpe needs
  * about PATH_MAX to search PATH, and room for the argument vector plus two
- * to run a script without #! through /bin/sh. It comes from the heap: the
- * parent thread is suspended from clone until the child has exec'd or
- * exited, and a child that ran past a stack in the parent's frame would
- * write over the frame of the clone call itself. */
+ * to run a script without #! through /bin/sh. A fixed 64 KiB in the
+ * parent's frame was too small for such a script with 20,000 arguments:
+ * the child ran past it over the clone call's own frame, and the agent
+ * died of SIGSEGV. */
 #define SPAWN_STACK_BASE (32 * 1024)
 
 struct spawn_child {
@@ -51,8 +51,9 @@ static void child_fail(struct spawn_child *c, int err)
 
 /* Runs in the child, in the agent's memory and on the parent thread's
  * thread-local storage: only async-signal-safe calls, no allocation,
- * nothing written but its own stack and c->error. AddressSanitizer would
- * poison this stack's frames in memory the parent owns. */
+ * nothing written but its own stack, c->error and the parent thread's
+ * errno (read by the parent only when clone fails). AddressSanitizer
+ * would poison this stack's frames in memory the parent owns. */
 __attribute__((no_sanitize_address)) static int child_main(void *arg)
 {
         struct spawn_child *c = arg;
