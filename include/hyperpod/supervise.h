@@ -272,9 +272,9 @@ void hp_agent_close(struct hp_agent *agent);
  * exit, after the orderly stop, for processes that escaped their group. */
 int hp_reaper_kill_descendants(int sig);
 
-/* Reaps exited children that libuv does not own (orphans reparented to the
- * subreaper). is_managed tells libuv's pids apart. */
+/* Reaps exited children that are not workers (orphans reparented to the
+ * subreaper). is_managed tells the workers' pids apart: each group reaps
+ * its own through their pidfds. */
 int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx);
-
 
 #endif
