@@ -89,6 +89,17 @@ int hp_std_fds_open(void);
  * or -errno. Blocking: only for files and for the console writer thread. */
 int hp_write_all(int fd, const void *buf, size_t len);
 
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when
+ * the bytes there are not one: overlong forms, surrogates and code points
+ * past U+10FFFF are invalid, as in Python's and JSON's decoders. */
+size_t hp_utf8_seq_len(const unsigned char *s, size_t n);
+/* Whether s[0..n) is valid UTF-8. */
+bool hp_utf8_valid(const char *s, size_t n);
+/* Copies src into out (len bytes with the NUL), each invalid byte
+ * replaced by U+FFFD, as Python's errors="replace" does, and cut only
+ * between characters. Returns the length written. */
+size_t hp_utf8_repair(const char *src, char *out, size_t len);
+
 /* mkdir -p with the given mode. Returns 0 or -errno. */
 int hp_mkdir_p(const char *path, unsigned mode);
 /* rm -rf that does not follow symlinks. A missing path is not an error. */

@@ -194,6 +194,7 @@ struct hp_operator {
         bool can_start;
         bool start_pending;     /* RUNNING, workers not started yet */
         bool next_stage_pending; /* a stage succeeded; start the next */
+        bool rules_changed;     /* an /update brought other rules */
         bool log_requests;      /* --server-log-level debug or trace */
         bool httpd_ready;
         bool timers_ready;

@@ -113,15 +113,35 @@ static int letter_to_id(int letter)
         return -1;
 }
 
-/* PET_* booleans follow torchrun's check_env: a non-zero integer is true. */
-static bool env_flag_value(const char *text)
+/* PET_* booleans follow torchrun's check_env, bool(int(value)): Python's
+ * int() takes blanks around the number, a sign and single underscores
+ * between digits. Returns 1, 0, or -1 for what int() refuses (torchrun
+ * stops with a ValueError there). */
+static int env_flag_value(const char *text)
 {
-        char *end;
-        long v;
+        const char *p = text;
+        bool nonzero = false, digits = false;
 
-        errno = 0;
-        v = strtol(text, &end, 10);
-        return errno == 0 && end != text && *end == '\0' && v != 0;
+        while (*p == ' ' || (*p >= '\t' && *p <= '\r'))
+                p++;
+        if (*p == '+' || *p == '-')
+                p++;
+        for (; *p; p++) {
+                if (*p >= '0' && *p <= '9') {
+                        digits = true;
+                        nonzero |= *p != '0';
+                } else if (*p == '_' && digits && p[1] >= '0' &&
+                           p[1] <= '9') {
+                        continue;
+                } else {
+                        break;
+                }
+        }
+        while (*p == ' ' || (*p >= '\t' && *p <= '\r'))
+                p++;
+        if (!digits || *p != '\0')
+                return -1;
+        return nonzero;
 }
 
 static int count_gpus(void)
@@ -239,9 +259,11 @@ int hp_config_parse_std_spec(const char *text, int nproc, uint8_t *out,
                         out[i] = (uint8_t)value;
                 return 0;
         }
-        /* The map form: local ranks that are not listed get 0. */
+        /* The map form: local ranks that are not listed get 0. 0xff marks
+         * a rank already given: a second value for it is a mistake that
+         * would otherwise be settled silently by order. */
         for (int i = 0; i < nproc; i++)
-                out[i] = 0;
+                out[i] = 0xff;
         for (const char *p = text; *p;) {
                 const char *comma = strchr(p, ',');
                 size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -266,6 +288,12 @@ int hp_config_parse_std_spec(const char *text, int nproc, uint8_t *out,
                                  text, rank, nproc);
                         return HP_EUSAGE;
                 }
+                if (out[rank] != 0xff) {
+                        snprintf(errbuf, errlen,
+                                 "'%s': local rank %d is given twice", text,
+                                 rank);
+                        return HP_EUSAGE;
+                }
                 out[rank] = (uint8_t)value;
                 p += len;
                 if (*p == ',') {
@@ -281,11 +309,18 @@ bad_item:
                          text);
                 return HP_EUSAGE;
         }
+        for (int i = 0; i < nproc; i++)
+                if (out[i] == 0xff)
+                        out[i] = 0;
         return 0;
 }
 
+/* strict: a rank at or past nproc is an error. torchrun's
+ * --local-ranks-filter takes such ranks and shows nothing for them, so
+ * that one command line fits nodes of different sizes. */
 static int parse_ranks_filter(const struct raw_value *v, int nproc,
-                              bool *shown, char *errbuf, size_t errlen)
+                              bool strict, bool *shown, char *errbuf,
+                              size_t errlen)
 {
         for (int i = 0; i < nproc; i++)
                 shown[i] = false;
@@ -305,11 +340,12 @@ static int parse_ranks_filter(const struct raw_value *v, int nproc,
                         ERR("invalid value '%s' for %s: '%s' is not a local "
                             "rank",
                             v->text, v->source, item);
-                if (rank >= nproc)
+                if (rank >= nproc && strict)
                         ERR("invalid value '%s' for %s: local rank %d is not "
                             "below --nproc-per-node %d",
                             v->text, v->source, rank, nproc);
-                shown[rank] = true;
+                if (rank < nproc)
+                        shown[rank] = true;
                 p += len;
                 if (*p == ',')
                         p++;
@@ -463,7 +499,18 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 if (raw[HP_OPT_MASTER_ADDR].text[0] == '\0')
                         ERR("empty value for %s",
                             raw[HP_OPT_MASTER_ADDR].source);
-                cfg->master_addr = raw[HP_OPT_MASTER_ADDR].text;
+                const char *addr = raw[HP_OPT_MASTER_ADDR].text;
+                bool control = false;
+
+                for (const char *p = addr; *p; p++)
+                        control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+                if (control || !hp_utf8_valid(addr, strlen(addr)))
+                        ERR("invalid value for %s: it holds %s; expected "
+                            "one host name or address",
+                            raw[HP_OPT_MASTER_ADDR].source,
+                            control ? "a control character (a newline?)"
+                                    : "bytes that are not UTF-8");
+                cfg->master_addr = addr;
                 cfg->master_addr_given = true;
         }
         if (raw[HP_OPT_MASTER_PORT].text) {
@@ -573,7 +620,8 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         if (raw[HP_OPT_LOCAL_RANKS_FILTER].text &&
             raw[HP_OPT_LOCAL_RANKS_FILTER].text[0] != '\0') {
                 r = parse_ranks_filter(&raw[HP_OPT_LOCAL_RANKS_FILTER],
-                                       cfg->nproc, cfg->console_shown, errbuf,
+                                       cfg->nproc, false, cfg->console_shown,
+                                       errbuf,
                                        errlen);
                 if (r < 0)
                         return r;
@@ -674,7 +722,8 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                         for (int i = 0; i < cfg->nproc; i++)
                                 cfg->monitored[i] = true;
                 } else {
-                        r = parse_ranks_filter(v, cfg->nproc, cfg->monitored,
+                        r = parse_ranks_filter(v, cfg->nproc, true,
+                                               cfg->monitored,
                                                errbuf, errlen);
                         if (r < 0)
                                 return r;
@@ -772,8 +821,17 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
                 env = getenv(name);
                 if (env == NULL)
                         continue;
-                if (!option_rows[id].takes_arg && !env_flag_value(env))
-                        continue;
+                if (!option_rows[id].takes_arg) {
+                        int on = env_flag_value(env);
+                        if (on < 0)
+                                ERR("invalid value '%s' for %s "
+                                    "(environment): expected an integer, "
+                                    "0 for off and anything else for on, "
+                                    "as torchrun reads it",
+                                    env, name);
+                        if (on == 0)
+                                continue;
+                }
                 raw[id].text = env;
                 snprintf(raw[id].source, sizeof(raw[id].source),
                          "%s (environment)", name);

@@ -1,10 +1,13 @@
 /* Where rules come from: a JSON list, a JSON object holding the list, or
  * the HyperPodPyTorchJob job.yaml a user applies with kubectl. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <yaml.h>
 
@@ -306,8 +309,12 @@ int logmon_config_parse(const char *name, const char *data, size_t n,
 static int slurp(const char *path, char **data, size_t *n, char *errbuf,
                  size_t len)
 {
-        FILE *f = fopen(path, "rb");
+        /* O_NONBLOCK: a FIFO must not hang the open; only a regular file
+         * is read. */
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat st;
         size_t got;
+        FILE *f;
         char *buf;
         int err;
 
@@ -315,8 +322,25 @@ static int slurp(const char *path, char **data, size_t *n, char *errbuf,
          * but -O3 cannot see that errno is never 0 after fopen fails. */
         *data = NULL;
         *n = 0;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+                err = -errno;
+                snprintf(errbuf, len, "%s: %s", path, strerror(-err));
+                if (fd >= 0)
+                        close(fd);
+                return err;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                snprintf(errbuf, len,
+                         "%s: not a regular file (a FIFO, device or "
+                         "directory)",
+                         path);
+                close(fd);
+                return HP_ECONFIG;
+        }
+        f = fdopen(fd, "rb");
         if (f == NULL) {
                 err = -errno;
+                close(fd);
                 snprintf(errbuf, len, "%s: %s", path, strerror(-err));
                 return err;
         }

@@ -112,6 +112,7 @@ static void start_workers(struct hp_operator *op)
         int r;
 
         op->start_pending = false;
+        op->rules_changed = false;
         hp_op__round_from_job(op, &round);
         r = hp_agent_use_rules(op->agent, op->job.ruleset);
         if (r == 0) {
@@ -136,10 +137,21 @@ static void next_stage(struct hp_operator *op)
 
         op->next_stage_pending = false;
         /* Each stage runs with the operator's current data, as in the
-         * reference: an /update between stages is picked up. */
+         * reference: an /update between stages is picked up, its rules
+         * included. */
         hp_op__round_from_job(op, &round);
         round.nproc = op->agent->round.nproc;
         op->agent->round = round;
+        if (op->rules_changed) {
+                op->rules_changed = false;
+                r = hp_agent_use_rules(op->agent, op->job.ruleset);
+                if (r < 0) {
+                        fault(op, "WorkerFault",
+                              "cannot watch the next stage with the rules "
+                              "of the last /update");
+                        return;
+                }
+        }
         r = hp_agent_next_stage(op->agent);
         if (r > 0)
                 return;
@@ -153,15 +165,20 @@ static void next_stage(struct hp_operator *op)
 
 static uint64_t stop_timeout_ms(const struct hp_operator *op)
 {
-        return op->stop_timeout_s >= 0 ? (uint64_t)op->stop_timeout_s * 1000
-                                       : op->cfg->shutdown_timeout_ms;
+        /* 0 means "not given", as in the reference, whose `timeout or
+         * shutdown_timeout` falls back on it. */
+        return op->stop_timeout_s > 0 ? (uint64_t)op->stop_timeout_s * 1000
+                                      : op->cfg->shutdown_timeout_ms;
 }
 
 static void stopped(struct hp_operator *op)
 {
         /* The attempt is over: rule state goes, and the next /start
-         * begins again with pre-train. */
+         * begins again with pre-train. The run result goes too, as in the
+         * reference: a failed attempt that was stopped is not what a
+         * later /shutdown reports. */
         hp_agent_clear_rules(op->agent);
+        op->last_failure_code = 0;
         hp_op__set_state(op, HP_OP_READY, NULL, NULL);
 }
 

@@ -249,6 +249,38 @@ static void optional_string(struct checker *c, const cJSON *obj,
                 c->oom = true;
 }
 
+static bool has_control(const char *s)
+{
+        for (; *s; s++)
+                if ((unsigned char)*s < 0x20 || *s == 0x7f)
+                        return true;
+        return false;
+}
+
+/* The offset of the first \u0000 escape inside a JSON string of the body,
+ * or -1. cJSON ends its strings at a NUL, so such a value would be cut
+ * short without a word. */
+static long nul_escape_at(const char *body, size_t len)
+{
+        bool in_string = false;
+
+        for (size_t i = 0; i < len; i++) {
+                if (!in_string) {
+                        in_string = body[i] == '"';
+                        continue;
+                }
+                if (body[i] == '"') {
+                        in_string = false;
+                } else if (body[i] == '\\' && i + 1 < len) {
+                        if (body[i + 1] == 'u' && i + 5 < len &&
+                            strncmp(body + i + 2, "0000", 4) == 0)
+                                return (long)i;
+                        i++;
+                }
+        }
+        return -1;
+}
+
 static void check_master(struct checker *c, const cJSON *obj,
                          struct hp_op_request *out)
 {
@@ -270,6 +302,11 @@ static void check_master(struct checker *c, const cJSON *obj,
                         value_error(c, "master_addr", -1, NULL, addr,
                                     "Empty master_addr received from "
                                     "operator");
+                else if (has_control(s))
+                        value_error(c, "master_addr", -1, NULL, addr,
+                                    "master_addr holds a control character "
+                                    "(a newline?): it must be one host name "
+                                    "or address");
                 else if (len >= sizeof(out->master_addr))
                         value_error(c, "master_addr", -1, NULL, addr,
                                     "master_addr is %zu bytes long; at most "
@@ -531,6 +568,21 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                           "extract fields from",
                           raw, NULL);
                 cJSON_Delete(raw);
+                goto done;
+        }
+        if (!hp_utf8_valid(body, body_len) ||
+            nul_escape_at(body, body_len) >= 0) {
+                char where[128];
+                cJSON *loc_input = cJSON_CreateObject();
+
+                snprintf(where, sizeof(where), "%s",
+                         hp_utf8_valid(body, body_len)
+                                 ? "a string holds \\u0000 (NUL), which "
+                                   "cannot be passed on"
+                                 : "the body is not valid UTF-8");
+                add_error(&c, "json_invalid", NULL, -1, NULL,
+                          "JSON decode error", loc_input, where);
+                cJSON_Delete(loc_input);
                 goto done;
         }
         doc = cJSON_ParseWithLengthOpts(body, body_len, &end, false);

@@ -128,6 +128,15 @@ static int store_ip_table(struct hp_operator *op,
 static void store_job(struct hp_operator *op, struct hp_op_request *req,
                       bool keep_progress)
 {
+        /* The next stage of a running attempt picks up new rules (see
+         * next_stage); the same rules again leave the rule state alone. */
+        bool same_rules = op->job.rules == NULL || req->rules == NULL
+                                  ? op->job.rules == req->rules
+                                  : cJSON_Compare(op->job.rules, req->rules,
+                                                  true);
+
+        if (keep_progress && !same_rules)
+                op->rules_changed = true;
         cJSON *progress = NULL;
 
         if (keep_progress) {
@@ -142,7 +151,9 @@ static void store_job(struct hp_operator *op, struct hp_op_request *req,
                 op->job.progress = progress;
         }
         op->have_job = true;
-        op->assigned_rank = op->job.rank;
+        /* Only /start assigns the rank, as in the reference's PLR agent. */
+        if (!keep_progress)
+                op->assigned_rank = op->job.rank;
 }
 
 static void handle_start(struct hp_operator *op,

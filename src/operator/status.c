@@ -4,8 +4,27 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "hyperpod/common.h"
 #include "hyperpod/operator.h"
+
+/* Adds a string that may hold bytes from a worker's line or a request:
+ * invalid UTF-8 becomes U+FFFD, so that strict JSON decoders (Python's)
+ * read the body. */
+static bool add_text(cJSON *doc, const char *key, const char *value)
+{
+        size_t len = strlen(value) * 3 + 1;
+        char *clean = malloc(len);
+        bool ok;
+
+        if (clean == NULL)
+                return false;
+        hp_utf8_repair(value, clean, len);
+        ok = cJSON_AddStringToObject(doc, key, clean) != NULL;
+        free(clean);
+        return ok;
+}
 
 char *hp_op_status_render(const struct hp_op_status *st)
 {
@@ -33,16 +52,16 @@ char *hp_op_status_render(const struct hp_op_status *st)
                         goto done;
         }
         if (plr->reason[0] != '\0' &&
-            cJSON_AddStringToObject(doc, "reason", plr->reason) == NULL)
+            !add_text(doc, "reason", plr->reason))
                 goto done;
         if (plr->message[0] != '\0' &&
-            cJSON_AddStringToObject(doc, "message", plr->message) == NULL)
+            !add_text(doc, "message", plr->message))
                 goto done;
         if (cJSON_AddStringToObject(doc, "restartMode",
                                     "process_level_restart") == NULL)
                 goto done;
         if (st->ip_version != NULL &&
-            cJSON_AddStringToObject(doc, "ipversion", st->ip_version) == NULL)
+            !add_text(doc, "ipversion", st->ip_version))
                 goto done;
         if (st->agent_version != NULL && st->agent_version[0] != '\0' &&
             cJSON_AddStringToObject(doc, "agent_version",

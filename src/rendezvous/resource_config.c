@@ -288,7 +288,9 @@ static int read_file(const char *path, char **text, size_t *len)
         char *buf;
         int fd, r;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        /* O_NONBLOCK: a FIFO must not hang the open; it is refused
+         * below with everything else that is not a regular file. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0)
                 return -errno;
         if (fstat(fd, &st) < 0) {
@@ -297,6 +299,10 @@ static int read_file(const char *path, char **text, size_t *len)
         }
         if (S_ISDIR(st.st_mode)) {
                 r = -EISDIR;
+                goto err_close;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = -ENODEV;
                 goto err_close;
         }
         if (st.st_size > (off_t)RESOURCE_CONFIG_MAX) {
@@ -398,7 +404,9 @@ int hp_rdzv__resource_config_next(struct hp_rdzv *rdzv,
                          opt->resource_config, opt->resource_config_source,
                          r == -EFBIG    ? "larger than 16 MiB"
                          : r == -EISDIR ? "a directory"
-                                        : hp_strerror(r));
+                         : r == -ENODEV
+                                 ? "not a regular file (a FIFO or a device)"
+                                 : hp_strerror(r));
                 return HP_ECONFIG;
         }
         r = hp_rdzv_resource_config_place(

@@ -471,13 +471,17 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 if (r < 0)
                         return r;
         }
-        r = prepare_log_dirs(a, errbuf, errlen);
-        if (r < 0)
-                return r;
+        /* The rules first: a start refused for its rules file leaves no
+         * log directory behind. */
         r = hp_agent__monitors_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
+                hp_agent__monitors_close(a);
+                return r;
+        }
+        r = prepare_log_dirs(a, errbuf, errlen);
+        if (r < 0) {
                 hp_agent__monitors_close(a);
                 return r;
         }
