@@ -10,6 +10,8 @@
  * accelerator cores; this leaves room without letting a typo fork 10^6
  * processes. */
 #define HP_MAX_NPROC 1024
+/* Operator mode's default --log-dir, the HyperPod layout. */
+#define HP_OPERATOR_LOG_DIR "/tmp/hyperpod"
 
 enum hp_rdzv_backend {
         HP_RDZV_HYPERPOD = 0,   /* operator-driven (default, as the reference) */

@@ -180,6 +180,7 @@ struct hp_operator {
         struct hp_plr plr;
         uv_timer_t kick;        /* acts on the state after a request */
         uv_timer_t retry;       /* listen retries */
+        uv_timer_t remind;      /* "still waiting for /start" */
         int listen_tries;
         int listen_max_tries;
         uint64_t listen_delay_ms;

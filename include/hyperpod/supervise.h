@@ -14,6 +14,11 @@
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
 
+/* TORCHELASTIC_MAX_RESTARTS in operator mode: torch's WorkerSpec default,
+ * which the reference agent's workers always see (it never passes
+ * --max-restarts on). */
+#define HP_OPERATOR_MAX_RESTARTS 3
+
 enum hp_stage {
         HP_STAGE_PRE_TRAIN = 0,
         HP_STAGE_TRAIN,

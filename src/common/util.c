@@ -259,6 +259,39 @@ bool hp_utf8_valid(const char *s, size_t n)
         return true;
 }
 
+/* The bytes one U+FFFD stands for at an invalid sequence: its maximal
+ * valid prefix, or one byte (Unicode's "maximal subpart", as Python's
+ * decoder replaces). */
+static size_t invalid_run(const unsigned char *s, size_t n)
+{
+        unsigned c = s[0];
+        unsigned lo = 0x80, hi = 0xbf;
+        size_t len, i;
+
+        if (c >= 0xc2 && c <= 0xdf)
+                len = 2;
+        else if (c >= 0xe0 && c <= 0xef)
+                len = 3;
+        else if (c >= 0xf0 && c <= 0xf4)
+                len = 4;
+        else
+                return 1;
+        if (c == 0xe0)
+                lo = 0xa0;
+        else if (c == 0xed)
+                hi = 0x9f;
+        else if (c == 0xf0)
+                lo = 0x90;
+        else if (c == 0xf4)
+                hi = 0x8f;
+        for (i = 1; i < len && i < n; i++) {
+                unsigned b = s[i];
+                if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xbf))
+                        break;
+        }
+        return i;
+}
+
 size_t hp_utf8_repair(const char *src, char *out, size_t len)
 {
         static const char replacement[] = "\xef\xbf\xbd";
@@ -276,8 +309,10 @@ size_t hp_utf8_repair(const char *src, char *out, size_t len)
                         break;
                 memcpy(out + used, from, want);
                 used += want;
-                p += k ? k : 1;
-                n -= k ? k : 1;
+                if (k == 0)
+                        k = invalid_run(p, n);
+                p += k;
+                n -= k;
         }
         out[used] = '\0';
         return used;

@@ -737,6 +737,18 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         if (r < 0)
                 return r;
 
+        /* Operator mode keeps the HyperPod layout every AWS sample asks
+         * for (--tee 3 --log-dir /tmp/hyperpod); self-driven modes keep
+         * torchrun's defaults. */
+        if (hp_config_operator_mode(cfg)) {
+                if (raw[HP_OPT_LOG_DIR].text == NULL)
+                        cfg->log_dir = HP_OPERATOR_LOG_DIR;
+                if (raw[HP_OPT_TEE].text == NULL &&
+                    raw[HP_OPT_REDIRECTS].text == NULL)
+                        for (int i = 0; i < cfg->nproc; i++)
+                                cfg->tee[i] = 3;
+        }
+
         /* Cross-checks between options. */
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",

@@ -345,46 +345,49 @@ static int env_int(const char *name, int def, int min, int max, int *out,
         return 0;
 }
 
-static int prepare_resource_dir(struct hp_operator *op, char *errbuf,
-                                size_t len)
+/* The resource config directory is made when pod_resourceconfig.json is
+ * first written; an agent restarted on the same file system reports the
+ * saved IP table version at once, as the reference does. */
+static void read_saved_ip_table(struct hp_operator *op)
 {
         const struct hp_rdzv_options *opt = &op->agent->rdzv.opt;
-        bool given = opt->resource_config_dir_given;
         char err[512];
         cJSON *doc = NULL;
         const cJSON *ts;
-        int r;
 
         snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
                  opt->resource_config_dir);
-        r = hp_mkdir_p(op->resource_dir, 0755);
-        if (r < 0) {
-                snprintf(errbuf, len,
-                         "cannot create the resource config directory '%s' "
-                         "(%s): %s",
-                         op->resource_dir,
-                         given ? "from --rdzv-conf resource_config_dir"
-                               : "the default; set it with --rdzv-conf "
-                                 "resource_config_dir=DIR",
-                         hp_strerror(r));
-                return HP_ECONFIG;
-        }
-        /* An agent restarted on the same file system reports the saved IP
-         * table version at once, as the reference does. */
-        r = hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err));
-        if (r < 0) {
+        if (hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err)) < 0) {
                 hp_log_warn("ignoring the saved IP table: %s", err);
-                return 0;
+                return;
         }
         ts = cJSON_GetObjectItemCaseSensitive(doc, "ips_timestamp");
         if (cJSON_IsString(ts))
                 snprintf(op->ip_version, sizeof(op->ip_version), "%s",
                          ts->valuestring);
         cJSON_Delete(doc);
-        return 0;
 }
 
 static void retry_cb(uv_timer_t *timer);
+
+/* A torchrun command line lands here by default and would wait in
+ * silence: say what the agent waits for, and how to run without it. */
+#define REMIND_MS 60000
+
+static void remind_cb(uv_timer_t *timer)
+{
+        struct hp_operator *op = hp_container_of(timer, struct hp_operator,
+                                                 remind);
+
+        if (op->have_job) {
+                uv_timer_stop(timer);
+                return;
+        }
+        if (op->plr.state == HP_OP_READY)
+                hp_log_info("still waiting for the operator's POST /start "
+                            "(--standalone or --rdzv-backend static run "
+                            "without one)");
+}
 
 static int try_listen(struct hp_operator *op, char *errbuf, size_t len)
 {
@@ -456,9 +459,7 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                          delay);
                 return HP_ECONFIG;
         }
-        r = prepare_resource_dir(op, errbuf, len);
-        if (r < 0)
-                return r;
+        read_saved_ip_table(op);
         op->stream_totals = calloc((size_t)cfg->nproc,
                                    sizeof(*op->stream_totals));
         if (op->stream_totals == NULL)
@@ -477,6 +478,7 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
         op->httpd_ready = true;
         uv_timer_init(agent->loop, &op->kick);
         uv_timer_init(agent->loop, &op->retry);
+        uv_timer_init(agent->loop, &op->remind);
         op->timers_ready = true;
 
         r = try_listen(op, errbuf, len);
@@ -491,6 +493,15 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
 
         hp_agent_set_events(agent, &events, op);
         hp_op__set_state(op, HP_OP_READY, NULL, NULL);
+        hp_log_info("operator mode (--rdzv-backend hyperpod, the default): "
+                    "no worker starts until the HyperPod operator sends "
+                    "POST /start to port %d; to run without an operator, "
+                    "use --standalone (one node) or --rdzv-backend static "
+                    "(--nnodes, --node-rank, --master-addr)",
+                    op->listening ? hp_httpd_port(&op->httpd)
+                                  : cfg->server_port);
+        uv_timer_start(&op->remind, remind_cb, REMIND_MS, REMIND_MS);
+        uv_unref((uv_handle_t *)&op->remind);
         return 0;
 }
 
@@ -509,6 +520,7 @@ void hp_operator_close(struct hp_operator *op)
         if (op->timers_ready) {
                 uv_close((uv_handle_t *)&op->kick, NULL);
                 uv_close((uv_handle_t *)&op->retry, NULL);
+                uv_close((uv_handle_t *)&op->remind, NULL);
                 op->timers_ready = false;
         }
         if (op->httpd_ready) {

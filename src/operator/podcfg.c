@@ -154,6 +154,17 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
 
         if (text == NULL)
                 return -ENOMEM;
+        /* Made on the first write rather than at start, so that an agent
+         * that never gets an IP table leaves nothing under /opt/ml. */
+        r = hp_mkdir_p(dir, 0755);
+        if (r < 0) {
+                free(text);
+                snprintf(errbuf, len,
+                         "cannot create the resource config directory '%s': "
+                         "%s",
+                         dir, strerror(-r));
+                return r;
+        }
         if (hp_snprintf(path, sizeof(path), "%s/%s", dir, HP_OP_PODCFG_NAME) <
                     0 ||
             hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0) {

@@ -413,7 +413,12 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 .master_addr = a->round.master_addr,
                 .master_port = a->round.master_port,
                 .restart_count = a->restart_count,
-                .max_restarts = cfg->max_restarts,
+                /* Operator mode: the operator restarts, not the agent,
+                 * so workers see what the reference's do: torch's
+                 * WorkerSpec default. */
+                .max_restarts = hp_config_operator_mode(cfg)
+                                        ? HP_OPERATOR_MAX_RESTARTS
+                                        : cfg->max_restarts,
                 .run_id = a->rdzv.run_id,
                 .error_file = w->error_file,
         };

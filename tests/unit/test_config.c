@@ -238,9 +238,10 @@ static const struct parse_case parse_cases[] = {
                         { "module", "false" },
                         { "no_python", "false" },
                         { "python_exec", "python3" },
-                        { "log_dir", "(null)" },
+                        /* Operator mode: the HyperPod layout. */
+                        { "log_dir", "/tmp/hyperpod" },
                         { "prefix_template", "(null)" },
-                        { "tee", "0" },
+                        { "tee", "3" },
                         { "redirects", "0" },
                         { "script", "train.py" },
                         { "script_argc", "0" },
@@ -411,6 +412,30 @@ static const struct parse_case parse_cases[] = {
                             { "pre_train_args", "a b" },
                             { "post_train_script", "/bin/post" },
                             { "post_train_args", "(null)" } },
+        },
+        {
+                .name = "self-driven modes keep torchrun's log defaults",
+                .argv = { "hyperpodrun", "--standalone", "--nproc-per-node",
+                          "2", "t.py" },
+                .expect = { { "log_dir", "(null)" }, { "tee", "0,0" } },
+        },
+        {
+                .name = "static keeps torchrun's log defaults too",
+                .argv = { "hyperpodrun", "--rdzv-backend", "static", "t.py" },
+                .expect = { { "log_dir", "(null)" }, { "tee", "0" } },
+        },
+        {
+                .name = "operator mode: --redirects alone turns off the "
+                        "default tee",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "-r", "1",
+                          "t.py" },
+                .expect = { { "tee", "0,0" }, { "redirects", "1,1" } },
+        },
+        {
+                .name = "operator mode: --tee overrides its default",
+                .argv = { "hyperpodrun", "--nproc-per-node", "2", "--tee",
+                          "0:1", "t.py" },
+                .expect = { { "tee", "1,0" } },
         },
         {
                 .name = "log dir /dev/null means no files",
