@@ -123,6 +123,7 @@ int main(int argc, char **argv)
         } else {
                 code = hp_agent_run(&agent);
         }
+        hp_agent_pass_error_file(&agent, code);
         hp_agent_close(&agent);
         r = uv_loop_close(&loop);
         if (r < 0)

@@ -58,6 +58,7 @@ struct hp_config {
         const char *role;
         bool module;
         bool no_python;
+        bool run_path;          /* --run-path: python -u SCRIPT */
         const char *log_dir;        /* NULL: a torchelastic_* temp dir */
         bool log_to_devnull;        /* --log-dir /dev/null: no files at all */
         uint8_t redirects[HP_MAX_NPROC]; /* per local rank, enum hp_std_stream */

@@ -221,7 +221,19 @@ struct hp_agent {
         int verdict_rank;                       /* local rank it is on */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
+        /* The last failure's root cause, for TORCHELASTIC_ERROR_FILE: its
+         * error file ("" when it wrote none), torch's exitcode (-N for a
+         * signal) and the exit status it gives the agent. */
+        char root_error_file[PATH_MAX];
+        int root_exitcode;
+        int root_exit_status;
 };
+
+/* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it
+ * exits with exit_code because a worker failed, copies the root cause's
+ * error file there with message.errorCode set to its exit code, as
+ * torchrun's @record does for nested launchers and schedulers. */
+void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
 
 /*
  * Prepares everything that can fail before a process is spawned: the log

@@ -451,6 +451,44 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
         return 0;
 }
 
+/* --signals-to-handle: hyperpodrun handles torchrun's default set
+ * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: stop the workers with the signal
+ * received) and no other, so only that set is taken, in any order. */
+static int check_signals_to_handle(const struct raw_value *v, char *errbuf,
+                                   size_t errlen)
+{
+        static const char *const handled[] = { "SIGTERM", "SIGINT", "SIGHUP",
+                                               "SIGQUIT" };
+        unsigned seen = 0;
+
+        for (const char *p = v->text; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                size_t i;
+
+                for (i = 0; i < HP_ARRAY_SIZE(handled); i++)
+                        if (strlen(handled[i]) == len &&
+                            strncmp(p, handled[i], len) == 0)
+                                break;
+                if (i == HP_ARRAY_SIZE(handled))
+                        ERR("invalid value '%s' for %s: '%.*s' is not handled "
+                            "by hyperpodrun; it always handles SIGTERM, "
+                            "SIGINT, SIGHUP and SIGQUIT (torchrun's default) "
+                            "and forwards SIGUSR1 and SIGUSR2",
+                            v->text, v->source, (int)len, p);
+                seen |= 1u << i;
+                p += len;
+                if (*p == ',')
+                        p++;
+        }
+        if (seen != (1u << HP_ARRAY_SIZE(handled)) - 1)
+                ERR("invalid value '%s' for %s: hyperpodrun always handles "
+                    "all of SIGTERM, SIGINT, SIGHUP and SIGQUIT (torchrun's "
+                    "default); a subset is not supported",
+                    v->text, v->source);
+        return 0;
+}
+
 static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                           char *errbuf, size_t errlen)
 {
@@ -474,6 +512,35 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 ERR("%s is not supported: it only applies to in-process "
                     "restart, which hyperpodrun does not provide",
                     raw[HP_OPT_INPROCESS_TIMEOUT].source);
+
+        /* torchrun flags that need its Python machinery: each is refused
+         * with the reason, rather than accepted and ignored. */
+        if (raw[HP_OPT_LOGS_SPECS].text)
+                ERR("%s is not supported: it names a Python LogsSpecs class "
+                    "(an entry point), which a C launcher cannot load; use "
+                    "--log-dir, --redirects, --tee and "
+                    "--local-ranks-filter",
+                    raw[HP_OPT_LOGS_SPECS].source);
+        if (raw[HP_OPT_EVENT_LOG_HANDLER].text)
+                ERR("%s is not supported: it names a Python event handler "
+                    "of torch.distributed.elastic.events; hyperpodrun logs "
+                    "its events to stderr",
+                    raw[HP_OPT_EVENT_LOG_HANDLER].source);
+        if (raw[HP_OPT_NUMA_BINDING].text)
+                ERR("%s is not supported: hyperpodrun does not bind workers "
+                    "to NUMA nodes; bind inside the training script, or "
+                    "wrap it with numactl and --no-python",
+                    raw[HP_OPT_NUMA_BINDING].source);
+        if (raw[HP_OPT_VIRTUAL_LOCAL_RANK].text)
+                ERR("%s is not supported: every worker sees its real "
+                    "LOCAL_RANK",
+                    raw[HP_OPT_VIRTUAL_LOCAL_RANK].source);
+        if (raw[HP_OPT_SIGNALS_TO_HANDLE].text) {
+                r = check_signals_to_handle(&raw[HP_OPT_SIGNALS_TO_HANDLE],
+                                            errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
 
         if (raw[HP_OPT_NNODES].text) {
                 r = parse_nnodes(&raw[HP_OPT_NNODES], &cfg->nnodes, errbuf,
@@ -593,6 +660,14 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         }
         cfg->module = raw[HP_OPT_MODULE].text != NULL;
         cfg->no_python = raw[HP_OPT_NO_PYTHON].text != NULL;
+        /* torchrun's --run-path runs the script with runpy.run_path in a
+         * Python worker, ahead of --no-python and -m: here, python -u
+         * SCRIPT, which runs it the same way. */
+        cfg->run_path = raw[HP_OPT_RUN_PATH].text != NULL;
+        if (cfg->run_path) {
+                cfg->module = false;
+                cfg->no_python = false;
+        }
         if (cfg->module && cfg->no_python)
                 ERR("%s and %s cannot be used together: a module needs the "
                     "python interpreter",

@@ -32,6 +32,15 @@
         XX(LOG_LINE_PREFIX_TEMPLATE, "log-line-prefix-template", 0, 1,        \
            "PET_LOG_LINE_PREFIX_TEMPLATE")                                    \
         XX(LOCAL_ADDR, "local-addr", 0, 1, "PET_LOCAL_ADDR")                  \
+        XX(RUN_PATH, "run-path", 0, 0, "PET_RUN_PATH")                        \
+        XX(SIGNALS_TO_HANDLE, "signals-to-handle", 0, 1,                      \
+           "PET_SIGNALS_TO_HANDLE")                                           \
+        XX(LOGS_SPECS, "logs-specs", 0, 1, "PET_LOGS_SPECS")                  \
+        XX(EVENT_LOG_HANDLER, "event-log-handler", 0, 1,                      \
+           "PET_EVENT_LOG_HANDLER")                                           \
+        XX(NUMA_BINDING, "numa-binding", 0, 1, "PET_NUMA_BINDING")            \
+        XX(VIRTUAL_LOCAL_RANK, "virtual-local-rank", 0, 0,                    \
+           "PET_VIRTUAL_LOCAL_RANK")                                          \
         XX(SHUTDOWN_SIGNAL, "shutdown-signal", 0, 1, NULL)                    \
         XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1, NULL)                  \
         XX(INPROCESS_RESTART, "inprocess-restart", 0, 0, NULL)                \

@@ -15,6 +15,9 @@
 
 #include "supervise-private.h"
 
+/* The largest error file passed up: a traceback, not a log. */
+#define ERROR_FILE_MAX (4 * 1024 * 1024)
+
 /* What error.json says, in the two shapes torch writes. */
 struct error_report {
         bool present;
@@ -168,7 +171,83 @@ const struct hp_worker *hp_agent__root_cause(const struct hp_group *g)
         return root;
 }
 
-void hp_agent__print_failure_summary(const struct hp_agent *a,
+static void note_root_cause(struct hp_agent *a, const struct hp_worker *w)
+{
+        struct error_report rep;
+
+        read_error_file(w->error_file, &rep);
+        snprintf(a->root_error_file, sizeof(a->root_error_file), "%s",
+                 rep.present ? w->error_file : "");
+        a->root_exitcode = w->term_signal ? -w->term_signal
+                                          : (int)w->exit_status;
+        a->root_exit_status = w->term_signal ? 128 + w->term_signal
+                              : w->exit_status < 0 || w->exit_status > 255
+                                      ? 1
+                                      : (int)w->exit_status;
+}
+
+void hp_agent_pass_error_file(const struct hp_agent *a, int exit_code)
+{
+        const char *dest = getenv("TORCHELASTIC_ERROR_FILE");
+        char *buf = NULL, *text = NULL;
+        cJSON *root = NULL, *msg;
+        ssize_t n;
+        int fd, r;
+
+        if (dest == NULL || *dest == '\0' || exit_code == 0 ||
+            a->received_signal || a->root_error_file[0] == '\0' ||
+            exit_code != a->root_exit_status)
+                return;
+        buf = malloc(ERROR_FILE_MAX + 1);
+        fd = open(a->root_error_file, O_RDONLY | O_CLOEXEC);
+        if (buf == NULL || fd < 0)
+                goto fail;
+        n = read(fd, buf, ERROR_FILE_MAX);
+        close(fd);
+        if (n <= 0)
+                goto fail;
+        buf[n] = '\0';
+        root = cJSON_Parse(buf);
+        if (root == NULL)
+                goto fail;
+        /* torch's ErrorHandler: the child cannot know an exit code set by
+         * a signal, so the parent writes it in. */
+        msg = cJSON_GetObjectItemCaseSensitive(root, "message");
+        if (cJSON_IsObject(msg) && a->root_exitcode != 0) {
+                cJSON_DeleteItemFromObjectCaseSensitive(msg, "errorCode");
+                cJSON_AddNumberToObject(msg, "errorCode", a->root_exitcode);
+        }
+        text = cJSON_PrintUnformatted(root);
+        if (text == NULL)
+                goto fail;
+        (void)unlink(dest);
+        fd = open(dest, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                goto fail;
+        r = hp_write_all(fd, text, strlen(text));
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r < 0) {
+                errno = -r;
+                goto fail;
+        }
+        hp_log_info("copied the root cause's error file %s to %s "
+                    "(TORCHELASTIC_ERROR_FILE)",
+                    a->root_error_file, dest);
+        goto done;
+fail:
+        hp_log_warn("cannot copy the root cause's error file %s to %s "
+                    "(TORCHELASTIC_ERROR_FILE): %s",
+                    a->root_error_file, dest,
+                    root == NULL && buf != NULL ? "not JSON, or unreadable"
+                                                : strerror(errno));
+done:
+        free(text);
+        cJSON_Delete(root);
+        free(buf);
+}
+
+void hp_agent__print_failure_summary(struct hp_agent *a,
                                      const struct hp_group *g, int fd)
 {
         static const char eq[] = "============================================================\n";
@@ -180,6 +259,7 @@ void hp_agent__print_failure_summary(const struct hp_agent *a,
 
         if (root == NULL)
                 return;
+        note_root_cause(a, root);
         if (g->stage == HP_STAGE_TRAIN)
                 entry = a->cfg->script;
         else if (g->stage == HP_STAGE_PRE_TRAIN)

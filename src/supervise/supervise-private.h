@@ -98,8 +98,9 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g);
  * (timeout(1)'s status: most verdicts are hangs). */
 #define HP_EXIT_RULE_VERDICT 124
 
-/* Prints torchrun's failure summary for the group to fd. */
-void hp_agent__print_failure_summary(const struct hp_agent *agent,
+/* Prints torchrun's failure summary for the group to fd, and notes the
+ * root cause for hp_agent_pass_error_file. */
+void hp_agent__print_failure_summary(struct hp_agent *agent,
                                      const struct hp_group *g, int fd);
 
 /* The first failure by time, or NULL. */

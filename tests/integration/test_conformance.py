@@ -209,3 +209,126 @@ def test_operator_mode_tees_to_the_console_by_default(hpr, tmp_path):
     assert any(b"attempt 0 starting" in ln for ln in lines.get(0, [])), lines
     assert any(b"attempt 0 starting" in ln for ln in lines.get(1, [])), lines
     assert a.shutdown().rc == 0
+
+
+# ---- torchrun users ----------------------------------------------------------
+
+def test_root_cause_error_file_is_passed_up(hpr, tmp_path):
+    # torch's own @record writes the worker's error.json; torchrun copies
+    # the root cause's to the launcher's TORCHELASTIC_ERROR_FILE.
+    script = tmp_path / "boom.py"
+    script.write_text(
+        "import os, sys\n"
+        "from torch.distributed.elastic.multiprocessing.errors import record\n"
+        "@record\n"
+        "def main():\n"
+        "    if os.environ['LOCAL_RANK'] == '1':\n"
+        "        raise RuntimeError('boom from rank 1')\n"
+        "main()\n")
+    parent = tmp_path / "parent" / "error.json"
+    parent.parent.mkdir()
+    parent.write_text("stale")
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", script],
+                env={"TORCHELASTIC_ERROR_FILE": parent}, timeout=120)
+    assert r.rc == 1, r.describe()
+    data = json.loads(parent.read_text())
+    assert "boom from rank 1" in data["message"]["message"]
+    assert data["message"]["errorCode"] == 1
+    # A success writes nothing.
+    parent.unlink()
+    ok = tmp_path / "ok.py"
+    ok.write_text("print('fine')\n")
+    r = hpr.run(["--standalone", ok],
+                env={"TORCHELASTIC_ERROR_FILE": parent}, timeout=60)
+    assert r.rc == 0 and not parent.exists(), r.describe()
+
+
+def test_error_file_of_a_killed_worker_gets_its_signal(hpr, tmp_path):
+    script = tmp_path / "die.py"
+    script.write_text(
+        "import json, os, signal\n"
+        "with open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w') as f:\n"
+        "    json.dump({'message': {'message': 'dying', 'extraInfo':\n"
+        "               {'py_callstack': 'dying', 'timestamp': '1'}}}, f)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    parent = tmp_path / "parent.json"
+    r = hpr.run(["--standalone", script],
+                env={"TORCHELASTIC_ERROR_FILE": parent}, timeout=60)
+    assert r.rc == 128 + signal.SIGKILL, r.describe()
+    assert json.loads(parent.read_text())["message"]["errorCode"] == \
+        -signal.SIGKILL
+
+
+def test_run_path_runs_the_script_with_python(hpr, tmp_path):
+    # Not executable and no #! line: --run-path wins over --no-python.
+    script = tmp_path / "t.py"
+    script.write_text("import sys\nprint('argv', sys.argv[1:], __name__)\n")
+    r = hpr.run(["--standalone", "--no-python", "--run-path", "--tee", "3",
+                 script, "a", "b"], timeout=60)
+    assert r.rc == 0, r.describe()
+    assert "argv ['a', 'b'] __main__" in r.out, r.describe()
+
+
+@pytest.mark.parametrize("flag", [
+    ["--numa-binding", "node"], ["--logs-specs", "x"],
+    ["--event-log-handler", "null"], ["--virtual-local-rank"],
+    ["--signals-to-handle", "SIGUSR1"],
+])
+def test_newer_torchrun_flags_are_refused_with_a_reason(hpr, tmp_path, flag):
+    r = hpr.run(["--standalone", *flag, "t.py"])
+    assert r.rc == 2 and flag[0] in r.err and "unrecognized" not in r.err, \
+        r.describe()
+
+
+def test_local_ranks_filter_past_nproc_as_torchrun(hpr, tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("import os\nprint('hello from', os.environ['LOCAL_RANK'])\n")
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--tee", "3",
+                 "--local-ranks-filter", "0,5", script], timeout=60)
+    assert r.rc == 0, r.describe()
+    assert "hello from 0" in r.out and "hello from 1" not in r.out
+
+
+@pytest.mark.parametrize("value,ok", [("1", True), (" 1 ", True),
+                                      ("true", False), ("yes", False),
+                                      ("TRUE", False)])
+def test_pet_standalone_values(hpr, tmp_path, value, ok):
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    r = hpr.run(["--server-port", "0", script],
+                env={"PET_STANDALONE": value}, timeout=60)
+    if ok:
+        assert r.rc == 0, r.describe()
+    else:
+        assert r.rc == 2, r.describe()
+        assert f"'{value}'" in r.err and "PET_STANDALONE" in r.err
+
+
+def test_fifo_as_rules_or_resource_config_is_refused(hpr, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    r = hpr.run(["--standalone", "--log-monitoring-config", fifo, script],
+                timeout=15)
+    assert r.rc == 2 and "not a regular file" in r.err, r.describe()
+    r = hpr.run(["--rdzv-backend", "resource-config", "--rdzv-conf",
+                 f"resource_config={fifo}", script], timeout=15)
+    assert r.rc == 2 and "not a regular file" in r.err, r.describe()
+
+
+def test_bad_rules_file_leaves_no_log_directory(hpr, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{\"name\": \"x\", \"logPattern\": \"(\"}]")
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    r = hpr.run(["--standalone", "--log-monitoring-config", bad, script],
+                log_dir=False)
+    assert r.rc == 2, r.describe()
+    assert list(hpr.tmpdir.iterdir()) == []
+
+
+def test_master_addr_with_a_newline_is_refused(hpr, tmp_path):
+    r = hpr.run(["--rdzv-backend", "static", "--master-addr", "a\nb",
+                 "t.py"])
+    assert r.rc == 2 and "--master-addr" in r.err, r.describe()
