@@ -120,7 +120,24 @@ int main(int argc, char **argv)
                 }
                 code = hp_operator_run(&op);
                 hp_operator_close(&op);
+        } else if (cfg.server_port_given) {
+                /* Self-driven, with the read-only routes for monitoring. */
+                r = hp_operator_observe(&op, &agent, &cfg, err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                        hp_operator_close(&op);
+                        hp_agent_close(&agent);
+                        uv_loop_close(&loop);
+                        return EXIT_USAGE;
+                }
+                code = hp_agent_run(&agent);
+                hp_operator_close(&op);
         } else {
+                if (cfg.server_flag_given[0] != '\0')
+                        hp_log_warn("%s has no effect in self-driven mode "
+                                    "without --server-port, which serves "
+                                    "/status, /metrics and /healthz",
+                                    cfg.server_flag_given);
                 code = hp_agent_run(&agent);
         }
         hp_agent_pass_error_file(&agent, code);

@@ -77,6 +77,12 @@ struct hp_config {
         const char *post_train_args;
         const char *server_host;
         int server_port;
+        /* --server-port given: self-driven modes serve the read-only
+         * routes only then. */
+        bool server_port_given;
+        /* Server options given on the command line or not at all, for
+         * the warning that one has no effect ("" when none). */
+        const char *server_flag_given;
         const char *server_log_level;
         uint64_t server_shutdown_timeout_ms;
 

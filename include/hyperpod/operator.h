@@ -197,6 +197,7 @@ struct hp_operator {
         bool next_stage_pending; /* a stage succeeded; start the next */
         bool rules_changed;     /* an /update brought other rules */
         bool log_requests;      /* --server-log-level debug or trace */
+        bool observer;          /* self-driven: read-only routes */
         bool httpd_ready;
         bool timers_ready;
         /* The last /stop's graceful flag and timeout: sticky, as in the
@@ -226,6 +227,12 @@ struct hp_operator {
  */
 int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                      const struct hp_config *cfg, char *errbuf, size_t len);
+/* Self-driven mode with --server-port: serves /status, /metrics and
+ * /healthz on --server-host:--server-port, and answers the control routes
+ * 409; the agent runs itself. Errors go to errbuf. */
+int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
+                        const struct hp_config *cfg, char *errbuf,
+                        size_t len);
 /* Runs the loop until /shutdown or a signal ends the agent; returns the
  * exit status. */
 int hp_operator_run(struct hp_operator *op);

@@ -764,6 +764,7 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                     &cfg->server_port, errbuf, errlen);
                 if (r < 0)
                         return r;
+                cfg->server_port_given = true;
         }
         if (raw[HP_OPT_SERVER_LOG_LEVEL].text) {
                 r = parse_choice(&raw[HP_OPT_SERVER_LOG_LEVEL], levels,
@@ -811,6 +812,11 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         r = convert_replay(cfg, raw, errbuf, errlen);
         if (r < 0)
                 return r;
+        cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
+                : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"
+                : raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text
+                        ? "--server-shutdown-timeout"
+                        : "";
 
         /* Operator mode keeps the HyperPod layout every AWS sample asks
          * for (--tee 3 --log-dir /tmp/hyperpod); self-driven modes keep

@@ -400,7 +400,10 @@ static int try_listen(struct hp_operator *op, char *errbuf, size_t len)
                             len);
         if (r == 0) {
                 op->listening = true;
-                hp_log_info("operator API listening on http://%s%s%s:%d",
+                hp_log_info("%s listening on http://%s%s%s:%d",
+                            op->observer ? "read-only API (/status, "
+                                           "/metrics, /healthz)"
+                                         : "operator API",
                             v6 ? "[" : "", host, v6 ? "]" : "",
                             hp_httpd_port(&op->httpd));
         }
@@ -425,6 +428,51 @@ static void retry_cb(uv_timer_t *timer)
         }
         hp_log_error("%s (after %d attempts)", err, op->listen_tries);
         hp_agent_finish(op->agent, 2);
+}
+
+/* Self-driven mode with --server-port: the read-only routes for whoever
+ * watches the job (Prometheus, a liveness probe). Nothing drives the
+ * state machine, which says RUNNING for as long as the agent runs; the
+ * node rank is the assigned rank. A port that cannot be had is an error
+ * before any worker starts, with no retry. */
+int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
+                        const struct hp_config *cfg, char *errbuf, size_t len)
+{
+        struct hp_httpd_limits limits;
+        int64_t now = wall_us();
+        int r;
+
+        memset(op, 0, sizeof(*op));
+        op->agent = agent;
+        op->cfg = cfg;
+        op->observer = true;
+        op->assigned_rank = agent->round.node_rank;
+        op->stop_graceful = -1;
+        op->stop_timeout_s = -1;
+        op->last_detection_latency_s = -1;
+        op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
+                           strcmp(cfg->server_log_level, "trace") == 0;
+        hp_plr_init(&op->plr, now);
+        hp_plr_transition(&op->plr, HP_OP_READY, now, NULL, NULL);
+        hp_plr_transition(&op->plr, HP_OP_RUNNING, now, NULL, NULL);
+        op->stream_totals = calloc((size_t)cfg->nproc,
+                                   sizeof(*op->stream_totals));
+        if (op->stream_totals == NULL)
+                return -ENOMEM;
+        hp_httpd_limits_default(&limits);
+        r = hp_httpd_init(&op->httpd, agent->loop, &limits,
+                          hp_operator_handle, op);
+        if (r < 0) {
+                snprintf(errbuf, len, "cannot start the HTTP server: %s",
+                         hp_strerror(r));
+                return r;
+        }
+        op->httpd_ready = true;
+        uv_timer_init(agent->loop, &op->kick);
+        uv_timer_init(agent->loop, &op->retry);
+        uv_timer_init(agent->loop, &op->remind);
+        op->timers_ready = true;
+        return try_listen(op, errbuf, len);
 }
 
 int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,

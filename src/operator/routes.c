@@ -269,6 +269,18 @@ static void route_request(struct hp_operator *op,
                                           : "{\"detail\":\"Not Found\"}");
                 return;
         }
+        if (op->observer && (route->id == R_START || route->id == R_UPDATE ||
+                             route->id == R_STOP ||
+                             route->id == R_SHUTDOWN)) {
+                respond_static(op, res, 409, JSON_TYPE,
+                               "{\"detail\":\"self-driven mode (--standalone "
+                               "or --rdzv-backend static, slurm or "
+                               "resource-config): the agent runs the job "
+                               "itself, so it takes no /start, /update, "
+                               "/stop or /shutdown; stop it with "
+                               "SIGTERM\"}");
+                return;
+        }
         switch (route->id) {
         case R_START:
         case R_UPDATE:

@@ -2,7 +2,10 @@
 operator contract where hyperpodrun used to differ, torchrun's command line
 and environment, and small input holes. Real processes and real HTTP."""
 
+import http.client
 import json
+import re
+import socket
 import os
 import signal
 import stat
@@ -332,3 +335,67 @@ def test_master_addr_with_a_newline_is_refused(hpr, tmp_path):
     r = hpr.run(["--rdzv-backend", "static", "--master-addr", "a\nb",
                  "t.py"])
     assert r.rc == 2 and "--master-addr" in r.err, r.describe()
+
+
+READONLY_RE = re.compile(
+    rb"read-only API \(/status, /metrics, /healthz\) listening on "
+    rb"http://127\.0\.0\.1:(\d+)")
+
+
+def test_self_driven_serves_read_only_routes_with_server_port(hpr, tmp_path):
+    script = py_worker(tmp_path, "w.py", (
+        "print('up', flush=True)\n"
+        "while not os.path.exists(os.path.join(d, 'finish')):\n"
+        "    time.sleep(0.02)\n"))
+    p = hpr.start(["--standalone", "--nproc-per-node", "2", "--server-host",
+                   "127.0.0.1", "--server-port", "0", script],
+                  env={"OPW_DIR": tmp_path})
+    m = deadline_poll(lambda: READONLY_RE.search(p.console_err()), 15,
+                      what="the read-only API")
+    port = int(m.group(1))
+
+    def get(method, path):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        conn.request(method, path)
+        resp = conn.getresponse()
+        out = resp.status, resp.read()
+        conn.close()
+        return out
+
+    code, body = get("GET", "/status")
+    assert code == 200
+    st = strict_json(body)
+    assert st["status"] == "running" and st["assigned_rank"] == "0", st
+    code, body = get("GET", "/healthz")
+    assert (code, body) == (200, b"ok\n")
+    code, body = get("GET", "/metrics")
+    assert code == 200 and b'hyperpodrun_agent_state{state="running"} 1' \
+        in body
+    for path in ("/start", "/stop", "/update", "/shutdown"):
+        code, body = get("POST", path)
+        assert code == 409, (path, code, body)
+        assert "self-driven" in strict_json(body)["detail"]
+    (tmp_path / "finish").touch()
+    r = p.wait(30)
+    assert r.rc == 0, r.describe()
+
+
+def test_server_flag_without_effect_is_warned(hpr, tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("print('ran')\n")
+    r = hpr.run(["--standalone", "--server-host", "127.0.0.1", script])
+    assert r.rc == 0, r.describe()
+    assert "--server-host has no effect in self-driven mode" in r.err
+
+
+def test_self_driven_port_in_use_is_an_error(hpr, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        script = tmp_path / "t.py"
+        script.write_text("open('ran', 'w').close()\n")
+        r = hpr.run(["--standalone", "--server-host", "127.0.0.1",
+                     "--server-port", port, script])
+    assert r.rc == 2 and str(port) in r.err, r.describe()
+    assert not (tmp_path / "ran").exists()
