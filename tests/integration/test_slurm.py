@@ -317,6 +317,7 @@ def test_sbatch_example_allreduce(cluster, hpr, marker, tmp_path):
     env.update({"PYTHON_EXEC": PYTHON, "HPR_TEST_MARKER": marker,
                 "AUTO_RESUME": "", "NPROC_PER_NODE": "2",
                 "LOG_DIR": str(tmp_path / "logs"),
+                "RULES": str(SOURCE_ROOT / "examples" / "rules" / "rules.json"),
                 "PYTHONDONTWRITEBYTECODE": "1"})
     r = subprocess.run([find("sbatch"), "--parsable", "-N1",
                         f"--output={output}", str(SBATCH_EXAMPLE),
@@ -339,9 +340,16 @@ def test_sbatch_example_allreduce(cluster, hpr, marker, tmp_path):
     text = output.read_text() if output.exists() else ""
     assert (state["JobState"], state["ExitCode"]) == ("COMPLETED", "0:0"), (
         f"{state}\n--- job output ---\n{text}\n{cluster.logs()}")
-    by_rank = worker_lines(text.encode())
+    # The console prefix names the node: every node writes to one file.
+    by_rank = worker_lines(text.encode(), rb"\[" +
+                           re.escape(socket.gethostname().encode()) +
+                           rb"\] \[default(\d+)\]:")
     assert by_rank.get(0) == [b"rank 0/2 (local 0): all_reduce sum = 3"], text
     assert by_rank.get(1) == [b"rank 1/2 (local 1): all_reduce sum = 3"], text
+    # Per-rank files under the node's own folder, the seed's rules loaded.
+    logs = tmp_path / "logs" / socket.gethostname()
+    assert list(logs.glob(f"{job_id}_*/attempt_0/1/stdout.log")), text
+    assert "6 log rules from" in text, text
     assert re.search(rf"rendezvous: slurm: node 0 of 1, master "
                      rf"{re.escape(cluster.node)}:(\d+), from scontrol show "
                      rf"job (\d+)", text), text
