@@ -423,6 +423,69 @@ static void test_status_render(void **state)
         free(text);
 }
 
+/* Bytes that are not UTF-8 become U+FFFD, one per maximal invalid
+ * subpart, as Python's errors="replace" does. */
+#define FFFD "\xef\xbf\xbd"
+static const struct {
+        const char *in, *out;
+} repair_cases[] = {
+        { "plain", "plain" },
+        { "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", NULL },
+        { "a\xff\xfe b", "a" FFFD FFFD " b" },
+        { "cut \xe2\x82 here", "cut " FFFD " here" },
+        { "cut at the end \xf0\x9f\x98", "cut at the end " FFFD },
+        { "overlong \xc0\xaf", "overlong " FFFD FFFD },
+        { "surrogate \xed\xa0\x80", "surrogate " FFFD FFFD FFFD },
+        { "past U+10FFFF \xf4\x90\x80\x80",
+          "past U+10FFFF " FFFD FFFD FFFD FFFD },
+        { "lone continuation \x80", "lone continuation " FFFD },
+};
+
+static void test_utf8_repair(void **state)
+{
+        char out[256];
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(repair_cases); i++) {
+                const char *want = repair_cases[i].out ? repair_cases[i].out
+                                                       : repair_cases[i].in;
+                size_t n = hp_utf8_repair(repair_cases[i].in, out,
+                                          sizeof(out));
+                if (strcmp(out, want) != 0)
+                        fail_msg("case %zu: got '%s'", i, out);
+                assert_int_equal(n, strlen(want));
+                assert_true(hp_utf8_valid(out, n));
+                assert_int_equal(hp_utf8_valid(repair_cases[i].in,
+                                               strlen(repair_cases[i].in)),
+                                 strcmp(repair_cases[i].in, want) == 0);
+        }
+        /* Cut only between characters when the room runs out. */
+        assert_int_equal(hp_utf8_repair("ab\xc3\xa9", out, 4), 2);
+        assert_string_equal(out, "ab");
+        assert_int_equal(hp_utf8_repair("a\xff", out, 4), 1);
+        assert_string_equal(out, "a");
+}
+
+static void test_status_render_repairs_utf8(void **state)
+{
+        struct hp_plr plr;
+        struct hp_op_status st = { .plr = &plr, .agent_version = "1",
+                                   .assigned_rank = -1, .spare = true };
+        char *text;
+
+        (void)state;
+        hp_plr_init(&plr, 0);
+        hp_plr_transition(&plr, HP_OP_READY, 0, NULL, NULL);
+        hp_plr_transition(&plr, HP_OP_RUNNING, 0, "Running", NULL);
+        hp_plr_transition(&plr, HP_OP_FAULTED, 0, "LogFault_Bad",
+                          "line: bad \xff byte");
+        text = hp_op_status_render(&st);
+        assert_non_null(strstr(text, "\"message\":\"line: bad " FFFD
+                                     " byte\""));
+        assert_true(hp_utf8_valid(text, strlen(text)));
+        free(text);
+}
+
 /* ---- pod_resourceconfig.json ---- */
 
 struct podcfg_case {
@@ -536,6 +599,8 @@ int main(void)
                 cmocka_unit_test(test_requests),
                 cmocka_unit_test(test_request_values),
                 cmocka_unit_test(test_status_render),
+                cmocka_unit_test(test_utf8_repair),
+                cmocka_unit_test(test_status_render_repairs_utf8),
                 cmocka_unit_test(test_podcfg_apply),
                 cmocka_unit_test(test_podcfg_files),
         };
