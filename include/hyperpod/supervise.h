@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "hyperpod/config.h"
+#include "hyperpod/ipc.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
@@ -39,6 +40,7 @@ struct hp_env_params {
         int max_restarts;
         const char *run_id;
         const char *error_file; /* "" when there are no files */
+        const char *ipc_path;   /* the worker socket */
 };
 
 /* A whole envp, owned by the struct: the inherited environment with every
@@ -216,6 +218,9 @@ struct hp_agent {
         int verdict_rank;                       /* local rank it is on */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
+        /* The worker socket: lives as long as the agent, so checkpoint
+         * progress outlives every restart of the workers. */
+        struct hp_ipc_server ipc;
 };
 
 /*
