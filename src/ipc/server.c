@@ -252,6 +252,24 @@ static bool json_int(const cJSON *v, int64_t *out)
         return true;
 }
 
+/* A value for a log line: its JSON text, cut short, or "missing". */
+static const char *show(const cJSON *v, char *buf, size_t len)
+{
+        char *text;
+
+        if (v == NULL)
+                return "missing";
+        text = cJSON_PrintUnformatted(v);
+        if (text == NULL)
+                return "?";
+        if (strlen(text) >= len && len > 4)
+                snprintf(buf, len, "%.*s...", (int)(len - 4), text);
+        else
+                snprintf(buf, len, "%s", text);
+        free(text);
+        return buf;
+}
+
 static struct hp_ipc_client *find_client(struct hp_ipc_conn *c,
                                          const char *id)
 {
@@ -319,10 +337,24 @@ static int on_frame(void *ctx, const char *body, size_t len)
         if (!cJSON_IsObject(msg) || !cJSON_IsString(type) ||
             type->valuestring[0] == '\0' || !cJSON_IsString(id) ||
             id->valuestring[0] == '\0' || !json_int(rank_item, &rank)) {
+                char shown[80];
+                const char *field = !cJSON_IsObject(msg) ? "the message"
+                                    : !cJSON_IsString(type) ||
+                                              type->valuestring[0] == '\0'
+                                            ? "\"type\""
+                                    : !cJSON_IsString(id) ||
+                                              id->valuestring[0] == '\0'
+                                            ? "\"client_id\""
+                                            : "\"local_rank\"";
+                const cJSON *bad = !cJSON_IsObject(msg) ? msg
+                                   : field[1] == 't'    ? type
+                                   : field[1] == 'c'    ? id
+                                                        : rank_item;
                 s->stats.ignored++;
-                conn_warn(c, "a message without a string \"type\", a "
-                             "string \"client_id\" and an integer "
-                             "\"local_rank\"; ignored");
+                conn_warn(c, "a message needs an object with a string "
+                             "\"type\", a string \"client_id\" and an "
+                             "integer \"local_rank\"; %s is %s; ignored",
+                          field, show(bad, shown, sizeof(shown)));
                 goto out;
         }
         if (rank < 0 || rank >= s->nranks) {
@@ -458,11 +490,17 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         int n = 0, r;
 
         if (!cJSON_IsString(prefix) || !cJSON_IsObject(types)) {
+                char shown[80];
                 s->stats.ignored++;
                 conn_warn(cl->conn, "ckpt_init from local rank %d: needs a "
                                     "string \"prefix\" and an object "
-                                    "\"checkpoint_types\"; ignored",
-                          cl->local_rank);
+                                    "\"checkpoint_types\"; %s is %s; "
+                                    "ignored",
+                          cl->local_rank,
+                          !cJSON_IsString(prefix) ? "\"prefix\""
+                                                  : "\"checkpoint_types\"",
+                          show(!cJSON_IsString(prefix) ? prefix : types,
+                               shown, sizeof(shown)));
                 return;
         }
         cJSON_ArrayForEach(v, types) {
@@ -507,22 +545,25 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         const cJSON *path = cJSON_GetObjectItemCaseSensitive(msg, "path");
         const cJSON *type =
                 cJSON_GetObjectItemCaseSensitive(msg, "checkpoint_type");
-        char err[512];
+        char err[512], shown[80];
         int64_t step;
         int r;
 
         if (!json_int(step_item, &step)) {
-                snprintf(err, sizeof(err), "\"step\" is not an integer");
+                snprintf(err, sizeof(err), "\"step\" is not an integer: %s",
+                         show(step_item, shown, sizeof(shown)));
                 goto bad;
         }
         if (path != NULL && !cJSON_IsNull(path) && !cJSON_IsString(path)) {
                 snprintf(err, sizeof(err),
-                         "\"path\" is neither a string nor null");
+                         "\"path\" is neither a string nor null: %s",
+                         show(path, shown, sizeof(shown)));
                 goto bad;
         }
         if (!cJSON_IsString(type)) {
                 snprintf(err, sizeof(err),
-                         "\"checkpoint_type\" is not a string");
+                         "\"checkpoint_type\" is not a string: %s",
+                         show(type, shown, sizeof(shown)));
                 goto bad;
         }
         r = hp_ckpt_update(&s->ckpt, cl->local_rank, step,
