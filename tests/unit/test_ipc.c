@@ -6,10 +6,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "hyperpod/common.h"
 #include "hyperpod/ipc.h"
@@ -484,6 +490,125 @@ static void test_ckpt_step_cap(void **state)
         hp_ckpt_free(&t);
 }
 
+/* ---- The server, on a real loop and a real socket ---- */
+
+/* A handler from outside the module: answers every client of the
+ * sender's rank, as the in-process-restart messages will. */
+static void echo_cb(struct hp_ipc_server *s, struct hp_ipc_client *c,
+                    const cJSON *msg, void *ctx)
+{
+        int *calls = ctx;
+
+        (*calls)++;
+        assert_int_equal(hp_ipc_send_to_rank(s, c->local_rank, "echo", msg),
+                         2);
+}
+
+static void send_frame(int fd, const char *json)
+{
+        uint8_t head[4];
+
+        hp_ipc_frame_head(head, (uint32_t)strlen(json));
+        assert_int_equal(write(fd, head, 4), 4);
+        assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+}
+
+/* Runs the loop until fd has n bytes to read, for at most 10 s. */
+static void read_on_loop(uv_loop_t *loop, int fd, char *buf, size_t n)
+{
+        size_t have = 0;
+
+        for (int i = 0; i < 1000 && have < n; i++) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+                uv_run(loop, UV_RUN_NOWAIT);
+                if (poll(&p, 1, 10) == 1) {
+                        ssize_t r = read(fd, buf + have, n - have);
+                        assert_true(r > 0);
+                        have += (size_t)r;
+                }
+        }
+        assert_int_equal(have, n);
+}
+
+static cJSON *read_message(uv_loop_t *loop, int fd)
+{
+        char head[4], body[512];
+        uint32_t len;
+
+        read_on_loop(loop, fd, head, 4);
+        len = (uint32_t)(uint8_t)head[0] << 24 | (uint32_t)(uint8_t)head[1] << 16 |
+              (uint32_t)(uint8_t)head[2] << 8 | (uint8_t)head[3];
+        assert_true(len < sizeof(body));
+        read_on_loop(loop, fd, body, len);
+        return cJSON_ParseWithLength(body, len);
+}
+
+static void test_server_table_and_send_to_rank(void **state)
+{
+        struct hp_ipc_server *s = calloc(1, sizeof(*s));
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        uv_loop_t loop;
+        char err[256], path[sizeof(addr.sun_path)];
+        struct stat st;
+        int calls = 0, fd;
+        const char *seen[2];
+
+        assert_non_null(s);
+        assert_int_equal(uv_loop_init(&loop), 0);
+        assert_int_equal(hp_ipc_server_start(s, &loop, 2, err, sizeof(err)),
+                         0);
+        assert_int_equal(hp_ipc_server_on(s, "echo", echo_cb, &calls), 0);
+        assert_int_equal(hp_ipc_server_on(s, "echo", echo_cb, &calls),
+                         -EEXIST);
+        assert_int_equal(hp_ipc_server_on(s, "ckpt_init", echo_cb, &calls),
+                         -EEXIST);
+        snprintf(path, sizeof(path), "%s", s->path);
+        assert_int_equal(stat(path, &st), 0);
+        assert_int_equal(st.st_mode & 0777, 0600);
+
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        memcpy(addr.sun_path, path, sizeof(addr.sun_path));
+        assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)),
+                         0);
+        /* Two client objects of rank 1 on one connection. */
+        send_frame(fd, "{\"type\":\"init\",\"local_rank\":1,"
+                       "\"client_id\":\"a\"}");
+        send_frame(fd, "{\"type\":\"init\",\"local_rank\":1,"
+                       "\"client_id\":\"b\"}");
+        send_frame(fd, "{\"n\":7,\"type\":\"echo\",\"local_rank\":1,"
+                       "\"client_id\":\"a\"}");
+        for (int i = 0; i < 2; i++) {
+                cJSON *m = read_message(&loop, fd);
+                const cJSON *id = cJSON_GetObjectItem(m, "client_id");
+                assert_non_null(m);
+                assert_string_equal(cJSON_GetObjectItem(m, "type")->valuestring,
+                                    "echo");
+                assert_int_equal(cJSON_GetObjectItem(m, "n")->valueint, 7);
+                seen[i] = strcmp(id->valuestring, "a") == 0 ? "a" : "b";
+                cJSON_Delete(m);
+        }
+        assert_string_not_equal(seen[0], seen[1]);
+        assert_int_equal(calls, 1);
+        assert_int_equal(s->nclients, 2);
+        assert_int_equal(hp_ipc_send_to_rank(s, 0, "echo", NULL), -ENOENT);
+
+        /* A closed connection unregisters its clients. */
+        close(fd);
+        for (int i = 0; i < 1000 && s->nclients > 0; i++) {
+                uv_run(&loop, UV_RUN_NOWAIT);
+                poll(NULL, 0, 1);
+        }
+        assert_int_equal(s->nclients, 0);
+        assert_int_equal(hp_ipc_send_to_rank(s, 1, "echo", NULL), -ENOENT);
+
+        hp_ipc_server_close(s);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        assert_int_equal(uv_loop_close(&loop), 0);
+        assert_int_equal(access(path, F_OK), -1);
+        free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -492,6 +617,7 @@ int main(void)
                 cmocka_unit_test(test_ckpt),
                 cmocka_unit_test(test_ckpt_progress_encoding),
                 cmocka_unit_test(test_ckpt_step_cap),
+                cmocka_unit_test(test_server_table_and_send_to_rank),
         };
 
         hp_log_set_level(HP_LOG_ERROR);
