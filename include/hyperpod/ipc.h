@@ -109,7 +109,8 @@ void hp_ckpt_free(struct hp_ckpt *t);
  * Stores /start's progress ({prefix: {"progressCount": int,
  * "progressData": str}}; borrowed). The next ckpt_init for a prefix in it
  * starts from that step and path. Entries that are not of that shape are
- * skipped with a warning naming them; NULL or {} leaves what is known.
+ * skipped with a warning naming them. NULL or {} (a /start without
+ * progress) starts no prefix anew: the tracker keeps what it knows.
  */
 int hp_ckpt_set_progress(struct hp_ckpt *t, const cJSON *progress);
 /*

@@ -122,9 +122,11 @@ int hp_ckpt_set_progress(struct hp_ckpt *t, const cJSON *progress)
         const cJSON *entry;
         size_t n = 0;
 
+        /* Each /start replaces the last one's progress, even when it
+         * brings none. */
+        seeds_clear(t);
         if (progress == NULL || !cJSON_IsObject(progress))
                 return 0;
-        seeds_clear(t);
         t->seeds = calloc((size_t)cJSON_GetArraySize(progress) + 1,
                           sizeof(*t->seeds));
         if (t->seeds == NULL)

@@ -274,3 +274,21 @@ def test_bad_input_is_contained(hpr, tmp_path):
     good.close()
     r = a.shutdown()
     assert r.rc == 0, r.describe()
+
+
+def test_python_client_errors(monkeypatch, tmp_path):
+    import sys
+    from conftest import SOURCE_ROOT
+    sys.path.insert(0, str(SOURCE_ROOT / "python"))
+    try:
+        from hyperpodrun_client import (CheckpointDiscoverySocketClient,
+                                        HyperPodIPCException)
+    finally:
+        sys.path.pop(0)
+    monkeypatch.delenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", raising=False)
+    with pytest.raises(ValueError, match="HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"):
+        CheckpointDiscoverySocketClient("/p", 1)
+    missing = tmp_path / "nobody.sock"
+    monkeypatch.setenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", str(missing))
+    with pytest.raises(HyperPodIPCException, match=str(missing)):
+        CheckpointDiscoverySocketClient("/p", 1)

@@ -309,6 +309,12 @@ static const struct ckpt_case ckpt_cases[] = {
                      "\"progressData\":\"/ck/9\"}}") END,
                 INIT("/ck", 1, 0), .then = "" END,
         } },
+        { "a /start without progress replaces an unused one", 1, {
+                SEED("{\"/ck\":{\"progressCount\":30,"
+                     "\"progressData\":\"/ck/30\"}}") END,
+                SEED("null") END,
+                INIT("/ck", 1, 0), .then = "" END,
+        } },
         { "an empty /start progress keeps what is known", 1, {
                 INIT("/ck", 1, 0) END,
                 UPD(0, 5, "/ck/5", "m"), .expect_r = 1 END,
