@@ -160,6 +160,7 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
 struct hp_op_status {
         const struct hp_plr *plr;
         const char *ip_version; /* NULL: absent */
+        const cJSON *progress;  /* NULL: absent; borrowed */
         const char *agent_version;
         int assigned_rank;      /* -1: absent */
         bool spare;

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "hyperpod/config.h"
+#include "hyperpod/ipc.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
@@ -44,6 +45,7 @@ struct hp_env_params {
         int max_restarts;
         const char *run_id;
         const char *error_file; /* "" when there are no files */
+        const char *ipc_path;   /* the worker socket */
 };
 
 /* A whole envp, owned by the struct: the inherited environment with every
@@ -227,6 +229,9 @@ struct hp_agent {
         char root_error_file[PATH_MAX];
         int root_exitcode;
         int root_exit_status;
+        /* The worker socket: lives as long as the agent, so checkpoint
+         * progress outlives every restart of the workers. */
+        struct hp_ipc_server ipc;
 };
 
 /* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it

@@ -131,6 +131,44 @@ static void streams(FILE *f, const struct hp_operator *op)
         }
 }
 
+/* The worker socket and checkpoint discovery. */
+static void ipc(FILE *f, const struct hp_agent *a)
+{
+        const struct hp_ipc_server *s = &a->ipc;
+
+        if (s->ckpt.have_max) {
+                family(f, "hyperpodrun_checkpoint_step", "gauge",
+                       "The latest checkpoint step complete on every local "
+                       "rank (/status.progress).");
+                fprintf(f, "hyperpodrun_checkpoint_step %lld\n",
+                        (long long)s->ckpt.max_step);
+                family(f, "hyperpodrun_checkpoint_age_seconds", "gauge",
+                       "Seconds since that step became complete (or came "
+                       "from /start).");
+                fprintf(f, "hyperpodrun_checkpoint_age_seconds %.3f\n",
+                        (double)(uv_now(a->loop) - s->ckpt.max_at_ms) /
+                                1000.0);
+        }
+        family(f, "hyperpodrun_ipc_clients", "gauge",
+               "Client objects registered on the worker socket.");
+        fprintf(f, "hyperpodrun_ipc_clients %zu\n", s->nclients);
+        family(f, "hyperpodrun_ipc_connections", "gauge",
+               "Open connections to the worker socket.");
+        fprintf(f, "hyperpodrun_ipc_connections %zu\n", s->nconns);
+        family(f, "hyperpodrun_ipc_messages_total", "counter",
+               "Worker socket messages handled, and refused (logged).");
+        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"handled\"} "
+                   "%llu\n",
+                (unsigned long long)s->stats.messages);
+        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"ignored\"} "
+                   "%llu\n",
+                (unsigned long long)s->stats.ignored);
+        family(f, "hyperpodrun_ipc_rejected_frames_total", "counter",
+               "Frames over the size limit (their connection was closed).");
+        fprintf(f, "hyperpodrun_ipc_rejected_frames_total %llu\n",
+                (unsigned long long)s->stats.rejected_frames);
+}
+
 static uint64_t console_dropped(struct hp_console *con)
 {
         uint64_t n;
@@ -205,6 +243,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "hyperpodrun_console_dropped_lines_total{stream=\"stderr\"} "
                 "%llu\n",
                 (unsigned long long)console_dropped(&a->console_err));
+        ipc(f, a);
         family(f, "hyperpodrun_http_requests_total", "counter",
                "Requests answered by the control API, by status class.");
         fprintf(f, "hyperpodrun_http_requests_total{code=\"2xx\"} %llu\n",

@@ -46,7 +46,12 @@ static void respond_status(struct hp_operator *op,
                  * from the initial True; the operator sees that. */
                 .spare = true,
         };
-        char *body = hp_op_status_render(&st);
+        cJSON *progress = hp_ckpt_progress(&op->agent->ipc.ckpt);
+        char *body;
+
+        st.progress = progress;
+        body = hp_op_status_render(&st);
+        cJSON_Delete(progress);
 
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,
@@ -170,6 +175,9 @@ static void handle_start(struct hp_operator *op,
         }
         running = hp_op__set_state(op, HP_OP_RUNNING, "Running", NULL);
         store_job(op, body, false);
+        /* Checkpoint discovery resumes from where the operator says. */
+        if (hp_ckpt_set_progress(&op->agent->ipc.ckpt, op->job.progress) < 0)
+                hp_log_error("/start: out of memory for its progress");
         op->can_start = true;
         if (running) {
                 op->start_pending = true;

@@ -63,6 +63,10 @@ char *hp_op_status_render(const struct hp_op_status *st)
         if (st->ip_version != NULL &&
             !add_text(doc, "ipversion", st->ip_version))
                 goto done;
+        if (st->progress != NULL &&
+            !cJSON_AddItemToObject(doc, "progress",
+                                   cJSON_Duplicate(st->progress, true)))
+                goto done;
         if (st->agent_version != NULL && st->agent_version[0] != '\0' &&
             cJSON_AddStringToObject(doc, "agent_version",
                                     st->agent_version) == NULL)

@@ -506,6 +506,12 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
          * the console counts, not kill the agent. */
         signal(SIGPIPE, SIG_IGN);
 
+        r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
+                                errlen);
+        if (r < 0) {
+                hp_agent__monitors_close(a);
+                return r;
+        }
         r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
         if (r < 0)
                 goto err;
@@ -568,6 +574,7 @@ void hp_agent_close(struct hp_agent *a)
                 uv_close((uv_handle_t *)&a->signals[i], NULL);
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
+        hp_ipc_server_close(&a->ipc);
         hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);

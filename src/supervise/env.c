@@ -18,7 +18,7 @@ const char *hp_env_get(char *const *envp, const char *name)
         return NULL;
 }
 
-#define ENV_VARS 19
+#define ENV_VARS 20
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
@@ -46,6 +46,7 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 { "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1" },
                 { "TORCHELASTIC_ERROR_FILE", p->error_file },
                 { "HYPERPOD_SIGNAL_COORDINATION", coord ? coord : "disabled" },
+                { HP_IPC_ENV, p->ipc_path ? p->ipc_path : "" },
         };
         size_t n_inherited = 0, bytes = 0, n = 0;
         char *w;

@@ -421,6 +421,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                                         : cfg->max_restarts,
                 .run_id = a->rdzv.run_id,
                 .error_file = w->error_file,
+                .ipc_path = a->ipc.path,
         };
         struct hp_envbuf env = { 0 };
         struct hp_spawn_options opts;

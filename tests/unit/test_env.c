@@ -49,6 +49,7 @@ struct env_case {
                 .master_addr = "10.0.0.1", .master_port = 29501,            \
                 .restart_count = 2, .max_restarts = 3, .run_id = "job-7",   \
                 .error_file = "/tmp/logs/attempt_2/1/error.json",           \
+                .ipc_path = "/tmp/hyperpod_elastic_agent_7.sock",           \
         }
 
 /* What WORKER_PARAMS must turn into, except the two inherited ones. */
@@ -63,10 +64,12 @@ struct env_case {
         { "TORCHELASTIC_MAX_RESTARTS", "3" },                               \
         { "TORCHELASTIC_RUN_ID", "job-7" },                                 \
         { "TORCHELASTIC_USE_AGENT_STORE", "False" },                        \
-        { "TORCHELASTIC_ERROR_FILE", "/tmp/logs/attempt_2/1/error.json" }
+        { "TORCHELASTIC_ERROR_FILE", "/tmp/logs/attempt_2/1/error.json" }, \
+        { "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH",                      \
+          "/tmp/hyperpod_elastic_agent_7.sock" }
 
 /* The number of variables hyperpodrun sets. */
-#define CONTRACT_VARS 19
+#define CONTRACT_VARS 20
 
 static const struct env_case env_cases[] = {
         {

@@ -1,0 +1,217 @@
+/* hyperpodrun: the worker socket (agent ↔ worker IPC) and checkpoint
+ * discovery, wire-compatible with the reference's client library. */
+#ifndef HYPERPOD_IPC_H
+#define HYPERPOD_IPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+/* The variable that tells every worker and hook where the socket is. */
+#define HP_IPC_ENV "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"
+
+/* The largest frame body accepted: a longer length prefix closes that
+ * connection. Four times the largest message the reference's framer is
+ * tested with, far above any real message. */
+#define HP_IPC_FRAME_MAX (4u << 20)
+/* Replies queued for a client that does not read them: past this the
+ * connection is closed rather than growing the agent's memory. */
+#define HP_IPC_QUEUE_MAX (4u << 20)
+/* Connections at once; more are accepted and closed at once. */
+#define HP_IPC_CONN_MAX 4096
+/* Message types the server can route (the table's size). */
+#define HP_IPC_HANDLERS_MAX 16
+/* Warnings logged per connection before it is muted: a client sending
+ * garbage in a loop must not flood the agent's stderr. */
+#define HP_IPC_WARN_MAX 5
+
+/* ---- The framer (pure) ----
+ * A 4-byte unsigned big-endian length, then that many bytes. */
+
+struct hp_ipc_framer {
+        uint8_t head[4];
+        size_t head_have;
+        uint32_t need;  /* body length of the frame being read */
+        char *body;
+        size_t have;
+        size_t alloc;
+        size_t max;     /* largest body accepted */
+};
+
+void hp_ipc_framer_init(struct hp_ipc_framer *f, size_t max);
+void hp_ipc_framer_free(struct hp_ipc_framer *f);
+/*
+ * Feeds bytes; calls on_frame for each complete frame (the body is
+ * borrowed for the call). A non-zero return from on_frame stops feeding
+ * and is returned. Returns 0, HP_ETOOBIG when a length prefix exceeds
+ * max (*too_big gets it), or -ENOMEM.
+ */
+int hp_ipc_framer_feed(struct hp_ipc_framer *f, const char *data, size_t len,
+                       int (*on_frame)(void *ctx, const char *body,
+                                       size_t len),
+                       void *ctx, uint32_t *too_big);
+/* Writes the 4-byte prefix for a body of len bytes. */
+void hp_ipc_frame_head(uint8_t head[4], uint32_t len);
+
+/* ---- Checkpoint discovery (pure: takes now, no clock, no I/O) ---- */
+
+#define HP_CKPT_TYPES_MAX 8
+#define HP_CKPT_TYPE_NAME_MAX 64
+/* Incomplete steps remembered at once; past this the lowest is dropped. */
+#define HP_CKPT_STEPS_MAX 1024
+#define HP_CKPT_PATH_MAX 4096
+#define HP_CKPT_PREFIX_MAX 4096
+
+struct hp_ckpt_step {
+        int64_t step;
+        char *path;          /* NULL: no path reported yet */
+        uint64_t *ranks;     /* HP_CKPT_TYPES_MAX bitmaps of words each */
+        int count[HP_CKPT_TYPES_MAX];
+};
+
+/* /start's progress for one prefix. */
+struct hp_ckpt_seed {
+        char *prefix;
+        char *path;
+        int64_t step;
+        bool fresh;          /* not yet applied by a ckpt_init */
+};
+
+struct hp_ckpt_type_count {
+        const char *name;
+        int expected;        /* -1: null (the step can never complete) */
+};
+
+struct hp_ckpt {
+        int nranks;          /* local ranks 0..nranks-1 may report */
+        size_t words;        /* 64-bit words per rank bitmap */
+        char *prefix;        /* NULL until the first ckpt_init */
+        int ntypes;
+        char type_name[HP_CKPT_TYPES_MAX][HP_CKPT_TYPE_NAME_MAX];
+        int expected[HP_CKPT_TYPES_MAX];
+        struct hp_ckpt_step *steps;
+        size_t nsteps;
+        bool have_max;       /* the latest complete step is known */
+        int64_t max_step;
+        char *max_path;      /* may be NULL: complete with no path */
+        uint64_t max_at_ms;  /* when it became known */
+        struct hp_ckpt_seed *seeds;
+        size_t nseeds;
+};
+
+int hp_ckpt_init(struct hp_ckpt *t, int nranks);
+void hp_ckpt_free(struct hp_ckpt *t);
+/*
+ * Stores /start's progress ({prefix: {"progressCount": int,
+ * "progressData": str}}; borrowed). The next ckpt_init for a prefix in it
+ * starts from that step and path. Entries that are not of that shape are
+ * skipped with a warning naming them. NULL or {} (a /start without
+ * progress) starts no prefix anew: the tracker keeps what it knows.
+ */
+int hp_ckpt_set_progress(struct hp_ckpt *t, const cJSON *progress);
+/*
+ * ckpt_init: a new prefix replaces the types and forgets the steps (and
+ * starts from its /start progress, if any); the same prefix merges the
+ * non-null counts. Returns 0, HP_ECONFIG (errbuf says why) or -ENOMEM.
+ */
+int hp_ckpt_begin(struct hp_ckpt *t, const char *prefix,
+                  const struct hp_ckpt_type_count *types, int ntypes,
+                  uint64_t now_ms, char *errbuf, size_t errlen);
+/*
+ * ckpt_info_update from local rank `rank`. path may be NULL (keeps the
+ * step's path). Returns 1 when this made `step` the latest complete one,
+ * 0 when recorded (or older than the latest complete step, ignored),
+ * HP_ECONFIG (errbuf says why) or -ENOMEM.
+ */
+int hp_ckpt_update(struct hp_ckpt *t, int rank, int64_t step,
+                   const char *path, const char *type, uint64_t now_ms,
+                   char *errbuf, size_t errlen);
+/*
+ * ckpt_info_get: the latest complete step's path (borrowed; NULL when
+ * none, or when it has no path). Forgets incomplete steps above it, or all
+ * steps when there is none, as the reference does on every query.
+ */
+const char *hp_ckpt_latest(struct hp_ckpt *t);
+/* /status.progress: {prefix: {"progressData": path, "progressCount":
+ * step}}, or NULL when no complete step is known (or on ENOMEM). */
+cJSON *hp_ckpt_progress(const struct hp_ckpt *t);
+
+/* ---- The server (on the loop) ---- */
+
+struct hp_ipc_server;
+struct hp_ipc_conn;
+
+/* One client object of a worker (several may share a connection). */
+struct hp_ipc_client {
+        struct hp_ipc_client *next;  /* in its connection */
+        struct hp_ipc_conn *conn;
+        int local_rank;
+        char id[];
+};
+
+/* A message handler: msg is the whole message (type, client_id and
+ * local_rank included), borrowed for the call. */
+typedef void (*hp_ipc_handler_fn)(struct hp_ipc_server *s,
+                                  struct hp_ipc_client *c, const cJSON *msg,
+                                  void *ctx);
+
+struct hp_ipc_handler {
+        const char *type;
+        hp_ipc_handler_fn fn;
+        void *ctx;
+};
+
+struct hp_ipc_stats {
+        uint64_t messages;        /* well-formed messages handled */
+        uint64_t ignored;         /* messages refused (logged) */
+        uint64_t rejected_frames; /* frames over the cap */
+        uint64_t connections;     /* accepted, all time */
+        uint64_t closed_slow;     /* closed: replies not read */
+};
+
+struct hp_ipc_server {
+        uv_loop_t *loop;
+        uv_pipe_t listener;
+        bool started;
+        int nranks;
+        char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        struct hp_ckpt ckpt;
+        struct hp_ipc_handler handlers[HP_IPC_HANDLERS_MAX];
+        size_t nhandlers;
+        struct hp_ipc_conn *conns;
+        size_t nconns;
+        size_t nclients;
+        struct hp_ipc_stats stats;
+        char read_buf[65536];     /* one read at a time on the loop */
+};
+
+/*
+ * Listens on <tempdir>/hyperpod_elastic_agent_<pid>.sock (TMPDIR, TEMP or
+ * TMP, else /tmp, as Python's tempfile picks), mode 0600, a stale file
+ * unlinked first. Local ranks 0..nranks-1 may register. Registers the
+ * checkpoint handlers. On failure errbuf names the path and the reason
+ * and nothing is left open.
+ */
+int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
+                        char *errbuf, size_t errlen);
+/* Closes every connection and the listener and unlinks the path; the
+ * loop must then run for the close callbacks. Safe when not started. */
+void hp_ipc_server_close(struct hp_ipc_server *s);
+/* Routes messages of `type` to fn. Returns 0, -EEXIST or -ENOSPC. */
+int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
+                     hp_ipc_handler_fn fn, void *ctx);
+/* Sends {payload..., "type", "client_id"} to one client; payload is
+ * borrowed and may be NULL. Never blocks. Returns 0 or an error (the
+ * connection is closed when its unread replies pass HP_IPC_QUEUE_MAX). */
+int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *c,
+                const char *type, const cJSON *payload);
+/* Sends to every client of a local rank. Returns the number sent to,
+ * -ENOENT when the rank has none, or the first error. */
+int hp_ipc_send_to_rank(struct hp_ipc_server *s, int local_rank,
+                        const char *type, const cJSON *payload);
+
+#endif

@@ -1,0 +1,294 @@
+"""The worker socket from outside: pytest speaks the reference client's
+exact bytes to a running agent (operator mode, no workers needed), and
+throws bad input at it while a good client, the HTTP API and the metrics
+keep answering."""
+
+import json
+import os
+import resource
+import socket
+import stat
+import struct
+import time
+import uuid
+
+import pytest
+
+from conftest import deadline_poll, write_exec
+from test_operator import Agent
+
+PREFIX = "/fsx/ckpt/run1"
+
+
+def sock_path(agent, tmpdir):
+    """Where the agent listens: under TMPDIR, or /tmp when that path
+    would be too long for a Unix socket."""
+    name = f"hyperpod_elastic_agent_{agent.proc.pid}.sock"
+    for d in (tmpdir, "/tmp"):
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    pytest.fail(f"no {name} under {tmpdir} or /tmp")
+
+
+def ref_frame(message):
+    """A frame as the reference client builds it: json.dumps with its
+    default separators, UTF-8, a 4-byte big-endian length."""
+    body = json.dumps(message).encode("utf-8")
+    return struct.pack(">I", len(body)) + body
+
+
+def ref_message(msg_type, client_id, local_rank, payload=None):
+    """The reference client's key order: the payload, then type,
+    local_rank and client_id added by its sendall."""
+    m = dict(payload or {})
+    m["type"] = msg_type
+    m["local_rank"] = local_rank
+    m["client_id"] = client_id
+    return m
+
+
+def recv_frame(s, timeout=10):
+    s.settimeout(timeout)
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        assert chunk, "the agent closed the connection"
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    body = b""
+    while len(body) < n:
+        chunk = s.recv(n - len(body))
+        assert chunk, "the agent closed the connection mid-frame"
+        body += chunk
+    return body
+
+
+class RefClient:
+    """One connection with one client object, sending reference bytes."""
+
+    def __init__(self, path, local_rank):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.connect(path)
+        self.rank = local_rank
+        self.id = str(uuid.uuid4())
+        # The reference's init: {"local_rank", "client_id"} then type.
+        init = {"local_rank": local_rank, "client_id": self.id}
+        init["type"] = "init"
+        init["local_rank"] = local_rank
+        init["client_id"] = self.id
+        self.s.sendall(ref_frame(init))
+
+    def send(self, msg_type, payload=None):
+        self.s.sendall(ref_frame(ref_message(msg_type, self.id, self.rank,
+                                             payload)))
+
+    def get(self):
+        self.send("ckpt_info_get")
+        body = recv_frame(self.s)
+        return json.loads(body.decode("utf-8"))
+
+    def close(self):
+        self.s.close()
+
+
+def metrics(agent):
+    code, _, body = agent.request("GET", "/metrics")
+    assert code == 200
+    out = {}
+    for line in body.decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def test_reference_client_bytes(hpr, tmp_path):
+    a = Agent(hpr, tmp_path, nproc=2)
+    path = sock_path(a, hpr.tmpdir)
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert "progress" not in a.status()
+
+    r0, r1 = RefClient(path, 0), RefClient(path, 1)
+    types = {"model_checkpoint": 2, "data_checkpoint": 0}
+    for c in (r0, r1):
+        c.send("ckpt_init", {"prefix": PREFIX, "checkpoint_types": types})
+    # Nothing complete: the reply is {"path": null} addressed to r0.
+    reply = r0.get()
+    assert reply == {"path": None, "type": "ckpt_info_get",
+                     "client_id": r0.id}
+    for c in (r0, r1):
+        c.send("ckpt_info_update", {"step": 10, "path": f"{PREFIX}/step_10",
+                                    "checkpoint_type": "model_checkpoint"})
+    assert r1.get() == {"path": f"{PREFIX}/step_10", "type": "ckpt_info_get",
+                        "client_id": r1.id}
+    st = a.status()
+    assert st["progress"] == {PREFIX: {"progressData": f"{PREFIX}/step_10",
+                                       "progressCount": 10}}
+    # The exact encoding, in its place among the keys.
+    code, _, raw = a.request("GET", "/status")
+    assert (b',"progress":{"/fsx/ckpt/run1":{"progressData":'
+            b'"/fsx/ckpt/run1/step_10","progressCount":10}},"agent_version"'
+            in raw), raw
+
+    # One update's frame dribbled in byte by byte, the length prefix too.
+    frame = ref_frame(ref_message("ckpt_info_update", r0.id, 0, {
+        "step": 20, "path": f"{PREFIX}/step_20",
+        "checkpoint_type": "model_checkpoint"}))
+    for i in range(len(frame)):
+        r0.s.send(frame[i:i + 1])
+    # Two frames in one write.
+    r1.s.sendall(ref_frame(ref_message("ckpt_info_update", r1.id, 1, {
+        "step": 20, "path": f"{PREFIX}/step_20",
+        "checkpoint_type": "model_checkpoint"})) +
+        ref_frame(ref_message("ckpt_info_get", r1.id, 1)))
+    assert json.loads(recv_frame(r1.s))["path"] == f"{PREFIX}/step_20"
+
+    m = metrics(a)
+    assert m["hyperpodrun_checkpoint_step"] == 20
+    assert m["hyperpodrun_ipc_clients"] == 2
+    assert m['hyperpodrun_ipc_messages_total{result="ignored"}'] == 0
+    # A closed connection unregisters its clients.
+    r1.close()
+    deadline_poll(lambda: metrics(a)["hyperpodrun_ipc_clients"] == 1, 10,
+                  what="r1 unregistered")
+    r0.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+    assert not os.path.exists(path), "the socket outlived the agent"
+
+
+def test_socket_path_is_exported_to_workers_and_hooks(hpr, tmp_path):
+    out = tmp_path / "seen"
+    out.mkdir()
+    script = write_exec(tmp_path / "w.sh",
+                        "#!/bin/sh\necho \"$HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH\""
+                        f" > {out}/$1-$LOCAL_RANK\n")
+    pre = write_exec(tmp_path / "pre.sh",
+                     "#!/bin/sh\necho \"$HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH\""
+                     f" > {out}/pre\n")
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--pre-train-script", pre, script, "train"], timeout=60)
+    assert r.rc == 0, r.describe()
+    seen = {p.name: p.read_text().strip() for p in out.iterdir()}
+    assert sorted(seen) == ["pre", "train-0", "train-1"]
+    assert len(set(seen.values())) == 1
+    assert list(seen.values())[0].endswith(".sock")
+    assert not os.path.exists(list(seen.values())[0])
+
+
+def test_bad_input_is_contained(hpr, tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below 1,200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    a = Agent(hpr, tmp_path, nproc=2)
+    path = sock_path(a, hpr.tmpdir)
+    good = RefClient(path, 0)
+    good.send("ckpt_init", {"prefix": PREFIX,
+                            "checkpoint_types": {"model_checkpoint": 1,
+                                                 "data_checkpoint": 0}})
+    assert good.get()["path"] is None
+
+    # 1,000 clients that connect and never speak.
+    silent = []
+    for _ in range(1000):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        silent.append(s)
+
+    def raw(data):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(data)
+        return s
+
+    cid = str(uuid.uuid4())
+    bad = [
+        raw(struct.pack(">I", 5) + b"{oops"),                   # invalid JSON
+        raw(struct.pack(">I", 2) + b"\xff\xfe"),                # not UTF-8
+        raw(struct.pack(">I", 0)),                              # empty
+        raw(ref_frame([1, 2, 3])),                              # not an object
+        raw(ref_frame({"client_id": cid, "local_rank": 0})),    # no type
+        raw(ref_frame({"type": "init", "local_rank": 0})),      # no client_id
+        raw(ref_frame({"type": "init", "client_id": cid})),     # no local_rank
+        raw(ref_frame({"type": 5, "client_id": cid, "local_rank": 0})),
+        raw(ref_frame({"type": "init", "client_id": 7, "local_rank": 0})),
+        raw(ref_frame({"type": "init", "client_id": cid, "local_rank": "0"})),
+        raw(ref_frame({"type": "init", "client_id": cid, "local_rank": 2})),
+        raw(ref_frame({"type": "init", "client_id": cid, "local_rank": -1})),
+        raw(ref_frame(ref_message("ckpt_info_get", cid, 0))),   # before init
+        raw(ref_frame(ref_message("init", cid, 1)) +
+            ref_frame(ref_message("no_such_type", cid, 1)) +
+            ref_frame(ref_message("ckpt_info_update", cid, 1, {
+                "step": "12", "path": "/x", "checkpoint_type":
+                "model_checkpoint"})) +
+            ref_frame(ref_message("ckpt_info_update", cid, 1, {
+                "step": 1.5, "path": 3, "checkpoint_type": None})) +
+            ref_frame(ref_message("ckpt_init", cid, 1, {
+                "prefix": 9, "checkpoint_types": []}))),
+    ]
+    # A frame over the cap closes that connection.
+    big = raw(struct.pack(">I", 64 << 20) + b"{")
+    big.settimeout(10)
+    assert big.recv(1) == b"", "the oversized frame's connection stayed open"
+    # A partial prefix, and a partial body, that never finish.
+    bad.append(raw(b"\x00\x00"))
+    bad.append(raw(struct.pack(">I", 100) + b"{\"type\""))
+    # A client that asks and never reads: closed once its replies pile up.
+    hog = RefClient(path, 1)
+    hog.s.setblocking(False)
+    get = ref_frame(ref_message("ckpt_info_get", hog.id, 1))
+    sent, closed = 0, False
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not closed:
+        try:
+            hog.s.send(get * 64)
+            sent += 1
+        except BlockingIOError:
+            time.sleep(0.001)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+    assert closed, "the agent kept queueing replies for a client that never reads"
+
+    # Meanwhile the good client, the HTTP API and the metrics answer.
+    good.send("ckpt_info_update", {"step": 3, "path": "/fsx/ckpt/run1/3",
+                                   "checkpoint_type": "model_checkpoint"})
+    assert good.get()["path"] == "/fsx/ckpt/run1/3"
+    assert a.status()["progress"][PREFIX]["progressCount"] == 3
+    m = metrics(a)
+    assert m["hyperpodrun_ipc_rejected_frames_total"] == 1
+    assert m['hyperpodrun_ipc_messages_total{result="ignored"}'] >= 15
+    assert m["hyperpodrun_ipc_connections"] >= 1000
+    err = a.proc.console_err().decode(errors="replace")
+    assert "over the 4194304-byte limit; closing that connection" in err
+    assert "is not valid UTF-8 JSON" in err
+    assert "local_rank 2 is not on this node (0 to 1)" in err
+    assert "unknown message type \"no_such_type\"" in err
+    assert "\"step\" is not an integer: \"12\"" in err
+    assert "\"local_rank\" is \"0\"" in err
+    assert "does not read its replies" in err
+    for s in silent + bad:
+        s.close()
+    good.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+
+
+def test_python_client_errors(monkeypatch, tmp_path):
+    import sys
+    from conftest import SOURCE_ROOT
+    sys.path.insert(0, str(SOURCE_ROOT / "python"))
+    try:
+        from hyperpodrun_client import (CheckpointDiscoverySocketClient,
+                                        HyperPodIPCException)
+    finally:
+        sys.path.pop(0)
+    monkeypatch.delenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", raising=False)
+    with pytest.raises(ValueError, match="HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"):
+        CheckpointDiscoverySocketClient("/p", 1)
+    missing = tmp_path / "nobody.sock"
+    monkeypatch.setenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", str(missing))
+    with pytest.raises(HyperPodIPCException, match=str(missing)):
+        CheckpointDiscoverySocketClient("/p", 1)
