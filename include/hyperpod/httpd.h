@@ -55,7 +55,13 @@ struct hp_httpd_limits {
         /* Over → 413, before reading it all (Content-Length when present,
          * else as chunks arrive). */
         size_t max_body_bytes;
-        /* Over → accept and close at once, logged once per burst. */
+        /* Open connections. A new one over it closes the connection idle
+         * or unfinished the longest (one that never sent a byte, then a
+         * request still arriving, then an idle keep-alive, then one
+         * draining after its last response), so that idle or trickling
+         * clients cannot lock others out; only when all are being
+         * answered is the new one closed at once. Logged once per
+         * burst. */
         int max_connections;
         /* Keep-alive idle close (also before the first request); 5000 like
          * uvicorn. 0: no idle limit. */
@@ -84,6 +90,7 @@ struct hp_httpd_stats {
         uint64_t rejected_requests;
         uint64_t connections_total;    /* accepted and served */
         uint64_t rejected_connections; /* closed at once: over the cap */
+        uint64_t evicted_connections;  /* closed to make room for one */
         uint64_t current_connections;  /* served connections open now */
 };
 

@@ -62,6 +62,8 @@ struct hp_httpd_conn {
         int handles; /* close callbacks still to come */
         enum conn_state state;
         bool served; /* counted in current_connections */
+        bool answered; /* has had a response */
+        uint64_t since; /* loop time the current state began */
         bool reading;
         bool keep_alive; /* after the response being written */
         bool message_done; /* the parser paused at the end of a request */
@@ -292,6 +294,7 @@ static void conn_linger(struct hp_httpd_conn *c)
                 return;
         }
         c->state = CONN_LINGER;
+        c->since = uv_now(h->loop);
         r = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
                         shutdown_cb);
         if (r < 0) {
@@ -332,6 +335,7 @@ static void write_cb(uv_write_t *req, int status)
                 return;
         }
         c->state = CONN_IDLE;
+        c->since = uv_now(h->loop);
         conn_arm(c, h->limits.idle_timeout_ms);
         /* A pipelined request may already be waiting in the read buffer. */
         http_parser_pause(&c->parser, 0);
@@ -396,6 +400,7 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
                 o->len += body_len;
         }
         count_status(&c->server->stats, status);
+        c->answered = true;
         c->state = CONN_WRITING;
         conn_read_stop(c);
         buf = uv_buf_init(o->data, (unsigned)o->len);
@@ -478,6 +483,7 @@ static int on_message_begin(http_parser *p)
         struct hp_httpd_conn *c = conn_of_parser(p);
 
         c->state = CONN_READING;
+        c->since = uv_now(c->server->loop);
         c->req.len = 0;
         c->url_len = 0;
         c->url_done = false;
@@ -873,6 +879,79 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
         }
 }
 
+/* Which connection gives way to a new one when all are taken: lowest
+ * first, and -1 for none. A response being written is never cut off; a
+ * lingering one has been written, but closing it may still reset it
+ * before the peer reads it, so it goes last. */
+static int evict_rank(const struct hp_httpd_conn *c)
+{
+        if (!c->served)
+                return -1;
+        switch (c->state) {
+        case CONN_IDLE:
+                /* Never a byte of a request: a scanner or a stuck client,
+                 * before a client that has been answered and may reuse
+                 * its connection. */
+                return c->answered ? 2 : 0;
+        case CONN_READING:
+                return 1;
+        case CONN_LINGER:
+                return 3;
+        default:
+                return -1;
+        }
+}
+
+/* The connection to close for a new one: the lowest rank, and in it the
+ * one longest in its state. An idle or trickling client can then hold
+ * slots only until newer connections need them, and the operator, whose
+ * requests arrive whole, is answered before it is the oldest. */
+static struct hp_httpd_conn *evict_pick(struct hp_httpd *h)
+{
+        struct hp_httpd_conn *best = NULL;
+        int best_rank = -1;
+
+        /* Newest first in the list: ties go to the older one. */
+        for (struct hp_httpd_conn *c = h->conns; c != NULL; c = c->next) {
+                int rank = evict_rank(c);
+
+                if (rank < 0)
+                        continue;
+                if (best == NULL || rank < best_rank ||
+                    (rank == best_rank && c->since <= best->since)) {
+                        best = c;
+                        best_rank = rank;
+                }
+        }
+        return best;
+}
+
+/* Makes room for one more connection, closing another if it must.
+ * Returns false when every connection is being answered. */
+static bool make_room(struct hp_httpd *h, const char *peer)
+{
+        struct hp_httpd_conn *victim;
+
+        if (h->stats.current_connections <
+            (uint64_t)h->limits.max_connections)
+                return true;
+        victim = evict_pick(h);
+        if (victim == NULL)
+                return false;
+        if (!h->rejecting)
+                hp_log_warn("http: %s: over %d connections, closing the "
+                            "ones idle or unfinished the longest (%s first; "
+                            "logged once per burst)", peer,
+                            h->limits.max_connections, victim->peer);
+        h->rejecting = true;
+        h->stats.evicted_connections++;
+        /* Counted out now: its close callbacks come later. */
+        victim->served = false;
+        h->stats.current_connections--;
+        conn_close(victim);
+        return true;
+}
+
 static void connection_cb(uv_stream_t *listener, int status)
 {
         struct hp_httpd *h = hp_container_of(listener, struct hp_httpd,
@@ -911,19 +990,20 @@ static void connection_cb(uv_stream_t *listener, int status)
                 return;
         }
         peer_name(&c->tcp, c->peer, sizeof(c->peer));
-        if (h->stats.current_connections >=
-            (uint64_t)h->limits.max_connections) {
+        if (!make_room(h, c->peer)) {
                 h->stats.rejected_connections++;
                 if (!h->rejecting)
-                        hp_log_warn("http: %s: over %d connections, closing "
-                                    "new ones at once (logged once per "
-                                    "burst)", c->peer,
+                        hp_log_warn("http: %s: over %d connections, all "
+                                    "being answered: closing new ones at "
+                                    "once (logged once per burst)", c->peer,
                                     h->limits.max_connections);
                 h->rejecting = true;
                 conn_close(c);
                 return;
         }
-        h->rejecting = false;
+        if (h->stats.current_connections + 1 <
+            (uint64_t)h->limits.max_connections)
+                h->rejecting = false;
         c->served = true;
         h->stats.connections_total++;
         h->stats.current_connections++;
@@ -931,6 +1011,7 @@ static void connection_cb(uv_stream_t *listener, int status)
         uv_tcp_nodelay(&c->tcp, 1);
         http_parser_init(&c->parser, HTTP_REQUEST);
         c->state = CONN_IDLE;
+        c->since = uv_now(h->loop);
         conn_arm(c, h->limits.idle_timeout_ms);
         hp_log_debug("http: %s: connected", c->peer);
         conn_read_start(c);

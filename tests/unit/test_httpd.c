@@ -170,6 +170,7 @@ struct client {
         http_parser parser;
         http_parser_settings settings;
         bool head; /* the response answers a HEAD: no body follows */
+        bool discard; /* the body is counted, not kept */
         char in[16384];
         size_t in_off;
         size_t in_len;
@@ -255,6 +256,10 @@ static int client_body_cb(http_parser *p, const char *at, size_t len)
 {
         struct client *c = client_of(p);
 
+        if (c->discard) {
+                c->body_len += len;
+                return 0;
+        }
         assert_true(c->body_len + len < sizeof(c->body));
         memcpy(c->body + c->body_len, at, len);
         c->body_len += len;
@@ -854,39 +859,112 @@ static void test_slow_request_gets_408(void **state)
 
 /* ---- connections ---- */
 
-static void test_max_connections(void **state)
+/* Two round trips on c: once they are answered, every connection made
+ * and every byte sent before them has been read by the server (the
+ * loop's poll is level-triggered and takes all that is ready). */
+static void server_sync(struct client *c)
+{
+        for (int i = 0; i < 2; i++)
+                client_expect_echo(c, "GET /sync HTTP/1.1\r\n\r\n",
+                                   "GET /sync q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+}
+
+/* A response far larger than the socket buffers, left unread: the
+ * connection stays in the middle of being answered. */
+static struct client *client_stuck_writing(const struct server *s)
+{
+        struct client *c = client_connect(s);
+        char byte;
+
+        client_send(c, "GET /big HTTP/1.1\r\n\r\n");
+        assert_int_equal(recv(c->fd, &byte, 1, MSG_PEEK), 1);
+        return c;
+}
+
+/* When all connections are taken, a new one closes the one that never
+ * sent a byte, then the one whose request is still arriving, then the
+ * keep-alive connection idle the longest; never one being answered. */
+static void test_max_connections_evicts(void **state)
+{
+        static const char *const order[] = { "silent", "trickling",
+                                             "answered" };
+        struct hp_httpd_limits l = default_limits();
+        struct server s;
+        struct client *answered;
+        struct client *busy;
+        struct client *trickling;
+        struct client *silent;
+        struct client *victims[3];
+        struct client *fresh[3];
+
+        l.max_connections = 4;
+        server_start(&s, &l);
+        answered = client_connect(&s);
+        busy = client_stuck_writing(&s);
+        trickling = client_connect(&s);
+        client_send(trickling, "POST /start HTTP/1.1\r\nContent-Le");
+        silent = client_connect(&s);
+        server_sync(answered);
+        victims[0] = silent;
+        victims[1] = trickling;
+        victims[2] = answered;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(fresh); i++) {
+                fresh[i] = client_connect(&s);
+                client_expect_echo(fresh[i], "GET /new HTTP/1.1\r\n\r\n",
+                                   "GET /new q= ct=(none) has_body=0 len=0 "
+                                   "body=");
+                if (!client_eof(victims[i]))
+                        fail_msg("new connection %zu: the %s one is still "
+                                 "open", i, order[i]);
+        }
+        /* The newest are served on; the busy one was never touched. */
+        client_expect_echo(fresh[0], "GET /again HTTP/1.1\r\n\r\n",
+                           "GET /again q= ct=(none) has_body=0 len=0 body=");
+        busy->discard = true;
+        assert_int_equal(client_response(busy), 200);
+        assert_int_equal(busy->body_len, BIG_BODY);
+        for (size_t i = 0; i < HP_ARRAY_SIZE(fresh); i++) {
+                client_free(victims[i]);
+                client_free(fresh[i]);
+        }
+        client_free(busy);
+        server_stop(&s);
+        assert_int_equal(s.httpd.stats.evicted_connections, 3);
+        assert_int_equal(s.httpd.stats.rejected_connections, 0);
+        assert_int_equal(s.httpd.stats.connections_total, 7);
+}
+
+/* Only when every connection is being answered is a new one closed at
+ * once; the busy ones go on. */
+static void test_max_connections_all_busy(void **state)
 {
         struct hp_httpd_limits l = default_limits();
         struct server s;
-        struct client *a;
-        struct client *b;
+        struct client *busy[2];
         struct client *over;
 
         l.max_connections = 2;
         server_start(&s, &l);
-        a = client_connect(&s);
-        b = client_connect(&s);
-        /* Answered, so both are accepted and counted. */
-        client_expect_echo(a, "GET /a HTTP/1.1\r\n\r\n",
-                           "GET /a q= ct=(none) has_body=0 len=0 body=");
-        client_expect_echo(b, "GET /b HTTP/1.1\r\n\r\n",
-                           "GET /b q= ct=(none) has_body=0 len=0 body=");
+        for (size_t i = 0; i < HP_ARRAY_SIZE(busy); i++)
+                busy[i] = client_stuck_writing(&s);
+        for (int i = 0; i < 2; i++) {
+                over = client_connect(&s);
+                assert_true(client_eof(over));
+                client_free(over);
+        }
+        /* Reading the whole response frees the slot again. */
+        busy[0]->discard = true;
+        assert_int_equal(client_response(busy[0]), 200);
         over = client_connect(&s);
-        assert_true(client_eof(over));
+        client_expect_echo(over, "GET /in HTTP/1.1\r\n\r\n",
+                           "GET /in q= ct=(none) has_body=0 len=0 body=");
         client_free(over);
-        over = client_connect(&s);
-        assert_true(client_eof(over));
-        client_free(over);
-        /* The two served connections go on undisturbed. */
-        client_expect_echo(a, "GET /a HTTP/1.1\r\n\r\n",
-                           "GET /a q= ct=(none) has_body=0 len=0 body=");
-        client_expect_echo(b, "GET /b HTTP/1.1\r\n\r\n",
-                           "GET /b q= ct=(none) has_body=0 len=0 body=");
-        client_free(a);
-        client_free(b);
+        for (size_t i = 0; i < HP_ARRAY_SIZE(busy); i++)
+                client_free(busy[i]);
         server_stop(&s);
         assert_int_equal(s.httpd.stats.rejected_connections, 2);
-        assert_int_equal(s.httpd.stats.connections_total, 2);
+        assert_int_equal(s.httpd.stats.evicted_connections, 1);
 }
 
 static void test_clients_that_vanish(void **state)
@@ -1051,7 +1129,8 @@ int main(void)
                 cmocka_unit_test(test_limits_are_inclusive),
                 cmocka_unit_test(test_idle_connections_closed),
                 cmocka_unit_test(test_slow_request_gets_408),
-                cmocka_unit_test(test_max_connections),
+                cmocka_unit_test(test_max_connections_evicts),
+                cmocka_unit_test(test_max_connections_all_busy),
                 cmocka_unit_test(test_clients_that_vanish),
                 cmocka_unit_test(test_close_with_open_connections),
                 cmocka_unit_test(test_handler_closes_the_server),
