@@ -55,13 +55,13 @@ struct hp_httpd_limits {
         /* Over → 413, before reading it all (Content-Length when present,
          * else as chunks arrive). */
         size_t max_body_bytes;
-        /* Open connections. A new one over it closes the connection idle
-         * or unfinished the longest (one that never sent a byte, then a
-         * request still arriving, then an idle keep-alive, then one
-         * draining after its last response), so that idle or trickling
-         * clients cannot lock others out; only when all are being
-         * answered is the new one closed at once. Logged once per
-         * burst. */
+        /* Open connections. A new one over it closes another, so that
+         * idle or trickling clients cannot lock others out: one silent
+         * for silent_ms or more, else a request still arriving, else an
+         * idle keep-alive, else one silent for less, else one draining
+         * after its last response; in each, the one longest in that
+         * state. Only when all are being answered is the new one closed
+         * at once. Logged once per burst. */
         int max_connections;
         /* Keep-alive idle close (also before the first request); 5000 like
          * uvicorn. 0: no idle limit. */
@@ -71,9 +71,12 @@ struct hp_httpd_limits {
          * the most time spent draining a peer after a "connection: close"
          * response (it is closed after 1 s of silence). 0: no limit. */
         uint64_t request_timeout_ms;
+        /* A connection that has sent no byte for this long is the first
+         * to give way to a new one (see max_connections). */
+        uint64_t silent_ms;
 };
 
-/* 16 KiB, 1 MiB, 64, 5000, 10000 */
+/* 16 KiB, 1 MiB, 64, 5000, 10000, 1000 */
 void hp_httpd_limits_default(struct hp_httpd_limits *l);
 
 /* Counters for /metrics. Plain fields, read on the loop thread. */

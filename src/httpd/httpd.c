@@ -109,6 +109,7 @@ void hp_httpd_limits_default(struct hp_httpd_limits *l)
         l->max_connections = 64;
         l->idle_timeout_ms = 5000;
         l->request_timeout_ms = 10000;
+        l->silent_ms = 1000;
 }
 
 static int growbuf_reserve(struct growbuf *b, size_t extra)
@@ -883,20 +884,23 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
  * first, and -1 for none. A response being written is never cut off; a
  * lingering one has been written, but closing it may still reset it
  * before the peer reads it, so it goes last. */
-static int evict_rank(const struct hp_httpd_conn *c)
+static int evict_rank(const struct hp_httpd_conn *c, uint64_t now,
+                      uint64_t silent_ms)
 {
         if (!c->served)
                 return -1;
         switch (c->state) {
         case CONN_IDLE:
-                /* Never a byte of a request: a scanner or a stuck client,
-                 * before a client that has been answered and may reuse
-                 * its connection. */
-                return c->answered ? 2 : 0;
+                if (c->answered)
+                        return 2;
+                /* Silent for long: a scanner or a stuck client. Silent
+                 * for less: most likely a client about to send, which a
+                 * burst of newer connections must not push out. */
+                return now - c->since >= silent_ms ? 0 : 3;
         case CONN_READING:
                 return 1;
         case CONN_LINGER:
-                return 3;
+                return 4;
         default:
                 return -1;
         }
@@ -909,11 +913,12 @@ static int evict_rank(const struct hp_httpd_conn *c)
 static struct hp_httpd_conn *evict_pick(struct hp_httpd *h)
 {
         struct hp_httpd_conn *best = NULL;
+        uint64_t now = uv_now(h->loop);
         int best_rank = -1;
 
         /* Newest first in the list: ties go to the older one. */
         for (struct hp_httpd_conn *c = h->conns; c != NULL; c = c->next) {
-                int rank = evict_rank(c);
+                int rank = evict_rank(c, now, h->limits.silent_ms);
 
                 if (rank < 0)
                         continue;

@@ -420,6 +420,7 @@ static void test_limits_default(void **state)
         assert_int_equal(l.max_connections, 64);
         assert_int_equal(l.idle_timeout_ms, 5000);
         assert_int_equal(l.request_timeout_ms, 10000);
+        assert_int_equal(l.silent_ms, 1000);
 }
 
 struct echo_case {
@@ -882,57 +883,91 @@ static struct client *client_stuck_writing(const struct server *s)
         return c;
 }
 
-/* When all connections are taken, a new one closes the one that never
- * sent a byte, then the one whose request is still arriving, then the
- * keep-alive connection idle the longest; never one being answered. */
+/* When all connections are taken, a new one closes another: by the kind
+ * of connection, and never one being answered. */
+struct evict_case {
+        const char *what;
+        uint64_t silent_ms;
+        /* Which of "silent", "trickling" and "answered" each of two new
+         * connections closes; the third is served on. */
+        const char *order[2];
+        const char *survivor;
+};
+
+static const struct evict_case evict_cases[] = {
+        { "silent for long, then trickling, before idle keep-alive", 0,
+          { "silent", "trickling" }, "answered" },
+        /* A connection silent for less may be a client about to send. */
+        { "trickling, then idle keep-alive, before silent for less", 60000,
+          { "trickling", "answered" }, "silent" },
+};
+
 static void test_max_connections_evicts(void **state)
 {
-        static const char *const order[] = { "silent", "trickling",
-                                             "answered" };
-        struct hp_httpd_limits l = default_limits();
-        struct server s;
-        struct client *answered;
-        struct client *busy;
-        struct client *trickling;
-        struct client *silent;
-        struct client *victims[3];
-        struct client *fresh[3];
+        for (size_t i = 0; i < HP_ARRAY_SIZE(evict_cases); i++) {
+                const struct evict_case *e = &evict_cases[i];
+                struct hp_httpd_limits l = default_limits();
+                struct server s;
+                struct client *busy;
+                struct client *survivor = NULL;
+                struct client *fresh[2];
+                struct {
+                        const char *name;
+                        struct client *c;
+                } old[3];
 
-        l.max_connections = 4;
-        server_start(&s, &l);
-        answered = client_connect(&s);
-        busy = client_stuck_writing(&s);
-        trickling = client_connect(&s);
-        client_send(trickling, "POST /start HTTP/1.1\r\nContent-Le");
-        silent = client_connect(&s);
-        server_sync(answered);
-        victims[0] = silent;
-        victims[1] = trickling;
-        victims[2] = answered;
-        for (size_t i = 0; i < HP_ARRAY_SIZE(fresh); i++) {
-                fresh[i] = client_connect(&s);
-                client_expect_echo(fresh[i], "GET /new HTTP/1.1\r\n\r\n",
-                                   "GET /new q= ct=(none) has_body=0 len=0 "
-                                   "body=");
-                if (!client_eof(victims[i]))
-                        fail_msg("new connection %zu: the %s one is still "
-                                 "open", i, order[i]);
+                l.max_connections = 4;
+                l.silent_ms = e->silent_ms;
+                server_start(&s, &l);
+                old[0].name = "answered";
+                old[0].c = client_connect(&s);
+                busy = client_stuck_writing(&s);
+                old[1].name = "trickling";
+                old[1].c = client_connect(&s);
+                client_send(old[1].c, "POST /start HTTP/1.1\r\nContent-Le");
+                old[2].name = "silent";
+                old[2].c = client_connect(&s);
+                server_sync(old[0].c);
+                for (size_t n = 0; n < HP_ARRAY_SIZE(fresh); n++) {
+                        struct client *victim = NULL;
+
+                        fresh[n] = client_connect(&s);
+                        client_expect_echo(fresh[n], "GET /new HTTP/1.1\r\n"
+                                           "\r\n", "GET /new q= ct=(none) "
+                                           "has_body=0 len=0 body=");
+                        for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                                if (strcmp(old[k].name, e->order[n]) == 0)
+                                        victim = old[k].c;
+                        assert_non_null(victim);
+                        if (!client_eof(victim))
+                                fail_msg("%s: new connection %zu: the %s "
+                                         "one is still open", e->what, n,
+                                         e->order[n]);
+                }
+                for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                        if (strcmp(old[k].name, e->survivor) == 0)
+                                survivor = old[k].c;
+                client_expect_echo(survivor, "GET /still HTTP/1.1\r\n\r\n",
+                                   "GET /still q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+                /* The newest are served on; the busy one was answered in
+                 * full. */
+                client_expect_echo(fresh[0], "GET /again HTTP/1.1\r\n\r\n",
+                                   "GET /again q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+                busy->discard = true;
+                assert_int_equal(client_response(busy), 200);
+                assert_int_equal(busy->body_len, BIG_BODY);
+                for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                        client_free(old[k].c);
+                for (size_t k = 0; k < HP_ARRAY_SIZE(fresh); k++)
+                        client_free(fresh[k]);
+                client_free(busy);
+                server_stop(&s);
+                assert_int_equal(s.httpd.stats.evicted_connections, 2);
+                assert_int_equal(s.httpd.stats.rejected_connections, 0);
+                assert_int_equal(s.httpd.stats.connections_total, 6);
         }
-        /* The newest are served on; the busy one was never touched. */
-        client_expect_echo(fresh[0], "GET /again HTTP/1.1\r\n\r\n",
-                           "GET /again q= ct=(none) has_body=0 len=0 body=");
-        busy->discard = true;
-        assert_int_equal(client_response(busy), 200);
-        assert_int_equal(busy->body_len, BIG_BODY);
-        for (size_t i = 0; i < HP_ARRAY_SIZE(fresh); i++) {
-                client_free(victims[i]);
-                client_free(fresh[i]);
-        }
-        client_free(busy);
-        server_stop(&s);
-        assert_int_equal(s.httpd.stats.evicted_connections, 3);
-        assert_int_equal(s.httpd.stats.rejected_connections, 0);
-        assert_int_equal(s.httpd.stats.connections_total, 7);
 }
 
 /* Only when every connection is being answered is a new one closed at
@@ -956,6 +991,11 @@ static void test_max_connections_all_busy(void **state)
         /* Reading the whole response frees the slot again. */
         busy[0]->discard = true;
         assert_int_equal(client_response(busy[0]), 200);
+        /* Answered again, so the server has seen the write complete. */
+        busy[0]->discard = false;
+        busy[0]->body_len = 0;
+        client_expect_echo(busy[0], "GET /done HTTP/1.1\r\n\r\n",
+                           "GET /done q= ct=(none) has_body=0 len=0 body=");
         over = client_connect(&s);
         client_expect_echo(over, "GET /in HTTP/1.1\r\n\r\n",
                            "GET /in q= ct=(none) has_body=0 len=0 body=");
