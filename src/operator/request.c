@@ -21,6 +21,14 @@ struct checker {
         bool oom;
 };
 
+/* How many bytes cJSON prints for one byte of a string. */
+static size_t printed_width(unsigned char ch)
+{
+        if (ch < 0x20)
+                return 6;
+        return ch == '"' || ch == '\\' ? 2 : 1;
+}
+
 /* An upper bound on the length of v printed by cJSON, or a value over
  * max as soon as the walk passes max: the cost stays bounded by max
  * whatever v is. */
@@ -32,8 +40,7 @@ static size_t json_size(const cJSON *v, size_t max)
                 n += 3 + strlen(v->string) * 6; /* "key": worst case */
         if (cJSON_IsString(v)) {
                 for (const char *p = v->valuestring; *p && n <= max; p++)
-                        n += (unsigned char)*p < 0x20 ? 6 :
-                             (*p == '"' || *p == '\\') ? 2 : 1;
+                        n += printed_width((unsigned char)*p);
                 return n + 2;
         }
         if (cJSON_IsNumber(v))
@@ -52,6 +59,7 @@ static size_t json_size(const cJSON *v, size_t max)
 static cJSON *echo(const cJSON *input)
 {
         char text[HP_OP_ECHO_MAX + 160];
+        size_t printed = 0;
         size_t cut;
 
         if (input == NULL)
@@ -59,15 +67,24 @@ static cJSON *echo(const cJSON *input)
         if (json_size(input, HP_OP_ECHO_MAX) <= HP_OP_ECHO_MAX)
                 return cJSON_Duplicate(input, true);
         if (cJSON_IsString(input)) {
-                cut = HP_OP_ECHO_MAX / 2;
+                const char *v = input->valuestring;
+                size_t len = strlen(v);
+
+                /* Half the limit as printed, escapes included. */
+                for (cut = 0; cut < len; cut++) {
+                        size_t w = printed_width((unsigned char)v[cut]);
+
+                        if (printed + w > HP_OP_ECHO_MAX / 2)
+                                break;
+                        printed += w;
+                }
                 /* Not inside a UTF-8 sequence. */
-                while (cut > 0 && ((unsigned char)input->valuestring[cut] &
-                                   0xc0) == 0x80)
+                while (cut > 0 && ((unsigned char)v[cut] & 0xc0) == 0x80)
                         cut--;
                 snprintf(text, sizeof(text),
                          "%.*s... (%zu bytes in all, over the %d-byte echo "
-                         "limit)", (int)cut, input->valuestring,
-                         strlen(input->valuestring), HP_OP_ECHO_MAX);
+                         "limit)", (int)cut, v, len,
+                         HP_OP_ECHO_MAX);
         } else {
                 snprintf(text, sizeof(text),
                          "(%s of %d %s, over the %d-byte echo limit)",

@@ -372,6 +372,15 @@ static void test_request_echo_capped(void **state)
                   "1,", "1]}", 300000, HP_OP_ERRORS_MAX + 1, "1" },
                 /* Within the limit, the input is the input. */
                 { JSON, "{\"pad\":\"", "x", "\"}", 900, 5, NULL },
+                /* Short, but long once escaped: 85 of its newlines,
+                 * 6 bytes each once printed. */
+                { "text/plain", "", "\n", "", 1000, 1,
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n... (1000 bytes in all, over the 1024-byte echo "
+                  "limit)" },
         };
 
         (void)state;
@@ -392,6 +401,15 @@ static void test_request_echo_capped(void **state)
                 assert_non_null(text);
                 if (strlen(text) > 96 * 1024)
                         fail_msg("case %zu: a %zu-byte 422", i, strlen(text));
+                for (const cJSON *e = detail->child; e; e = e->next) {
+                        char *shown = cJSON_PrintUnformatted(
+                                cJSON_GetObjectItem(e, "input"));
+
+                        if (strlen(shown) > HP_OP_ECHO_MAX)
+                                fail_msg("case %zu: a %zu-byte input", i,
+                                         strlen(shown));
+                        free(shown);
+                }
                 assert_int_equal(cJSON_GetArraySize(detail),
                                  cases[i].entries);
                 input = cJSON_GetObjectItem(cJSON_GetArrayItem(detail, 0),
