@@ -60,8 +60,8 @@ struct hp_httpd_limits {
          * for silent_ms or more, else a request still arriving, else an
          * idle keep-alive, else one silent for less, else one draining
          * after its last response; in each, the one longest in that
-         * state. Only when all are being answered is the new one closed
-         * at once. Logged once per burst. */
+         * state (hp_httpd_evict_rank). Only when all are being answered
+         * is the new one closed at once. Logged once per burst. */
         int max_connections;
         /* Keep-alive idle close (also before the first request); 5000 like
          * uvicorn. 0: no idle limit. */
@@ -78,6 +78,24 @@ struct hp_httpd_limits {
 
 /* 16 KiB, 1 MiB, 64, 5000, 10000, 1000 */
 void hp_httpd_limits_default(struct hp_httpd_limits *l);
+
+/* Where a connection is, as the connection budget sees it. */
+enum hp_httpd_phase {
+        HP_HTTPD_SILENT,    /* connected, no byte of a request yet */
+        HP_HTTPD_READING,   /* a request partly read */
+        HP_HTTPD_KEEPALIVE, /* answered, waiting for the next request */
+        HP_HTTPD_ANSWERING, /* in the handler, or its response being written */
+        HP_HTTPD_DRAINING,  /* last response written, reading until the FIN */
+};
+
+/*
+ * The order in which open connections give way to a new one when
+ * max_connections are open: the lowest rank first, and among equals the
+ * one longest in its phase; -1 for one that never does. since: the loop
+ * time (ms) its phase began; now: the loop time. Pure.
+ */
+int hp_httpd_evict_rank(enum hp_httpd_phase phase, uint64_t since,
+                        uint64_t now, uint64_t silent_ms);
 
 /* Counters for /metrics. Plain fields, read on the loop thread. */
 struct hp_httpd_stats {

@@ -880,30 +880,51 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
         }
 }
 
-/* Which connection gives way to a new one when all are taken: lowest
- * first, and -1 for none. A response being written is never cut off; a
- * lingering one has been written, but closing it may still reset it
- * before the peer reads it, so it goes last. */
+int hp_httpd_evict_rank(enum hp_httpd_phase phase, uint64_t since,
+                        uint64_t now, uint64_t silent_ms)
+{
+        switch (phase) {
+        case HP_HTTPD_SILENT:
+                /* Silent for long: a scanner or a stuck client. Silent
+                 * for less: most likely a client about to send, which a
+                 * burst of newer connections must not push out. */
+                return now >= since && now - since >= silent_ms ? 0 : 3;
+        case HP_HTTPD_READING:
+                return 1;
+        case HP_HTTPD_KEEPALIVE:
+                return 2;
+        case HP_HTTPD_DRAINING:
+                /* Written, but closing it may still reset the response
+                 * before the peer reads it. */
+                return 4;
+        default:
+                /* A response being written is never cut off. */
+                return -1;
+        }
+}
+
 static int evict_rank(const struct hp_httpd_conn *c, uint64_t now,
                       uint64_t silent_ms)
 {
+        enum hp_httpd_phase phase;
+
         if (!c->served)
                 return -1;
         switch (c->state) {
         case CONN_IDLE:
-                if (c->answered)
-                        return 2;
-                /* Silent for long: a scanner or a stuck client. Silent
-                 * for less: most likely a client about to send, which a
-                 * burst of newer connections must not push out. */
-                return now - c->since >= silent_ms ? 0 : 3;
+                phase = c->answered ? HP_HTTPD_KEEPALIVE : HP_HTTPD_SILENT;
+                break;
         case CONN_READING:
-                return 1;
+                phase = HP_HTTPD_READING;
+                break;
         case CONN_LINGER:
-                return 4;
+                phase = HP_HTTPD_DRAINING;
+                break;
         default:
-                return -1;
+                phase = HP_HTTPD_ANSWERING;
+                break;
         }
+        return hp_httpd_evict_rank(phase, c->since, now, silent_ms);
 }
 
 /* The connection to close for a new one: the lowest rank, and in it the

@@ -33,7 +33,8 @@ def get(port, path, timeout=3.0):
 
 
 def probe(port, tries, pause):
-    """/healthz and, every fourth time, /status; returns the failures."""
+    """/healthz and, every fourth time, /status, pause seconds apart so
+    that they spread over an attack; returns the failures."""
     failures = []
     for i in range(tries):
         path = "/status" if i % 4 == 3 else "/healthz"
@@ -62,13 +63,17 @@ def test_idle_sockets_do_not_lock_the_operator_out(hpr, tmp_path):
 
 def test_slowloris_does_not_lock_the_operator_out(hpr, tmp_path):
     a = Agent(hpr, tmp_path)
+    # It stops by itself after 60 s, long after the probes.
     attack = subprocess.Popen(
         [sys.executable, str(helper("slowloris.py")), str(a.port), "200",
-         "0.25", "8"],
+         "0.25", "60"],
         stdout=subprocess.PIPE, text=True)
     try:
         assert attack.stdout.readline().strip() == "ready"
         failures = probe(a.port, 20, 0.2)
+        # Every probe ran under the attack.
+        assert attack.poll() is None, "the slowloris ended early"
+        attack.terminate()
         out = attack.communicate(timeout=30)[0]
     finally:
         if attack.poll() is None:

@@ -860,6 +860,39 @@ static void test_slow_request_gets_408(void **state)
 
 /* ---- connections ---- */
 
+/* The eviction order, by phase and time; the boundaries inclusive. */
+static void test_evict_rank(void **state)
+{
+        static const struct {
+                enum hp_httpd_phase phase;
+                uint64_t since;
+                uint64_t now;
+                int rank;
+        } cases[] = {
+                { HP_HTTPD_SILENT, 1000, 2000, 0 },  /* silent for 1 s */
+                { HP_HTTPD_SILENT, 1000, 99999, 0 },
+                { HP_HTTPD_READING, 1000, 1000, 1 },
+                { HP_HTTPD_READING, 0, 99999, 1 },
+                { HP_HTTPD_KEEPALIVE, 1000, 1001, 2 },
+                { HP_HTTPD_SILENT, 1000, 1999, 3 },  /* about to send */
+                { HP_HTTPD_SILENT, 1000, 1000, 3 },
+                /* A clock behind since is not a long silence. */
+                { HP_HTTPD_SILENT, 5000, 1000, 3 },
+                { HP_HTTPD_DRAINING, 0, 99999, 4 },
+                { HP_HTTPD_ANSWERING, 0, 99999, -1 },
+        };
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
+                int rank = hp_httpd_evict_rank(cases[i].phase,
+                                               cases[i].since, cases[i].now,
+                                               1000);
+
+                if (rank != cases[i].rank)
+                        fail_msg("case %zu: rank %d, expected %d", i, rank,
+                                 cases[i].rank);
+        }
+}
+
 /* Two round trips on c: once they are answered, every connection made
  * and every byte sent before them has been read by the server (the
  * loop's poll is level-triggered and takes all that is ready). */
@@ -1169,6 +1202,7 @@ int main(void)
                 cmocka_unit_test(test_limits_are_inclusive),
                 cmocka_unit_test(test_idle_connections_closed),
                 cmocka_unit_test(test_slow_request_gets_408),
+                cmocka_unit_test(test_evict_rank),
                 cmocka_unit_test(test_max_connections_evicts),
                 cmocka_unit_test(test_max_connections_all_busy),
                 cmocka_unit_test(test_clients_that_vanish),

@@ -1,15 +1,23 @@
 """A slowloris against 127.0.0.1:PORT: COUNT connections, each sending a
 request line and then one header line every INTERVAL seconds, never
 finishing the request, and reopened as soon as the server closes it.
-Prints "ready" once all are open, stops by itself after DURATION seconds
-and prints how many connections it opened in all.
+Prints "ready" once all are open, stops on SIGTERM or by itself after
+DURATION seconds, and then prints how many connections it opened in all.
 
 usage: slowloris.py PORT COUNT INTERVAL DURATION"""
 
 import select
+import signal
 import socket
 import sys
 import time
+
+stopping = False
+
+
+def stop(signum, frame):
+    global stopping
+    stopping = True
 
 
 def open_one(port):
@@ -27,11 +35,12 @@ def open_one(port):
 def main():
     port, count = int(sys.argv[1]), int(sys.argv[2])
     interval, duration = float(sys.argv[3]), float(sys.argv[4])
+    signal.signal(signal.SIGTERM, stop)
     end = time.monotonic() + duration
     socks = [None] * count
     opened = 0
     ready = False
-    while time.monotonic() < end:
+    while not stopping and time.monotonic() < end:
         started = time.monotonic()
         # A readable socket has been closed or answered (a 408): reopen.
         live = [s for s in socks if s is not None]
@@ -52,6 +61,7 @@ def main():
         if not ready:
             print("ready", flush=True)
             ready = True
+        # Pacing the trickle, as a slowloris does.
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
     for s in socks:
         if s is not None:
