@@ -855,6 +855,36 @@ static void timer_cb(uv_timer_t *timer)
 
 /* ---- the server --------------------------------------------------------- */
 
+/* Reads what a new connection has already sent, as read_cb would on the
+ * next poll, then reads on. A client's request usually arrives with its
+ * connection, and is answered before the next connection of a burst is
+ * accepted: a burst over max_connections closes the connections that are
+ * still silent, which a request not yet read would otherwise be. */
+static void conn_read_first(struct hp_httpd_conn *c)
+{
+        uv_os_fd_t fd;
+        ssize_t n;
+
+        if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) {
+                conn_read_start(c);
+                return;
+        }
+        do
+                n = recv(fd, c->in, sizeof(c->in), MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n > 0) {
+                c->in_off = 0;
+                c->in_len = (size_t)n;
+                conn_process(c);
+        } else if (n == 0) {
+                conn_read_end(c, UV_EOF);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                conn_read_start(c);
+        } else {
+                conn_read_end(c, -errno);
+        }
+}
+
 static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
 {
         struct sockaddr_storage ss;
@@ -1040,7 +1070,7 @@ static void connection_cb(uv_stream_t *listener, int status)
         c->since = uv_now(h->loop);
         conn_arm(c, h->limits.idle_timeout_ms);
         hp_log_debug("http: %s: connected", c->peer);
-        conn_read_start(c);
+        conn_read_first(c);
 }
 
 int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
