@@ -55,7 +55,13 @@ struct hp_httpd_limits {
         /* Over → 413, before reading it all (Content-Length when present,
          * else as chunks arrive). */
         size_t max_body_bytes;
-        /* Over → accept and close at once, logged once per burst. */
+        /* Open connections. A new one over it closes another, so that
+         * idle or trickling clients cannot lock others out: one silent
+         * for silent_ms or more, else a request still arriving, else an
+         * idle keep-alive, else one silent for less, else one draining
+         * after its last response; in each, the one longest in that
+         * state (hp_httpd_evict_rank). Only when all are being answered
+         * is the new one closed at once. Logged once per burst. */
         int max_connections;
         /* Keep-alive idle close (also before the first request); 5000 like
          * uvicorn. 0: no idle limit. */
@@ -65,10 +71,31 @@ struct hp_httpd_limits {
          * the most time spent draining a peer after a "connection: close"
          * response (it is closed after 1 s of silence). 0: no limit. */
         uint64_t request_timeout_ms;
+        /* A connection that has sent no byte for this long is the first
+         * to give way to a new one (see max_connections). */
+        uint64_t silent_ms;
 };
 
-/* 16 KiB, 1 MiB, 64, 5000, 10000 */
+/* 16 KiB, 1 MiB, 64, 5000, 10000, 1000 */
 void hp_httpd_limits_default(struct hp_httpd_limits *l);
+
+/* Where a connection is, as the connection budget sees it. */
+enum hp_httpd_phase {
+        HP_HTTPD_SILENT,    /* connected, no byte of a request yet */
+        HP_HTTPD_READING,   /* a request partly read */
+        HP_HTTPD_KEEPALIVE, /* answered, waiting for the next request */
+        HP_HTTPD_ANSWERING, /* in the handler, or its response being written */
+        HP_HTTPD_DRAINING,  /* last response written, reading until the FIN */
+};
+
+/*
+ * The order in which open connections give way to a new one when
+ * max_connections are open: the lowest rank first, and among equals the
+ * one longest in its phase; -1 for one that never does. since: the loop
+ * time (ms) its phase began; now: the loop time. Pure.
+ */
+int hp_httpd_evict_rank(enum hp_httpd_phase phase, uint64_t since,
+                        uint64_t now, uint64_t silent_ms);
 
 /* Counters for /metrics. Plain fields, read on the loop thread. */
 struct hp_httpd_stats {
@@ -84,6 +111,7 @@ struct hp_httpd_stats {
         uint64_t rejected_requests;
         uint64_t connections_total;    /* accepted and served */
         uint64_t rejected_connections; /* closed at once: over the cap */
+        uint64_t evicted_connections;  /* closed to make room for one */
         uint64_t current_connections;  /* served connections open now */
 };
 

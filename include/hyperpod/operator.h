@@ -94,6 +94,13 @@ enum hp_op_route {
  * list stays small. */
 #define HP_OP_NNODES_MAX 100000
 
+/* A 422 answers with what was wrong, not the request again: an "input"
+ * that would print over HP_OP_ECHO_MAX bytes is replaced by a string
+ * saying what it was, and past HP_OP_ERRORS_MAX errors one entry counts
+ * the rest. */
+#define HP_OP_ECHO_MAX 1024
+#define HP_OP_ERRORS_MAX 64
+
 /* A validated /start, /update or /stop body. cJSON members are owned. */
 struct hp_op_request {
         /* StartRequest and UpdateRequest */

@@ -62,6 +62,8 @@ struct hp_httpd_conn {
         int handles; /* close callbacks still to come */
         enum conn_state state;
         bool served; /* counted in current_connections */
+        bool answered; /* has had a response */
+        uint64_t since; /* loop time the current state began */
         bool reading;
         bool keep_alive; /* after the response being written */
         bool message_done; /* the parser paused at the end of a request */
@@ -107,6 +109,7 @@ void hp_httpd_limits_default(struct hp_httpd_limits *l)
         l->max_connections = 64;
         l->idle_timeout_ms = 5000;
         l->request_timeout_ms = 10000;
+        l->silent_ms = 1000;
 }
 
 static int growbuf_reserve(struct growbuf *b, size_t extra)
@@ -292,6 +295,7 @@ static void conn_linger(struct hp_httpd_conn *c)
                 return;
         }
         c->state = CONN_LINGER;
+        c->since = uv_now(h->loop);
         r = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp,
                         shutdown_cb);
         if (r < 0) {
@@ -332,6 +336,7 @@ static void write_cb(uv_write_t *req, int status)
                 return;
         }
         c->state = CONN_IDLE;
+        c->since = uv_now(h->loop);
         conn_arm(c, h->limits.idle_timeout_ms);
         /* A pipelined request may already be waiting in the read buffer. */
         http_parser_pause(&c->parser, 0);
@@ -396,6 +401,7 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
                 o->len += body_len;
         }
         count_status(&c->server->stats, status);
+        c->answered = true;
         c->state = CONN_WRITING;
         conn_read_stop(c);
         buf = uv_buf_init(o->data, (unsigned)o->len);
@@ -478,6 +484,7 @@ static int on_message_begin(http_parser *p)
         struct hp_httpd_conn *c = conn_of_parser(p);
 
         c->state = CONN_READING;
+        c->since = uv_now(c->server->loop);
         c->req.len = 0;
         c->url_len = 0;
         c->url_done = false;
@@ -848,6 +855,36 @@ static void timer_cb(uv_timer_t *timer)
 
 /* ---- the server --------------------------------------------------------- */
 
+/* Reads what a new connection has already sent, as read_cb would on the
+ * next poll, then reads on. A client's request usually arrives with its
+ * connection, and is answered before the next connection of a burst is
+ * accepted: a burst over max_connections closes the connections that are
+ * still silent, which a request not yet read would otherwise be. */
+static void conn_read_first(struct hp_httpd_conn *c)
+{
+        uv_os_fd_t fd;
+        ssize_t n;
+
+        if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0) {
+                conn_read_start(c);
+                return;
+        }
+        do
+                n = recv(fd, c->in, sizeof(c->in), MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        if (n > 0) {
+                c->in_off = 0;
+                c->in_len = (size_t)n;
+                conn_process(c);
+        } else if (n == 0) {
+                conn_read_end(c, UV_EOF);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                conn_read_start(c);
+        } else {
+                conn_read_end(c, -errno);
+        }
+}
+
 static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
 {
         struct sockaddr_storage ss;
@@ -871,6 +908,104 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t len)
                 (void)hp_snprintf(out, len, "%s:%u", ip,
                                   ntohs(in4->sin_port));
         }
+}
+
+int hp_httpd_evict_rank(enum hp_httpd_phase phase, uint64_t since,
+                        uint64_t now, uint64_t silent_ms)
+{
+        switch (phase) {
+        case HP_HTTPD_SILENT:
+                /* Silent for long: a scanner or a stuck client. Silent
+                 * for less: most likely a client about to send, which a
+                 * burst of newer connections must not push out. */
+                return now >= since && now - since >= silent_ms ? 0 : 3;
+        case HP_HTTPD_READING:
+                return 1;
+        case HP_HTTPD_KEEPALIVE:
+                return 2;
+        case HP_HTTPD_DRAINING:
+                /* Written, but closing it may still reset the response
+                 * before the peer reads it. */
+                return 4;
+        default:
+                /* A response being written is never cut off. */
+                return -1;
+        }
+}
+
+static int evict_rank(const struct hp_httpd_conn *c, uint64_t now,
+                      uint64_t silent_ms)
+{
+        enum hp_httpd_phase phase;
+
+        if (!c->served)
+                return -1;
+        switch (c->state) {
+        case CONN_IDLE:
+                phase = c->answered ? HP_HTTPD_KEEPALIVE : HP_HTTPD_SILENT;
+                break;
+        case CONN_READING:
+                phase = HP_HTTPD_READING;
+                break;
+        case CONN_LINGER:
+                phase = HP_HTTPD_DRAINING;
+                break;
+        default:
+                phase = HP_HTTPD_ANSWERING;
+                break;
+        }
+        return hp_httpd_evict_rank(phase, c->since, now, silent_ms);
+}
+
+/* The connection to close for a new one: the lowest rank, and in it the
+ * one longest in its state. An idle or trickling client can then hold
+ * slots only until newer connections need them, and the operator, whose
+ * requests arrive whole, is answered before it is the oldest. */
+static struct hp_httpd_conn *evict_pick(struct hp_httpd *h)
+{
+        struct hp_httpd_conn *best = NULL;
+        uint64_t now = uv_now(h->loop);
+        int best_rank = -1;
+
+        /* Newest first in the list: ties go to the older one. */
+        for (struct hp_httpd_conn *c = h->conns; c != NULL; c = c->next) {
+                int rank = evict_rank(c, now, h->limits.silent_ms);
+
+                if (rank < 0)
+                        continue;
+                if (best == NULL || rank < best_rank ||
+                    (rank == best_rank && c->since <= best->since)) {
+                        best = c;
+                        best_rank = rank;
+                }
+        }
+        return best;
+}
+
+/* Makes room for one more connection, closing another if it must.
+ * Returns false when every connection is being answered. */
+static bool make_room(struct hp_httpd *h, const char *peer)
+{
+        struct hp_httpd_conn *victim;
+
+        if (h->stats.current_connections <
+            (uint64_t)h->limits.max_connections)
+                return true;
+        victim = evict_pick(h);
+        if (victim == NULL)
+                return false;
+        if (!h->rejecting)
+                hp_log_warn("http: %s: over %d connections, closing the "
+                            "ones idle or unfinished the longest (%s first; "
+                            "logged once per burst)", peer,
+                            h->limits.max_connections, victim->peer);
+        h->rejecting = true;
+        h->stats.evicted_connections++;
+        /* Counted out now: its close callbacks come later. */
+        victim->served = false;
+        h->stats.current_connections--;
+        conn_close(victim);
+        return true;
 }
 
 static void connection_cb(uv_stream_t *listener, int status)
@@ -911,19 +1046,20 @@ static void connection_cb(uv_stream_t *listener, int status)
                 return;
         }
         peer_name(&c->tcp, c->peer, sizeof(c->peer));
-        if (h->stats.current_connections >=
-            (uint64_t)h->limits.max_connections) {
+        if (!make_room(h, c->peer)) {
                 h->stats.rejected_connections++;
                 if (!h->rejecting)
-                        hp_log_warn("http: %s: over %d connections, closing "
-                                    "new ones at once (logged once per "
-                                    "burst)", c->peer,
+                        hp_log_warn("http: %s: over %d connections, all "
+                                    "being answered: closing new ones at "
+                                    "once (logged once per burst)", c->peer,
                                     h->limits.max_connections);
                 h->rejecting = true;
                 conn_close(c);
                 return;
         }
-        h->rejecting = false;
+        if (h->stats.current_connections + 1 <
+            (uint64_t)h->limits.max_connections)
+                h->rejecting = false;
         c->served = true;
         h->stats.connections_total++;
         h->stats.current_connections++;
@@ -931,9 +1067,10 @@ static void connection_cb(uv_stream_t *listener, int status)
         uv_tcp_nodelay(&c->tcp, 1);
         http_parser_init(&c->parser, HTTP_REQUEST);
         c->state = CONN_IDLE;
+        c->since = uv_now(h->loop);
         conn_arm(c, h->limits.idle_timeout_ms);
         hp_log_debug("http: %s: connected", c->peer);
-        conn_read_start(c);
+        conn_read_first(c);
 }
 
 int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,

@@ -16,9 +16,85 @@
 
 struct checker {
         cJSON *detail; /* the error list */
+        size_t errors; /* found, listed or not */
         const cJSON *body;
         bool oom;
 };
+
+/* How many bytes cJSON prints for one byte of a string. */
+static size_t printed_width(unsigned char ch)
+{
+        if (ch < 0x20)
+                return 6;
+        return ch == '"' || ch == '\\' ? 2 : 1;
+}
+
+/* An upper bound on the length of v printed by cJSON, or a value over
+ * max as soon as the walk passes max: the cost stays bounded by max
+ * whatever v is. */
+static size_t json_size(const cJSON *v, size_t max)
+{
+        size_t n = 0;
+
+        if (v->string != NULL)
+                n += 3 + strlen(v->string) * 6; /* "key": worst case */
+        if (cJSON_IsString(v)) {
+                for (const char *p = v->valuestring; *p && n <= max; p++)
+                        n += printed_width((unsigned char)*p);
+                return n + 2;
+        }
+        if (cJSON_IsNumber(v))
+                return n + 26;
+        if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
+                return n + 5; /* false */
+        n += 2;
+        for (const cJSON *it = v->child; it && n <= max; it = it->next)
+                n += json_size(it, max - (n < max ? n : max)) + 1;
+        return n;
+}
+
+/* What a 422 shows of an input: the value itself when it prints within
+ * HP_OP_ECHO_MAX bytes, else a string that says what it was: the start
+ * of a long string, the size of a list or object. */
+static cJSON *echo(const cJSON *input)
+{
+        char text[HP_OP_ECHO_MAX + 160];
+        size_t printed = 0;
+        size_t cut;
+
+        if (input == NULL)
+                return cJSON_CreateNull();
+        if (json_size(input, HP_OP_ECHO_MAX) <= HP_OP_ECHO_MAX)
+                return cJSON_Duplicate(input, true);
+        if (cJSON_IsString(input)) {
+                const char *v = input->valuestring;
+                size_t len = strlen(v);
+
+                /* Half the limit as printed, escapes included. */
+                for (cut = 0; cut < len; cut++) {
+                        size_t w = printed_width((unsigned char)v[cut]);
+
+                        if (printed + w > HP_OP_ECHO_MAX / 2)
+                                break;
+                        printed += w;
+                }
+                /* Not inside a UTF-8 sequence. */
+                while (cut > 0 && ((unsigned char)v[cut] & 0xc0) == 0x80)
+                        cut--;
+                snprintf(text, sizeof(text),
+                         "%.*s... (%zu bytes in all, over the %d-byte echo "
+                         "limit)", (int)cut, v, len,
+                         HP_OP_ECHO_MAX);
+        } else {
+                snprintf(text, sizeof(text),
+                         "(%s of %d %s, over the %d-byte echo limit)",
+                         cJSON_IsArray(input) ? "a list" : "an object",
+                         cJSON_GetArraySize(input),
+                         cJSON_IsArray(input) ? "items" : "members",
+                         HP_OP_ECHO_MAX);
+        }
+        return cJSON_CreateString(text);
+}
 
 /* Appends one error. loc is "body" followed by the given path elements:
  * strings, or list indexes given as index >= 0. input is duplicated. */
@@ -30,6 +106,13 @@ static void add_error(struct checker *c, const char *type, const char *field,
         cJSON *loc = cJSON_CreateArray();
         cJSON *in;
 
+        /* Counted even when not listed: callers compare counts to know
+         * whether a field was valid. */
+        if (c->errors++ >= HP_OP_ERRORS_MAX) {
+                cJSON_Delete(err);
+                cJSON_Delete(loc);
+                return;
+        }
         if (err == NULL || loc == NULL)
                 goto oom;
         cJSON_AddItemToArray(loc, cJSON_CreateString("body"));
@@ -43,7 +126,7 @@ static void add_error(struct checker *c, const char *type, const char *field,
         cJSON_AddItemToObject(err, "loc", loc);
         loc = NULL;
         cJSON_AddStringToObject(err, "msg", msg);
-        in = input ? cJSON_Duplicate(input, true) : cJSON_CreateNull();
+        in = echo(input);
         if (in == NULL)
                 goto oom;
         cJSON_AddItemToObject(err, "input", in);
@@ -59,6 +142,27 @@ oom:
         cJSON_Delete(err);
         cJSON_Delete(loc);
         c->oom = true;
+}
+
+/* One last entry in place of the errors past HP_OP_ERRORS_MAX. */
+static void list_the_rest(struct checker *c)
+{
+        cJSON *err = cJSON_CreateObject();
+        cJSON *loc = cJSON_AddArrayToObject(err, "loc");
+        char msg[128];
+
+        snprintf(msg, sizeof(msg), "%zu more errors not listed: a 422 "
+                 "lists at most %d", c->errors - HP_OP_ERRORS_MAX,
+                 HP_OP_ERRORS_MAX);
+        if (loc == NULL || !cJSON_AddItemToArray(loc,
+                                                 cJSON_CreateString("body")) ||
+            cJSON_AddStringToObject(err, "type", "too_many_errors") == NULL ||
+            cJSON_AddStringToObject(err, "msg", msg) == NULL ||
+            cJSON_AddNullToObject(err, "input") == NULL ||
+            !cJSON_AddItemToArray(c->detail, err)) {
+                cJSON_Delete(err);
+                c->oom = true;
+        }
 }
 
 /* A custom validator's failure: pydantic says "Value error, <text>". */
@@ -353,7 +457,7 @@ static void check_rank_ips(struct checker *c, const cJSON *obj,
                            struct hp_op_request *out)
 {
         const cJSON *v = member(obj, "rankIps");
-        size_t errors = (size_t)cJSON_GetArraySize(c->detail);
+        size_t errors = c->errors;
         int i = 0;
 
         if (v == NULL || cJSON_IsNull(v))
@@ -399,7 +503,7 @@ static void check_rank_ips(struct checker *c, const cJSON *obj,
                                   "Input should be a valid string", ip,
                                   NULL);
         }
-        if ((size_t)cJSON_GetArraySize(c->detail) != errors)
+        if (c->errors != errors)
                 return;
         out->rank_ips = cJSON_Duplicate(v, true);
         if (out->rank_ips == NULL)
@@ -455,7 +559,7 @@ static void check_job(struct checker *c, const cJSON *obj,
         required_int(c, obj, "faultCount", 0, INT_MAX, &out->fault_count);
         check_master(c, obj, out);
         /* The cross-field check only makes sense on valid fields. */
-        if (cJSON_GetArraySize(c->detail) == 0 && out->rank >= out->nnodes)
+        if (c->errors == 0 && out->rank >= out->nnodes)
                 value_error(c, "rank", -1, NULL, member(obj, "rank"),
                             "rank %d is not below nnodes %d", out->rank,
                             out->nnodes);
@@ -626,16 +730,18 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
 done:
         cJSON_Delete(doc);
         if (route == HP_OP_STOP && out->restart_mode == NULL &&
-            cJSON_GetArraySize(c.detail) == 0 && !c.oom) {
+            c.errors == 0 && !c.oom) {
                 out->restart_mode = strdup("ipr");
                 c.oom = out->restart_mode == NULL;
         }
+        if (c.errors > HP_OP_ERRORS_MAX)
+                list_the_rest(&c);
         if (c.oom) {
                 cJSON_Delete(c.detail);
                 hp_op_request_free(out);
                 return -ENOMEM;
         }
-        if (cJSON_GetArraySize(c.detail) > 0) {
+        if (c.errors > 0) {
                 *detail = c.detail;
                 hp_op_request_free(out);
                 return -EINVAL;

@@ -13,6 +13,8 @@
 #include "operator-private.h"
 
 #define JSON_TYPE "application/json"
+/* The most of a request body or a 422 that goes into one log line. */
+#define LOG_ECHO_MAX 2048
 
 static void respond(struct hp_operator *op, struct hp_httpd_response *res,
                     int status, const char *type, char *body)
@@ -71,9 +73,12 @@ static void respond_422(struct hp_operator *op, struct hp_httpd_response *res,
         cJSON_AddItemToObject(doc, "detail", detail);
         body = cJSON_PrintUnformatted(doc);
         cJSON_Delete(doc);
-        hp_log_error("%s %s from %s: 422 %s; body: %.*s", req->method_name,
-                     req->path, req->peer, body ? body : "(out of memory)",
-                     (int)(req->body_len > 2048 ? 2048 : req->body_len),
+        /* The start of each is enough to see what went wrong. */
+        hp_log_error("%s %s from %s: 422 %.*s; body: %.*s", req->method_name,
+                     req->path, req->peer, LOG_ECHO_MAX,
+                     body ? body : "(out of memory)",
+                     (int)(req->body_len > LOG_ECHO_MAX ? LOG_ECHO_MAX :
+                                                          req->body_len),
                      req->body ? req->body : "");
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,

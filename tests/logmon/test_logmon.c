@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -157,7 +159,8 @@ static void test_config_parse_buffer(void **state)
                   "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
                   "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
-                  HP_ETOOBIG, "mem: too many YAML nodes (aliases?)" },
+                  HP_ETOOBIG, "mem:6:12: expands to more than 16777216 bytes "
+                  "(aliases included)" },
         };
         size_t i;
 
@@ -180,6 +183,253 @@ static void test_config_parse_buffer(void **state)
                                  i, cases[i].error, errbuf);
                 }
         }
+}
+
+/* ---- hostile rule files, generated ---- */
+
+struct text {
+        char *data;
+        size_t len;
+        size_t cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct text *t,
+                                                      const char *fmt, ...)
+{
+        va_list ap;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(NULL, 0, fmt, ap);
+        va_end(ap);
+        assert_true(n >= 0);
+        while (t->len + (size_t)n + 1 > t->cap) {
+                t->cap = t->cap ? t->cap * 2 : 4096;
+                t->data = realloc(t->data, t->cap);
+                assert_non_null(t->data);
+        }
+        va_start(ap, fmt);
+        vsnprintf(t->data + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        t->len += (size_t)n;
+}
+
+static void put_repeat(struct text *t, const char *s, size_t times)
+{
+        while (times-- > 0)
+                put(t, "%s", s);
+}
+
+/* One 100 KB string anchored once and aliased 90,000 times: 460 KB of
+ * YAML that would expand to 9 GB. */
+static void gen_alias_bomb(struct text *t)
+{
+        put(t, "a: &a \"");
+        put_repeat(t, "x", 100000);
+        put(t, "\"\nlogMonitoringConfiguration: [");
+        put_repeat(t, "*a, ", 90000);
+        put(t, "]\n");
+}
+
+/* Ten levels of ten aliases each: 10^10 nodes from 700 bytes. */
+static void gen_billion_laughs(struct text *t)
+{
+        put(t, "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for (int i = 1; i < 10; i++) {
+                put(t, "l%d: &l%d [", i, i);
+                for (int j = 0; j < 10; j++)
+                        put(t, "*l%d%s", i - 1, j < 9 ? ", " : "]\n");
+        }
+}
+
+static void gen_yaml_flow_deep(struct text *t)
+{
+        put(t, "logMonitoringConfiguration: ");
+        put_repeat(t, "[", 20000);
+}
+
+static void gen_json_deep(struct text *t)
+{
+        put_repeat(t, "[", 20000);
+        put_repeat(t, "]", 20000);
+}
+
+/* Block style, one key per level. */
+static void gen_yaml_block_deep(struct text *t)
+{
+        for (int i = 0; i < 200; i++) {
+                put(t, "%*s", i, "");
+                put(t, "k:\n");
+        }
+}
+
+/* A shallow anchor aliased where the nesting is already deep. */
+static void gen_alias_deep(struct text *t)
+{
+        put(t, "a: &a ");
+        put_repeat(t, "[", 40);
+        put_repeat(t, "]", 40);
+        put(t, "\nb: ");
+        put_repeat(t, "[", 30);
+        put(t, "*a");
+        put_repeat(t, "]", 30);
+        put(t, "\n");
+}
+
+static void gen_oversize(struct text *t)
+{
+        put(t, "# ");
+        put_repeat(t, "0123456789abcdef", 65536);
+        put(t, "\n");
+}
+
+static void gen_many_anchors(struct text *t)
+{
+        for (int i = 0; i <= 1024; i++)
+                put(t, "- &a%d x\n", i);
+}
+
+static void gen_self_alias(struct text *t)
+{
+        put(t, "a: &a [x, *a]\n");
+}
+
+static void gen_complex_key(struct text *t)
+{
+        put(t, "? [a, b]\n: c\n");
+}
+
+struct hostile_case {
+        const char *what;
+        void (*gen)(struct text *t);
+        int result;
+        const char *error; /* the whole message */
+};
+
+static const struct hostile_case hostile_cases[] = {
+        { "alias bomb", gen_alias_bomb, HP_ETOOBIG,
+          "mem:2:694: expands to more than 16777216 bytes (aliases "
+          "included)" },
+        { "billion laughs", gen_billion_laughs, HP_ETOOBIG,
+          "mem:6:15: expands to more than 16777216 bytes (aliases "
+          "included)" },
+        { "20,000 nested [ in YAML", gen_yaml_flow_deep, HP_ETOOBIG,
+          "mem:1:92: nested deeper than 64 levels" },
+        { "20,000 nested [ in JSON", gen_json_deep, HP_ETOOBIG,
+          "mem:1:65: nested deeper than 64 levels" },
+        { "200 nested block mappings", gen_yaml_block_deep, HP_ETOOBIG,
+          "mem:65:65: nested deeper than 64 levels" },
+        { "an alias too deep where it is used", gen_alias_deep, HP_ETOOBIG,
+          "mem:2:34: nested deeper than 64 levels" },
+        { "over the byte limit", gen_oversize, HP_ETOOBIG,
+          "mem: larger than 1048576 bytes" },
+        { "1025 anchors", gen_many_anchors, HP_ETOOBIG,
+          "mem:1025:3: more than 1024 anchors" },
+        { "an alias to its own node", gen_self_alias, HP_ECONFIG,
+          "mem:1:11: alias *a has no anchor before it" },
+        { "a list as a key", gen_complex_key, HP_ECONFIG,
+          "mem:1:3: a mapping key must be a scalar" },
+};
+
+static long max_rss_kib(void)
+{
+        struct rusage ru;
+
+        assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+        return ru.ru_maxrss;
+}
+
+/* Each hostile file is refused with the limit it broke, before the memory
+ * it asks for is spent: the peak RSS grows by far less than the 9 GB the
+ * alias bomb would take. */
+static void test_config_hostile(void **state)
+{
+        size_t i;
+
+        for (i = 0; i < HP_ARRAY_SIZE(hostile_cases); i++) {
+                const struct hostile_case *c = &hostile_cases[i];
+                struct text t = { 0 };
+                cJSON *out = NULL;
+                char errbuf[512] = "";
+                long rss = max_rss_kib();
+                int err;
+
+                c->gen(&t);
+                err = logmon_config_parse("mem", t.data, t.len, &out, errbuf,
+                                          sizeof(errbuf));
+                free(t.data);
+                if (err != c->result)
+                        fail_msg("%s: expected %d, got %d (%s)", c->what,
+                                 c->result, err, errbuf);
+                assert_null(out);
+                if (strcmp(errbuf, c->error) != 0)
+                        fail_msg("%s:\n  expected: %s\n  got:      %s",
+                                 c->what, c->error, errbuf);
+                if (max_rss_kib() - rss > 256 * 1024)
+                        fail_msg("%s: the peak RSS grew by %ld KiB", c->what,
+                                 max_rss_kib() - rss);
+        }
+}
+
+/* Anchors and aliases that stay within the limits work as YAML says,
+ * keys included; the limits are inclusive. */
+static void test_config_aliases_within_limits(void **state)
+{
+        static const char yaml[] =
+                "x-rule: &rule {name: A, logPattern: a}\n"
+                "x-key: &key name\n"
+                "logMonitoringConfiguration:\n"
+                "  - *rule\n"
+                "  - {*key : B, logPattern: !!str 80}\n";
+        struct text deep = { 0 };
+        cJSON *out = NULL;
+        char errbuf[512] = "";
+
+        assert_int_equal(logmon_config_parse("mem", yaml, strlen(yaml), &out,
+                                             errbuf, sizeof(errbuf)), 0);
+        assert_int_equal(cJSON_GetArraySize(out), 2);
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 0),
+                                                "name")->valuestring, "A");
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 1),
+                                                "name")->valuestring, "B");
+        assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 1),
+                                                "logPattern")->valuestring,
+                            "80");
+        cJSON_Delete(out);
+
+        /* 64 levels: the object, its list, and 62 lists inside. */
+        put(&deep, "logMonitoringConfiguration: [");
+        put_repeat(&deep, "[", 62);
+        put_repeat(&deep, "]", 62);
+        put(&deep, "]\n");
+        out = NULL;
+        assert_int_equal(logmon_config_parse("mem", deep.data, deep.len,
+                                             &out, errbuf, sizeof(errbuf)),
+                         0);
+        cJSON_Delete(out);
+        free(deep.data);
+}
+
+/* The byte limit holds for files, and the message names the file. */
+static void test_config_file_too_large(void **state)
+{
+        char path[] = "/tmp/hyperpodrun-rules-XXXXXX";
+        struct text t = { 0 };
+        cJSON *out = NULL;
+        char errbuf[512], want[600];
+        int fd = mkstemp(path);
+
+        assert_true(fd >= 0);
+        gen_oversize(&t);
+        assert_int_equal(write(fd, t.data, t.len), (ssize_t)t.len);
+        close(fd);
+        free(t.data);
+        assert_int_equal(logmon_config_load(path, &out, errbuf,
+                                            sizeof(errbuf)), HP_ETOOBIG);
+        assert_null(out);
+        snprintf(want, sizeof(want), "%s: larger than 1048576 bytes", path);
+        assert_string_equal(errbuf, want);
+        unlink(path);
 }
 
 static void test_config_load_ruleset(void **state)
@@ -752,6 +1002,9 @@ int main(int argc, char **argv)
                 cmocka_unit_test(test_config_load),
                 cmocka_unit_test(test_config_yaml_types),
                 cmocka_unit_test(test_config_parse_buffer),
+                cmocka_unit_test(test_config_hostile),
+                cmocka_unit_test(test_config_aliases_within_limits),
+                cmocka_unit_test(test_config_file_too_large),
                 cmocka_unit_test(test_config_load_ruleset),
                 cmocka_unit_test(test_streams_share_rules),
                 cmocka_unit_test(test_streams_on_two_threads),

@@ -170,6 +170,7 @@ struct client {
         http_parser parser;
         http_parser_settings settings;
         bool head; /* the response answers a HEAD: no body follows */
+        bool discard; /* the body is counted, not kept */
         char in[16384];
         size_t in_off;
         size_t in_len;
@@ -255,6 +256,10 @@ static int client_body_cb(http_parser *p, const char *at, size_t len)
 {
         struct client *c = client_of(p);
 
+        if (c->discard) {
+                c->body_len += len;
+                return 0;
+        }
         assert_true(c->body_len + len < sizeof(c->body));
         memcpy(c->body + c->body_len, at, len);
         c->body_len += len;
@@ -415,6 +420,7 @@ static void test_limits_default(void **state)
         assert_int_equal(l.max_connections, 64);
         assert_int_equal(l.idle_timeout_ms, 5000);
         assert_int_equal(l.request_timeout_ms, 10000);
+        assert_int_equal(l.silent_ms, 1000);
 }
 
 struct echo_case {
@@ -854,39 +860,184 @@ static void test_slow_request_gets_408(void **state)
 
 /* ---- connections ---- */
 
-static void test_max_connections(void **state)
+/* The eviction order, by phase and time; the boundaries inclusive. */
+static void test_evict_rank(void **state)
+{
+        static const struct {
+                enum hp_httpd_phase phase;
+                uint64_t since;
+                uint64_t now;
+                int rank;
+        } cases[] = {
+                { HP_HTTPD_SILENT, 1000, 2000, 0 },  /* silent for 1 s */
+                { HP_HTTPD_SILENT, 1000, 99999, 0 },
+                { HP_HTTPD_READING, 1000, 1000, 1 },
+                { HP_HTTPD_READING, 0, 99999, 1 },
+                { HP_HTTPD_KEEPALIVE, 1000, 1001, 2 },
+                { HP_HTTPD_SILENT, 1000, 1999, 3 },  /* about to send */
+                { HP_HTTPD_SILENT, 1000, 1000, 3 },
+                /* A clock behind since is not a long silence. */
+                { HP_HTTPD_SILENT, 5000, 1000, 3 },
+                { HP_HTTPD_DRAINING, 0, 99999, 4 },
+                { HP_HTTPD_ANSWERING, 0, 99999, -1 },
+        };
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
+                int rank = hp_httpd_evict_rank(cases[i].phase,
+                                               cases[i].since, cases[i].now,
+                                               1000);
+
+                if (rank != cases[i].rank)
+                        fail_msg("case %zu: rank %d, expected %d", i, rank,
+                                 cases[i].rank);
+        }
+}
+
+/* Two round trips on c: once they are answered, every connection made
+ * and every byte sent before them has been read by the server (the
+ * loop's poll is level-triggered and takes all that is ready). */
+static void server_sync(struct client *c)
+{
+        for (int i = 0; i < 2; i++)
+                client_expect_echo(c, "GET /sync HTTP/1.1\r\n\r\n",
+                                   "GET /sync q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+}
+
+/* A response far larger than the socket buffers, left unread: the
+ * connection stays in the middle of being answered. */
+static struct client *client_stuck_writing(const struct server *s)
+{
+        struct client *c = client_connect(s);
+        char byte;
+
+        client_send(c, "GET /big HTTP/1.1\r\n\r\n");
+        assert_int_equal(recv(c->fd, &byte, 1, MSG_PEEK), 1);
+        return c;
+}
+
+/* When all connections are taken, a new one closes another: by the kind
+ * of connection, and never one being answered. */
+struct evict_case {
+        const char *what;
+        uint64_t silent_ms;
+        /* Which of "silent", "trickling" and "answered" each of two new
+         * connections closes; the third is served on. */
+        const char *order[2];
+        const char *survivor;
+};
+
+static const struct evict_case evict_cases[] = {
+        { "silent for long, then trickling, before idle keep-alive", 0,
+          { "silent", "trickling" }, "answered" },
+        /* A connection silent for less may be a client about to send. */
+        { "trickling, then idle keep-alive, before silent for less", 60000,
+          { "trickling", "answered" }, "silent" },
+};
+
+static void test_max_connections_evicts(void **state)
+{
+        for (size_t i = 0; i < HP_ARRAY_SIZE(evict_cases); i++) {
+                const struct evict_case *e = &evict_cases[i];
+                struct hp_httpd_limits l = default_limits();
+                struct server s;
+                struct client *busy;
+                struct client *survivor = NULL;
+                struct client *fresh[2];
+                struct {
+                        const char *name;
+                        struct client *c;
+                } old[3];
+
+                l.max_connections = 4;
+                l.silent_ms = e->silent_ms;
+                server_start(&s, &l);
+                old[0].name = "answered";
+                old[0].c = client_connect(&s);
+                busy = client_stuck_writing(&s);
+                old[1].name = "trickling";
+                old[1].c = client_connect(&s);
+                client_send(old[1].c, "POST /start HTTP/1.1\r\nContent-Le");
+                old[2].name = "silent";
+                old[2].c = client_connect(&s);
+                server_sync(old[0].c);
+                for (size_t n = 0; n < HP_ARRAY_SIZE(fresh); n++) {
+                        struct client *victim = NULL;
+
+                        fresh[n] = client_connect(&s);
+                        client_expect_echo(fresh[n], "GET /new HTTP/1.1\r\n"
+                                           "\r\n", "GET /new q= ct=(none) "
+                                           "has_body=0 len=0 body=");
+                        for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                                if (strcmp(old[k].name, e->order[n]) == 0)
+                                        victim = old[k].c;
+                        assert_non_null(victim);
+                        if (!client_eof(victim))
+                                fail_msg("%s: new connection %zu: the %s "
+                                         "one is still open", e->what, n,
+                                         e->order[n]);
+                }
+                for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                        if (strcmp(old[k].name, e->survivor) == 0)
+                                survivor = old[k].c;
+                client_expect_echo(survivor, "GET /still HTTP/1.1\r\n\r\n",
+                                   "GET /still q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+                /* The newest are served on; the busy one was answered in
+                 * full. */
+                client_expect_echo(fresh[0], "GET /again HTTP/1.1\r\n\r\n",
+                                   "GET /again q= ct=(none) has_body=0 "
+                                   "len=0 body=");
+                busy->discard = true;
+                assert_int_equal(client_response(busy), 200);
+                assert_int_equal(busy->body_len, BIG_BODY);
+                for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
+                        client_free(old[k].c);
+                for (size_t k = 0; k < HP_ARRAY_SIZE(fresh); k++)
+                        client_free(fresh[k]);
+                client_free(busy);
+                server_stop(&s);
+                assert_int_equal(s.httpd.stats.evicted_connections, 2);
+                assert_int_equal(s.httpd.stats.rejected_connections, 0);
+                assert_int_equal(s.httpd.stats.connections_total, 6);
+        }
+}
+
+/* Only when every connection is being answered is a new one closed at
+ * once; the busy ones go on. */
+static void test_max_connections_all_busy(void **state)
 {
         struct hp_httpd_limits l = default_limits();
         struct server s;
-        struct client *a;
-        struct client *b;
+        struct client *busy[2];
         struct client *over;
 
         l.max_connections = 2;
         server_start(&s, &l);
-        a = client_connect(&s);
-        b = client_connect(&s);
-        /* Answered, so both are accepted and counted. */
-        client_expect_echo(a, "GET /a HTTP/1.1\r\n\r\n",
-                           "GET /a q= ct=(none) has_body=0 len=0 body=");
-        client_expect_echo(b, "GET /b HTTP/1.1\r\n\r\n",
-                           "GET /b q= ct=(none) has_body=0 len=0 body=");
+        for (size_t i = 0; i < HP_ARRAY_SIZE(busy); i++)
+                busy[i] = client_stuck_writing(&s);
+        for (int i = 0; i < 2; i++) {
+                over = client_connect(&s);
+                assert_true(client_eof(over));
+                client_free(over);
+        }
+        /* Reading the whole response frees the slot again. */
+        busy[0]->discard = true;
+        assert_int_equal(client_response(busy[0]), 200);
+        /* Answered again, so the server has seen the write complete. */
+        busy[0]->discard = false;
+        busy[0]->body_len = 0;
+        client_expect_echo(busy[0], "GET /done HTTP/1.1\r\n\r\n",
+                           "GET /done q= ct=(none) has_body=0 len=0 body=");
         over = client_connect(&s);
-        assert_true(client_eof(over));
+        client_expect_echo(over, "GET /in HTTP/1.1\r\n\r\n",
+                           "GET /in q= ct=(none) has_body=0 len=0 body=");
         client_free(over);
-        over = client_connect(&s);
-        assert_true(client_eof(over));
-        client_free(over);
-        /* The two served connections go on undisturbed. */
-        client_expect_echo(a, "GET /a HTTP/1.1\r\n\r\n",
-                           "GET /a q= ct=(none) has_body=0 len=0 body=");
-        client_expect_echo(b, "GET /b HTTP/1.1\r\n\r\n",
-                           "GET /b q= ct=(none) has_body=0 len=0 body=");
-        client_free(a);
-        client_free(b);
+        for (size_t i = 0; i < HP_ARRAY_SIZE(busy); i++)
+                client_free(busy[i]);
         server_stop(&s);
         assert_int_equal(s.httpd.stats.rejected_connections, 2);
-        assert_int_equal(s.httpd.stats.connections_total, 2);
+        assert_int_equal(s.httpd.stats.evicted_connections, 1);
 }
 
 static void test_clients_that_vanish(void **state)
@@ -1051,7 +1202,9 @@ int main(void)
                 cmocka_unit_test(test_limits_are_inclusive),
                 cmocka_unit_test(test_idle_connections_closed),
                 cmocka_unit_test(test_slow_request_gets_408),
-                cmocka_unit_test(test_max_connections),
+                cmocka_unit_test(test_evict_rank),
+                cmocka_unit_test(test_max_connections_evicts),
+                cmocka_unit_test(test_max_connections_all_busy),
                 cmocka_unit_test(test_clients_that_vanish),
                 cmocka_unit_test(test_close_with_open_connections),
                 cmocka_unit_test(test_handler_closes_the_server),

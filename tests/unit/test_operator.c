@@ -335,6 +335,123 @@ static void test_requests(void **state)
         }
 }
 
+/* A 422 does not send megabytes back: a huge input is summed up, and
+ * past HP_OP_ERRORS_MAX errors one entry counts the rest. */
+static char *big_body(const char *head, const char *unit, size_t times,
+                      const char *tail)
+{
+        size_t ul = strlen(unit), hl = strlen(head), tl = strlen(tail);
+        char *b = malloc(hl + ul * times + tl + 1);
+        char *p = b;
+
+        assert_non_null(b);
+        memcpy(p, head, hl);
+        p += hl;
+        for (size_t i = 0; i < times; i++, p += ul)
+                memcpy(p, unit, ul);
+        memcpy(p, tail, tl + 1);
+        return b;
+}
+
+static void test_request_echo_capped(void **state)
+{
+        static const struct {
+                const char *content_type;
+                const char *head, *unit, *tail;
+                size_t times;
+                int entries;
+                const char *input; /* of the first entry */
+        } cases[] = {
+                /* Five missing fields, each echoing the 900 KB body. */
+                { JSON, "{\"pad\":\"", "x", "\"}", 900000, 5,
+                  "(an object of 1 members, over the 1024-byte echo "
+                  "limit)" },
+                { "text/plain", "", "x", "", 900000, 1, NULL },
+                /* 300,000 bad rules. */
+                { JSON, "{" START_OK ",\"log_monitoring_configuration\":[",
+                  "1,", "1]}", 300000, HP_OP_ERRORS_MAX + 1, "1" },
+                /* Within the limit, the input is the input. */
+                { JSON, "{\"pad\":\"", "x", "\"}", 900, 5, NULL },
+                /* Short, but long once escaped: 85 of its newlines,
+                 * 6 bytes each once printed. */
+                { "text/plain", "", "\n", "", 1000, 1,
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n"
+                  "\n... (1000 bytes in all, over the 1024-byte echo "
+                  "limit)" },
+        };
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
+                char *body = big_body(cases[i].head, cases[i].unit,
+                                      cases[i].times, cases[i].tail);
+                struct hp_op_request req;
+                cJSON *detail = NULL;
+                const cJSON *input;
+                char *text;
+
+                assert_int_equal(hp_op_request_parse(HP_OP_START,
+                                                     cases[i].content_type,
+                                                     body, strlen(body), true,
+                                                     &req, &detail),
+                                 -EINVAL);
+                text = cJSON_PrintUnformatted(detail);
+                assert_non_null(text);
+                if (strlen(text) > 96 * 1024)
+                        fail_msg("case %zu: a %zu-byte 422", i, strlen(text));
+                for (const cJSON *e = detail->child; e; e = e->next) {
+                        char *shown = cJSON_PrintUnformatted(
+                                cJSON_GetObjectItem(e, "input"));
+
+                        if (strlen(shown) > HP_OP_ECHO_MAX)
+                                fail_msg("case %zu: a %zu-byte input", i,
+                                         strlen(shown));
+                        free(shown);
+                }
+                assert_int_equal(cJSON_GetArraySize(detail),
+                                 cases[i].entries);
+                input = cJSON_GetObjectItem(cJSON_GetArrayItem(detail, 0),
+                                            "input");
+                if (cases[i].input != NULL) {
+                        char *got = cJSON_PrintUnformatted(input);
+
+                        if (cJSON_IsString(input))
+                                assert_string_equal(input->valuestring,
+                                                    cases[i].input);
+                        else
+                                assert_string_equal(got, cases[i].input);
+                        free(got);
+                } else if (cases[i].times > 1000) {
+                        /* The start of the string, then what it was. */
+                        assert_true(cJSON_IsString(input));
+                        assert_true(strncmp(input->valuestring, body, 512) ==
+                                    0);
+                        assert_non_null(strstr(input->valuestring,
+                                               "... (900000 bytes in all, "
+                                               "over the 1024-byte echo "
+                                               "limit)"));
+                } else {
+                        assert_true(cJSON_IsObject(input));
+                        assert_int_equal(strlen(cJSON_GetObjectItem(
+                                                 input, "pad")->valuestring),
+                                         900);
+                }
+                if (cases[i].entries > HP_OP_ERRORS_MAX)
+                        assert_string_equal(
+                                cJSON_GetObjectItem(
+                                        cJSON_GetArrayItem(detail,
+                                                           HP_OP_ERRORS_MAX),
+                                        "msg")->valuestring,
+                                "299937 more errors not listed: a 422 lists "
+                                "at most 64");
+                free(text);
+                cJSON_Delete(detail);
+                free(body);
+        }
+}
+
 static void test_request_values(void **state)
 {
         const char *body =
@@ -597,6 +714,7 @@ int main(void)
                 cmocka_unit_test(test_plr_transitions_keep_first_order),
                 cmocka_unit_test(test_isoformat),
                 cmocka_unit_test(test_requests),
+                cmocka_unit_test(test_request_echo_capped),
                 cmocka_unit_test(test_request_values),
                 cmocka_unit_test(test_status_render),
                 cmocka_unit_test(test_utf8_repair),
