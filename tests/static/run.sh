@@ -71,6 +71,24 @@ is_static() {
 }
 check "the binary has no interpreter and no dynamic section" is_static
 
+# examples/eks/Dockerfile's build stage runs ./dev.sh static in WORKDIR: what
+# its COPY --from=build takes must exist in the checkout after that command
+# (tests/integration/test_examples.py checks the rest of the file).
+dockerfile_copies() {
+        local top dockerfile workdir src n=0
+        top=$(cd "$here/../.." && pwd)
+        dockerfile=$top/examples/eks/Dockerfile
+        workdir=$(sed -n 's/^WORKDIR //p' "$dockerfile" | head -n 1)
+        for src in $(sed -n 's/^COPY --from=build \([^ ]*\) .*/\1/p' \
+                        "$dockerfile"); do
+                echo "$src -> $top/${src#"$workdir"/}"
+                [ -f "$top/${src#"$workdir"/}" ] || return 1
+                n=$((n + 1))
+        done
+        [ $n -gt 0 ]
+}
+check "the Dockerfile's COPY --from=build paths exist" dockerfile_copies
+
 if ! make_root; then
         fail "debootstrap bullseye"
         summary
