@@ -35,16 +35,25 @@ check() {
         fi
 }
 
-# The Debian archive this machine installs from (not its -security or
-# -updates suites): the root comes from the same mirror.
-mirror=$(apt-get indextargets --format '$(ORIGIN) $(RELEASE) $(REPO_URI)' |
-        awk '$1 == "Debian" && $2 !~ /-/ { print $3; exit }')
+# The Debian archive this machine installs its own release from (not the
+# -security or -updates suites): the root comes from the same mirror. No
+# release files are read, so it works before any apt-get update.
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+mirror=$(apt-get indextargets --no-release-info \
+                --format '$(RELEASE) $(REPO_URI)' |
+        awk -v c="$codename" '$1 == c { print $2; exit }')
 if [ -z "$mirror" ]; then
-        fail "find this machine's Debian mirror (apt-get indextargets)"
+        fail "find the mirror of '$codename' in this machine's apt sources"
         summary
         exit 1
 fi
 key="bullseye minbase $mirror"
+
+# One run at a time per root: another would share its /proc mount and
+# its /tmp/proof.
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock 9
 
 make_root() {
         if [ -f "$root/.hyperpodrun-root" ] &&
@@ -53,7 +62,6 @@ make_root() {
         fi
         echo "run.sh: debootstrap --variant=minbase bullseye $root ($mirror)"
         rm -rf "$root" "$root.new"
-        mkdir -p "$(dirname "$root")"
         # Into a new directory, renamed when complete: an interrupted run
         # leaves nothing that looks like a root.
         debootstrap --variant=minbase bullseye "$root.new" "$mirror" \
