@@ -239,7 +239,10 @@ s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
                 "http://127.0.0.1:$port/status") ||
                 { kill "$pid"; wait "$pid"; return 1; }
         echo "status before /start: $st"
-        case $st in *'"status":"ready"'*) ;; *) kill "$pid"; return 1 ;; esac
+        case $st in
+        *'"status":"ready"'*) ;;
+        *) kill "$pid"; wait "$pid"; return 1 ;;
+        esac
         curl -sS --fail --max-time 10 -XPOST \
                 -H 'content-type: application/json' \
                 -d '{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1","master_port":29512}' \
