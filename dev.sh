@@ -4,12 +4,15 @@
 #   ./dev.sh test   install what is missing, build, run the whole test suite
 #                   (then again under ASan+UBSan, the fuzz targets for a
 #                   short time, the unit tests under valgrind, and the
-#                   benchmarks' smoke run), ending with one "N passed,
-#                   N failed" line
+#                   benchmarks' smoke run, the static binary in a Debian 11
+#                   root), ending with one "N passed, N failed" line
 #   ./dev.sh bench  install what is missing, build, run the benchmarks
 #                   against torchrun (about 15 minutes) and regenerate
 #                   BENCHMARKS.md from bench/results/
 #   ./dev.sh bench-smoke   each benchmark at a tiny size (seconds)
+#   ./dev.sh static install what the static build needs, build the one
+#                   self-contained binary build-static/cmd/hyperpodrun/
+#                   hyperpodrun (what examples/eks/Dockerfile runs)
 set -eu
 cd "$(dirname "$0")"
 
@@ -21,10 +24,17 @@ python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge
 time python3-matplotlib"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
+# The static build: Debian's static archives come with the -dev packages
+# above; cJSON's source comes through apt-get source (dpkg-dev), the commit
+# through git. The bullseye proof (tests/static/run.sh) needs debootstrap,
+# curl, file and binutils.
+STATIC_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev
+libpcre2-dev libcjson-dev libhttp-parser-dev libyaml-dev dpkg-dev git"
+PACKAGES="$PACKAGES dpkg-dev git debootstrap curl file binutils"
 
-install_missing() {
+install_missing() { # install_missing [PACKAGES]
         missing=""
-        for p in $PACKAGES; do
+        for p in ${1:-$PACKAGES}; do
                 dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
                         grep -q "install ok installed" || missing="$missing $p"
         done
@@ -44,6 +54,17 @@ build() { # build DIR [meson options...]
                 meson setup "$dir" "$@"
         fi
         ninja -C "$dir"
+}
+
+# The static binary in build-static/. cJSON's source is Debian's, unpacked
+# under build-static/deps (Debian ships no libcjson.a); the code includes
+# <cjson/cJSON.h>, hence the link named cjson.
+build_static() {
+        tree=$(tools/apt-source.sh libcjson-dev build-static/deps)
+        ln -sfn "$(basename "$tree")" build-static/deps/cjson
+        build build-static -Dstatic=true -Dtests=disabled \
+                -Dbuildtype=release -Dstrip=true \
+                -Dcjson_source="$PWD/build-static/deps/cjson"
 }
 
 # Runs one meson test pass and adds its test cases to the totals.
@@ -82,6 +103,24 @@ run_bench_smoke() {
         FAILED=$((FAILED + $2))
 }
 
+# The static binary's proof in a Debian 11 root (tests/static/run.sh) as
+# one more pass: each of its checks counts as one test case.
+run_static_proof() {
+        echo "==> static binary in Debian 11"
+        # debootstrap, chroot and mount need root.
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        out=$($sudo tests/static/run.sh \
+                build-static/cmd/hyperpodrun/hyperpodrun 2>&1) || true
+        printf '%s\n' "$out"
+        set -- $(printf '%s\n' "$out" | sed -n \
+                's/^static proof: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
+        [ $# -eq 2 ] || set -- 0 1
+        echo "==> static binary in Debian 11: $1 passed, $2 failed"
+        PASSED=$((PASSED + $1))
+        FAILED=$((FAILED + $2))
+}
+
 case "${1:-}" in
 demo)
         install_missing
@@ -114,7 +153,16 @@ test)
         # The C unit tests leak-free under valgrind.
         run_suite "unit tests under valgrind" build --suite unit \
                 --setup valgrind
-        # The benchmarks cannot rot: each runs at a tiny size.
+        # One file that runs on an older distribution: the static build
+        # (./dev.sh static), then the binary in a debootstrapped Debian 11.
+        if build_static; then
+                run_static_proof
+        else
+                echo "==> static build: 0 passed, 1 failed"
+                FAILED=$((FAILED + 1))
+        fi
+        # The benchmarks cannot rot: each runs at a tiny size (static vs
+        # dynamic compares build-static/ with build-release/).
         run_bench_smoke
         echo "$PASSED passed, $FAILED failed"
         [ "$FAILED" -eq 0 ]
@@ -122,15 +170,23 @@ test)
 bench)
         install_missing
         build build
+        build build-release -Dbuildtype=release -Dtests=disabled
+        build_static
         exec /usr/bin/python3 bench/run.py
+        ;;
+static)
+        install_missing "$STATIC_PACKAGES"
+        build_static
         ;;
 bench-smoke)
         install_missing
         build build
+        build build-release -Dbuildtype=release -Dtests=disabled
+        build_static
         exec /usr/bin/python3 bench/run.py --smoke
         ;;
 *)
-        echo "usage: ./dev.sh demo|test|bench|bench-smoke" >&2
+        echo "usage: ./dev.sh demo|test|bench|bench-smoke|static" >&2
         exit 2
         ;;
 esac

@@ -29,7 +29,7 @@ SERIES = [  # tool, label, colour, marker
 
 def load(results):
     out = {}
-    for name in ("launch", "pipeline", "hang", "restart", "steady"):
+    for name in ("launch", "pipeline", "hang", "restart", "steady", "static"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -540,6 +540,35 @@ STEADY_NOTE = [
     "more in each of the seventh session's runs."]
 
 
+def static_section(res):
+    tools, bins = res["tools"], res["binaries"]
+    n = len(tools["static"]["pipeline_runs"])
+    out = ["## 6. Static vs dynamic", "",
+           "The static binary of `./dev.sh static` against the dynamic one built the same "
+           "way (release, `-O3`): file size as built and stripped; launch of "
+           f"{res['nproc']} `/bin/true` workers (median of "
+           f"{len(tools['static']['launch_walls'])} runs) and the launcher's peak RSS; "
+           f"log-pipeline throughput with the four seed rules on {res['ranks']} ranks, "
+           f"{res['lines_per_rank']:,} lines each (benchmark 2's run, median of {n}). "
+           "The two take turns in every repetition.", "", commands_block(res), "",
+           "| | size | stripped | launch | peak RSS | pipeline | launcher CPU |",
+           "|---|---|---|---|---|---|---|"]
+    for kind in ("dynamic", "static"):
+        v, b = tools[kind], bins[kind]
+        out.append(f"| {kind} | {f(b['bytes'] / 1024)} KiB | "
+                   f"{f(b['stripped_bytes'] / 1024)} KiB | {f(v['launch_s'] * 1000)} ms | "
+                   f"{f(v['maxrss_kb'] / 1024)} MiB | {f(v['lines_per_s'])} lines/s | "
+                   f"{f(v['cpu_ns_per_line'])} ns/line |")
+    out += ["", f"Static over dynamic in the pipeline: {times(res['cpu_ratio'])} the CPU "
+            f"per line, {times(res['pipeline_ratio'])} the lines/s. The launch times and "
+            "lines/s are wall-clock figures, which other load on the machine moves "
+            "(see the load table); the CPU figure is the one judged. "
+            "The dynamic binary's size leaves out the shared libraries it loads; the "
+            "static one carries libuv, PCRE2 (with its JIT), cJSON, libyaml, "
+            "http-parser and glibc."]
+    return out
+
+
 def hang_section(res):
     out = ["## 3. Hang-detection latency", "",
            "A worker prints a progress line every 10 ms, then stops printing and stays alive. "
@@ -654,7 +683,8 @@ def document(data, plot_rel):
     out += machine_section(data) + [""]
     out += targets_section(data) + [""]
     sections = [("launch", launch_section), ("pipeline", None), ("hang", hang_section),
-                ("restart", restart_section), ("steady", steady_section)]
+                ("restart", restart_section), ("steady", steady_section),
+                ("static", static_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

@@ -7,11 +7,13 @@
 #include <uv.h>
 
 #include "hp-config.h"
+#include "hp-sys.h"
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/operator.h"
 #include "hyperpod/supervise.h"
+#include "version.h"
 
 /* Exit status for a bad command line or setup, before anything runs. */
 #define EXIT_USAGE 2
@@ -83,12 +85,17 @@ int main(int argc, char **argv)
                 return 0;
         }
         if (cfg.show_version) {
-                printf("hyperpodrun %s\n", HP_VERSION);
+                hp_version_print(stdout);
                 return 0;
         }
         if (cfg.replay_log != NULL)
                 return replay(&cfg);
         r = hp_config_check_files(&cfg, err, sizeof(err));
+        if (r < 0) {
+                fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                return EXIT_USAGE;
+        }
+        r = hp_sys_check_kernel(err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);
                 return EXIT_USAGE;

@@ -15,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/pidfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "hp-sys.h"
 #include "hyperpod/common.h"
 #include "rendezvous-private.h"
 
@@ -330,7 +330,7 @@ static int run_scontrol(const char *path, const char *job_id,
                          hp_strerror(r));
                 return r;
         }
-        pidfd = pidfd_open(pid, 0);
+        pidfd = hp_pidfd_open(pid, 0);
         while (!eof || (!exited && pidfd >= 0)) {
                 struct pollfd pfd[2] = {
                         { .fd = eof ? -1 : fds[0], .events = POLLIN },

@@ -2,6 +2,7 @@
 #ifndef HP_SUPERVISE_PRIVATE_H
 #define HP_SUPERVISE_PRIVATE_H
 
+#include "hp-sys.h"
 #include "hyperpod/supervise.h"
 
 /* After SIGKILL, how long a pipe may stay open before we stop waiting for

@@ -1,15 +1,17 @@
 """The HyperPod EKS example (examples/eks) stays true: job.yaml's
 logMonitoringConfiguration loads through hyperpodrun's rules loader, its
-rules mean what its comments say, and the Dockerfile's entry point is an
-exec of hyperpodrun whose options hyperpodrun accepts. The Slurm example
+rules mean what its comments say, the Dockerfile builds the static binary
+as CI does, and its entry point is an exec-form hyperpodrun whose options
+hyperpodrun accepts. The Slurm example
 runs on a real Slurm cluster in test_slurm.py."""
 
+import json
 import re
-import shlex
+from pathlib import Path
 
 import pytest
 
-from conftest import SOURCE_ROOT, have_torch, write_exec
+from conftest import HYPERPODRUN, SOURCE_ROOT, have_torch, write_exec
 
 EKS = SOURCE_ROOT / "examples" / "eks"
 EXAMPLE = SOURCE_ROOT / "examples" / "allreduce.py"
@@ -38,16 +40,76 @@ def test_eks_job_nccl_rule_faults(hpr, tmp_path):
     assert "NCCLFault" in r.err, r.describe()
 
 
-def test_eks_dockerfile_entrypoint_execs_hyperpodrun(hpr, tmp_path):
-    """The ENTRYPOINT is the shell form with exec (hyperpodrun becomes PID
-    1), and hyperpodrun accepts its options: checked with --standalone
-    added, since the operator is not here, and this machine's paths."""
+def dockerfile_stages():
+    """The Dockerfile's instructions, continuation lines joined, as one list
+    of (INSTRUCTION, arguments) per stage; ARGs before FROM in stage 0."""
     text = (EKS / "Dockerfile").read_text().replace("\\\n", " ")
-    m = re.search(r"(?m)^ENTRYPOINT exec hyperpodrun (.*)$", text)
-    assert m, "no 'ENTRYPOINT exec hyperpodrun ...' line"
-    args = shlex.split(m.group(1))
+    stages = [[]]
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((word.upper(), rest.strip()))
+    return stages
+
+
+def test_eks_dockerfile_build_stage_is_the_ci_build():
+    """Stage one runs exactly ./dev.sh static, the build ./dev.sh test runs
+    (its binary is the one tests/static/run.sh proves in Debian 11, which
+    also checks that the copied paths exist), and copies the binary from
+    where that build puts it."""
+    pre, build, final = dockerfile_stages()
+    assert pre[0][0] == "ARG" and pre[0][1].startswith("BASE_IMAGE=")
+    base = pre[0][1].split("=", 1)[1]
+    assert "pytorch" in base and "cuda" in base, base
+    assert build[0] == ("FROM", "debian:12 AS build")
+    runs = [a for i, a in build if i == "RUN"]
+    assert runs == ["./dev.sh static"], runs
+    workdir = [a for i, a in build if i == "WORKDIR"][-1]
+    assert ("COPY", f". {workdir}") in build
+
+    dev = (SOURCE_ROOT / "dev.sh").read_text()
+    for case in ("static", "test"):
+        m = re.search(rf"(?ms)^{case}\)\n(.*?)^        ;;", dev)
+        assert m and "build_static" in m.group(1), f"dev.sh {case}"
+    m = re.search(r"(?ms)^build_static\(\) \{\n.*?build (\S+) ", dev)
+    static_dir = m.group(1)
+
+    assert final[0] == ("FROM", "${BASE_IMAGE}")
+    copies = [a.split() for i, a in final if i == "COPY"]
+    assert copies[0][0] == "--from=build"
+    src, dst = copies[0][1:]
+    assert dst == "/usr/local/bin/hyperpodrun"
+    # The same place in build-static/ as the tested binary in build/.
+    exe = Path(HYPERPODRUN)
+    build_root = exe.parents[2]
+    assert (build_root / "meson-private").is_dir(), build_root
+    assert src == f"{workdir}/{static_dir}/{exe.relative_to(build_root)}"
+    # The other COPYs come from the checkout.
+    for c in copies[1:]:
+        assert (SOURCE_ROOT / c[0]).is_file(), c
+    # A build directory of the host's would be reused with its paths.
+    ignore = (EKS / "Dockerfile.dockerignore").read_text().split()
+    assert "build*/" in ignore
+
+
+def test_eks_dockerfile_entrypoint_execs_hyperpodrun(hpr, tmp_path):
+    """The ENTRYPOINT is the exec form (hyperpodrun is PID 1, no shell),
+    and hyperpodrun accepts its options: checked with --standalone added,
+    since the operator is not here, and this machine's paths."""
+    final = dockerfile_stages()[-1]
+    entry = [a for i, a in final if i == "ENTRYPOINT"]
+    assert len(entry) == 1
+    args = json.loads(entry[0])
+    assert isinstance(args, list) and all(isinstance(a, str) for a in args)
+    assert args[0] == "hyperpodrun"
+    args = args[1:]
     assert args[-1] == "/workspace/train.py"
-    assert "COPY examples/allreduce.py /workspace/train.py" in text
+    assert ["COPY", "examples/allreduce.py /workspace/train.py"] in \
+        [list(c) for c in final]
     worker = write_exec(tmp_path / "train.sh", "#!/bin/sh\necho trained\n")
     # A free port instead of 8080, which the API may bind.
     args = ["0" if a == "8080" else a.replace("/tmp/hyperpod",
