@@ -525,10 +525,17 @@ def test_metrics_count_every_line_read_under_a_flood(hpr, tmp_path):
                           r'stream="stdout"\} (\d+)', text)
         matches = re.search(r'hyperpodrun_rule_matches_total\{'
                             r'local_rank="0",rule="Flood"\} (\d+)', text)
+        # The rule's series appear once the stage's monitors exist, which
+        # can be after /status already says running.
+        if lines is None or matches is None:
+            return None
         return int(lines.group(1)), int(matches.group(1))
 
     def all_read():
-        lines, matches = counts()
+        got = counts()
+        if got is None:
+            return None
+        lines, matches = got
         # The "starting" line is the only one the rule does not match.
         assert matches <= max(lines - 1, 0), (lines, matches)
         return (lines, matches) if lines == n + 1 else None
