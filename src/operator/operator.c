@@ -298,6 +298,11 @@ static void rule_verdict(struct hp_agent *a, void *ctx)
                          "Log rule %s is %s on local rank %d; no line matched "
                          "it yet",
                          rule ? rule + 1 : a->verdict, what, a->verdict_rank);
+        if (a->forensics.silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, sizeof(msg) - used, "; %s",
+                         a->forensics.silence);
+        }
         op->last_detection_latency_s = (double)a->verdict_latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
         fault(op, a->verdict, msg);

@@ -18,7 +18,7 @@ const char *hp_env_get(char *const *envp, const char *name)
         return NULL;
 }
 
-#define ENV_VARS 19
+#define ENV_VARS 21
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
@@ -46,6 +46,9 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 { "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1" },
                 { "TORCHELASTIC_ERROR_FILE", p->error_file },
                 { "HYPERPOD_SIGNAL_COORDINATION", coord ? coord : "disabled" },
+                /* Optional (NULL: not set, an inherited one is kept). */
+                { "PYTHONPATH", p->python_path },
+                { "HYPERPODRUN_STACKS_SIGNAL", p->stacks_signal },
         };
         size_t n_inherited = 0, bytes = 0, n = 0;
         char *w;
@@ -63,7 +66,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
         for (char *const *e = inherited; *e; e++)
                 n_inherited++;
         for (size_t i = 0; i < ENV_VARS; i++)
-                bytes += strlen(set[i][0]) + strlen(set[i][1]) + 2;
+                if (set[i][1] != NULL)
+                        bytes += strlen(set[i][0]) + strlen(set[i][1]) + 2;
 
         out->envp = calloc(n_inherited + ENV_VARS + 1, sizeof(char *));
         out->strings = malloc(bytes);
@@ -77,6 +81,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 bool replaced = false;
                 for (size_t i = 0; i < ENV_VARS && !replaced; i++) {
                         size_t len = strlen(set[i][0]);
+                        if (set[i][1] == NULL)
+                                continue;
                         replaced = strncmp(*e, set[i][0], len) == 0 &&
                                    (*e)[len] == '=';
                 }
@@ -85,6 +91,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
         }
         w = out->strings;
         for (size_t i = 0; i < ENV_VARS; i++) {
+                if (set[i][1] == NULL)
+                        continue;
                 out->envp[n++] = w;
                 w += sprintf(w, "%s=%s", set[i][0], set[i][1]) + 1;
         }
