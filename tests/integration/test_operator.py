@@ -185,6 +185,14 @@ def test_log_hang_faults_while_workers_keep_running(hpr, tmp_path):
     assert st["reason"] == "LogHang_Progress"
     assert "Progress" in st["message"]
     assert "training step 2" in st["message"]
+    # Who went silent, and a report of where each rank was.
+    assert re.search(r"; (rank \d|both ranks 0-1) silent since ",
+                     st["message"]), st["message"]
+    report = deadline_poll(lambda: list(
+        (a.dir / "logs").glob("none_*/attempt_0/hang-report.json")), 15,
+        what="hang-report.json")
+    ranks = json.loads(report[0].read_text())["ranks"]
+    assert [x["python"]["status"] for x in ranks] == ["complete"] * 2
     # The workers keep running until the operator's /stop.
     pids = [int((a.work / f"pid{r}-attempt0").read_text()) for r in (0, 1)]
     assert all(pid_alive(p) for p in pids)
