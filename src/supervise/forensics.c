@@ -511,8 +511,7 @@ static void finish(struct hp_forensics *f)
                 }
                 cJSON_AddStringToObject(
                         py, "status",
-                        t->stacks_fd < 0 ? "not a Python worker"
-                        : !t->signalled  ? "not asked"
+                        t->stacks_fd < 0 ? "no handler"
                         : dump == NULL   ? "no answer"
                         : t->complete    ? "complete"
                                          : "cut at the timeout");
@@ -616,7 +615,7 @@ void hp_forensics_note_silence(struct hp_agent *a, const char *event)
         for (int i = 0; i < a->group.count; i++) {
                 const struct hp_worker *w = &a->group.workers[i];
                 if (w->refs == 0 && w->state == HP_WORKER_DONE)
-                        continue; /* never started */
+                        continue; /* finished, or never started */
                 ranks[n].rank = w->rank;
                 ranks[n].last_ms = worker_last(w);
                 n++;

@@ -158,7 +158,7 @@ def test_no_python_hang_reports_process_states(hpr, tmp_path):
     ranks = report["ranks"]
     assert [x["rank"] for x in ranks] == [1, 0]
     for x in ranks:
-        assert x["python"]["status"] == "not a Python worker"
+        assert x["python"]["status"] == "no handler"
         assert "stacks" not in x["python"]
         worker = x["processes"][0]
         assert worker["pid"] == x["pid"]
