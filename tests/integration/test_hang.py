@@ -276,3 +276,26 @@ def test_bad_hang_dump_value_is_named(hpr):
     assert r.rc == 2, r.describe()
     assert "everything" in r.err and "--hang-dump" in r.err
     assert "off, stacks, full" in r.err
+
+
+def test_a_worker_that_does_not_answer_delays_the_stop_only_until_the_timeout(
+        hpr, tmp_path):
+    # The worker blocks the stack signal: its dump never comes, and the
+    # stop must still follow, once --hang-dump-timeout is over.
+    script = tmp_path / "deaf.py"
+    script.write_text(
+        "import signal, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN + 6])\n"
+        "print(\"[Epoch 0 Batch 0] {'training_loss_step': 1.5}\", flush=True)\n"
+        "time.sleep(3600)\n")
+    r = hpr.run(["--standalone", "--hang-dump-timeout", "1",
+                 "--log-monitoring-config", rules(tmp_path), script],
+                timeout=60)
+    assert r.rc == 124, r.describe()
+    report = read_report(hpr.only_train_dir() / "attempt_0" /
+                         "hang-report.json")
+    rank = report["ranks"][0]
+    assert rank["python"]["status"] == "no answer", rank
+    assert "stacks" not in rank["python"]
+    assert report["collect_ms"] >= 1000, report
+    assert "Python stacks from 0 of 1 Python worker," in r.err
