@@ -234,6 +234,11 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         if (op->plr.state != HP_OP_RUNNING)
                 return;
         hp_agent_failure_message(a, g, msg, sizeof(msg));
+        if (a->forensics.silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, sizeof(msg) - used, "\n%s",
+                         a->forensics.silence);
+        }
         fault(op, "WorkerCrash", msg);
         if (w != NULL && w->exit_time > 0)
                 op->last_detection_latency_s =

@@ -253,6 +253,7 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
 {
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
+        a->forensics.silence[0] = '\0';
         if (a->group_active && g == &a->group && g->count > 1)
                 hp_forensics_note_silence(a, "the failure");
         if (a->events != NULL && a->events->worker_failed != NULL &&

@@ -299,3 +299,18 @@ def test_a_worker_that_does_not_answer_delays_the_stop_only_until_the_timeout(
     assert "stacks" not in rank["python"]
     assert report["collect_ms"] >= 1000, report
     assert "Python stacks from 0 of 1 Python worker," in r.err
+
+
+def test_a_worker_failure_logs_who_went_silent(hpr, tmp_path):
+    # Rank 1 stops writing, then fails a second later; rank 0 is blocked.
+    script = write_exec(tmp_path / "worker.sh", (
+        "#!/bin/sh\n"
+        "echo start\n"
+        "if [ \"$LOCAL_RANK\" = 1 ]; then sleep 1; exit 3; fi\n"
+        "exec sleep 3600\n"))
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 script], timeout=60)
+    assert r.rc == 3, r.describe()
+    assert re.search(r"who went silent: both ranks 0-1 silent since "
+                     r"[\d:.]+ \([\d.]+ s before the failure; none stopped "
+                     r"first\)", r.err), r.describe()
