@@ -21,6 +21,13 @@ enum hp_rdzv_backend {
 };
 
 /* Bits of -r/--redirects and -t/--tee. */
+/* What a hang report collects (--hang-dump). */
+enum hp_hang_dump {
+        HP_HANG_DUMP_OFF = 0,
+        HP_HANG_DUMP_STACKS, /* Python stacks and /proc thread states */
+        HP_HANG_DUMP_FULL,   /* and each thread's kernel stack */
+};
+
 enum hp_std_stream {
         HP_STD_NONE = 0,
         HP_STD_OUT = 1,
@@ -71,6 +78,8 @@ struct hp_config {
         /* hyperpodrun flags */
         int shutdown_signal;        /* SIGTERM or SIGKILL */
         uint64_t shutdown_timeout_ms;
+        enum hp_hang_dump hang_dump;     /* what a hang report collects */
+        uint64_t hang_dump_timeout_ms;   /* the most it waits for stacks */
         const char *pre_train_script;
         const char *pre_train_args; /* NULL: the script gets no argument */
         const char *post_train_script;

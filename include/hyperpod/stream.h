@@ -268,6 +268,9 @@ struct hp_stream {
         bool reading; /* in the hub's epoll set */
         int error; /* first file write or read error, -errno */
         struct hp_stream_stats stats;
+        /* Loop ms of the last read that brought bytes, or of init: when
+         * the worker last wrote, for a hang report. */
+        uint64_t last_read;
         struct hp_linesplit split;
         size_t unwritten; /* bytes at the start of buf not in the file yet */
         char line[HP_LINE_MAX];

@@ -46,6 +46,10 @@ struct hp_env_params {
         const char *run_id;
         const char *error_file; /* "" when there are no files */
         const char *ipc_path;   /* the worker socket */
+        /* --hang-dump: the PYTHONPATH that loads hyperpodrun's
+         * sitecustomize, and the signal it registers; NULL: not set. */
+        const char *python_path;
+        const char *stacks_signal;
 };
 
 /* A whole envp, owned by the struct: the inherited environment with every
@@ -131,6 +135,60 @@ struct hp_group {
         bool pipe_limits; /* the user's pipe memory limits apply to us */
         uv_timer_t timer;
         void (*done_cb)(struct hp_group *group, enum hp_group_result result);
+};
+
+/* ---- Hang forensics (silence.c, forensics.c) ---- */
+
+/* One rank's last output, for the silence line. */
+struct hp_silence {
+        int rank;         /* global rank */
+        uint64_t last_ms; /* loop clock: its last output, or its start */
+};
+
+/* Ranks that went quiet closer together than this are not told apart:
+ * reads are paced (HP_READ_PACE_MS), and ranks in lockstep print within a
+ * few milliseconds of each other. */
+#define HP_SILENCE_TIE_MS 50
+
+/*
+ * The silence line: sorts ranks in place by their last output and names
+ * the first to go quiet, how long before the verdict and the others, then
+ * the others, e.g. "rank 3 silent since 10:42:01.120 (63.2 s before the
+ * verdict, 2.9 s before the others); ranks 0-2,4-7 silent since
+ * 10:42:04.010 (blocked in a collective?)". event names the moment
+ * ("the verdict"); now_ms is that moment on the same clock as the ranks'
+ * times, now_wall the wall clock (seconds since
+ * the epoch) at that moment; times are printed in local time. Returns 0,
+ * or -ENOSPC when the line did not fit (it then ends in "...").
+ */
+int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
+                      double now_wall, const char *event, char *buf,
+                      size_t len);
+
+struct hp_forensics_target;
+
+/* A hang report being collected: the /proc states are read at once, the
+ * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
+struct hp_forensics {
+        struct hp_agent *agent;
+        uv_timer_t timer;
+        bool busy;
+        bool stop_pending;      /* stop the group once the report is out */
+        int stop_signal;
+        uint64_t stop_timeout_ms;
+        uint64_t started;       /* loop ms */
+        uint64_t deadline;      /* loop ms */
+        bool on_request;        /* SIGUSR2, not a verdict */
+        unsigned requests;      /* reports written on request */
+        char verdict[512];      /* a copy of the agent's, or "" */
+        char silence[512];      /* the latest silence line, or "" */
+        char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
+        char *python_path;      /* the workers' PYTHONPATH, or NULL */
+        char stacks_signal[16]; /* its number, for the workers' env */
+        enum hp_stage stage;    /* of the group being reported on */
+        int attempt;
+        struct hp_forensics_target *targets;
+        int count;
 };
 
 /* ---- The agent ---- */
@@ -232,6 +290,7 @@ struct hp_agent {
         /* The worker socket: lives as long as the agent, so checkpoint
          * progress outlives every restart of the workers. */
         struct hp_ipc_server ipc;
+        struct hp_forensics forensics;          /* --hang-dump */
 };
 
 /* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it

@@ -59,6 +59,8 @@ static void config_defaults(struct hp_config *cfg)
         cfg->role = "default";
         cfg->shutdown_signal = SIGKILL;
         cfg->shutdown_timeout_ms = 15000;
+        cfg->hang_dump = HP_HANG_DUMP_STACKS;
+        cfg->hang_dump_timeout_ms = 3000;
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -499,6 +501,7 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         static const char *const start_methods[] = { "spawn", "fork",
                                                      "forkserver" };
         static const char *const signals[] = { "SIGTERM", "SIGKILL" };
+        static const char *const hang_dumps[] = { "off", "stacks", "full" };
         static const char *const levels[] = { "critical", "error", "warning",
                                               "info",     "debug", "trace" };
         int r, index;
@@ -725,6 +728,20 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text) {
                 r = parse_seconds(&raw[HP_OPT_SHUTDOWN_TIMEOUT],
                                   &cfg->shutdown_timeout_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (raw[HP_OPT_HANG_DUMP].text) {
+                r = parse_choice(&raw[HP_OPT_HANG_DUMP], hang_dumps,
+                                 HP_ARRAY_SIZE(hang_dumps), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->hang_dump = (enum hp_hang_dump)index;
+        }
+        if (raw[HP_OPT_HANG_DUMP_TIMEOUT].text) {
+                r = parse_seconds(&raw[HP_OPT_HANG_DUMP_TIMEOUT],
+                                  &cfg->hang_dump_timeout_ms, errbuf, errlen);
                 if (r < 0)
                         return r;
         }

@@ -251,6 +251,11 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         if (op->plr.state != HP_OP_RUNNING)
                 return;
         hp_agent_failure_message(a, g, msg, sizeof(msg));
+        if (a->forensics.silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, sizeof(msg) - used, "\n%s",
+                         a->forensics.silence);
+        }
         fault(op, "WorkerCrash", msg);
         if (w != NULL && w->exit_time > 0)
                 op->last_detection_latency_s =
@@ -315,6 +320,11 @@ static void rule_verdict(struct hp_agent *a, void *ctx)
                          "Log rule %s is %s on local rank %d; no line matched "
                          "it yet",
                          rule ? rule + 1 : a->verdict, what, a->verdict_rank);
+        if (a->forensics.silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, sizeof(msg) - used, "; %s",
+                         a->forensics.silence);
+        }
         op->last_detection_latency_s = (double)a->verdict_latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
         fault(op, a->verdict, msg);

@@ -250,6 +250,7 @@ static void consume(struct hp_stream *s, size_t n)
         const char *data = s->buf + s->unwritten;
 
         s->stats.bytes += n;
+        s->last_read = uv_now(hub->loop);
         hp_linesplit_feed(&s->split, data, n, on_line, s);
         if (s->console != NULL && hub->console_due == UINT64_MAX) {
                 hub->console_due = uv_now(hub->loop) + HP_CONSOLE_DELAY_MS;
@@ -356,6 +357,7 @@ int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
         s->reading = false;
         s->error = 0;
         memset(&s->stats, 0, sizeof(s->stats));
+        s->last_read = uv_now(hub->loop);
         hp_linesplit_init(&s->split, s->line, sizeof(s->line));
         return 0;
 }

@@ -231,19 +231,31 @@ static void start_stage(struct hp_agent *a, enum hp_stage stage)
 
 void hp_agent__rule_verdict(struct hp_agent *a)
 {
+        /* The hang report is collected before any stop: a stop asked for
+         * meanwhile waits for it, at most --hang-dump-timeout. */
+        int report = hp_forensics_begin(&a->forensics, false);
+
         if (a->events != NULL) {
                 a->events->rule_verdict(a, a->events_ctx);
                 return;
         }
         /* The workers are told with --shutdown-signal, as after a worker
          * failure; the group's end then restarts or ends the job. */
-        if (a->group_active && !a->group.stopping)
+        if (a->group_active && !a->group.stopping &&
+            !(report == 0 &&
+              hp_forensics_defer_stop(&a->forensics, a->cfg->shutdown_signal,
+                                      a->cfg->shutdown_timeout_ms)))
                 hp_group_stop(&a->group, a->cfg->shutdown_signal,
                               a->cfg->shutdown_timeout_ms);
 }
 
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
 {
+        /* The others may be blocked waiting for it: say when each went
+         * quiet. */
+        a->forensics.silence[0] = '\0';
+        if (a->group_active && g == &a->group && g->count > 1)
+                hp_forensics_note_silence(a, "the failure");
         if (a->events != NULL && a->events->worker_failed != NULL &&
             !a->received_signal)
                 a->events->worker_failed(a, g, a->events_ctx);
@@ -324,7 +336,8 @@ bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
         if (!a->group_active)
                 return false;
         a->group.stop_requested = true;
-        hp_group_stop(&a->group, sig, timeout_ms);
+        if (!hp_forensics_defer_stop(&a->forensics, sig, timeout_ms))
+                hp_group_stop(&a->group, sig, timeout_ms);
         return true;
 }
 
@@ -348,6 +361,15 @@ static void signal_cb(uv_signal_t *handle, int signum)
         struct hp_agent *a = handle->data;
 
         if (signum == SIGUSR1 || signum == SIGUSR2) {
+                /* SIGUSR2 also asks for a report, the job running on. */
+                if (signum == SIGUSR2 && a->group_active) {
+                        int r = hp_forensics_begin(&a->forensics, true);
+                        if (r < 0 && r != -ENOTSUP)
+                                hp_log_warn("SIGUSR2: no stacks report: %s",
+                                            r == -EBUSY
+                                                    ? "one is being collected"
+                                                    : hp_strerror(r));
+                }
                 if (a->group_active)
                         hp_group_signal(&a->group, signum);
                 return;
@@ -474,14 +496,18 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         /* The rules first: a start refused for its rules file leaves no
          * log directory behind. */
         r = hp_agent__monitors_init(a, errbuf, errlen);
+        if (r == 0)
+                r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
+                hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
+                hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
         }
@@ -509,6 +535,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {
+                hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
         }
@@ -539,6 +566,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
+        hp_ipc_server_close(&a->ipc);
+        hp_forensics_close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
@@ -575,6 +604,7 @@ void hp_agent_close(struct hp_agent *a)
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
         hp_ipc_server_close(&a->ipc);
+        hp_forensics_close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);

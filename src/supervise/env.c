@@ -18,7 +18,7 @@ const char *hp_env_get(char *const *envp, const char *name)
         return NULL;
 }
 
-#define ENV_VARS 20
+#define ENV_VARS 22
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
@@ -47,6 +47,9 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 { "TORCHELASTIC_ERROR_FILE", p->error_file },
                 { "HYPERPOD_SIGNAL_COORDINATION", coord ? coord : "disabled" },
                 { HP_IPC_ENV, p->ipc_path ? p->ipc_path : "" },
+                /* Optional (NULL: not set, an inherited one is kept). */
+                { "PYTHONPATH", p->python_path },
+                { "HYPERPODRUN_STACKS_SIGNAL", p->stacks_signal },
         };
         size_t n_inherited = 0, bytes = 0, n = 0;
         char *w;
@@ -64,7 +67,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
         for (char *const *e = inherited; *e; e++)
                 n_inherited++;
         for (size_t i = 0; i < ENV_VARS; i++)
-                bytes += strlen(set[i][0]) + strlen(set[i][1]) + 2;
+                if (set[i][1] != NULL)
+                        bytes += strlen(set[i][0]) + strlen(set[i][1]) + 2;
 
         out->envp = calloc(n_inherited + ENV_VARS + 1, sizeof(char *));
         out->strings = malloc(bytes);
@@ -78,6 +82,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 bool replaced = false;
                 for (size_t i = 0; i < ENV_VARS && !replaced; i++) {
                         size_t len = strlen(set[i][0]);
+                        if (set[i][1] == NULL)
+                                continue;
                         replaced = strncmp(*e, set[i][0], len) == 0 &&
                                    (*e)[len] == '=';
                 }
@@ -86,6 +92,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
         }
         w = out->strings;
         for (size_t i = 0; i < ENV_VARS; i++) {
+                if (set[i][1] == NULL)
+                        continue;
                 out->envp[n++] = w;
                 w += sprintf(w, "%s=%s", set[i][0], set[i][1]) + 1;
         }

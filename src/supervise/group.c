@@ -422,6 +422,10 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 .run_id = a->rdzv.run_id,
                 .error_file = w->error_file,
                 .ipc_path = a->ipc.path,
+                .python_path = a->forensics.python_path,
+                .stacks_signal = a->forensics.python_path
+                                         ? a->forensics.stacks_signal
+                                         : NULL,
         };
         struct hp_envbuf env = { 0 };
         struct hp_spawn_options opts;

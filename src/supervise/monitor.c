@@ -124,6 +124,7 @@ static void check_verdict(struct hp_monitor *m, uint64_t deadline)
                 hp_log_error("log rule verdict %s on local rank %d %s "
                              "(monotonic clock; no line matched the rule "
                              "yet)", a->verdict, m->local_rank, times);
+        hp_forensics_note_silence(a, "the verdict");
         hp_agent__rule_verdict(a);
 }
 

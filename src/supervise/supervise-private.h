@@ -111,4 +111,24 @@ const struct hp_worker *hp_agent__root_cause(const struct hp_group *g);
  * signal N (tini's convention). */
 int hp_agent__root_cause_exit_code(const struct hp_group *g);
 
+/* ---- Hang forensics (forensics.c) ---- */
+
+/* Prepares --hang-dump: the sitecustomize.py the workers' PYTHONPATH
+ * loads. On failure errbuf says why. */
+int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
+                      char *errbuf, size_t errlen);
+/* Puts the running group's silence line, as of event ("the verdict"), in
+ * a->forensics.silence and logs it. */
+void hp_forensics_note_silence(struct hp_agent *a, const char *event);
+/* Starts a report on the running group (a verdict's, or on_request for
+ * SIGUSR2): 0 while it is collected, -ENOTSUP with --hang-dump off,
+ * -EBUSY while another is, -ESRCH when no group runs. */
+int hp_forensics_begin(struct hp_forensics *f, bool on_request);
+/* While a report is collected, a stop of the group waits for it: true
+ * when the stop was taken to be sent then. */
+bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
+                             uint64_t timeout_ms);
+/* Stops collecting, removes the sitecustomize directory. */
+void hp_forensics_close(struct hp_forensics *f);
+
 #endif

@@ -129,6 +129,9 @@ def test_full_plr_cycle(hpr, tmp_path):
     st = a.wait_status("faulted")
     assert st["reason"] == "WorkerCrash"
     assert "Local Rank 1 (rank 3) exited with code 3" in st["message"]
+    # And when each rank went quiet, the other one being left.
+    assert re.search(r"\n(rank [23]|both ranks 2-3) (silent since|still "
+                     r"writing)", st["message"]), st["message"]
     assert st["assigned_rank"] == "1"
     # The crashing worker wrote its environment before it exited (its
     # sibling may have been stopped before it got that far).
@@ -185,6 +188,14 @@ def test_log_hang_faults_while_workers_keep_running(hpr, tmp_path):
     assert st["reason"] == "LogHang_Progress"
     assert "Progress" in st["message"]
     assert "training step 2" in st["message"]
+    # Who went silent, and a report of where each rank was.
+    assert re.search(r"; (rank \d|both ranks 0-1) silent since ",
+                     st["message"]), st["message"]
+    report = deadline_poll(lambda: list(
+        (a.dir / "logs").glob("none_*/attempt_0/hang-report.json")), 15,
+        what="hang-report.json")
+    ranks = json.loads(report[0].read_text())["ranks"]
+    assert [x["python"]["status"] for x in ranks] == ["complete"] * 2
     # The workers keep running until the operator's /stop.
     pids = [int((a.work / f"pid{r}-attempt0").read_text()) for r in (0, 1)]
     assert all(pid_alive(p) for p in pids)

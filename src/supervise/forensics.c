@@ -1,0 +1,783 @@
+/* Hang forensics: on a rule verdict (or SIGUSR2), before the workers are
+ * stopped, say which rank went silent first and where every process of the
+ * attempt was: each thread's state and wait channel from /proc (and its
+ * kernel stack with --hang-dump full), and the Python stack of every thread
+ * of each Python worker, from faulthandler.
+ *
+ * The Python stacks need no change to the training script: the workers get
+ * a PYTHONPATH entry holding our sitecustomize.py, which registers
+ * faulthandler on a real-time signal with a memory file (memfd) as its
+ * output, then runs the sitecustomize it hides. The agent finds that file
+ * in /proc/PID/fd, signals the process only once the file says the handler
+ * is in place (the signal's default action would kill it), and reads the
+ * dump from there: nothing reaches the worker's stdout or stderr, so the
+ * console log stays a faithful record for --replay.
+ *
+ * Everything runs on the loop: the /proc files read here (stat, wchan,
+ * stack, fd links) never wait on the process they describe, unlike
+ * cmdline or environ, which take its memory lock. The stacks are waited
+ * for on a timer, at most --hang-dump-timeout. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+/* What faulthandler is registered for in the workers: a real-time signal,
+ * so that it cannot collide with a script's own SIGUSR1 or SIGUSR2
+ * handler, and which is only ever sent once the handler is known to be in
+ * place. */
+#define STACKS_SIGNAL_OFFSET 6
+/* How often the stack files are looked at; a dump is complete once it has
+ * grown and then stayed the same for one period (faulthandler writes it
+ * from the signal handler, in well under a millisecond). */
+#define POLL_MS 20
+/* Bounds on what one report holds. */
+#define MAX_PROCS_PER_RANK 64
+#define MAX_THREADS_PER_PROC 512
+#define MAX_STACK_BYTES (256 * 1024)
+#define MAX_PROC_FDS 4096
+
+static const char memfd_name[] = "/memfd:hyperpodrun-stacks";
+static const char stacks_header[] = "hyperpodrun-stacks 1\n";
+
+static const char sitecustomize[] =
+"# Written by hyperpodrun (--hang-dump): lets the agent ask this Python\n"
+"# worker for the stack of every thread. faulthandler writes it to a\n"
+"# memory file that the agent reads, never to stdout or stderr. The\n"
+"# variable is removed so that only the worker itself registers, not the\n"
+"# processes it starts. Then the sitecustomize this one hides, if any,\n"
+"# runs as it would have.\n"
+"import os as _hp_os\n"
+"import sys as _hp_sys\n"
+"\n"
+"\n"
+"def _hp_register():\n"
+"    sig = _hp_os.environ.pop('HYPERPODRUN_STACKS_SIGNAL', None)\n"
+"    if not sig:\n"
+"        return\n"
+"    try:\n"
+"        import faulthandler\n"
+"        fd = _hp_os.memfd_create('hyperpodrun-stacks')\n"
+"        faulthandler.register(int(sig), file=fd, all_threads=True)\n"
+"        _hp_os.write(fd, b'hyperpodrun-stacks 1\\n')\n"
+"    except Exception:\n"
+"        pass\n"
+"\n"
+"\n"
+"def _hp_chain():\n"
+"    import importlib.machinery\n"
+"    import importlib.util\n"
+"    here = _hp_os.path.dirname(_hp_os.path.abspath(__file__))\n"
+"    path = [p for p in _hp_sys.path\n"
+"            if _hp_os.path.abspath(p or _hp_os.curdir) != here]\n"
+"    spec = importlib.machinery.PathFinder.find_spec('sitecustomize', path)\n"
+"    if spec is None or spec.loader is None:\n"
+"        return\n"
+"    module = importlib.util.module_from_spec(spec)\n"
+"    _hp_sys.modules['sitecustomize'] = module\n"
+"    spec.loader.exec_module(module)\n"
+"\n"
+"\n"
+"_hp_register()\n"
+"_hp_chain()\n";
+
+struct hp_forensics_target {
+        int local_rank;
+        int rank;
+        pid_t pid;
+        const char *state;
+        uint64_t last_ms;
+        bool wrote;
+        cJSON *processes;
+        int stacks_fd; /* the worker's memfd, opened through /proc */
+        pid_t stacks_pid;
+        off_t stacks_from;
+        off_t stacks_seen;
+        bool signalled;
+        bool complete;
+};
+
+static double wall_now(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void iso_time(double wall, char *buf, size_t len)
+{
+        time_t secs = (time_t)wall;
+        struct tm tm;
+        int ms = (int)((wall - (double)secs) * 1000.0);
+
+        if (gmtime_r(&secs, &tm) == NULL) {
+                snprintf(buf, len, "?");
+                return;
+        }
+        (void)hp_snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                          tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                          tm.tm_hour, tm.tm_min, tm.tm_sec,
+                          ms > 999 ? 999 : ms < 0 ? 0 : ms);
+}
+
+/* Reads a small /proc file into buf, NUL-terminated, without its final
+ * newline. Returns the length or -errno. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n, got = 0;
+
+        if (fd < 0)
+                return -errno;
+        while ((size_t)got < len - 1) {
+                n = read(fd, buf + got, len - 1 - (size_t)got);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                got += n;
+        }
+        close(fd);
+        while (got > 0 && buf[got - 1] == '\n')
+                got--;
+        buf[got] = '\0';
+        return got;
+}
+
+/* The fields of a /proc stat line: comm (between the first '(' and the
+ * last ')', which may hold anything), the state, the ppid and the pgrp. */
+static int parse_stat(const char *stat, char *comm, size_t comm_len,
+                      char *state, pid_t *ppid, pid_t *pgrp)
+{
+        const char *open_paren = strchr(stat, '(');
+        const char *close_paren = strrchr(stat, ')');
+        int pp, pg;
+        size_t n;
+
+        if (open_paren == NULL || close_paren == NULL ||
+            close_paren < open_paren)
+                return -EINVAL;
+        n = (size_t)(close_paren - open_paren - 1);
+        if (n >= comm_len)
+                n = comm_len - 1;
+        memcpy(comm, open_paren + 1, n);
+        comm[n] = '\0';
+        if (sscanf(close_paren + 1, " %c %d %d", state, &pp, &pg) != 3)
+                return -EINVAL;
+        *ppid = pp;
+        *pgrp = pg;
+        return 0;
+}
+
+static cJSON *threads_of(pid_t pid, bool kernel_stacks)
+{
+        cJSON *threads = cJSON_CreateArray();
+        char path[128], buf[4096], comm[64], state;
+        struct dirent *de;
+        DIR *dir;
+        int count = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        dir = opendir(path);
+        if (dir == NULL || threads == NULL) {
+                if (dir != NULL)
+                        closedir(dir);
+                return threads;
+        }
+        while ((de = readdir(dir)) != NULL && count < MAX_THREADS_PER_PROC) {
+                pid_t ppid, pgrp;
+                int tid = atoi(de->d_name);
+                cJSON *t;
+
+                if (tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+                         (int)pid, tid);
+                if (read_small(path, buf, sizeof(buf)) < 0 ||
+                    parse_stat(buf, comm, sizeof(comm), &state, &ppid,
+                               &pgrp) < 0)
+                        continue;
+                t = cJSON_CreateObject();
+                if (t == NULL)
+                        break;
+                cJSON_AddNumberToObject(t, "tid", tid);
+                cJSON_AddStringToObject(t, "comm", comm);
+                buf[0] = state;
+                buf[1] = '\0';
+                cJSON_AddStringToObject(t, "state", buf);
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
+                         (int)pid, tid);
+                if (read_small(path, buf, sizeof(buf)) < 0 ||
+                    strcmp(buf, "0") == 0)
+                        buf[0] = '\0';
+                cJSON_AddStringToObject(t, "wchan", buf);
+                if (kernel_stacks) {
+                        snprintf(path, sizeof(path),
+                                 "/proc/%d/task/%d/stack", (int)pid, tid);
+                        if (read_small(path, buf, sizeof(buf)) >= 0)
+                                cJSON_AddStringToObject(t, "kernel_stack",
+                                                        buf);
+                }
+                cJSON_AddItemToArray(threads, t);
+                count++;
+        }
+        closedir(dir);
+        return threads;
+}
+
+/* Opens the stack file our sitecustomize made in pid, through /proc, once
+ * it says faulthandler is registered. Returns the fd or -1. */
+static int find_stacks_file(pid_t pid)
+{
+        char path[300], link[256], head[sizeof(stacks_header)];
+        struct dirent *de;
+        DIR *dir;
+        int fd = -1, seen = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+        dir = opendir(path);
+        if (dir == NULL)
+                return -1;
+        while (fd < 0 && (de = readdir(dir)) != NULL && seen++ < MAX_PROC_FDS) {
+                ssize_t n;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid,
+                         de->d_name);
+                n = readlink(path, link, sizeof(link) - 1);
+                if (n < (ssize_t)sizeof(memfd_name) - 1 ||
+                    memcmp(link, memfd_name, sizeof(memfd_name) - 1) != 0)
+                        continue;
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                n = pread(fd, head, sizeof(head) - 1, 0);
+                if (n != (ssize_t)sizeof(head) - 1 ||
+                    memcmp(head, stacks_header, sizeof(head) - 1) != 0) {
+                        close(fd);
+                        fd = -1;
+                }
+        }
+        closedir(dir);
+        return fd;
+}
+
+static off_t file_size(int fd)
+{
+        struct stat st;
+
+        return fstat(fd, &st) == 0 ? st.st_size : -1;
+}
+
+/* One pass over /proc: every process in a worker's process group (each
+ * worker leads its own) goes to that worker's list, with its threads;
+ * the first one with our stack file is the one whose stacks we ask for. */
+static void snapshot(struct hp_forensics *f, bool kernel_stacks, bool python)
+{
+        DIR *dir = opendir("/proc");
+        struct dirent *de;
+
+        if (dir == NULL) {
+                hp_log_warn("hang report: cannot read /proc: %s",
+                            strerror(errno));
+                return;
+        }
+        while ((de = readdir(dir)) != NULL) {
+                char path[64], buf[1024], comm[64], state;
+                struct hp_forensics_target *t = NULL;
+                pid_t ppid, pgrp;
+                int pid = atoi(de->d_name);
+                cJSON *p;
+
+                if (pid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+                if (read_small(path, buf, sizeof(buf)) < 0 ||
+                    parse_stat(buf, comm, sizeof(comm), &state, &ppid,
+                               &pgrp) < 0)
+                        continue;
+                for (int i = 0; i < f->count && t == NULL; i++)
+                        if (f->targets[i].pid == pgrp)
+                                t = &f->targets[i];
+                if (t == NULL || t->processes == NULL ||
+                    cJSON_GetArraySize(t->processes) >= MAX_PROCS_PER_RANK)
+                        continue;
+                p = cJSON_CreateObject();
+                if (p == NULL)
+                        continue;
+                cJSON_AddNumberToObject(p, "pid", pid);
+                cJSON_AddNumberToObject(p, "ppid", ppid);
+                cJSON_AddStringToObject(p, "comm", comm);
+                cJSON_AddItemToObject(p, "threads",
+                                      threads_of(pid, kernel_stacks));
+                /* The worker itself first. */
+                if (pid == t->pid)
+                        cJSON_InsertItemInArray(t->processes, 0, p);
+                else
+                        cJSON_AddItemToArray(t->processes, p);
+                if (python && t->stacks_fd < 0) {
+                        t->stacks_fd = find_stacks_file(pid);
+                        t->stacks_pid = pid;
+                }
+        }
+        closedir(dir);
+}
+
+/* Reads what faulthandler appended since the signal, at most
+ * MAX_STACK_BYTES. NULL when nothing came. */
+static char *read_stacks(const struct hp_forensics_target *t)
+{
+        off_t size = file_size(t->stacks_fd);
+        size_t len;
+        ssize_t n;
+        char *text;
+
+        if (size <= t->stacks_from)
+                return NULL;
+        len = (size_t)(size - t->stacks_from);
+        if (len > MAX_STACK_BYTES)
+                len = MAX_STACK_BYTES;
+        text = malloc(len + 1);
+        if (text == NULL)
+                return NULL;
+        n = pread(t->stacks_fd, text, len, t->stacks_from);
+        if (n <= 0) {
+                free(text);
+                return NULL;
+        }
+        text[n] = '\0';
+        return text;
+}
+
+/* The innermost frame of the main thread (the one whose outermost frame
+ * is a <module>), else of the first thread: "file.py:20 in f". */
+static void innermost_frame(const char *stacks, char *buf, size_t len)
+{
+        const char *block = stacks, *chosen = NULL;
+
+        buf[0] = '\0';
+        while (block != NULL && *block != '\0') {
+                const char *end = strstr(block, "\n\n");
+                const char *module = strstr(block, " in <module>");
+                if (chosen == NULL)
+                        chosen = block;
+                if (module != NULL && (end == NULL || module < end)) {
+                        chosen = block;
+                        break;
+                }
+                block = end ? end + 2 : NULL;
+        }
+        if (chosen != NULL) {
+                const char *frame = strstr(chosen, "\n  File \"");
+                const char *stop;
+                if (frame == NULL)
+                        return;
+                frame += 3;
+                stop = strchr(frame, '\n');
+                snprintf(buf, len, "%.*s",
+                         (int)(stop ? stop - frame : (long)strlen(frame)),
+                         frame);
+        }
+}
+
+/* "S hrtimer_nanosleep" for the worker's first thread. */
+static void main_thread_state(const struct hp_forensics_target *t, char *buf,
+                              size_t len)
+{
+        cJSON *p = cJSON_GetArrayItem(t->processes, 0);
+        cJSON *threads = p ? cJSON_GetObjectItem(p, "threads") : NULL;
+        cJSON *th = threads ? cJSON_GetArrayItem(threads, 0) : NULL;
+        const char *state, *wchan;
+
+        buf[0] = '\0';
+        if (th == NULL)
+                return;
+        state = cJSON_GetStringValue(cJSON_GetObjectItem(th, "state"));
+        wchan = cJSON_GetStringValue(cJSON_GetObjectItem(th, "wchan"));
+        snprintf(buf, len, "%s%s%s", state ? state : "?",
+                 wchan && *wchan ? " in " : "", wchan ? wchan : "");
+}
+
+static void free_targets(struct hp_forensics *f)
+{
+        for (int i = 0; i < f->count; i++) {
+                if (f->targets[i].stacks_fd >= 0)
+                        close(f->targets[i].stacks_fd);
+                cJSON_Delete(f->targets[i].processes);
+        }
+        free(f->targets);
+        f->targets = NULL;
+        f->count = 0;
+}
+
+static int write_report(const char *path, const char *text)
+{
+        char tmp[PATH_MAX];
+        int fd, r;
+
+        if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0)
+                return -ENAMETOOLONG;
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        r = hp_write_all(fd, text, strlen(text));
+        if (r == 0)
+                r = hp_write_all(fd, "\n", 1);
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r == 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(tmp);
+        return r;
+}
+
+static void finish(struct hp_forensics *f)
+{
+        struct hp_agent *a = f->agent;
+        uint64_t now = uv_now(a->loop);
+        cJSON *doc = cJSON_CreateObject(), *ranks;
+        const char *rule = strchr(f->verdict, '_');
+        char path[PATH_MAX] = "", when[40], line[600];
+        const char *dir = a->attempt_dir[f->stage];
+        double wall = wall_now();
+        int stacks = 0, python = 0, r = 0;
+        char *text = NULL;
+
+        uv_timer_stop(&f->timer);
+        iso_time(wall, when, sizeof(when));
+        cJSON_AddStringToObject(doc, "reason",
+                                f->on_request ? "request" : "verdict");
+        if (f->verdict[0] != '\0') {
+                cJSON_AddStringToObject(doc, "verdict", f->verdict);
+                cJSON_AddStringToObject(doc, "rule",
+                                        rule ? rule + 1 : f->verdict);
+                cJSON_AddNumberToObject(doc, "verdict_local_rank",
+                                        a->verdict_rank);
+        }
+        cJSON_AddStringToObject(doc, "stage", hp_stage_name(f->stage));
+        cJSON_AddNumberToObject(doc, "attempt", f->attempt);
+        cJSON_AddStringToObject(doc, "time", when);
+        cJSON_AddStringToObject(doc, "hang_dump",
+                                a->cfg->hang_dump == HP_HANG_DUMP_FULL
+                                        ? "full"
+                                        : "stacks");
+        cJSON_AddNumberToObject(doc, "collect_ms",
+                                (double)(now - f->started));
+        cJSON_AddStringToObject(doc, "silence", f->silence);
+        ranks = cJSON_AddArrayToObject(doc, "ranks");
+        if (ranks == NULL)
+                goto out;
+        for (int i = 0; i < f->count; i++) {
+                struct hp_forensics_target *t = &f->targets[i];
+                cJSON *o = cJSON_CreateObject(), *py;
+                char *dump = NULL;
+                char frame[512] = "", state[128];
+
+                if (o == NULL)
+                        break;
+                cJSON_AddNumberToObject(o, "rank", t->rank);
+                cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
+                cJSON_AddNumberToObject(o, "pid", t->pid);
+                cJSON_AddStringToObject(o, "state", t->state);
+                iso_time(wall - (double)(now - t->last_ms) / 1000.0, when,
+                         sizeof(when));
+                cJSON_AddStringToObject(o, t->wrote ? "last_output"
+                                                    : "started",
+                                        when);
+                cJSON_AddNumberToObject(o, "silent_s",
+                                        (double)(f->started - t->last_ms) /
+                                                1000.0);
+                py = cJSON_AddObjectToObject(o, "python");
+                if (t->stacks_fd >= 0) {
+                        python++;
+                        dump = read_stacks(t);
+                        cJSON_AddNumberToObject(py, "pid", t->stacks_pid);
+                }
+                cJSON_AddStringToObject(
+                        py, "status",
+                        t->stacks_fd < 0 ? "no handler"
+                        : dump == NULL   ? "no answer"
+                        : t->complete    ? "complete"
+                                         : "cut at the timeout");
+                if (dump != NULL) {
+                        stacks++;
+                        cJSON_AddStringToObject(py, "stacks", dump);
+                        innermost_frame(dump, frame, sizeof(frame));
+                }
+                free(dump);
+                main_thread_state(t, state, sizeof(state));
+                cJSON_AddItemToObject(o, "processes", t->processes);
+                hp_log_warn("hang report: rank %d (local %d, pid %d): %s%s%s",
+                            t->rank, t->local_rank, (int)t->pid,
+                            state[0] ? state : "gone",
+                            frame[0] ? "; Python: " : "", frame);
+                t->processes = NULL;
+                cJSON_AddItemToArray(ranks, o);
+        }
+        if (dir[0] != '\0') {
+                if (f->on_request)
+                        r = hp_snprintf(path, sizeof(path),
+                                        "%s/stacks-report-%u.json", dir,
+                                        ++f->requests);
+                else
+                        r = hp_snprintf(path, sizeof(path),
+                                        "%s/hang-report.json", dir);
+                text = r < 0 ? NULL : cJSON_Print(doc);
+                r = text == NULL ? (r < 0 ? r : -ENOMEM)
+                                 : write_report(path, text);
+        }
+        snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
+                 "Python worker%s, collected in %llu ms",
+                 f->verdict[0] ? f->verdict : "on request", stacks, python,
+                 python == 1 ? "" : "s",
+                 (unsigned long long)(now - f->started));
+        if (dir[0] == '\0')
+                hp_log_warn("hang report (not written: no log files): %s",
+                            line);
+        else if (r < 0)
+                hp_log_error("hang report: cannot write '%s': %s", path,
+                             hp_strerror(r));
+        else
+                hp_log_warn("hang report in %s: %s", path, line);
+out:
+        free(text);
+        cJSON_Delete(doc);
+        free_targets(f);
+        f->busy = false;
+        f->silence[0] = '\0';
+        /* The stop that waited for the report, if its group still runs. */
+        if (f->stop_pending) {
+                f->stop_pending = false;
+                if (a->group_active && !a->group.stopping &&
+                    a->stage == f->stage && a->restart_count == f->attempt)
+                        hp_group_stop(&a->group, f->stop_signal,
+                                      f->stop_timeout_ms);
+        }
+}
+
+static void poll_cb(uv_timer_t *timer)
+{
+        struct hp_forensics *f = hp_container_of(timer, struct hp_forensics,
+                                                 timer);
+        bool waiting = false;
+
+        for (int i = 0; i < f->count; i++) {
+                struct hp_forensics_target *t = &f->targets[i];
+                off_t size;
+
+                if (!t->signalled || t->complete)
+                        continue;
+                size = file_size(t->stacks_fd);
+                if (size > t->stacks_from && size == t->stacks_seen)
+                        t->complete = true;
+                else
+                        waiting = true;
+                t->stacks_seen = size;
+        }
+        if (!waiting || uv_now(f->agent->loop) >= f->deadline)
+                finish(f);
+}
+
+static uint64_t worker_last(const struct hp_worker *w)
+{
+        return w->out.last_read > w->err.last_read ? w->out.last_read
+                                                   : w->err.last_read;
+}
+
+void hp_forensics_note_silence(struct hp_agent *a, const char *event)
+{
+        struct hp_forensics *f = &a->forensics;
+        struct hp_silence *ranks;
+        int n = 0;
+
+        f->silence[0] = '\0';
+        if (!a->group_active || a->group.count == 0)
+                return;
+        ranks = calloc((size_t)a->group.count, sizeof(*ranks));
+        if (ranks == NULL)
+                return;
+        for (int i = 0; i < a->group.count; i++) {
+                const struct hp_worker *w = &a->group.workers[i];
+                if (w->refs == 0 && w->state == HP_WORKER_DONE)
+                        continue; /* finished, or never started */
+                ranks[n].rank = w->rank;
+                ranks[n].last_ms = worker_last(w);
+                n++;
+        }
+        (void)hp_silence_format(ranks, (size_t)n, uv_now(a->loop), wall_now(),
+                                event, f->silence, sizeof(f->silence));
+        free(ranks);
+        hp_log_warn("who went silent: %s", f->silence);
+}
+
+int hp_forensics_begin(struct hp_forensics *f, bool on_request)
+{
+        struct hp_agent *a = f->agent;
+        const struct hp_group *g = &a->group;
+        bool python = f->python_path != NULL;
+        int sig = SIGRTMIN + STACKS_SIGNAL_OFFSET;
+
+        if (a->cfg->hang_dump == HP_HANG_DUMP_OFF)
+                return -ENOTSUP;
+        if (f->busy)
+                return -EBUSY;
+        if (!a->group_active || g->count == 0)
+                return -ESRCH;
+        f->targets = calloc((size_t)g->count, sizeof(*f->targets));
+        if (f->targets == NULL)
+                return -ENOMEM;
+        f->busy = true;
+        f->on_request = on_request;
+        f->stop_pending = false;
+        f->started = uv_now(a->loop);
+        f->stage = a->stage;
+        f->attempt = a->restart_count;
+        f->deadline = f->started + a->cfg->hang_dump_timeout_ms;
+        snprintf(f->verdict, sizeof(f->verdict), "%s",
+                 on_request ? "" : a->verdict);
+        if (on_request || f->silence[0] == '\0')
+                hp_forensics_note_silence(a, on_request ? "the request"
+                                                        : "the verdict");
+        f->count = 0;
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+                struct hp_forensics_target *t = &f->targets[f->count];
+                if (w->refs == 0 && w->state == HP_WORKER_DONE)
+                        continue;
+                t->local_rank = w->local_rank;
+                t->rank = w->rank;
+                t->pid = w->pid;
+                t->state = hp_worker_state_name(w->state);
+                t->last_ms = worker_last(w);
+                t->wrote = w->out.stats.bytes + w->err.stats.bytes > 0;
+                t->processes = cJSON_CreateArray();
+                t->stacks_fd = -1;
+                f->count++;
+        }
+        /* In the report, by silence: the first to go quiet first. */
+        for (int i = 1; i < f->count; i++)
+                for (int j = i; j > 0 &&
+                                f->targets[j].last_ms < f->targets[j - 1].last_ms;
+                     j--) {
+                        struct hp_forensics_target tmp = f->targets[j];
+                        f->targets[j] = f->targets[j - 1];
+                        f->targets[j - 1] = tmp;
+                }
+        /* The states as they were at the verdict, before any signal. */
+        snapshot(f, a->cfg->hang_dump == HP_HANG_DUMP_FULL, python);
+        for (int i = 0; i < f->count; i++) {
+                struct hp_forensics_target *t = &f->targets[i];
+                if (t->stacks_fd < 0)
+                        continue;
+                t->stacks_from = t->stacks_seen = file_size(t->stacks_fd);
+                if (t->stacks_from >= 0 && kill(t->stacks_pid, sig) == 0)
+                        t->signalled = true;
+        }
+        uv_timer_start(&f->timer, poll_cb, POLL_MS, POLL_MS);
+        return 0;
+}
+
+bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
+                             uint64_t timeout_ms)
+{
+        if (!f->busy)
+                return false;
+        /* A second stop while waiting (a SIGKILL) wins. */
+        if (!f->stop_pending || sig == SIGKILL) {
+                f->stop_signal = sig;
+                f->stop_timeout_ms = timeout_ms;
+        }
+        f->stop_pending = true;
+        return true;
+}
+
+/* Writes sitecustomize.py into a private directory of $TMPDIR, removed at
+ * exit, and builds the workers' PYTHONPATH with it first. */
+static int prepare_python(struct hp_forensics *f, char *errbuf, size_t errlen)
+{
+        const char *tmp = getenv("TMPDIR");
+        const char *inherited = getenv("PYTHONPATH");
+        char file[PATH_MAX];
+        size_t len;
+        int fd, r;
+
+        if (hp_snprintf(f->python_dir, sizeof(f->python_dir),
+                        "%s/hyperpodrun-py-XXXXXX",
+                        tmp && *tmp ? tmp : "/tmp") < 0 ||
+            mkdtemp(f->python_dir) == NULL) {
+                r = f->python_dir[0] ? -errno : -ENAMETOOLONG;
+                snprintf(errbuf, errlen,
+                         "--hang-dump: cannot create a directory in %s: %s",
+                         tmp && *tmp ? tmp : "/tmp", hp_strerror(r));
+                f->python_dir[0] = '\0';
+                return HP_ECONFIG;
+        }
+        if (hp_snprintf(file, sizeof(file), "%s/sitecustomize.py",
+                        f->python_dir) < 0)
+                return -ENAMETOOLONG;
+        fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        r = fd < 0 ? -errno : hp_write_all(fd, sitecustomize,
+                                           sizeof(sitecustomize) - 1);
+        if (fd >= 0 && close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r < 0) {
+                snprintf(errbuf, errlen, "--hang-dump: cannot write '%s': %s",
+                         file, hp_strerror(r));
+                return HP_ECONFIG;
+        }
+        len = strlen(f->python_dir) + 2 + (inherited ? strlen(inherited) : 0);
+        f->python_path = malloc(len);
+        if (f->python_path == NULL)
+                return -ENOMEM;
+        snprintf(f->python_path, len, "%s%s%s", f->python_dir,
+                 inherited && *inherited ? ":" : "",
+                 inherited ? inherited : "");
+        snprintf(f->stacks_signal, sizeof(f->stacks_signal), "%d",
+                 SIGRTMIN + STACKS_SIGNAL_OFFSET);
+        return 0;
+}
+
+int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
+                      char *errbuf, size_t errlen)
+{
+        memset(f, 0, sizeof(*f));
+        f->agent = a;
+        uv_timer_init(a->loop, &f->timer);
+        /* Python stacks are read from the worker's memory file; without
+         * log files there is no report to put them in. */
+        if (a->cfg->hang_dump == HP_HANG_DUMP_OFF || a->no_files)
+                return 0;
+        return prepare_python(f, errbuf, errlen);
+}
+
+void hp_forensics_close(struct hp_forensics *f)
+{
+        if (f->agent == NULL)
+                return; /* never initialised, or closed */
+        f->agent = NULL;
+        uv_timer_stop(&f->timer);
+        uv_close((uv_handle_t *)&f->timer, NULL);
+        free_targets(f);
+        f->busy = false;
+        free(f->python_path);
+        f->python_path = NULL;
+        if (f->python_dir[0] != '\0')
+                (void)hp_remove_tree(f->python_dir);
+        f->python_dir[0] = '\0';
+}
