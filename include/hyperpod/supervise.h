@@ -209,6 +209,11 @@ struct hp_agent {
         uv_async_t rule_wake;                   /* from the rule worker */
         uv_check_t rule_check;                  /* once per loop iteration */
         unsigned rule_inline;                   /* lines this iteration */
+        uint64_t rule_inline_start;             /* uv_hrtime() of the first */
+        uint64_t rule_inline_off_until;         /* loop ms: none inline */
+        uint64_t rule_report_at;                /* loop ms: next look */
+        uint64_t rule_skipped_reported;         /* lines the rules missed */
+        uint64_t rule_limit_reported;           /* PCRE2 limit hits */
         bool rule_worker_failed;                /* could not start one */
         char verdict[512];                      /* "LogHang_<rule>", or "" */
         char verdict_line[512];                 /* its last matching line */
@@ -258,6 +263,8 @@ void hp_agent_clear_rules(struct hp_agent *agent);
  * run on a thread of their own under a flood), so that the rule streams
  * can be read. */
 void hp_agent_settle_rules(struct hp_agent *agent);
+/* Monitored lines the rules never saw because they fell behind. */
+uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */
 int hp_agent_failure_message(const struct hp_agent *agent,

@@ -79,16 +79,28 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
 static void start_attempt(struct hp_agent *a);
 static void start_stage(struct hp_agent *a, enum hp_stage stage);
 
+static void log_sink_cb(void *ctx, const char *msg, size_t len)
+{
+        hp_console_put_message(ctx, msg, len);
+}
+
 static void report_console_drops(struct hp_agent *a)
 {
         struct hp_console *cons[] = { &a->console_out, &a->console_err };
 
         for (size_t i = 0; i < HP_ARRAY_SIZE(cons); i++) {
-                uint64_t dropped;
-                uv_mutex_lock(&cons[i]->lock);
-                dropped = cons[i]->lines_dropped;
-                uv_mutex_unlock(&cons[i]->lock);
-                if (dropped > 0)
+                int error;
+                uint64_t dropped = hp_console_lost_lines(cons[i], &error);
+
+                if (error < 0)
+                        hp_log_error("console %s: writing it failed (%s); "
+                                     "%llu lines lost to it so far, the job "
+                                     "goes on and the log files have every "
+                                     "byte",
+                                     i == 0 ? "stdout" : "stderr",
+                                     hp_strerror(error),
+                                     (unsigned long long)dropped);
+                else if (dropped > 0)
                         hp_log_warn("console %s: %llu lines dropped so far "
                                     "because it could not keep up; the log "
                                     "files have every byte",
@@ -113,7 +125,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
         if (a->events != NULL && !a->received_signal) {
                 if (result == HP_GROUP_FAILED)
-                        hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                        hp_agent__print_failure_summary(a, g);
                 a->events->stage_ended(a, stage, result, g, a->events_ctx);
                 hp_group_release(g);
                 return;
@@ -142,7 +154,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         }
 
         if (result == HP_GROUP_FAILED) {
-                hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                hp_agent__print_failure_summary(a, g);
                 code = hp_agent__root_cause_exit_code(g);
                 hp_group_release(g);
                 if (a->received_signal) {
@@ -517,6 +529,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        /* From here the agent's messages go through the stderr console:
+         * never blocking the loop, and never inside a worker's line. */
+        hp_log_set_sink(log_sink_cb, &a->console_err);
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(loop, &a->signals[i]);
                 a->signals[i].data = a;
@@ -576,5 +591,10 @@ void hp_agent_close(struct hp_agent *a)
                 (void)hp_reaper_sweep(NULL, NULL);
 
         hp_console_close(&a->console_out, 5000);
+        hp_log_set_sink(NULL, NULL);
         hp_console_close(&a->console_err, 5000);
+        if (hp_log_dropped() > 0)
+                hp_log_warn("%llu of the agent's messages were dropped: "
+                            "stderr was not read",
+                            (unsigned long long)hp_log_dropped());
 }
