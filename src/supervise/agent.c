@@ -79,6 +79,15 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
 static void start_attempt(struct hp_agent *a);
 static void start_stage(struct hp_agent *a, enum hp_stage stage);
 
+/* Whether two fds lead to the same file, pipe or terminal (2>&1). */
+static bool same_file(int a, int b)
+{
+        struct stat sa, sb;
+
+        return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+               sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 static void log_sink_cb(void *ctx, const char *msg, size_t len)
 {
         hp_console_put_message(ctx, msg, len);
@@ -529,9 +538,12 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
+                                     ? &a->console_out
+                                     : &a->console_err;
         /* From here the agent's messages go through the stderr console:
          * never blocking the loop, and never inside a worker's line. */
-        hp_log_set_sink(log_sink_cb, &a->console_err);
+        hp_log_set_sink(log_sink_cb, a->console_for_err);
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(loop, &a->signals[i]);
                 a->signals[i].data = a;

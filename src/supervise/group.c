@@ -319,7 +319,7 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
         }
         if (shown && (tee || !redirect))
                 s->console = bit == HP_STD_OUT ? &g->agent->console_out
-                                               : &g->agent->console_err;
+                                               : g->agent->console_for_err;
         s->prefixed = tee;
         return 0;
 }

@@ -24,9 +24,11 @@ def worker(tmp_path, body, name="worker.py"):
 
 class PipedRun:
     """hyperpodrun with stdout and/or stderr on pipes the test controls:
-    nothing reads them until the test says so."""
+    nothing reads them until the test says so. one_pipe: both on the
+    stderr pipe (2>&1)."""
 
-    def __init__(self, hpr, args, stdout_pipe=False, stderr_pipe=True):
+    def __init__(self, hpr, args, stdout_pipe=False, stderr_pipe=True,
+                 one_pipe=False):
         self.out_r = self.err_r = None
         out_w = err_w = None
         self.out_file = open(hpr.tmp / "console.out", "wb")
@@ -34,6 +36,9 @@ class PipedRun:
             self.out_r, out_w = os.pipe()
         if stderr_pipe:
             self.err_r, err_w = os.pipe()
+        if one_pipe:
+            out_w = os.dup(err_w)
+            stdout_pipe = True
         self.popen = subprocess.Popen(
             [HYPERPODRUN, "--log-dir", str(hpr.log_dir), *map(str, args)],
             env=hpr.env, cwd=hpr.tmp, stdin=subprocess.DEVNULL,
@@ -227,20 +232,25 @@ def test_sigterm_reaches_the_workers_while_nobody_reads_stderr(hpr,
         run.close()
 
 
-def test_agent_messages_never_land_inside_a_worker_line(hpr, tmp_path):
-    # Workers write long stderr lines while the agent reports attempts and
-    # failures on the same stderr, which the test reads slowly. Every
-    # line must come out whole: a worker's line exactly as written, the
-    # agent's own lines on their own.
+@pytest.mark.parametrize("one_pipe", [False, True],
+                         ids=["stderr", "stdout-and-stderr"])
+def test_agent_messages_never_land_inside_a_worker_line(hpr, tmp_path,
+                                                        one_pipe):
+    # Workers write long lines while the agent reports attempts and
+    # failures on stderr, which the test reads slowly; with one_pipe the
+    # workers' stdout shares that pipe (2>&1). Every line must come out
+    # whole: a worker's line exactly as written, the agent's own lines on
+    # their own.
     body = "y" * 3000
     script = worker(tmp_path, (
         f"line = '{{}} {{:05d}} ' + {body!r}\n"
         "for i in range(300):\n"
         "    sys.stderr.write(line.format(rank, i) + '\\n')\n"
+        "    sys.stdout.write(line.format(rank, i) + '\\n')\n"
         "sys.exit(1)\n"))
     run = PipedRun(hpr, ["--standalone", "--nproc-per-node", "2",
                          "--no-python", "--tee", "3", "--max-restarts", "3",
-                         script])
+                         script], one_pipe=one_pipe)
     try:
         chunks = []
 
