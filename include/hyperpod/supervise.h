@@ -264,8 +264,8 @@ int hp_agent_use_rules(struct hp_agent *agent, struct logmon_ruleset *rs);
 /* Forgets all rule state (the attempt is over). */
 void hp_agent_clear_rules(struct hp_agent *agent);
 /* Waits until every line read so far has been through the rules (they may
- * run on a thread of their own under a flood), so that the rule streams
- * can be read. */
+ * run on a thread of their own under a flood), or was skipped and counted
+ * once the wait's budget ran out, so that the rule streams can be read. */
 void hp_agent_settle_rules(struct hp_agent *agent);
 /* Monitored lines the rules never saw because they fell behind. */
 uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);

@@ -362,3 +362,55 @@ def test_a_backtracking_rule_does_not_slow_the_workers(hpr, tmp_path):
     assert m and int(m.group(1)) > 0, r.describe()
     assert re.search(r"given up at the PCRE2 match or depth limit", r.err), \
         r.describe()
+
+
+def test_metrics_count_what_the_rules_missed_and_the_files_lost(
+        hpr, tmp_path, small_disk):
+    # Operator mode, the log directory on a small disk that fills, and the
+    # backtracking rule. Once every line is read, /metrics accounts for
+    # each one: evaluated (each hitting the PCRE2 limit) or skipped, and
+    # the bytes the log file misses.
+    from test_operator import Agent
+
+    count = 1500
+    (small_disk / "filler").write_bytes(b"\0" * (384 * 1024))
+    script = worker(tmp_path, (
+        "body = (('x' * 6 + 'a') * 430)[:2990] + 'x'\n"
+        "out = sys.stdout.buffer\n"
+        f"for i in range({count}):\n"
+        "    out.write(('%06d %s\\n' % (i, body)).encode())\n"
+        "out.flush()\n"
+        f"while not os.path.exists({str(tmp_path / 'finish')!r}):\n"
+        "    time.sleep(0.01)\n"))
+    a = Agent(hpr, tmp_path, nproc=1, script=script,
+              args=["--no-python", "--log-dir", small_disk / "logs"])
+    a.start(log_monitoring_configuration=[PATHOLOGICAL])
+    a.wait_status("running")
+
+    def value(text, name, labels=""):
+        m = re.search(rf"^{name}{re.escape(labels)} (\d+)$", text, re.M)
+        assert m, (name, text)
+        return int(m.group(1))
+
+    def scrape():
+        code, _, data = a.request("GET", "/metrics")
+        assert code == 200
+        text = data.decode()
+        lines = value(text, "hyperpodrun_stream_lines_total",
+                      '{local_rank="0",stream="stdout"}')
+        return text if lines == count else None
+
+    text = deadline_poll(scrape, 30, what="every line read")
+    skipped = value(text, "hyperpodrun_rule_skipped_lines_total")
+    limits = value(text, "hyperpodrun_rule_limit_hits_total",
+                   '{local_rank="0",rule="Backtracking"}')
+    assert skipped > 0 and limits > 0
+    assert skipped + limits == count, (skipped, limits)
+    lost = value(text, "hyperpodrun_log_file_lost_bytes_total",
+                 '{local_rank="0",stream="stdout"}')
+    log = next((small_disk / "logs").glob("*/attempt_0/0/stdout.log"))
+    line_bytes = len("000000 ") + 2991 + 1
+    assert lost > 0 and lost + log.stat().st_size == count * line_bytes
+    (tmp_path / "finish").write_text("")
+    a.wait_status("completed")
+    assert a.shutdown().rc == 0
