@@ -414,24 +414,31 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
 void hp_console_put_message(struct hp_console *con, const char *msg,
                             size_t len)
 {
+        /* Queued as a line, which gets its newline back. */
+        if (len > 0 && msg[len - 1] == '\n')
+                len--;
         if (con->direct) {
                 /* A file: written at once, after the lines queued before
                  * it, from the loop thread that owns the buffer. */
                 uv_thread_t self = uv_thread_self();
 
                 if (uv_thread_equal(&self, &con->owner)) {
-                        if (len > 0 && msg[len - 1] == '\n')
-                                len--;
                         (void)hp_console_put_line(con, "", 0, msg, len,
                                                   HP_LINE_EOL);
                         direct_write_out(con, false, true);
                 } else {
-                        (void)hp_write_all(con->fd, msg, len);
+                        const struct iovec parts[] = {
+                                { (void *)msg, len },
+                                { (void *)"\n", 1 },
+                        };
+
+                        (void)writev(con->fd, parts, 2);
                 }
                 return;
         }
         uv_mutex_lock(&con->lock);
-        if (put_drop_note(con) && ring_put(con, "", 0, msg, len, "", 0)) {
+        if (put_drop_note(con) &&
+            ring_put(con, "", 0, msg, len, "", 0)) {
                 con->lines_queued++;
                 uv_cond_signal(&con->wake);
                 con->pending = false;
