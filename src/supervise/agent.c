@@ -126,10 +126,11 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
         a->group_active = false;
         hp_agent__monitors_suspend(a);
-        /* Everything the workers printed is queued by now; let it reach the
-         * console before our own report, for a readable order. */
-        hp_console_flush(&a->console_out, 2000);
-        hp_console_flush(&a->console_err, 2000);
+        /* Everything the workers printed is queued by now. Our report is
+         * queued after it on the same console, so a console nobody reads
+         * is not waited for; a file console gets the lines first. */
+        hp_console_commit_ordered(&a->console_out);
+        hp_console_commit_ordered(&a->console_err);
         report_console_drops(a);
 
         if (a->events != NULL && !a->received_signal) {
