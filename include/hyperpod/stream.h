@@ -201,7 +201,7 @@ void hp_console_commit(struct hp_console *con);
 void hp_console_commit_ordered(struct hp_console *con);
 /* Lines the console lost: dropped because it could not keep up, or
  * lost to a failed write (a full disk, a closed pipe); *error is that
- * write's -errno, or 0. Any thread. */
+ * write's -errno, or 0. Any thread; also after hp_console_close. */
 uint64_t hp_console_lost_lines(struct hp_console *con, int *error);
 /* Waits at most timeout_ms until everything queued is written. */
 void hp_console_flush(struct hp_console *con, uint64_t timeout_ms);

@@ -185,6 +185,7 @@ struct hp_agent {
          * when fds 1 and 2 are one file or pipe, whose two writer threads
          * could otherwise cut each other's lines. */
         struct hp_console *console_for_err;
+        uint64_t console_reported[2];           /* lines lost, as logged */
         struct hp_stream_hub stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;

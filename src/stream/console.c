@@ -314,9 +314,10 @@ uint64_t hp_console_lost_lines(struct hp_console *con, int *error)
 {
         uint64_t n;
 
+        /* Closed: its thread is gone, and so is the lock. */
         if (con->ring == NULL) {
-                *error = 0;
-                return 0;
+                *error = con->write_error;
+                return con->lines_dropped + con->lines_failed;
         }
         uv_mutex_lock(&con->lock);
         n = con->lines_dropped + con->lines_failed;

@@ -93,29 +93,34 @@ static void log_sink_cb(void *ctx, const char *msg, size_t len)
         hp_console_put_message(ctx, msg, len);
 }
 
+/* Says what console i (0 stdout, 1 stderr) lost since it last said. */
+static void report_console(struct hp_agent *a, int i)
+{
+        struct hp_console *con = i == 0 ? &a->console_out : &a->console_err;
+        int error;
+        uint64_t dropped = hp_console_lost_lines(con, &error);
+
+        if (dropped <= a->console_reported[i])
+                return;
+        a->console_reported[i] = dropped;
+        if (error < 0)
+                hp_log_error("console %s: writing it failed (%s); %llu lines "
+                             "lost to it so far, the job goes on and the log "
+                             "files have every byte",
+                             i == 0 ? "stdout" : "stderr", hp_strerror(error),
+                             (unsigned long long)dropped);
+        else
+                hp_log_warn("console %s: %llu lines dropped so far because "
+                            "it could not keep up; the log files have every "
+                            "byte",
+                            i == 0 ? "stdout" : "stderr",
+                            (unsigned long long)dropped);
+}
+
 static void report_console_drops(struct hp_agent *a)
 {
-        struct hp_console *cons[] = { &a->console_out, &a->console_err };
-
-        for (size_t i = 0; i < HP_ARRAY_SIZE(cons); i++) {
-                int error;
-                uint64_t dropped = hp_console_lost_lines(cons[i], &error);
-
-                if (error < 0)
-                        hp_log_error("console %s: writing it failed (%s); "
-                                     "%llu lines lost to it so far, the job "
-                                     "goes on and the log files have every "
-                                     "byte",
-                                     i == 0 ? "stdout" : "stderr",
-                                     hp_strerror(error),
-                                     (unsigned long long)dropped);
-                else if (dropped > 0)
-                        hp_log_warn("console %s: %llu lines dropped so far "
-                                    "because it could not keep up; the log "
-                                    "files have every byte",
-                                    i == 0 ? "stdout" : "stderr",
-                                    (unsigned long long)dropped);
-        }
+        report_console(a, 0);
+        report_console(a, 1);
 }
 
 static void group_done_cb(struct hp_group *g, enum hp_group_result result)
@@ -603,7 +608,12 @@ void hp_agent_close(struct hp_agent *a)
         else
                 (void)hp_reaper_sweep(NULL, NULL);
 
+        /* The sink must never outlive its console. The stdout console's
+         * last losses are known once it is closed. */
+        if (a->console_for_err == &a->console_out)
+                hp_log_set_sink(NULL, NULL);
         hp_console_close(&a->console_out, 5000);
+        report_console(a, 0);
         hp_log_set_sink(NULL, NULL);
         hp_console_close(&a->console_err, 5000);
         if (hp_log_dropped() > 0)
