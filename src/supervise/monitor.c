@@ -230,9 +230,9 @@ uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
         return n;
 }
 
-/* Matches abandoned at a PCRE2 limit on the streams the loop may read
- * now (those whose worker is idle). */
-static uint64_t limit_hits(const struct hp_agent *a)
+/* Matches abandoned at a PCRE2 limit, over every watched rank; false
+ * when a rule thread holds a rank's stream now (it is not counted then). */
+static bool limit_hits(const struct hp_agent *a, uint64_t *out)
 {
         uint64_t n = 0;
 
@@ -243,8 +243,10 @@ static uint64_t limit_hits(const struct hp_agent *a)
                                 ? a->rule_workers[m->worker_slot]
                                 : NULL;
 
-                if (m->rules == NULL || (w != NULL && !hp_rule_worker_idle(w)))
+                if (m->rules == NULL)
                         continue;
+                if (w != NULL && !hp_rule_worker_idle(w))
+                        return false;
                 for (size_t r = 0; r < logmon_ruleset_count(a->ruleset);
                      r++) {
                         struct logmon_rule_info info;
@@ -253,7 +255,8 @@ static uint64_t limit_hits(const struct hp_agent *a)
                                 n += info.limit_hits;
                 }
         }
-        return n;
+        *out = n;
+        return true;
 }
 
 /* Warns about lines the rules missed and matches given up at a PCRE2
@@ -261,10 +264,12 @@ static uint64_t limit_hits(const struct hp_agent *a)
  * /metrics too; the warnings are rate-limited by the caller. */
 static bool report_rules(struct hp_agent *a)
 {
-        uint64_t skipped = hp_agent_rule_lines_skipped(a);
-        uint64_t limits = limit_hits(a);
+        uint64_t skipped = hp_agent_rule_lines_skipped(a), limits;
         bool warned = false;
 
+        /* A rank's stream that a rule thread holds is looked at later. */
+        if (!limit_hits(a, &limits))
+                limits = a->rule_limit_reported;
         /* Rule state, and with it the count, starts over with an attempt. */
         if (limits < a->rule_limit_reported)
                 a->rule_limit_reported = 0;
@@ -301,7 +306,6 @@ static void rule_check_cb(uv_check_t *check)
 {
         struct hp_agent *a = hp_container_of(check, struct hp_agent,
                                              rule_check);
-
         uint64_t now = uv_now(a->loop);
 
         a->rule_inline = now < a->rule_inline_off_until ? HP_RULE_INLINE_MAX
