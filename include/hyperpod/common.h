@@ -52,6 +52,19 @@ int hp_log_level_parse(const char *text, enum hp_log_level *out);
 void hp_log(enum hp_log_level level, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 
+/* Where messages go instead of fd 2 while one is set: a writer that
+ * never blocks the caller and keeps each message whole (the agent's
+ * stderr console). It takes msg (borrowed, ending in a newline) and may
+ * drop it, counting it. NULL: back to fd 2, written without blocking
+ * (a message that finds it full is dropped and counted). */
+typedef void (*hp_log_sink_fn)(void *ctx, const char *msg, size_t len);
+void hp_log_set_sink(hp_log_sink_fn sink, void *ctx);
+/* Writes text (whole lines, borrowed) where the messages go, with no
+ * prefix and whatever the level. */
+void hp_log_write(const char *text, size_t len);
+/* Messages dropped on the way to fd 2 (the sink counts its own). */
+uint64_t hp_log_dropped(void);
+
 #define hp_log_error(...) hp_log(HP_LOG_ERROR, __VA_ARGS__)
 #define hp_log_warn(...) hp_log(HP_LOG_WARNING, __VA_ARGS__)
 #define hp_log_info(...) hp_log(HP_LOG_INFO, __VA_ARGS__)

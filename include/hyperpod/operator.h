@@ -221,6 +221,7 @@ struct hp_operator {
         struct hp_op_stream_totals {
                 uint64_t lines;
                 uint64_t bytes;
+                uint64_t file_lost;
         } (*stream_totals)[2]; /* per local rank: stdout, stderr */
         char *response;         /* the last response body (malloc'd) */
         char *detail_log;       /* scratch for logging bad requests */

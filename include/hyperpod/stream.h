@@ -126,6 +126,9 @@ struct hp_console {
         uint64_t lines_queued;
         uint64_t lines_dropped;
         uint64_t bytes_dropped;
+        uint64_t lines_failed; /* lost to a failed write (under lock) */
+        uint64_t messages_dropped;   /* of them, the agent's own */
+        uv_thread_t owner;           /* the thread that queues lines */
         uint64_t dropped_unreported; /* lines lost since the last marker */
         int write_error;             /* -errno of a failed write, then we drop */
         bool stalled;                /* a flush timed out with tail here: */
@@ -180,6 +183,13 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap);
 bool hp_console_put_line(struct hp_console *con, const char *prefix,
                          size_t prefix_len, const char *line, size_t len,
                          enum hp_line_end end);
+/* Queues one of the agent's own messages (msg ends with its newline),
+ * from any thread: whole, after the lines queued before it, and woken at
+ * once; never blocking, so dropped and counted (as a console line, and
+ * in messages_dropped) when the ring is full. A direct console writes it
+ * at once. hp_log's sink while the console runs. */
+void hp_console_put_message(struct hp_console *con, const char *msg,
+                            size_t len);
 /* Writes what was queued: a direct console writes its buffer (or hands
  * it to its flood thread), a threaded one wakes its writer. Cheap when
  * nothing was queued. */
@@ -189,6 +199,10 @@ void hp_console_commit(struct hp_console *con);
  * worker's exit, after its last lines) comes after them where both go to
  * one file. */
 void hp_console_commit_ordered(struct hp_console *con);
+/* Lines the console lost: dropped because it could not keep up, or
+ * lost to a failed write (a full disk, a closed pipe); *error is that
+ * write's -errno, or 0. Any thread; also after hp_console_close. */
+uint64_t hp_console_lost_lines(struct hp_console *con, int *error);
 /* Waits at most timeout_ms until everything queued is written. */
 void hp_console_flush(struct hp_console *con, uint64_t timeout_ms);
 /* Drains for at most timeout_ms, stops the thread, frees the ring. Lines
@@ -200,6 +214,7 @@ struct hp_stream_stats {
         uint64_t lines;
         uint64_t lines_capped;
         uint64_t console_dropped;
+        uint64_t file_lost; /* bytes read that the log file does not hold */
 };
 
 struct hp_stream;
@@ -267,6 +282,14 @@ struct hp_stream {
         bool open;
         bool reading; /* in the hub's epoll set */
         int error; /* first file write or read error, -errno */
+        /* The log file's write failed (a full disk): it is not written
+         * again, and keeps its first file_kept bytes, whole lines only
+         * (see file_write_out). */
+        bool file_failed;
+        uint64_t file_kept;     /* bytes in the file */
+        uint64_t file_line_end; /* after the file's last newline */
+        char file_path[4096];   /* for messages; "" if none was named */
+        int rank;               /* for messages: the local rank */
         struct hp_stream_stats stats;
         /* Loop ms of the last read that brought bytes, or of init: when
          * the worker last wrote, for a hang report. */

@@ -246,6 +246,11 @@ struct hp_agent {
         struct hp_rdzv_info round;
         struct hp_console console_out;
         struct hp_console console_err;
+        /* Where workers' stderr and the agent's messages go: console_out
+         * when fds 1 and 2 are one file or pipe, whose two writer threads
+         * could otherwise cut each other's lines. */
+        struct hp_console *console_for_err;
+        uint64_t console_reported[2];           /* lines lost, as logged */
         struct hp_stream_hub stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;
@@ -274,6 +279,11 @@ struct hp_agent {
         uv_async_t rule_wake;                   /* from the rule worker */
         uv_check_t rule_check;                  /* once per loop iteration */
         unsigned rule_inline;                   /* lines this iteration */
+        uint64_t rule_inline_start;             /* uv_hrtime() of the first */
+        uint64_t rule_inline_off_until;         /* loop ms: none inline */
+        uint64_t rule_report_at;                /* loop ms: next look */
+        uint64_t rule_skipped_reported;         /* lines the rules missed */
+        uint64_t rule_limit_reported;           /* PCRE2 limit hits */
         bool rule_worker_failed;                /* could not start one */
         char verdict[512];                      /* "LogHang_<rule>", or "" */
         char verdict_line[512];                 /* its last matching line */
@@ -336,9 +346,11 @@ int hp_agent_use_rules(struct hp_agent *agent, struct logmon_ruleset *rs);
 /* Forgets all rule state (the attempt is over). */
 void hp_agent_clear_rules(struct hp_agent *agent);
 /* Waits until every line read so far has been through the rules (they may
- * run on a thread of their own under a flood), so that the rule streams
- * can be read. */
+ * run on a thread of their own under a flood), or was skipped and counted
+ * once the wait's budget ran out, so that the rule streams can be read. */
 void hp_agent_settle_rules(struct hp_agent *agent);
+/* Monitored lines the rules never saw because they fell behind. */
+uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */
 int hp_agent_failure_message(const struct hp_agent *agent,

@@ -45,14 +45,18 @@ static void rules(FILE *f, const struct hp_agent *a)
                 "hyperpodrun_rule_state",
                 "hyperpodrun_rule_matches_total",
                 "hyperpodrun_rule_seconds_since_match",
+                "hyperpodrun_rule_limit_hits_total",
         };
-        static const char *const types[] = { "gauge", "counter", "gauge" };
+        static const char *const types[] = { "gauge", "counter", "gauge",
+                                             "counter" };
         static const char *const help[] = {
                 "State of a log rule on a watched local rank: 0 waiting, 1 "
                 "healthy, 2 slow, 3 hanging, 4 faulted.",
                 "Lines that matched the rule's logPattern.",
                 "Monitored seconds since the rule last matched (since "
                 "monitoring began when it never did).",
+                "Lines on which one of the rule's patterns hit the PCRE2 "
+                "match or depth limit (counted as no match).",
         };
         uint64_t now = uv_now(a->loop);
 
@@ -78,6 +82,10 @@ static void rules(FILE *f, const struct hp_agent *a)
                                         fprintf(f, "%llu\n",
                                                 (unsigned long long)
                                                         info.matches);
+                                else if (m == 3)
+                                        fprintf(f, "%llu\n",
+                                                (unsigned long long)
+                                                        info.limit_hits);
                                 else
                                         fprintf(f, "%.3f\n",
                                                 (double)logmon_stream_idle_ms(
@@ -93,18 +101,30 @@ static void streams(FILE *f, const struct hp_operator *op)
         const struct hp_agent *a = op->agent;
         static const char *const names[] = { "stdout", "stderr" };
 
-        for (int m = 0; m < 2; m++) {
-                const char *metric = m == 0 ? "hyperpodrun_stream_lines_total"
-                                            : "hyperpodrun_stream_bytes_total";
-                family(f, metric, "counter",
-                       m == 0 ? "Lines read from a local rank's stream "
-                                "(pre- and post-train count as rank 0)."
-                              : "Bytes read from a local rank's stream.");
+        static const char *const metrics[] = {
+                "hyperpodrun_stream_lines_total",
+                "hyperpodrun_stream_bytes_total",
+                "hyperpodrun_log_file_lost_bytes_total",
+        };
+        static const char *const help[] = {
+                "Lines read from a local rank's stream (pre- and post-train "
+                "count as rank 0).",
+                "Bytes read from a local rank's stream.",
+                "Bytes of a local rank's stream that its log file does not "
+                "hold: a write failed (a full disk), the file was cut back "
+                "to its last whole line and not written again.",
+        };
+
+        for (int m = 0; m < 3; m++) {
+                const char *metric = metrics[m];
+                family(f, metric, "counter", help[m]);
                 for (int i = 0; i < op->cfg->nproc; i++) {
                         for (int s = 0; s < 2; s++) {
-                                uint64_t v = m == 0
-                                                     ? op->stream_totals[i][s].lines
-                                                     : op->stream_totals[i][s].bytes;
+                                const struct hp_op_stream_totals *t =
+                                        &op->stream_totals[i][s];
+                                uint64_t v = m == 0   ? t->lines
+                                             : m == 1 ? t->bytes
+                                                      : t->file_lost;
                                 /* Plus the running group's live counts. */
                                 for (int w = 0; a->group_active &&
                                                 w < a->group.count;
@@ -119,7 +139,10 @@ static void streams(FILE *f, const struct hp_operator *op)
                                                            : 0;
                                         if (rank == i)
                                                 v += m == 0 ? st->stats.lines
-                                                            : st->stats.bytes;
+                                                     : m == 1
+                                                             ? st->stats.bytes
+                                                             : st->stats
+                                                                       .file_lost;
                                 }
                                 fprintf(f,
                                         "%s{local_rank=\"%d\",stream=\"%s\"} "
@@ -171,12 +194,9 @@ static void ipc(FILE *f, const struct hp_agent *a)
 
 static uint64_t console_dropped(struct hp_console *con)
 {
-        uint64_t n;
+        int error;
 
-        uv_mutex_lock(&con->lock);
-        n = con->lines_dropped;
-        uv_mutex_unlock(&con->lock);
-        return n;
+        return hp_console_lost_lines(con, &error);
 }
 
 char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
@@ -231,10 +251,16 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
          * are read once every line read so far has been through them. */
         hp_agent_settle_rules(a);
         rules(f, a);
+        family(f, "hyperpodrun_rule_skipped_lines_total", "counter",
+               "Monitored lines the log rules never saw because they fell "
+               "behind the output (rules are advisory; the log files and "
+               "the console have them).");
+        fprintf(f, "hyperpodrun_rule_skipped_lines_total %llu\n",
+                (unsigned long long)hp_agent_rule_lines_skipped(a));
         streams(f, op);
         family(f, "hyperpodrun_console_dropped_lines_total", "counter",
-               "Lines the console could not keep up with (the log files "
-               "have them).");
+               "Lines the console could not keep up with or lost to a "
+               "failed write (the log files have them).");
         fprintf(f,
                 "hyperpodrun_console_dropped_lines_total{stream=\"stdout\"} "
                 "%llu\n",

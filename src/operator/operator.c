@@ -237,6 +237,10 @@ static void accumulate_stats(struct hp_operator *op, const struct hp_group *g)
                 op->stream_totals[rank][0].bytes += w->out.stats.bytes;
                 op->stream_totals[rank][1].lines += w->err.stats.lines;
                 op->stream_totals[rank][1].bytes += w->err.stats.bytes;
+                op->stream_totals[rank][0].file_lost +=
+                        w->out.stats.file_lost;
+                op->stream_totals[rank][1].file_lost +=
+                        w->err.stats.file_lost;
         }
 }
 

@@ -28,6 +28,19 @@ static int console_write(struct hp_console *con, const char *buf, size_t n)
         return r;
 }
 
+/* The lines in n bytes of queued output, which a failed write lost. */
+static uint64_t count_lines(const char *buf, size_t n)
+{
+        uint64_t lines = 0;
+        const char *end = buf + n;
+
+        while ((buf = memchr(buf, '\n', (size_t)(end - buf))) != NULL) {
+                lines++;
+                buf++;
+        }
+        return lines;
+}
+
 static void writer_main(void *arg)
 {
         struct hp_console *con = arg;
@@ -51,8 +64,11 @@ static void writer_main(void *arg)
                 r = con->write_error ? con->write_error
                                      : console_write(con, con->ring + off, n);
                 uv_mutex_lock(&con->lock);
-                if (r < 0)
+                if (r < 0) {
                         con->write_error = r;
+                        con->lines_failed += count_lines(con->ring + off, n);
+                        con->bytes_dropped += n;
+                }
                 con->tail += n;
                 uv_cond_signal(&con->drained);
         }
@@ -68,6 +84,7 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
 
         memset(con, 0, sizeof(*con));
         con->fd = fd;
+        con->owner = uv_thread_self();
         con->direct = fstat(fd, &st) == 0 &&
                       (S_ISREG(st.st_mode) ||
                        (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)));
@@ -133,6 +150,25 @@ static bool ring_put(struct hp_console *con, const char *prefix,
         return true;
 }
 
+/* With the lock held: queues the marker for lines dropped since the
+ * last one, if there is room; true if none is left unreported. */
+static bool put_drop_note(struct hp_console *con)
+{
+        char note[128];
+        int n;
+
+        if (con->dropped_unreported == 0)
+                return true;
+        n = snprintf(note, sizeof(note),
+                     "[hyperpodrun]: %llu console lines dropped (console "
+                     "too slow); the log files have them",
+                     (unsigned long long)con->dropped_unreported);
+        if (!ring_put(con, "", 0, note, (size_t)n, "", 0))
+                return false;
+        con->dropped_unreported = 0;
+        return true;
+}
+
 /* Direct mode: the ring is a linear buffer written out when full and at
  * each commit. The loop thread is the only user, so no lock.
  *
@@ -183,6 +219,7 @@ static void direct_writer_main(void *arg)
                         if (con->write_error == 0)
                                 con->write_error = r;
                         con->bytes_dropped += out.len;
+                        con->lines_failed += count_lines(out.data, out.len);
                 }
                 con->free_buffers[con->free_count++] = out.data;
                 con->queue_head = (con->queue_head + 1) % HP_CONSOLE_BUFFERS;
@@ -259,11 +296,34 @@ static void direct_write_out(struct hp_console *con, bool async,
         }
         r = con->write_error ? con->write_error
                              : console_write(con, con->ring, n);
-        if (r < 0 && con->write_error == 0) {
+        if (r < 0) {
+                uint64_t lines = count_lines(con->ring, n);
+
+                if (con->direct_thread)
+                        uv_mutex_lock(&con->lock);
                 con->write_error = r;
                 con->bytes_dropped += n;
+                con->lines_failed += lines;
+                if (con->direct_thread)
+                        uv_mutex_unlock(&con->lock);
         }
         con->head = con->tail = 0;
+}
+
+uint64_t hp_console_lost_lines(struct hp_console *con, int *error)
+{
+        uint64_t n;
+
+        /* Closed: its thread is gone, and so is the lock. */
+        if (con->ring == NULL) {
+                *error = con->write_error;
+                return con->lines_dropped + con->lines_failed;
+        }
+        uv_mutex_lock(&con->lock);
+        n = con->lines_dropped + con->lines_failed;
+        *error = con->write_error;
+        uv_mutex_unlock(&con->lock);
+        return n;
 }
 
 void hp_console_commit(struct hp_console *con)
@@ -330,17 +390,7 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                 return queued;
         }
         uv_mutex_lock(&con->lock);
-        if (con->dropped_unreported > 0) {
-                char note[128];
-                int n = snprintf(note, sizeof(note),
-                                 "[hyperpodrun]: %llu console lines dropped "
-                                 "(console too slow); the log files have "
-                                 "them",
-                                 (unsigned long long)con->dropped_unreported);
-                if (ring_put(con, "", 0, note, (size_t)n, "", 0))
-                        con->dropped_unreported = 0;
-        }
-        queued = con->dropped_unreported == 0 &&
+        queued = put_drop_note(con) &&
                  ring_put(con, prefix, prefix_len, line, len, marker,
                           marker_len);
         if (queued) {
@@ -360,6 +410,46 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
         }
         uv_mutex_unlock(&con->lock);
         return queued;
+}
+
+void hp_console_put_message(struct hp_console *con, const char *msg,
+                            size_t len)
+{
+        /* Queued as a line, which gets its newline back. */
+        if (len > 0 && msg[len - 1] == '\n')
+                len--;
+        if (con->direct) {
+                /* A file: written at once, after the lines queued before
+                 * it, from the loop thread that owns the buffer. */
+                uv_thread_t self = uv_thread_self();
+
+                if (uv_thread_equal(&self, &con->owner)) {
+                        (void)hp_console_put_line(con, "", 0, msg, len,
+                                                  HP_LINE_EOL);
+                        direct_write_out(con, false, true);
+                } else {
+                        const struct iovec parts[] = {
+                                { (void *)msg, len },
+                                { (void *)"\n", 1 },
+                        };
+
+                        (void)writev(con->fd, parts, 2);
+                }
+                return;
+        }
+        uv_mutex_lock(&con->lock);
+        if (put_drop_note(con) &&
+            ring_put(con, "", 0, msg, len, "", 0)) {
+                con->lines_queued++;
+                uv_cond_signal(&con->wake);
+                con->pending = false;
+        } else {
+                con->lines_dropped++;
+                con->messages_dropped++;
+                con->bytes_dropped += len;
+                con->dropped_unreported++;
+        }
+        uv_mutex_unlock(&con->lock);
 }
 
 /* With the lock held: wait for the writer, bounded by the deadline, so
@@ -439,6 +529,13 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
         }
         uv_mutex_lock(&con->lock);
         wait_drained(con, timeout_ms);
+        /* The marker for the last lines dropped, which no later line
+         * brought out: it is written too, within the same deadline. */
+        if (con->head == con->tail && con->dropped_unreported > 0 &&
+            put_drop_note(con)) {
+                con->stalled = false;
+                wait_drained(con, timeout_ms);
+        }
         if (con->head != con->tail) {
                 /* The writer is stuck in write(): what is left is lost to
                  * the console (never to the files). Count it and move on;

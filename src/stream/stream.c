@@ -36,19 +36,62 @@ static void dirty_remove(struct hp_stream *s)
         s->dirty_prev = s->dirty_next = NULL;
 }
 
+/* A write to the log file failed after off bytes of buf went in. The
+ * rule, GNU tee's: the file is not written again (a disk that frees up
+ * later must not splice a gap into it without a trace), and it is cut
+ * back to its last complete line, so that what it holds is exactly the
+ * first lines the worker wrote. The console and the job go on; the bytes
+ * the file misses are counted (stats.file_lost). */
+static void file_give_up(struct hp_stream *s, const char *buf, size_t off,
+                        int err)
+{
+        const char *nl = off > 0 ? memrchr(buf, '\n', off) : NULL;
+        int r = 0;
+
+        if (nl != NULL)
+                s->file_line_end = s->file_kept + (uint64_t)(nl - buf) + 1;
+        s->file_kept = s->file_line_end;
+        if (ftruncate(s->file_fd, (off_t)s->file_kept) < 0)
+                r = -errno;
+        s->file_failed = true;
+        s->stats.file_lost = s->stats.bytes - s->file_kept;
+        if (s->error == 0)
+                s->error = err;
+        hp_log_error("local rank %d: writing its log file %s failed: %s; "
+                     "the file keeps its first %llu bytes (whole lines%s) "
+                     "and is not written again, the console still gets "
+                     "the output", s->rank,
+                     s->file_path[0] != '\0' ? s->file_path : "(unnamed)",
+                     hp_strerror(err), (unsigned long long)s->file_kept,
+                     r < 0 ? "; cutting it there failed too" : "");
+}
+
 /* Writes what the stream's file has not got yet. */
 static void file_write_out(struct hp_stream *s)
 {
-        int r;
+        size_t off = 0;
 
         if (s->unwritten == 0)
                 return;
-        r = hp_write_all(s->file_fd, s->buf, s->unwritten);
-        if (r < 0 && s->error == 0) {
-                s->error = r;
-                hp_log_error("writing worker output to its log file "
-                             "failed: %s; the console still gets it",
-                             hp_strerror(r));
+        while (off < s->unwritten) {
+                ssize_t n = write(s->file_fd, s->buf + off,
+                                  s->unwritten - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        file_give_up(s, s->buf, off, n < 0 ? -errno : -EIO);
+                        break;
+                }
+                off += (size_t)n;
+        }
+        if (!s->file_failed) {
+                const char *nl = memrchr(s->buf, '\n', s->unwritten);
+
+                if (nl != NULL)
+                        s->file_line_end =
+                                s->file_kept + (uint64_t)(nl - s->buf) + 1;
+                s->file_kept += s->unwritten;
         }
         s->unwritten = 0;
         dirty_remove(s);
@@ -256,8 +299,11 @@ static void consume(struct hp_stream *s, size_t n)
                 hub->console_due = uv_now(hub->loop) + HP_CONSOLE_DELAY_MS;
                 hub_arm(hub, hub->console_due);
         }
-        if (s->file_fd < 0)
+        if (s->file_fd < 0 || s->file_failed) {
+                if (s->file_failed)
+                        s->stats.file_lost += n;
                 return; /* nothing to keep: the next read starts over */
+        }
         if (s->unwritten == 0) {
                 s->dirty_next = hub->dirty;
                 s->dirty_prev = NULL;
@@ -303,6 +349,12 @@ static void finish(struct hp_stream *s)
 {
         if (s->file_fd >= 0)
                 file_write_out(s);
+        if (s->file_failed)
+                hp_log_error("local rank %d: its log file %s misses the "
+                             "last %llu of %llu bytes the worker wrote",
+                             s->rank, s->file_path,
+                             (unsigned long long)s->stats.file_lost,
+                             (unsigned long long)s->stats.bytes);
         hp_linesplit_finish(&s->split, on_line, s);
         if (s->console != NULL)
                 hp_console_commit_ordered(s->console);
@@ -356,6 +408,10 @@ int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
         s->open = true;
         s->reading = false;
         s->error = 0;
+        s->file_failed = false;
+        s->file_kept = s->file_line_end = 0;
+        s->file_path[0] = '\0';
+        s->rank = 0;
         memset(&s->stats, 0, sizeof(s->stats));
         s->last_read = uv_now(hub->loop);
         hp_linesplit_init(&s->split, s->line, sizeof(s->line));

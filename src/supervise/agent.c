@@ -79,22 +79,48 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
 static void start_attempt(struct hp_agent *a);
 static void start_stage(struct hp_agent *a, enum hp_stage stage);
 
+/* Whether two fds lead to the same file, pipe or terminal (2>&1). */
+static bool same_file(int a, int b)
+{
+        struct stat sa, sb;
+
+        return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+               sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static void log_sink_cb(void *ctx, const char *msg, size_t len)
+{
+        hp_console_put_message(ctx, msg, len);
+}
+
+/* Says what console i (0 stdout, 1 stderr) lost since it last said. */
+static void report_console(struct hp_agent *a, int i)
+{
+        struct hp_console *con = i == 0 ? &a->console_out : &a->console_err;
+        int error;
+        uint64_t dropped = hp_console_lost_lines(con, &error);
+
+        if (dropped <= a->console_reported[i])
+                return;
+        a->console_reported[i] = dropped;
+        if (error < 0)
+                hp_log_error("console %s: writing it failed (%s); %llu lines "
+                             "lost to it so far, the job goes on and the log "
+                             "files have every byte",
+                             i == 0 ? "stdout" : "stderr", hp_strerror(error),
+                             (unsigned long long)dropped);
+        else
+                hp_log_warn("console %s: %llu lines dropped so far because "
+                            "it could not keep up; the log files have every "
+                            "byte",
+                            i == 0 ? "stdout" : "stderr",
+                            (unsigned long long)dropped);
+}
+
 static void report_console_drops(struct hp_agent *a)
 {
-        struct hp_console *cons[] = { &a->console_out, &a->console_err };
-
-        for (size_t i = 0; i < HP_ARRAY_SIZE(cons); i++) {
-                uint64_t dropped;
-                uv_mutex_lock(&cons[i]->lock);
-                dropped = cons[i]->lines_dropped;
-                uv_mutex_unlock(&cons[i]->lock);
-                if (dropped > 0)
-                        hp_log_warn("console %s: %llu lines dropped so far "
-                                    "because it could not keep up; the log "
-                                    "files have every byte",
-                                    i == 0 ? "stdout" : "stderr",
-                                    (unsigned long long)dropped);
-        }
+        report_console(a, 0);
+        report_console(a, 1);
 }
 
 static void group_done_cb(struct hp_group *g, enum hp_group_result result)
@@ -105,15 +131,16 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
         a->group_active = false;
         hp_agent__monitors_suspend(a);
-        /* Everything the workers printed is queued by now; let it reach the
-         * console before our own report, for a readable order. */
-        hp_console_flush(&a->console_out, 2000);
-        hp_console_flush(&a->console_err, 2000);
+        /* Everything the workers printed is queued by now. Our report is
+         * queued after it on the same console, so a console nobody reads
+         * is not waited for; a file console gets the lines first. */
+        hp_console_commit_ordered(&a->console_out);
+        hp_console_commit_ordered(&a->console_err);
         report_console_drops(a);
 
         if (a->events != NULL && !a->received_signal) {
                 if (result == HP_GROUP_FAILED)
-                        hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                        hp_agent__print_failure_summary(a, g);
                 a->events->stage_ended(a, stage, result, g, a->events_ctx);
                 hp_group_release(g);
                 return;
@@ -142,7 +169,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         }
 
         if (result == HP_GROUP_FAILED) {
-                hp_agent__print_failure_summary(a, g, STDERR_FILENO);
+                hp_agent__print_failure_summary(a, g);
                 code = hp_agent__root_cause_exit_code(g);
                 hp_group_release(g);
                 if (a->received_signal) {
@@ -554,6 +581,12 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
+                                     ? &a->console_out
+                                     : &a->console_err;
+        /* From here the agent's messages go through the stderr console:
+         * never blocking the loop, and never inside a worker's line. */
+        hp_log_set_sink(log_sink_cb, a->console_for_err);
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(loop, &a->signals[i]);
                 a->signals[i].data = a;
@@ -616,6 +649,16 @@ void hp_agent_close(struct hp_agent *a)
         else
                 (void)hp_reaper_sweep(NULL, NULL);
 
+        /* The sink must never outlive its console. The stdout console's
+         * last losses are known once it is closed. */
+        if (a->console_for_err == &a->console_out)
+                hp_log_set_sink(NULL, NULL);
         hp_console_close(&a->console_out, 5000);
+        report_console(a, 0);
+        hp_log_set_sink(NULL, NULL);
         hp_console_close(&a->console_err, 5000);
+        if (hp_log_dropped() > 0)
+                hp_log_warn("%llu of the agent's messages were dropped: "
+                            "stderr was not read",
+                            (unsigned long long)hp_log_dropped());
 }

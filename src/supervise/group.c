@@ -231,16 +231,19 @@ static void exit_poll_cb(uv_poll_t *handle, int status, int events)
         worker_exited(w, exit_status, term_signal);
 }
 
-static int open_log_file(const char *dir, const char *name, int *fd)
+/* Opens dir/name for s, which keeps the path for its messages. */
+static int open_log_file(struct hp_stream *s, const char *dir,
+                         const char *name)
 {
-        char path[PATH_MAX];
-        int r = hp_snprintf(path, sizeof(path), "%s/%s", dir, name);
+        int r = hp_snprintf(s->file_path, sizeof(s->file_path), "%s/%s", dir,
+                            name);
 
         if (r < 0)
                 return -ENAMETOOLONG;
-        *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND,
-                   0644);
-        return *fd < 0 ? -errno : 0;
+        s->file_fd = open(s->file_path,
+                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND,
+                          0644);
+        return s->file_fd < 0 ? -errno : 0;
 }
 
 static void set_prefix(struct hp_group *g, struct hp_worker *w,
@@ -293,15 +296,16 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
         int r;
 
         s->file_fd = -1;
+        s->rank = rank;
         s->data = w;
         s->closed_cb = stream_closed_cb;
         s->listener = NULL;
         s->listener_ctx = NULL;
         s->console = NULL;
         if ((redirect || tee) && w->dir[0] != '\0') {
-                r = open_log_file(w->dir, bit == HP_STD_OUT ? "stdout.log"
-                                                            : "stderr.log",
-                                  &s->file_fd);
+                r = open_log_file(s, w->dir,
+                                  bit == HP_STD_OUT ? "stdout.log"
+                                                    : "stderr.log");
                 if (r < 0)
                         return r;
         }
@@ -315,7 +319,7 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
         }
         if (shown && (tee || !redirect))
                 s->console = bit == HP_STD_OUT ? &g->agent->console_out
-                                               : &g->agent->console_err;
+                                               : g->agent->console_for_err;
         s->prefixed = tee;
         return 0;
 }

@@ -189,6 +189,20 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
         struct hp_rule_worker *w = a->rule_worker_count > 0 ?
                 a->rule_workers[m->worker_slot] : NULL;
 
+        /* A line that takes the iteration past HP_RULE_INLINE_NS sends
+         * the rest to the worker. The clock is read on the 1st, 2nd, 4th
+         * ... 64th line and every 64th after: a slow rule is caught after
+         * its first line, a fast one costs a clock read per 64 lines. */
+        if (a->rule_inline == 0) {
+                a->rule_inline_start = uv_hrtime();
+        } else if (a->rule_inline < HP_RULE_INLINE_MAX &&
+                   ((a->rule_inline & 63) == 0 ||
+                    (a->rule_inline & (a->rule_inline - 1)) == 0) &&
+                   uv_hrtime() - a->rule_inline_start > HP_RULE_INLINE_NS) {
+                a->rule_inline = HP_RULE_INLINE_MAX;
+                a->rule_inline_off_until =
+                        uv_now(a->loop) + HP_RULE_INLINE_OFF_MS;
+        }
         /* A rank's lines stay in order: once one is queued, the ones after
          * it are too, until its worker has caught up. */
         if (a->rule_inline >= HP_RULE_INLINE_MAX ||
@@ -207,17 +221,103 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
         arm(a, logmon_stream_next_deadline(m->rules));
 }
 
+uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
+{
+        uint64_t n = 0;
+
+        for (int i = 0; i < a->rule_worker_count; i++)
+                if (a->rule_workers[i] != NULL)
+                        n += hp_rule_worker_skipped(a->rule_workers[i]);
+        return n;
+}
+
+/* Matches abandoned at a PCRE2 limit, over every watched rank; false
+ * when a rule thread holds a rank's stream now (it is not counted then). */
+static bool limit_hits(const struct hp_agent *a, uint64_t *out)
+{
+        uint64_t n = 0;
+
+        for (int i = 0; a->monitors && i < a->round.nproc; i++) {
+                const struct hp_monitor *m = &a->monitors[i];
+                const struct hp_rule_worker *w =
+                        a->rule_worker_count > 0
+                                ? a->rule_workers[m->worker_slot]
+                                : NULL;
+
+                if (m->rules == NULL)
+                        continue;
+                if (w != NULL && !hp_rule_worker_idle(w))
+                        return false;
+                for (size_t r = 0; r < logmon_ruleset_count(a->ruleset);
+                     r++) {
+                        struct logmon_rule_info info;
+
+                        if (logmon_stream_rule_info(m->rules, r, &info) == 0)
+                                n += info.limit_hits;
+                }
+        }
+        *out = n;
+        return true;
+}
+
+/* Warns about lines the rules missed and matches given up at a PCRE2
+ * limit since the last warning; true if it warned. Both are counted in
+ * /metrics too; the warnings are rate-limited by the caller. */
+static bool report_rules(struct hp_agent *a)
+{
+        uint64_t skipped = hp_agent_rule_lines_skipped(a), limits;
+        bool warned = false;
+
+        /* A rank's stream that a rule thread holds is looked at later. */
+        if (!limit_hits(a, &limits))
+                limits = a->rule_limit_reported;
+        /* Rule state, and with it the count, starts over with an attempt. */
+        if (limits < a->rule_limit_reported)
+                a->rule_limit_reported = 0;
+        if (skipped > a->rule_skipped_reported) {
+                hp_log_warn("log rules fell behind the output: %llu "
+                            "monitored line%s not evaluated (%llu in all); "
+                            "the log files and the console have them "
+                            "(rules are advisory)",
+                            (unsigned long long)(skipped -
+                                                 a->rule_skipped_reported),
+                            skipped - a->rule_skipped_reported == 1 ? ""
+                                                                    : "s",
+                            (unsigned long long)skipped);
+                a->rule_skipped_reported = skipped;
+                warned = true;
+        }
+        if (limits > a->rule_limit_reported) {
+                hp_log_warn("log rules: %llu match%s given up at the PCRE2 "
+                            "match or depth limit (%llu in all), counted as "
+                            "no match; a pattern backtracks too much",
+                            (unsigned long long)(limits -
+                                                 a->rule_limit_reported),
+                            limits - a->rule_limit_reported == 1 ? "" : "es",
+                            (unsigned long long)limits);
+                a->rule_limit_reported = limits;
+                warned = true;
+        }
+        return warned;
+}
+
 /* Once per loop iteration, after the reads: what was queued goes to the
  * worker, and the next iteration may evaluate lines here again. */
 static void rule_check_cb(uv_check_t *check)
 {
         struct hp_agent *a = hp_container_of(check, struct hp_agent,
                                              rule_check);
+        uint64_t now = uv_now(a->loop);
 
-        a->rule_inline = 0;
+        a->rule_inline = now < a->rule_inline_off_until ? HP_RULE_INLINE_MAX
+                                                        : 0;
         for (int i = 0; i < a->rule_worker_count; i++)
                 if (a->rule_workers[i] != NULL)
                         hp_rule_worker_publish(a->rule_workers[i]);
+        if (now >= a->rule_report_at)
+                a->rule_report_at = now + (report_rules(a)
+                                                   ? HP_RULE_WARN_MS
+                                                   : HP_RULE_REPORT_MS);
 }
 
 static void rule_wake_cb(uv_async_t *wake)
@@ -396,6 +496,7 @@ void hp_agent__monitors_clear(struct hp_agent *a)
 void hp_agent__monitors_close(struct hp_agent *a)
 {
         settle(a);
+        (void)report_rules(a);
         for (int i = 0; i < a->rule_worker_count; i++) {
                 hp_rule_worker_free(a->rule_workers[i]);
                 a->rule_workers[i] = NULL;

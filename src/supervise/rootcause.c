@@ -95,7 +95,7 @@ static double failure_time(const struct hp_worker *w,
 }
 
 static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
-                          int index, int fd)
+                          int index)
 {
         struct error_report rep;
         char when[64], text[10240], exitcode[32];
@@ -143,7 +143,7 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
         }
         if (n > 0 && text[n - 1] != '\n')
                 text[n++] = '\n';
-        (void)hp_write_all(fd, text, (size_t)n);
+        hp_log_write(text, (size_t)n);
 }
 
 const struct hp_worker *hp_agent__root_cause(const struct hp_group *g)
@@ -248,7 +248,7 @@ done:
 }
 
 void hp_agent__print_failure_summary(struct hp_agent *a,
-                                     const struct hp_group *g, int fd)
+                                     const struct hp_group *g)
 {
         static const char eq[] = "============================================================\n";
         static const char dash[] = "------------------------------------------------------------\n";
@@ -269,22 +269,22 @@ void hp_agent__print_failure_summary(struct hp_agent *a,
         /* torchrun titles the summary with the entry point as given. */
         snprintf(title, sizeof(title), "%s FAILED\n", entry);
 
-        (void)hp_write_all(fd, eq, sizeof(eq) - 1);
-        (void)hp_write_all(fd, title, strlen(title));
-        (void)hp_write_all(fd, dash, sizeof(dash) - 1);
-        (void)hp_write_all(fd, "Failures:\n", 10);
+        hp_log_write(eq, sizeof(eq) - 1);
+        hp_log_write(title, strlen(title));
+        hp_log_write(dash, sizeof(dash) - 1);
+        hp_log_write("Failures:\n", 10);
         for (int i = 0; i < g->count; i++) {
                 const struct hp_worker *w = &g->workers[i];
                 if (w == root || !worker_failed(w) || w->signalled)
                         continue;
-                print_failure(a, w, ++others, fd);
+                print_failure(a, w, ++others);
         }
         if (others == 0)
-                (void)hp_write_all(fd, "  <NO_OTHER_FAILURES>\n", 22);
-        (void)hp_write_all(fd, dash, sizeof(dash) - 1);
-        (void)hp_write_all(fd, "Root Cause (first observed failure):\n", 37);
-        print_failure(a, root, 0, fd);
-        (void)hp_write_all(fd, eq, sizeof(eq) - 1);
+                hp_log_write("  <NO_OTHER_FAILURES>\n", 22);
+        hp_log_write(dash, sizeof(dash) - 1);
+        hp_log_write("Root Cause (first observed failure):\n", 37);
+        print_failure(a, root, 0);
+        hp_log_write(eq, sizeof(eq) - 1);
 }
 
 int hp_agent__root_cause_exit_code(const struct hp_group *g)

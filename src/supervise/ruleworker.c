@@ -29,10 +29,16 @@
  * the loop, which re-arms the timer.
  *
  * The ring holds 4 MiB: at ~120 ns a line (of ~128 bytes with its
- * header) that is about 4 ms of evaluation, which bounds how long a settle
- * (a timer tick, a stage end, /metrics) can wait. When it is full the loop
- * waits for room, exactly as it used to wait for the rules it ran itself:
- * no line is ever skipped. Each rank goes to one thread, so the loop can
+ * header) that is about 4 ms of evaluation. When it is full the loop
+ * waits for room, and a settle (a timer tick, a stage end, /metrics)
+ * waits for the thread, but only out of a budget (WAIT_SHARE of the
+ * loop's time, at most WAIT_BURST_NS at once): rules are advisory, and a
+ * rule that cannot keep up (a backtracking pattern) must not slow the
+ * reads, and so the workers, the files and the console. Past the budget
+ * a line that finds the ring full is skipped, and a settle makes the
+ * thread drop what it has not fed yet after its current line; both are
+ * counted (hp_rule_worker_skipped). Rules that keep up never exhaust the
+ * budget and skip nothing. Each rank goes to one thread, so the loop can
  * wait on a full ring while the other thread has emptied its own and a
  * core sits idle; a larger ring lets such a spell pass without a wait. At
  * 8 ranks x 1M lines with the four rules on two cores, 1 MiB rings gave
@@ -77,6 +83,13 @@ struct record {
  * node it also means a flood's rule work yields to the training processes
  * first. Never below the lowest priority, 19. */
 #define WORKER_NICE 3
+/* The loop's waits for a rule thread (room in the ring, a settle) come
+ * out of a budget that grows by 1/WAIT_SHARE of the time that passes, up
+ * to WAIT_BURST_NS: a flood whose rules keep up never waits longer than
+ * that at once, and a rule that cannot keep up costs the loop at most
+ * that share of its time. */
+#define WAIT_SHARE 16
+#define WAIT_BURST_NS (100 * 1000 * 1000ull)
 
 struct hp_rule_worker {
         struct hp_agent *agent;
@@ -97,6 +110,8 @@ struct hp_rule_worker {
         uint64_t armed;     /* the loop's timer deadline */
         bool deadline_earlier;
         bool stop;
+        bool discard;        /* drop what is not fed yet (a settle) */
+        uint64_t discarded;  /* lines dropped so */
         bool thread_waiting; /* on work: a hand-over must signal */
         bool loop_waiting;   /* on progress: the thread must signal */
 
@@ -105,12 +120,16 @@ struct hp_rule_worker {
         size_t handed;        /* published as of the last publish */
         size_t consumed_seen; /* a recent consumed, for the room check */
         bool settling;
+        uint64_t skipped;     /* lines the rules never saw */
+        int64_t budget_ns;    /* the loop may still wait this long */
+        uint64_t budget_at;   /* uv_hrtime() of its last refill */
 
         /* Written by the thread after it fed lines: equal to staged
          * (read on the loop thread) when every line is fed. Release and
          * acquire make the thread's stream writes visible to the loop. */
         atomic_size_t done;
         atomic_bool paused_flag;
+        atomic_bool discard_flag; /* discard, read per line without mu */
 
         /* The thread's: what each line fed did. */
         struct logmon_events events;
@@ -119,6 +138,31 @@ struct hp_rule_worker {
 static size_t padded(size_t len)
 {
         return (sizeof(struct record) + len + 7) & ~(size_t)7;
+}
+
+/* The records (lines) in [from, to) of the ring. */
+static uint64_t count_records(const struct hp_rule_worker *w, size_t from,
+                              size_t to)
+{
+        uint64_t n = 0;
+
+        while (from < to) {
+                size_t pos = from % RING_SIZE;
+                const struct record *r;
+
+                if (RING_SIZE - pos < sizeof(*r)) {
+                        from += RING_SIZE - pos;
+                        continue;
+                }
+                r = (const struct record *)(w->ring + pos);
+                if (r->rank == RECORD_WRAP) {
+                        from += RING_SIZE - pos;
+                        continue;
+                }
+                from += padded(r->len);
+                n++;
+        }
+        return n;
 }
 
 /* Feeds [from, to) of the ring; stops after a line that needs a verdict
@@ -131,7 +175,8 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
         size_t limit = from + HANDOVER_BYTES;
         struct logmon_events *ev = &w->events;
 
-        while (from < to && from < limit) {
+        while (from < to && from < limit &&
+               !atomic_load_explicit(&w->discard_flag, memory_order_relaxed)) {
                 size_t pos = from % RING_SIZE;
                 const struct record *r;
                 struct logmon_stream *s;
@@ -233,6 +278,13 @@ static void worker_main(void *arg)
                            &earlier);
 
                 uv_mutex_lock(&w->mu);
+                if (w->discard) {
+                        w->discarded += count_records(w, end, w->published);
+                        end = w->published;
+                        w->discard = false;
+                        atomic_store_explicit(&w->discard_flag, false,
+                                              memory_order_relaxed);
+                }
                 w->consumed = end;
                 if (verdict) {
                         w->paused = true;
@@ -270,6 +322,9 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
         w->armed = UINT64_MAX;
         atomic_init(&w->done, 0);
         atomic_init(&w->paused_flag, false);
+        atomic_init(&w->discard_flag, false);
+        w->budget_ns = (int64_t)WAIT_BURST_NS;
+        w->budget_at = uv_hrtime();
         r = uv_mutex_init(&w->mu);
         if (r < 0)
                 goto fail_mutex;
@@ -337,6 +392,54 @@ static void take_verdict(struct hp_rule_worker *w,
                 uv_cond_signal(&w->work);
 }
 
+/* What the loop may still wait now (see WAIT_SHARE). */
+static int64_t budget_left(struct hp_rule_worker *w, uint64_t now)
+{
+        w->budget_ns += (int64_t)((now - w->budget_at) / WAIT_SHARE);
+        if (w->budget_ns > (int64_t)WAIT_BURST_NS)
+                w->budget_ns = (int64_t)WAIT_BURST_NS;
+        w->budget_at = now;
+        return w->budget_ns;
+}
+
+/* Waits, out of the budget, until n more bytes fit in the ring, taking
+ * a verdict the thread stopped for meanwhile; false when they still do
+ * not fit. */
+static bool make_room(struct hp_rule_worker *w, size_t n,
+                      void (*on_verdict)(struct hp_agent *a, int rank))
+{
+        uint64_t start = uv_hrtime(), now = start, deadline;
+        bool room;
+
+        deadline = start + (uint64_t)(budget_left(w, start) > 0
+                                              ? w->budget_ns
+                                              : 0);
+        if (deadline == start &&
+            !atomic_load_explicit(&w->paused_flag, memory_order_relaxed))
+                return false;
+        uv_mutex_lock(&w->mu);
+        for (;;) {
+                room = w->staged + n - w->consumed <= RING_SIZE;
+                if (room)
+                        break;
+                if (w->paused) {
+                        take_verdict(w, on_verdict);
+                        continue;
+                }
+                now = uv_hrtime();
+                if (now >= deadline)
+                        break;
+                w->loop_waiting = true;
+                (void)uv_cond_timedwait(&w->progress, &w->mu,
+                                        deadline - now);
+                w->loop_waiting = false;
+        }
+        w->consumed_seen = w->consumed;
+        uv_mutex_unlock(&w->mu);
+        w->budget_ns -= (int64_t)(uv_hrtime() - start);
+        return room;
+}
+
 void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
                          const char *line, size_t len, uint64_t now,
                          void (*on_verdict)(struct hp_agent *a, int rank))
@@ -350,18 +453,13 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
          * for exactly what is staged. */
         if (w->staged + skip + need - w->consumed_seen > RING_SIZE) {
                 hp_rule_worker_publish(w);
-                uv_mutex_lock(&w->mu);
-                while (w->staged + skip + need - w->consumed > RING_SIZE) {
-                        if (w->paused) {
-                                take_verdict(w, on_verdict);
-                                continue;
-                        }
-                        w->loop_waiting = true;
-                        uv_cond_wait(&w->progress, &w->mu);
-                        w->loop_waiting = false;
+                w->consumed_seen =
+                        atomic_load_explicit(&w->done, memory_order_acquire);
+                if (w->staged + skip + need - w->consumed_seen > RING_SIZE &&
+                    !make_room(w, skip + need, on_verdict)) {
+                        w->skipped++;
+                        return;
                 }
-                w->consumed_seen = w->consumed;
-                uv_mutex_unlock(&w->mu);
         }
         if (skip > 0) {
                 if (skip >= sizeof(*r)) {
@@ -385,6 +483,9 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
                            void (*on_verdict)(struct hp_agent *a, int rank),
                            bool *deadline_earlier)
 {
+        uint64_t start, deadline;
+        int64_t left;
+
         *deadline_earlier = false;
         /* A verdict's handler that settles again finds the thread stopped
          * for the outer one: the streams are the loop's already. */
@@ -392,13 +493,30 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
                 return;
         w->settling = true;
         hp_rule_worker_publish(w);
+        start = uv_hrtime();
+        left = budget_left(w, start);
+        deadline = start + (uint64_t)(left > 0 ? left : 0);
         uv_mutex_lock(&w->mu);
         for (;;) {
                 if (w->paused) {
                         take_verdict(w, on_verdict);
                 } else if (w->consumed != w->published) {
+                        uint64_t now = uv_hrtime();
+
+                        /* Out of budget: the thread drops the rest after
+                         * the line in hand, which the PCRE2 limits bound,
+                         * and is waited for without a deadline. */
+                        if (now >= deadline && !w->discard) {
+                                w->discard = true;
+                                atomic_store_explicit(&w->discard_flag, true,
+                                                      memory_order_relaxed);
+                        }
                         w->loop_waiting = true;
-                        uv_cond_wait(&w->progress, &w->mu);
+                        if (w->discard)
+                                uv_cond_wait(&w->progress, &w->mu);
+                        else
+                                (void)uv_cond_timedwait(&w->progress, &w->mu,
+                                                        deadline - now);
                         w->loop_waiting = false;
                 } else {
                         break;
@@ -407,7 +525,10 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
         *deadline_earlier = w->deadline_earlier;
         w->deadline_earlier = false;
         w->consumed_seen = w->consumed;
+        w->skipped += w->discarded;
+        w->discarded = 0;
         uv_mutex_unlock(&w->mu);
+        w->budget_ns -= (int64_t)(uv_hrtime() - start);
         w->settling = false;
 }
 
@@ -420,12 +541,20 @@ void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
         uv_mutex_unlock(&w->mu);
 }
 
+uint64_t hp_rule_worker_skipped(const struct hp_rule_worker *w)
+{
+        return w->skipped;
+}
+
 void hp_rule_worker_free(struct hp_rule_worker *w)
 {
         if (w == NULL)
                 return;
         uv_mutex_lock(&w->mu);
         w->stop = true;
+        /* A slow rule must not hold up the end: the line in hand is
+         * finished, the rest dropped. */
+        atomic_store_explicit(&w->discard_flag, true, memory_order_relaxed);
         uv_cond_signal(&w->work);
         uv_mutex_unlock(&w->mu);
         uv_thread_join(&w->thread);

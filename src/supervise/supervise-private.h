@@ -57,6 +57,16 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
 /* Monitored lines evaluated on the loop thread per loop iteration; past
  * that, in the same iteration, they go to the rule worker (ruleworker.c). */
 #define HP_RULE_INLINE_MAX 1024
+/* Nor more than this long per iteration: past it (a slow rule) the rest
+ * of the iteration, and every line of the next HP_RULE_INLINE_OFF_MS, go
+ * to the rule worker, where a rule that cannot keep up skips lines
+ * instead of holding up the reads. */
+#define HP_RULE_INLINE_NS (2 * 1000 * 1000ull)
+#define HP_RULE_INLINE_OFF_MS 1000
+/* How often the loop looks for lines the rules missed and for PCRE2
+ * limit hits, and how often at most it warns about them. */
+#define HP_RULE_REPORT_MS 1000
+#define HP_RULE_WARN_MS 10000
 
 struct hp_rule_worker;
 /* Starts the thread; wake is the loop's handle for verdicts and earlier
@@ -66,15 +76,17 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
 /* Every queued line fed and no verdict waiting: the streams are the
  * loop's. */
 bool hp_rule_worker_idle(const struct hp_rule_worker *w);
-/* Queues a line (waiting for room when the ring is full, and taking a
- * verdict the thread stopped for meanwhile). */
+/* Queues a line. When the ring is full it waits for room out of a
+ * budget of the loop's time, taking a verdict the thread stopped for
+ * meanwhile; past the budget the line is skipped and counted. */
 void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
                          const char *line, size_t len, uint64_t now,
                          void (*on_verdict)(struct hp_agent *a, int rank));
 /* Hands the thread what was queued since the last call. */
 void hp_rule_worker_publish(struct hp_rule_worker *w);
 /* Waits until every queued line is fed, taking each verdict on the way;
- * says whether a line moved a deadline before the armed one. */
+ * says whether a line moved a deadline before the armed one. Past the
+ * wait budget the lines not fed yet are skipped and counted instead. */
 void hp_rule_worker_settle(struct hp_rule_worker *w,
                            void (*on_verdict)(struct hp_agent *a, int rank),
                            bool *deadline_earlier);
@@ -82,6 +94,8 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
  * is already taken. Call while idle or settled. */
 void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
                         bool verdict_taken);
+/* Lines queued for the thread that the rules never saw. */
+uint64_t hp_rule_worker_skipped(const struct hp_rule_worker *w);
 void hp_rule_worker_free(struct hp_rule_worker *w);
 
 int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen);
@@ -99,10 +113,11 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g);
  * (timeout(1)'s status: most verdicts are hangs). */
 #define HP_EXIT_RULE_VERDICT 124
 
-/* Prints torchrun's failure summary for the group to fd, and notes the
- * root cause for hp_agent_pass_error_file. */
+/* Prints torchrun's failure summary for the group where the agent's
+ * messages go (hp_log_write), and notes the root cause for
+ * hp_agent_pass_error_file. */
 void hp_agent__print_failure_summary(struct hp_agent *agent,
-                                     const struct hp_group *g, int fd);
+                                     const struct hp_group *g);
 
 /* The first failure by time, or NULL. */
 const struct hp_worker *hp_agent__root_cause(const struct hp_group *g);

@@ -827,6 +827,98 @@ static void test_stuck_reader_times_out_and_counts_lines(void **state)
         assert_int_equal(con->lines_dropped, 3);
 }
 
+/* ---- The agent's own messages ---- */
+
+static void test_messages_never_block_and_the_last_drops_are_reported(
+        void **state)
+{
+        enum { RING = 256, MESSAGES = 20 };
+        static const char msg[] = "hyperpodrun[1]: warning: message\n";
+        const size_t fit = RING / (sizeof(msg) - 1);
+        struct hp_console con;
+        size_t filler, len, pos = 0, line_len = 0;
+        const char *line;
+        char want[128];
+        int fds[2];
+        char *out;
+
+        (void)state;
+        make_pipe(fds);
+        filler = fill_pipe(fds[1]);
+        assert_int_equal(hp_console_init(&con, fds[1], RING), 0);
+
+        /* Nobody reads: the messages that fit are queued whole, the rest
+         * dropped and counted, and none of the calls waits. */
+        for (int i = 0; i < MESSAGES; i++)
+                hp_console_put_message(&con, msg, sizeof(msg) - 1);
+        assert_int_equal(con.lines_queued, fit);
+        assert_int_equal(con.messages_dropped, MESSAGES - fit);
+        assert_int_equal(con.lines_dropped, MESSAGES - fit);
+        assert_int_equal(con.dropped_unreported, MESSAGES - fit);
+
+        /* No later line brings the marker out: closing must. */
+        drain_exactly(fds[0], filler);
+        hp_console_close(&con, FLUSH_TIMEOUT_MS);
+        assert_null(con.ring);
+        assert_int_equal(close(fds[1]), 0);
+        out = read_to_eof(fds[0], &len);
+        for (size_t i = 0; i < fit; i++) {
+                line = next_line(out, len, &pos, &line_len);
+                if (line == NULL || line_len != sizeof(msg) - 2 ||
+                    memcmp(line, msg, line_len) != 0)
+                        fail_msg("output line %zu is '%.*s'", i,
+                                 line ? (int)line_len : 0, line ? line : "");
+        }
+        snprintf(want, sizeof(want), DROP_MARKER "%zu console lines dropped ",
+                 MESSAGES - fit);
+        line = next_line(out, len, &pos, &line_len);
+        if (line == NULL || line_len < strlen(want) ||
+            memcmp(line, want, strlen(want)) != 0)
+                fail_msg("expected the note '%s...' at the end, got '%.*s'",
+                         want, line ? (int)line_len : 0, line ? line : "");
+        assert_int_equal(pos, len);
+        test_free(out);
+        assert_int_equal(close(fds[0]), 0);
+}
+
+/* A console whose writes fail counts the lines they lost, with the
+ * error, whether a thread or the loop writes it. */
+struct failed_case {
+        const char *name;
+        const char *path;
+        int error;
+};
+
+static const struct failed_case failed_cases[] = {
+        { "threaded, /dev/full", "/dev/full", -ENOSPC },
+};
+
+static void test_failed_writes_are_counted_as_lost_lines(void **state)
+{
+        (void)state;
+        for (size_t c = 0; c < HP_ARRAY_SIZE(failed_cases); c++) {
+                const struct failed_case *fc = &failed_cases[c];
+                struct hp_console con;
+                int fd = open(fc->path, O_WRONLY | O_CLOEXEC), error;
+
+                assert_true(fd >= 0);
+                assert_int_equal(hp_console_init(&con, fd, 4096), 0);
+                for (int i = 0; i < 3; i++)
+                        assert_true(hp_console_put_line(&con, "p: ", 3, "x",
+                                                        1, HP_LINE_EOL));
+                hp_console_commit(&con);
+                hp_console_flush(&con, FLUSH_TIMEOUT_MS);
+                if (hp_console_lost_lines(&con, &error) != 3 ||
+                    error != fc->error)
+                        fail_msg("%s: %llu lines lost, error %d", fc->name,
+                                 (unsigned long long)hp_console_lost_lines(
+                                         &con, &error),
+                                 error);
+                hp_console_close(&con, FLUSH_TIMEOUT_MS);
+                assert_int_equal(close(fd), 0);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -845,6 +937,10 @@ int main(void)
                 cmocka_unit_test(
                         test_direct_console_writes_a_line_it_cannot_hold),
                 cmocka_unit_test(test_closed_pipe_does_not_hang_close),
+                cmocka_unit_test(
+                        test_messages_never_block_and_the_last_drops_are_reported),
+                cmocka_unit_test(
+                        test_failed_writes_are_counted_as_lost_lines),
                 /* Last: it leaves a writer thread blocked until exit. */
                 cmocka_unit_test(test_stuck_reader_times_out_and_counts_lines),
         };
