@@ -79,6 +79,10 @@ int hp_ipc_framer_feed(struct hp_ipc_framer *f, const char *data, size_t len,
                                 return HP_ETOOBIG;
                         }
                 }
+                /* A length prefix that ends the data: the body comes in
+                 * a later read. */
+                if (len == 0 && f->need > 0)
+                        return 0;
                 take = f->need - f->have;
                 if (take > len)
                         take = len;

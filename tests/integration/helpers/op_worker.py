@@ -47,8 +47,11 @@ if crash:
         print(f"worker {rank} crashing with {code}", flush=True)
         sys.exit(int(code))
 
-with open(os.path.join(d, f"pid{rank}-attempt{restart}"), "w") as f:
+# Written whole, then renamed: a test that sees the file reads the pid.
+pid_file = os.path.join(d, f"pid{rank}-attempt{restart}")
+with open(pid_file + ".tmp", "w") as f:
     f.write(str(os.getpid()))
+os.rename(pid_file + ".tmp", pid_file)
 
 if mode == "progress_then_stall":
     for step in range(int(os.environ.get("OPW_STEPS", "3"))):
