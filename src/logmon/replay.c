@@ -27,6 +27,8 @@
 struct replay_stream {
         char *name; /* NULL: the one stream of a plain log */
         struct logmon_stream *mon;
+        int local_rank; /* the number its name ends in; -1: none */
+        bool judged;    /* --log-monitor-ranks selects it */
 };
 
 struct replay_change {
@@ -47,12 +49,31 @@ enum replay_clock {
         CLOCK_ISO8601,
         CLOCK_EPOCH,
         CLOCK_GLOG,
+        CLOCK_HEAD,     /* kubectl --timestamps or ${time} before a line */
 };
 
 static const char *const clock_names[] = {
         [CLOCK_NONE] = "none",       [CLOCK_RATE] = "rate",
         [CLOCK_ASCTIME] = "asctime", [CLOCK_ISO8601] = "iso8601",
         [CLOCK_EPOCH] = "epoch",     [CLOCK_GLOG] = "glog",
+        [CLOCK_HEAD] = "prefix",
+};
+
+/* What a line carries before its text, outermost first: up to two RFC
+ * 3339 timestamps (kubectl --timestamps, then the agent's ${time}), an
+ * srun task label, and a console prefix or the agent's own "hyperpodrun
+ * [PID]: ". */
+struct line_head {
+        const char *body;
+        size_t body_len;
+        bool have_ts;
+        int64_t ts;            /* the innermost timestamp, epoch ms */
+        size_t ts_count;
+        const char *label;     /* srun's task label, or NULL */
+        size_t label_len;
+        const char *name;      /* the console prefix's name, or NULL */
+        size_t name_len;
+        bool agent;            /* hyperpodrun's own line */
 };
 
 struct logmon_replay {
@@ -83,6 +104,26 @@ struct logmon_replay {
         size_t pending_len, pending_cap;
         uint64_t pending_first;
         uint64_t pending_prefixed; /* held lines with a console prefix */
+        uint64_t pending_labelled; /* held lines with an srun label */
+        uint64_t pending_stamped;  /* held lines with a leading RFC 3339 */
+        bool head_ts;              /* lines carry leading timestamps */
+        bool head_ts_kubectl;      /* two of them, or nanoseconds */
+        uint64_t agent_lines;
+        uint64_t start_ms;         /* when the live rule clocks started */
+        bool started;              /* the agent's start line was seen */
+        bool live_verdict;         /* the agent's verdict line was seen */
+        bool stopped;              /* --replay-until verdict: it was */
+        uint64_t text_line_shown;  /* --replay-format text */
+        uint64_t after_stop;       /* lines after it, not fed */
+        /* The first verdict, as the live agent takes it (check_verdict in
+         * src/supervise/monitor.c): the first judged stream to reach SLOW
+         * or above, named by its reason rule. */
+        bool have_verdict;
+        size_t v_stream;
+        int v_rule;
+        enum logmon_state v_state;
+        uint64_t v_time, v_line_no;
+        char v_message[1024];
 };
 
 /* ---------------------------------------------------------------------
@@ -226,6 +267,26 @@ static bool ts_datetime(const char *p, const char *end, int64_t *out,
         return true;
 }
 
+bool logmon__parse_time(const char *s, int64_t *ms)
+{
+        enum replay_clock kind;
+        const char *end = s + strlen(s), *p;
+
+        if (!ts_datetime(s, end, ms, &kind))
+                return false;
+        /* Whatever ts_datetime did not read must be a zone it read, or
+         * 'Z': look for junk after the seconds' fraction. */
+        p = s + 19;
+        if (p < end && (*p == '.' || *p == ','))
+                for (p++; p < end && *p >= '0' && *p <= '9'; p++)
+                        ;
+        if (p < end && *p == 'Z')
+                p++;
+        else if (p < end && (*p == '+' || *p == '-'))
+                p += p + 3 < end && p[3] == ':' ? 6 : p + 3 < end ? 5 : 3;
+        return p == end;
+}
+
 /* 1750139489.300: ten digits of epoch seconds (2001 to 2286), ending the
  * line or followed by a fraction, a blank or a ']'. */
 static bool ts_epoch(const char *p, const char *end, int64_t *out)
@@ -308,14 +369,29 @@ static bool parse_timestamp(struct logmon_replay *r, const char *line,
                 }
                 return true;
         case CLOCK_RATE:
+        case CLOCK_HEAD:
                 break;
         }
         return false;
 }
 
-/* Moves the clock to a line's time. */
-static void advance_clock(struct logmon_replay *r, const char *line,
-                          size_t len, uint64_t line_no)
+/* Moves the clock to ts (epoch ms). Out-of-order timestamps (several
+ * writers) keep the clock where it is rather than running it back. */
+static void set_clock(struct logmon_replay *r, int64_t ts)
+{
+        r->last_ts = ts;
+        if (!r->have_base) {
+                r->have_base = true;
+                r->base = ts;
+        }
+        if (ts - r->base > (int64_t)r->now)
+                r->now = (uint64_t)(ts - r->base);
+}
+
+/* The time of a line with its head parsed: from the rate, the leading
+ * timestamp, or one at the start of its text. */
+static void advance_clock(struct logmon_replay *r,
+                          const struct line_head *h, uint64_t line_no)
 {
         double t;
         int64_t ts;
@@ -326,17 +402,17 @@ static void advance_clock(struct logmon_replay *r, const char *line,
                                                (uint64_t)REPLAY_TIME_MAX;
                 return;
         }
-        if (!parse_timestamp(r, line, len, &ts))
+        if (r->head_ts) {
+                if (h->have_ts) {
+                        r->clock = CLOCK_HEAD;
+                        set_clock(r, h->ts);
+                }
                 return;
-        r->last_ts = ts;
-        if (!r->have_base) {
-                r->have_base = true;
-                r->base = ts;
         }
-        /* Out-of-order timestamps (several writers) keep the clock where
-         * it is rather than running it back. */
-        if (ts - r->base > (int64_t)r->now)
-                r->now = (uint64_t)(ts - r->base);
+        if (h->agent)
+                return;
+        if (parse_timestamp(r, h->body, h->body_len, &ts))
+                set_clock(r, ts);
 }
 
 /* A torchrun console prefix, "[default0]:": a short bracketed name with
@@ -357,9 +433,190 @@ static size_t console_prefix(const char *line, size_t len)
         return 0;
 }
 
+/* "2025-06-17T05:51:29.123456789Z " as kubectl --timestamps and ${time}
+ * write it: a 'T', a 'Z' and a blank after it, so that a Python logging
+ * timestamp, which is part of the line's text, is never taken for one.
+ * Returns its length with the blank, 0 when absent; *nanos: more than
+ * three fraction digits (kubectl's). */
+static size_t head_timestamp(const char *p, const char *end, int64_t *ts,
+                             bool *nanos)
+{
+        enum replay_clock kind;
+        size_t n = 0;
+
+        while (p + n < end && n < 40 && p[n] != ' ')
+                n++;
+        if (n < 20 || p + n == end || p[n] != ' ' || p[n - 1] != 'Z' ||
+            p[10] != 'T' || !ts_datetime(p, p + n, ts, &kind))
+                return 0;
+        *nanos = n > 24;
+        return n + 1;
+}
+
+/* srun --label's "0: ", right-aligned with blanks in a wide job.
+ * Returns its length, 0 when absent; *at and *digits: the label. */
+static size_t srun_label(const char *p, const char *end, size_t *at,
+                         size_t *digits)
+{
+        size_t i = 0, d = 0;
+
+        while (p + i < end && i < 8 && p[i] == ' ')
+                i++;
+        while (p + i + d < end && d < 8 && p[i + d] >= '0' &&
+               p[i + d] <= '9')
+                d++;
+        if (d == 0 || p + i + d + 1 >= end || p[i + d] != ':' ||
+            p[i + d + 1] != ' ')
+                return 0;
+        *at = i;
+        *digits = d;
+        return i + d + 2;
+}
+
+static const char AGENT[] = "hyperpodrun[";
+
+/* hyperpodrun's own "hyperpodrun[PID]: " at p: its length, or 0. */
+static size_t agent_prefix(const char *p, const char *end)
+{
+        size_t n = sizeof(AGENT) - 1, d = 0;
+
+        if ((size_t)(end - p) < n + 3 || memcmp(p, AGENT, n) != 0)
+                return 0;
+        while (p + n + d < end && p[n + d] >= '0' && p[n + d] <= '9')
+                d++;
+        if (d == 0 || p + n + d + 1 >= end || p[n + d] != ']' ||
+            p[n + d + 1] != ':')
+                return 0;
+        return n + d + 2;
+}
+
+/* Splits a line's head off. When the layout is undecided every part is
+ * looked for, to count them; once it is, only the layout's. */
+static void parse_head(const struct logmon_replay *r, const char *line,
+                       size_t len, struct line_head *h)
+{
+        const char *p = line, *end = line + len;
+        bool undecided = r->layout == LOGMON_LAYOUT_AUTO, nanos;
+        size_t n, at, digits, i;
+        int64_t ts;
+
+        memset(h, 0, sizeof(*h));
+        if (undecided || r->head_ts) {
+                for (i = 0; i < 2; i++) {
+                        n = head_timestamp(p, end, &ts, &nanos);
+                        if (n == 0)
+                                break;
+                        h->have_ts = true;
+                        h->ts = ts;
+                        h->ts_count++;
+                        if (nanos)
+                                h->ts_count = 2;
+                        p += n;
+                }
+        }
+        if (undecided || r->layout == LOGMON_LAYOUT_SRUN) {
+                n = srun_label(p, end, &at, &digits);
+                if (n != 0) {
+                        h->label = p + at;
+                        h->label_len = digits;
+                        p += n;
+                }
+        }
+        n = agent_prefix(p, end);
+        if (n != 0) {
+                h->agent = true;
+        } else if (r->layout != LOGMON_LAYOUT_PLAIN &&
+                   (n = console_prefix(p, (size_t)(end - p))) != 0) {
+                h->name = p + 1;
+                h->name_len = n - 3;
+        }
+        h->body = p + n;
+        h->body_len = (size_t)(end - p) - n;
+}
+
+/* An ISO 8601 time after " at " in the agent's own line: its start and
+ * verdict lines say when, on the wall clock, the live rules started and
+ * judged. */
+static bool agent_time(const char *p, size_t len, int64_t *ts)
+{
+        enum replay_clock kind;
+        size_t i;
+
+        for (i = 0; i + 4 + 20 <= len; i++)
+                if (memcmp(p + i, " at ", 4) == 0 && p[i + 4 + 10] == 'T' &&
+                    ts_datetime(p + i + 4, p + len, ts, &kind))
+                        return true;
+        return false;
+}
+
+static bool contains(const char *p, size_t len, const char *what)
+{
+        size_t n = strlen(what), i;
+
+        for (i = 0; i + n <= len; i++)
+                if (memcmp(p + i, what, n) == 0)
+                        return true;
+        return false;
+}
+
 /* ---------------------------------------------------------------------
  * Feeding
  */
+
+/* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
+static int64_t wall_offset(const struct logmon_replay *r)
+{
+        return r->have_base && r->clock != CLOCK_RATE ? r->base :
+                                                        LOGMON_NO_WALL_CLOCK;
+}
+
+static void text_time(const struct logmon_replay *r, uint64_t t)
+{
+        char iso[HP_ISO8601_MS_LEN + 1];
+
+        fprintf(r->out, "%" PRIu64 ".%03" PRIu64 " s", t / 1000, t % 1000);
+        if (wall_offset(r) != LOGMON_NO_WALL_CLOCK) {
+                hp_iso8601_ms(r->base + (int64_t)t, iso);
+                fprintf(r->out, " (%s)", iso);
+        }
+}
+
+/* --replay-format text: the line, then what it changed; a deadline's
+ * change on its own. */
+static void text_change(struct logmon_replay *r, size_t stream,
+                        const struct logmon_event *e, uint64_t line_no,
+                        const char *line, size_t len)
+{
+        const char *name = r->streams[stream].name;
+
+        if (line_no != 0 && line_no != r->text_line_shown) {
+                r->text_line_shown = line_no;
+                fprintf(r->out, "line %" PRIu64 " ", line_no);
+                if (name != NULL)
+                        fprintf(r->out, "[%s] ", name);
+                fputs("at ", r->out);
+                text_time(r, r->now);
+                fprintf(r->out, ": %.*s\n", (int)(len > 400 ? 400 : len),
+                        line);
+        }
+        fputs("  ", r->out);
+        if (line_no == 0) {
+                fputs("deadline ", r->out);
+                if (name != NULL)
+                        fprintf(r->out, "[%s] ", name);
+                fputs("at ", r->out);
+                text_time(r, r->now);
+                fputs(": ", r->out);
+        }
+        fprintf(r->out, "%s: ", logmon_ruleset_rule_name(r->rs, e->rule));
+        if (e->kind == LOGMON_EVENT_STATE)
+                fprintf(r->out, "%s -> %s\n", logmon_state_name(e->from),
+                        logmon_state_name(e->to));
+        else if (e->kind == LOGMON_EVENT_NONNUMERIC)
+                fputs("the captured metric is not a number\n", r->out);
+        else
+                fputs("a match was given up at a PCRE2 limit\n", r->out);
+}
 
 static int record(struct logmon_replay *r, size_t stream,
                   const struct logmon_event *e, uint64_t line_no,
@@ -387,6 +644,10 @@ static int record(struct logmon_replay *r, size_t stream,
         c->line_no = line_no;
         if (r->out == NULL)
                 return 0;
+        if (r->opts->text) {
+                text_change(r, stream, e, line_no, line, len);
+                return 0;
+        }
 
         fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64 ",\"stream\":",
                 r->now / 1000, r->now % 1000);
@@ -416,6 +677,7 @@ static int record_all(struct logmon_replay *r, size_t stream,
                       const struct logmon_events *ev, uint64_t line_no,
                       const char *line, size_t len)
 {
+        const struct logmon_stream *mon = r->streams[stream].mon;
         size_t i;
         int err;
 
@@ -424,13 +686,28 @@ static int record_all(struct logmon_replay *r, size_t stream,
                 if (err != 0)
                         return err;
         }
+        if (!r->have_verdict && logmon_stream_state(mon) >= LOGMON_SLOW) {
+                r->have_verdict = true;
+                r->v_stream = stream;
+                r->v_rule = logmon_stream_reason_rule(mon);
+                r->v_state = logmon_stream_state(mon);
+                r->v_time = r->now;
+                r->v_line_no = line_no;
+                if (logmon_verdict_format(mon, r->streams[stream].local_rank,
+                                          wall_offset(r), r->v_message,
+                                          sizeof(r->v_message)) != 0)
+                        r->v_message[0] = '\0';
+                if (r->out != NULL && r->opts->text)
+                        fprintf(r->out, "log rule verdict %s\n",
+                                r->v_message);
+        }
         return 0;
 }
 
-/* Fires every stream's deadlines up to now at their own times, earliest
- * first across streams, as the live agent's timer would: the output says
- * when a rule went HANGING, not when the next line happened to arrive,
- * and stays in time order. */
+/* Fires every judged stream's deadlines up to now at their own times,
+ * earliest first across streams, as the live agent's timer would: the
+ * output says when a rule went HANGING, not when the next line happened
+ * to arrive, and stays in time order. */
 static int catch_up(struct logmon_replay *r, uint64_t now)
 {
         struct logmon_events ev;
@@ -442,6 +719,8 @@ static int catch_up(struct logmon_replay *r, uint64_t now)
                 best = UINT64_MAX;
                 pick = 0;
                 for (i = 0; i < r->nstreams; i++) {
+                        if (!r->streams[i].judged)
+                                continue;
                         at = logmon_stream_next_deadline(r->streams[i].mon);
                         if (at < best) {
                                 best = at;
@@ -460,6 +739,27 @@ static int catch_up(struct logmon_replay *r, uint64_t now)
         }
         r->now = saved;
         return err;
+}
+
+/* The local rank a stream's name ends in ("default3", "0/default3",
+ * srun's "3"), or -1. */
+static int name_rank(const char *name)
+{
+        size_t n = strlen(name), d = 0;
+
+        while (d < n && d < 6 && name[n - 1 - d] >= '0' &&
+               name[n - 1 - d] <= '9')
+                d++;
+        return d > 0 ? atoi(name + n - d) : -1;
+}
+
+static bool judged(const struct logmon_replay *r, const char *name,
+                   int rank)
+{
+        if (r->opts->monitored == NULL || name == NULL)
+                return true;
+        return rank >= 0 && (size_t)rank < r->opts->nmonitored &&
+               r->opts->monitored[rank];
 }
 
 static int stream_get(struct logmon_replay *r, const char *name,
@@ -490,42 +790,91 @@ static int stream_get(struct logmon_replay *r, const char *name,
                 logmon_stream_free(st->mon);
                 return -ENOMEM;
         }
-        /* Every stream's clock starts with the log, not with its first
-         * line: a rank that starts talking late is late. */
-        logmon_stream_start(st->mon, 0);
+        st->local_rank = st->name != NULL ? name_rank(st->name) : -1;
+        st->judged = judged(r, st->name, st->local_rank);
+        /* Every stream's clock starts with the live rules' (the agent's
+         * start line) or else with the log, not with its first line: a
+         * rank that starts talking late is late. */
+        logmon_stream_start(st->mon, r->start_ms);
         *out = r->nstreams++;
         return 0;
+}
+
+/* The agent's own line: never a rule's input (live, the rules read the
+ * workers' output only), but its start and verdict lines say when the
+ * live rules started and when they judged. */
+static int agent_line(struct logmon_replay *r, const struct line_head *h)
+{
+        bool timed = r->opts->rate <= 0 &&
+                     (r->clock == CLOCK_NONE || r->clock == CLOCK_HEAD);
+        int64_t ts;
+
+        r->agent_lines++;
+        if (timed && !h->have_ts && agent_time(h->body, h->body_len, &ts))
+                set_clock(r, ts);
+        if (!r->started && r->nstreams == 0 &&
+            contains(h->body, h->body_len, "log rules: clock started at ")) {
+                r->started = true;
+                r->start_ms = r->now;
+        }
+        if (!r->live_verdict &&
+            contains(h->body, h->body_len, "log rule verdict ")) {
+                r->live_verdict = true;
+                if (r->opts->until == LOGMON_UNTIL_VERDICT)
+                        r->stopped = true;
+        }
+        return catch_up(r, r->now);
 }
 
 /* One line, once the layout is known. */
 static int process_line(struct logmon_replay *r, const char *line,
                         size_t len, uint64_t line_no)
 {
+        char name[2 * PREFIX_MAX + 2];
         struct logmon_events ev;
-        const char *name = NULL;
-        size_t plen = 0, idx;
+        struct line_head h;
+        size_t name_len = 0, idx;
         int err;
 
-        if (r->layout == LOGMON_LAYOUT_CONSOLE) {
-                plen = console_prefix(line, len);
-                if (plen == 0) {
-                        /* Not a rank's output: it moves the clock and
-                         * nothing else. */
-                        r->unprefixed++;
-                        advance_clock(r, line, len, line_no);
-                        return catch_up(r, r->now);
-                }
-                name = line + 1;
+        if (r->stopped) {
+                r->after_stop++;
+                return 0;
         }
-        advance_clock(r, line + plen, len - plen, line_no);
-        err = stream_get(r, name, plen > 0 ? plen - 3 : 0, &idx);
+        parse_head(r, line, len, &h);
+        advance_clock(r, &h, line_no);
+        if (r->opts->until == LOGMON_UNTIL_TIME && r->have_base &&
+            (int64_t)r->now > r->opts->until_ms - r->base) {
+                r->stopped = true;
+                r->after_stop++;
+                return 0;
+        }
+        if (h.agent)
+                return agent_line(r, &h);
+        if (r->layout == LOGMON_LAYOUT_SRUN && h.label != NULL) {
+                memcpy(name, h.label, h.label_len);
+                name_len = h.label_len;
+                if (h.name != NULL) {
+                        name[name_len++] = '/';
+                        memcpy(name + name_len, h.name, h.name_len);
+                        name_len += h.name_len;
+                }
+        } else if (r->layout == LOGMON_LAYOUT_CONSOLE && h.name != NULL) {
+                memcpy(name, h.name, h.name_len);
+                name_len = h.name_len;
+        } else if (r->layout != LOGMON_LAYOUT_PLAIN) {
+                /* Not a rank's output: it moves the clock and nothing
+                 * else. */
+                r->unprefixed++;
+                return catch_up(r, r->now);
+        }
+        err = stream_get(r, name_len > 0 ? name : NULL, name_len, &idx);
         if (err == 0)
                 err = catch_up(r, r->now);
-        if (err != 0)
+        if (err != 0 || !r->streams[idx].judged)
                 return err;
-        logmon_stream_feed(r->streams[idx].mon, line + plen, len - plen,
-                           r->now, &ev);
-        return record_all(r, idx, &ev, line_no, line + plen, len - plen);
+        logmon_stream_feed(r->streams[idx].mon, h.body, h.body_len, r->now,
+                           &ev);
+        return record_all(r, idx, &ev, line_no, h.body, h.body_len);
 }
 
 /* The layout is decided: the held lines go through in order, matched in
@@ -549,19 +898,36 @@ static int flush_pending(struct logmon_replay *r)
         return err;
 }
 
-/* Decides the layout from the lines held: a console log is one where at
- * least half the lines carry a prefix. A plain log in which a few lines
- * happen to start with "[rank0]:" stays plain, and a console capture
- * stays a console log despite hyperpodrun's own messages and a
- * container's prelude, which have no prefix. */
+/* Decides the layout from the lines held, leaving the agent's own out:
+ * srun --label output when at least half the others carry a task label,
+ * else a console log when at least half carry a console prefix, else a
+ * plain log. A plain log in which a few lines happen to start with
+ * "[rank0]:" stays plain, and a console capture stays a console log
+ * despite a container's prelude, which has no prefix. Leading RFC 3339
+ * timestamps (kubectl --timestamps, ${time}) count when at least half
+ * the lines have one. */
 static int decide_layout(struct logmon_replay *r)
 {
         uint64_t held = r->pending_len > 0 ?
                                 r->lines - r->pending_first + 1 : 0;
+        uint64_t others = held - r->agent_lines;
 
-        r->layout = held > 0 && 2 * r->pending_prefixed >= held ?
-                            LOGMON_LAYOUT_CONSOLE :
-                            LOGMON_LAYOUT_PLAIN;
+        if (others == 0)
+                r->layout = r->agent_lines > 0 ? LOGMON_LAYOUT_CONSOLE :
+                                                 LOGMON_LAYOUT_PLAIN;
+        else if (2 * r->pending_labelled >= others)
+                r->layout = LOGMON_LAYOUT_SRUN;
+        else if (2 * r->pending_prefixed >= others)
+                r->layout = LOGMON_LAYOUT_CONSOLE;
+        else
+                r->layout = LOGMON_LAYOUT_PLAIN;
+        /* In a plain log a leading timestamp is the program's own, part
+         * of the text the rules see, unless kubectl's nanoseconds or a
+         * second one say kubectl put it there. */
+        r->head_ts = held > 0 && 2 * r->pending_stamped >= held &&
+                     (r->layout != LOGMON_LAYOUT_PLAIN || r->head_ts_kubectl);
+        /* Counted again as they go through. */
+        r->agent_lines = 0;
         return flush_pending(r);
 }
 
@@ -573,6 +939,7 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
 {
         size_t need = r->pending_len + sizeof(len) + len + sizeof(size_t);
         size_t cap = r->pending_cap;
+        struct line_head h;
         char *p;
 
         if (need > cap) {
@@ -590,8 +957,17 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
         memcpy(r->pending + r->pending_len, &len, sizeof(len));
         memcpy(r->pending + r->pending_len + sizeof(len), line, len);
         r->pending_len += sizeof(len) + len;
-        if (console_prefix(line, len) > 0)
+        parse_head(r, line, len, &h);
+        if (h.agent)
+                r->agent_lines++;
+        else if (h.label != NULL)
+                r->pending_labelled++;
+        else if (h.name != NULL)
                 r->pending_prefixed++;
+        if (h.have_ts)
+                r->pending_stamped++;
+        if (h.ts_count > 1)
+                r->head_ts_kubectl = true;
         if (r->pending_len < LOGMON_REPLAY_LOOKAHEAD)
                 return 0;
         return decide_layout(r);
@@ -657,6 +1033,8 @@ static int replay_begin(struct logmon_ruleset *rs,
         r->opts = opts != NULL ? opts : &defaults;
         r->out = out;
         r->layout = r->opts->layout;
+        r->head_ts = r->layout != LOGMON_LAYOUT_AUTO &&
+                     r->layout != LOGMON_LAYOUT_PLAIN;
         r->clock = r->opts->rate > 0 ? CLOCK_RATE : CLOCK_NONE;
         /* A leap year, so that a glog "0229" is a real day. */
         r->glog_year = 2000;
@@ -664,26 +1042,109 @@ static int replay_begin(struct logmon_ruleset *rs,
         return 0;
 }
 
+/* Whether rule i matched a line on any judged stream. */
+static bool rule_matched(const struct logmon_replay *r, size_t i)
+{
+        struct logmon_rule_info info;
+        size_t k;
+
+        for (k = 0; k < r->nstreams; k++) {
+                if (!r->streams[k].judged)
+                        continue;
+                logmon_stream_rule_info(r->streams[k].mon, i, &info);
+                if (info.matched)
+                        return true;
+        }
+        return false;
+}
+
+static const char *format_name(const struct logmon_replay *r)
+{
+        static const char *const names[][3] = {
+                { "plain", "plain with kubectl --timestamps",
+                  "plain with ${time}" },
+                { "console", "console with kubectl --timestamps",
+                  "console with ${time}" },
+                { "srun --label", "srun --label with kubectl --timestamps",
+                  "srun --label with ${time}" },
+        };
+        size_t row = r->layout == LOGMON_LAYOUT_CONSOLE ? 1 :
+                     r->layout == LOGMON_LAYOUT_SRUN    ? 2 :
+                                                          0;
+
+        return names[row][!r->head_ts ? 0 : r->head_ts_kubectl ? 1 : 2];
+}
+
+static void summary_verdict(struct logmon_replay *r)
+{
+        struct logmon_verdict v;
+        char wall[HP_ISO8601_MS_LEN + 1];
+        FILE *f = r->out;
+
+        if (!logmon_replay_verdict(r, &v)) {
+                fputs("null", f);
+                return;
+        }
+        fputs("{\"rule\":", f);
+        json_cstr(f, v.rule);
+        fputs(",\"stream\":", f);
+        json_cstr(f, v.stream);
+        fprintf(f, ",\"local_rank\":%d,\"state\":\"%s\",\"time\":%" PRIu64
+                   ".%03" PRIu64 ",\"wall\":",
+                v.local_rank, logmon_state_name(v.state), v.time_ms / 1000,
+                v.time_ms % 1000);
+        if (v.have_wall) {
+                hp_iso8601_ms(v.wall_ms, wall);
+                json_cstr(f, wall);
+        } else {
+                fputs("null", f);
+        }
+        if (v.line_no == 0)
+                fputs(",\"line_no\":null", f);
+        else
+                fprintf(f, ",\"line_no\":%" PRIu64, v.line_no);
+        fputs(",\"message\":", f);
+        json_cstr(f, v.message);
+        fputc('}', f);
+}
+
 static void summary(struct logmon_replay *r)
 {
         struct logmon_rule_info info;
-        size_t i, j;
+        size_t i, j, k;
         FILE *f = r->out;
 
         fprintf(f, "{\"summary\":{\"lines\":%" PRIu64 ",\"time\":%" PRIu64
                    ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
-                   "\"unprefixed_lines\":%" PRIu64 ",\"state\":\"%s\","
-                   "\"streams\":[",
+                   "\"format\":\"%s\",\"unprefixed_lines\":%" PRIu64
+                   ",\"agent_lines\":%" PRIu64 ",\"agent_verdict\":%s,"
+                   "\"lines_after_until\":%" PRIu64 ",\"state\":\"%s\","
+                   "\"verdict\":",
                 r->lines, r->now / 1000, r->now % 1000,
                 clock_names[r->clock],
-                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" : "plain",
-                r->unprefixed, logmon_state_name(logmon_replay_state(r)));
+                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" :
+                r->layout == LOGMON_LAYOUT_SRUN    ? "srun" :
+                                                     "plain",
+                format_name(r), r->unprefixed, r->agent_lines,
+                r->live_verdict ? "true" : "false", r->after_stop,
+                logmon_state_name(logmon_replay_state(r)));
+        summary_verdict(r);
+        fputs(",\"never_matched\":[", f);
+        for (j = 0, k = 0; j < logmon_ruleset_count(r->rs); j++) {
+                if (rule_matched(r, j))
+                        continue;
+                if (k++ > 0)
+                        fputc(',', f);
+                json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+        }
+        fputs("],\"streams\":[", f);
         for (i = 0; i < r->nstreams; i++) {
                 struct logmon_stream *s = r->streams[i].mon;
 
                 fputs(i > 0 ? ",{\"stream\":" : "{\"stream\":", f);
                 json_cstr(f, r->streams[i].name);
-                fprintf(f, ",\"state\":\"%s\",\"reason\":",
+                fprintf(f, ",\"judged\":%s,\"state\":\"%s\",\"reason\":",
+                        r->streams[i].judged ? "true" : "false",
                         logmon_state_name(logmon_stream_state(s)));
                 json_cstr(f, logmon_stream_reason(s));
                 fputs(",\"rules\":[", f);
@@ -710,6 +1171,72 @@ static void summary(struct logmon_replay *r)
         fputs("]}}\n", f);
 }
 
+/* The clock after the last line, as --replay-until says. */
+static int run_until(struct logmon_replay *r)
+{
+        int64_t end;
+        int err;
+
+        switch (r->opts->until) {
+        case LOGMON_UNTIL_TIME:
+                if (!r->have_base)
+                        return -EDOM;
+                end = r->opts->until_ms - r->base;
+                if (end > (int64_t)r->now) {
+                        err = catch_up(r, (uint64_t)end);
+                        r->now = (uint64_t)end;
+                        return err;
+                }
+                return 0;
+        case LOGMON_UNTIL_VERDICT:
+                return r->live_verdict ? 0 : -ENOENT;
+        case LOGMON_UNTIL_END:
+                break;
+        }
+        err = catch_up(r, r->now + r->opts->tail_ms);
+        r->now += r->opts->tail_ms;
+        return err;
+}
+
+static void text_summary(struct logmon_replay *r)
+{
+        FILE *f = r->out;
+        size_t i, k;
+
+        fprintf(f, "summary: %" PRIu64 " lines read as a %s log (clock: "
+                   "%s), %" PRIu64 " of them hyperpodrun's own; judged up to ",
+                r->lines, format_name(r), clock_names[r->clock],
+                r->agent_lines);
+        text_time(r, r->now);
+        fputc('\n', f);
+        if (r->have_verdict)
+                fprintf(f, "verdict: %s\n", r->v_message);
+        else
+                fputs("verdict: none (no judged stream reached SLOW, "
+                      "HANGING or FAULTED)\n", f);
+        for (i = 0; i < r->nstreams; i++) {
+                const struct replay_stream *st = &r->streams[i];
+
+                fprintf(f, "stream %s: ", st->name ? st->name : "(log)");
+                if (!st->judged)
+                        fputs("not judged (--log-monitor-ranks)\n", f);
+                else
+                        fprintf(f, "%s%s%s\n",
+                                logmon_state_name(logmon_stream_state(st->mon)),
+                                logmon_stream_reason(st->mon)[0] ? " " : "",
+                                logmon_stream_reason(st->mon));
+        }
+        for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
+                if (rule_matched(r, i))
+                        continue;
+                fprintf(f, "%s%s", k++ == 0 ? "rules that never matched a "
+                                             "line: " : ", ",
+                        logmon_ruleset_rule_name(r->rs, i));
+        }
+        if (k > 0)
+                fputc('\n', f);
+}
+
 static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
 {
         size_t idx;
@@ -727,10 +1254,12 @@ static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
         if (err == 0 && r->layout == LOGMON_LAYOUT_PLAIN && r->nstreams == 0)
                 err = stream_get(r, NULL, 0, &idx);
         if (err == 0)
-                err = catch_up(r, r->now + r->opts->tail_ms);
-        r->now += r->opts->tail_ms;
+                err = run_until(r);
         if (err == 0 && r->out != NULL) {
-                summary(r);
+                if (r->opts->text)
+                        text_summary(r);
+                else
+                        summary(r);
                 if (fflush(r->out) != 0 || ferror(r->out))
                         err = -EIO;
         }
@@ -825,6 +1354,31 @@ void logmon_replay_get_info(const struct logmon_replay *r,
         out->streams = r->nstreams;
         out->console = r->layout == LOGMON_LAYOUT_CONSOLE;
         out->clock = clock_names[r->clock];
+        out->format = format_name(r);
+        out->agent_lines = r->agent_lines;
+        out->agent_verdict = r->live_verdict;
+}
+
+bool logmon_replay_verdict(const struct logmon_replay *r,
+                           struct logmon_verdict *out)
+{
+        const struct replay_stream *st;
+
+        if (!r->have_verdict)
+                return false;
+        st = &r->streams[r->v_stream];
+        out->rule = r->v_rule >= 0 ?
+                            logmon_ruleset_rule_name(r->rs, (size_t)r->v_rule) :
+                            "";
+        out->stream = st->name;
+        out->local_rank = st->local_rank;
+        out->state = r->v_state;
+        out->time_ms = r->v_time;
+        out->have_wall = r->have_base && r->clock != CLOCK_RATE;
+        out->wall_ms = r->base + (int64_t)r->v_time;
+        out->line_no = r->v_line_no;
+        out->message = r->v_message;
+        return true;
 }
 
 /* ---------------------------------------------------------------------
@@ -841,6 +1395,9 @@ static bool stream_selected(const struct logmon_replay *r, size_t i,
 {
         const char *name = r->streams[i].name;
 
+        /* A stream that is not judged has no outcome to compare. */
+        if (!r->streams[i].judged)
+                return false;
         if (want == NULL)
                 return true;
         return name != NULL ? strcmp(name, want) == 0 : want[0] == '\0';

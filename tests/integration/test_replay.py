@@ -163,8 +163,9 @@ def test_log_without_timestamps_warns(hpr, tmp_path):
 
 
 def test_console_capture(hpr, tmp_path):
-    # kubectl logs of a pod: hyperpodrun's own messages, unprefixed, go to
-    # no rule; each rank is its own stream.
+    # kubectl logs of a pod: hyperpodrun's own messages go to no rule; each
+    # rank is its own stream, and as live only local rank 0 is judged
+    # unless --log-monitor-ranks says otherwise.
     rules = write(tmp_path, "rules.json", HEARTBEAT)
     log = write(tmp_path, "console.log", (
         "hyperpodrun[7]: info: attempt 0: 2 workers\n"
@@ -172,9 +173,10 @@ def test_console_capture(hpr, tmp_path):
         "[default1]:2025-06-17 05:51:00,500 loss 1\n"
         "[default0]:2025-06-17 05:51:04,000 loss 1\n"
         "hyperpodrun[7]: warning: something\n"
+        "a container's prelude\n"
         "[default0]:2025-06-17 05:51:08,000 loss 1\n"))
     rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
-                          rules)
+                          rules, "--log-monitor-ranks", "all")
     assert rc == 0, err
     changes, summary = events(out)
     assert [(c["stream"], c["state"], c["time"]) for c in changes] == [
@@ -182,10 +184,24 @@ def test_console_capture(hpr, tmp_path):
         ("default1", "HANGING", 5.501)]
     assert changes[0]["line"] == "2025-06-17 05:51:00,000 loss 1"
     assert summary["layout"] == "console"
-    assert summary["unprefixed_lines"] == 2
+    assert summary["format"] == "console"
+    assert summary["unprefixed_lines"] == 1
+    assert summary["agent_lines"] == 2
     assert [s["stream"] for s in summary["streams"]] == ["default0",
                                                           "default1"]
-    assert f"info: {log}: 2 lines without a console prefix" in err
+    assert f"info: {log}: 1 line without a console prefix" in err
+    assert f"info: {log}: 2 lines of hyperpodrun's own went to no rule" in err
+
+    # The default, as live: local rank 0 alone.
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    changes, summary = events(out)
+    assert [(c["stream"], c["state"]) for c in changes] == [
+        ("default0", "HEALTHY")]
+    assert [(s["stream"], s["judged"]) for s in summary["streams"]] == [
+        ("default0", True), ("default1", False)]
+    assert summary["verdict"] is None
 
 
 def test_output_is_valid_json_for_any_bytes(hpr, tmp_path):
@@ -227,9 +243,19 @@ BAD = [
     (["--replay", "{log}", "--log-monitoring-config", "{rules}", "train.py"],
      "--replay runs no training script, but 'train.py' was given"),
     (["--replay", "{log}", "--log-monitoring-config", "{rules}",
-      "--log-monitor-ranks", "all"],
-     "--log-monitor-ranks does not apply to --replay: every stream in the "
-     "log is replayed, each with its own rule states"),
+      "--log-monitor-ranks", "x"],
+     "invalid value 'x' for --log-monitor-ranks: 'x' is not a local rank"),
+    (["--replay", "{log}", "--log-monitoring-config", "{rules}",
+      "--replay-until", "soon"],
+     "invalid value 'soon' for --replay-until: expected an ISO 8601 time "
+     "such as 2025-06-17T05:51:29.300Z, +SECONDS after the last line such "
+     "as +600, or verdict"),
+    (["--replay", "{log}", "--log-monitoring-config", "{rules}",
+      "--replay-input", "xml"],
+     "invalid value 'xml' for --replay-input: expected one of auto, plain, "
+     "console, srun"),
+    (["--replay-until", "+5", "x.py"],
+     "--replay-until was given without --replay"),
     (["--replay", "{log}", "--log-monitoring-config", "{rules}",
       "--replay-rate", "0"],
      "invalid value '0' for --replay-rate: expected lines per second, a "

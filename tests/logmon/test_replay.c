@@ -238,7 +238,8 @@ static void test_layout_console(void **state)
         replay(heartbeat_rules, log, NULL, &o);
         assert_true(o.info.console);
         assert_int_equal(o.info.streams, 2);
-        assert_int_equal(o.info.unprefixed, 2);
+        assert_int_equal(o.info.unprefixed, 0);
+        assert_int_equal(o.info.agent_lines, 2);
         assert_int_equal(o.info.lines, 6);
         assert_int_equal(logmon_replay_state(o.r), LOGMON_HEALTHY);
         j = output_line(&o, 0);
