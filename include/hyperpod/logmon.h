@@ -396,7 +396,8 @@ struct logmon_replay_info {
         uint64_t agent_lines;  /* hyperpodrun's own, given to no rule */
         bool agent_verdict;    /* the log holds the agent's verdict line */
         /* "prefix" (a leading RFC 3339 timestamp: kubectl --timestamps
-         * or ${time}), "asctime", "iso8601", "epoch", "glog", "rate" or
+         * or ${time}), "agent" (only the agent's own start and verdict
+         * lines had a time), "asctime", "iso8601", "epoch", "glog", "rate" or
          * "none" (no line had a timestamp: time stood still at 0).
          * Static. */
         const char *clock;

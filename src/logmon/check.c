@@ -193,7 +193,8 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
          * checked. */
         logmon_replay_get_info(r, &info);
         timed = logmon_ruleset_timed(rs);
-        if (timed >= 0 && (strcmp(info.clock, "none") == 0)) {
+        if (timed >= 0 && (strcmp(info.clock, "none") == 0 ||
+                           strcmp(info.clock, "agent") == 0)) {
                 snprintf(errbuf, len, "--expect %s: rule %d (%s) has a time "
                          "limit, but no line of %s has a timestamp, so "
                          "time stood still; give --replay-rate, or record "

@@ -29,6 +29,11 @@ struct replay_stream {
         struct logmon_stream *mon;
         int local_rank; /* the number its name ends in; -1: none */
         bool judged;    /* --log-monitor-ranks selects it */
+        /* Made at the agent's start line for a judged local rank, before
+         * any of its lines: the first stream named for that rank takes
+         * it over. A rank that never prints still runs out its cut-off,
+         * as live. */
+        bool placeholder;
 };
 
 struct replay_change {
@@ -50,13 +55,14 @@ enum replay_clock {
         CLOCK_EPOCH,
         CLOCK_GLOG,
         CLOCK_HEAD,     /* kubectl --timestamps or ${time} before a line */
+        CLOCK_AGENT,    /* only the agent's own start and verdict lines */
 };
 
 static const char *const clock_names[] = {
         [CLOCK_NONE] = "none",       [CLOCK_RATE] = "rate",
         [CLOCK_ASCTIME] = "asctime", [CLOCK_ISO8601] = "iso8601",
         [CLOCK_EPOCH] = "epoch",     [CLOCK_GLOG] = "glog",
-        [CLOCK_HEAD] = "prefix",
+        [CLOCK_HEAD] = "prefix",     [CLOCK_AGENT] = "agent",
 };
 
 /* What a line carries before its text, outermost first: up to two RFC
@@ -69,6 +75,7 @@ struct line_head {
         bool have_ts;
         int64_t ts;            /* the innermost timestamp, epoch ms */
         size_t ts_count;
+        bool kubectl;          /* nanoseconds: kubectl's */
         const char *label;     /* srun's task label, or NULL */
         size_t label_len;
         const char *name;      /* the console prefix's name, or NULL */
@@ -124,6 +131,7 @@ struct logmon_replay {
         enum logmon_state v_state;
         uint64_t v_time, v_line_no;
         char v_message[1024];
+        char v_line[LOGMON_LAST_LINE_MAX + 1];
 };
 
 /* ---------------------------------------------------------------------
@@ -343,6 +351,7 @@ static bool parse_timestamp(struct logmon_replay *r, const char *line,
                 p++;
         switch (r->clock) {
         case CLOCK_NONE:
+        case CLOCK_AGENT:
                 if (ts_datetime(p, end, out, &kind)) {
                         found = true;
                 } else if (ts_epoch(p, end, out)) {
@@ -490,36 +499,49 @@ static size_t agent_prefix(const char *p, const char *end)
         return n + d + 2;
 }
 
+/* Up to two leading RFC 3339 times at p, the inner one the line's. */
+static const char *head_timestamps(const struct logmon_replay *r,
+                                   struct line_head *h, const char *p,
+                                   const char *end)
+{
+        bool nanos;
+        int64_t ts;
+        size_t n;
+
+        if (r->layout != LOGMON_LAYOUT_AUTO && !r->head_ts)
+                return p;
+        while (h->ts_count < 2) {
+                n = head_timestamp(p, end, &ts, &nanos);
+                if (n == 0)
+                        break;
+                h->have_ts = true;
+                h->ts = ts;
+                h->ts_count++;
+                h->kubectl = h->kubectl || nanos;
+                p += n;
+        }
+        return p;
+}
+
 /* Splits a line's head off. When the layout is undecided every part is
  * looked for, to count them; once it is, only the layout's. */
 static void parse_head(const struct logmon_replay *r, const char *line,
                        size_t len, struct line_head *h)
 {
         const char *p = line, *end = line + len;
-        bool undecided = r->layout == LOGMON_LAYOUT_AUTO, nanos;
-        size_t n, at, digits, i;
-        int64_t ts;
+        bool undecided = r->layout == LOGMON_LAYOUT_AUTO;
+        size_t n, at, digits;
 
         memset(h, 0, sizeof(*h));
-        if (undecided || r->head_ts) {
-                for (i = 0; i < 2; i++) {
-                        n = head_timestamp(p, end, &ts, &nanos);
-                        if (n == 0)
-                                break;
-                        h->have_ts = true;
-                        h->ts = ts;
-                        h->ts_count++;
-                        if (nanos)
-                                h->ts_count = 2;
-                        p += n;
-                }
-        }
+        p = head_timestamps(r, h, p, end);
         if (undecided || r->layout == LOGMON_LAYOUT_SRUN) {
                 n = srun_label(p, end, &at, &digits);
                 if (n != 0) {
                         h->label = p + at;
                         h->label_len = digits;
                         p += n;
+                        /* ${time} inside srun's label. */
+                        p = head_timestamps(r, h, p, end);
                 }
         }
         n = agent_prefix(p, end);
@@ -693,6 +715,11 @@ static int record_all(struct logmon_replay *r, size_t stream,
                 r->v_state = logmon_stream_state(mon);
                 r->v_time = r->now;
                 r->v_line_no = line_no;
+                snprintf(r->v_line, sizeof(r->v_line), "%.*s",
+                         (int)(len < LOGMON_LAST_LINE_MAX ?
+                                       len :
+                                       LOGMON_LAST_LINE_MAX),
+                         line != NULL ? line : "");
                 if (logmon_verdict_format(mon, r->streams[stream].local_rank,
                                           wall_offset(r), r->v_message,
                                           sizeof(r->v_message)) != 0)
@@ -778,6 +805,25 @@ static int stream_get(struct logmon_replay *r, const char *name,
                         return 0;
                 }
         }
+        for (i = 0; name != NULL && i < r->nstreams; i++) {
+                char *copy;
+
+                st = &r->streams[i];
+                if (!st->placeholder)
+                        continue;
+                copy = strndup(name, name_len);
+                if (copy == NULL)
+                        return -ENOMEM;
+                if (name_rank(copy) != st->local_rank) {
+                        free(copy);
+                        continue;
+                }
+                free(st->name);
+                st->name = copy;
+                st->placeholder = false;
+                *out = i;
+                return 0;
+        }
         st = realloc(r->streams, (r->nstreams + 1) * sizeof(*st));
         if (st == NULL)
                 return -ENOMEM;
@@ -792,6 +838,7 @@ static int stream_get(struct logmon_replay *r, const char *name,
         }
         st->local_rank = st->name != NULL ? name_rank(st->name) : -1;
         st->judged = judged(r, st->name, st->local_rank);
+        st->placeholder = false;
         /* Every stream's clock starts with the live rules' (the agent's
          * start line) or else with the log, not with its first line: a
          * rank that starts talking late is late. */
@@ -800,22 +847,75 @@ static int stream_get(struct logmon_replay *r, const char *name,
         return 0;
 }
 
+/* --replay-until TIME: a line after it stops the replay, unfed; the
+ * clock goes back to TIME for the deadlines up to it. */
+static bool past_until(struct logmon_replay *r)
+{
+        int64_t end;
+
+        if (r->opts->until != LOGMON_UNTIL_TIME || !r->have_base)
+                return false;
+        end = r->opts->until_ms - r->base;
+        if ((int64_t)r->now <= end)
+                return false;
+        r->now = end > 0 ? (uint64_t)end : 0;
+        r->stopped = true;
+        r->after_stop++;
+        return true;
+}
+
+/* A stream for each judged local rank, when the live rules started. */
+static int placeholders(struct logmon_replay *r)
+{
+        char name[32];
+        size_t i, idx;
+        int err;
+
+        if (r->layout == LOGMON_LAYOUT_PLAIN || r->opts->monitored == NULL)
+                return 0;
+        for (i = 0; i < r->opts->nmonitored; i++) {
+                if (!r->opts->monitored[i])
+                        continue;
+                snprintf(name, sizeof(name), "local rank %zu", i);
+                err = stream_get(r, name, strlen(name), &idx);
+                if (err != 0)
+                        return err;
+                r->streams[idx].placeholder = true;
+        }
+        return 0;
+}
+
 /* The agent's own line: never a rule's input (live, the rules read the
  * workers' output only), but its start and verdict lines say when the
  * live rules started and when they judged. */
-static int agent_line(struct logmon_replay *r, const struct line_head *h)
+static int agent_line(struct logmon_replay *r, const struct line_head *h,
+                      uint64_t line_no)
 {
         bool timed = r->opts->rate <= 0 &&
-                     (r->clock == CLOCK_NONE || r->clock == CLOCK_HEAD);
+                     (r->clock == CLOCK_NONE || r->clock == CLOCK_HEAD ||
+                      r->clock == CLOCK_AGENT);
         int64_t ts;
+        int err;
 
+        /* The time the agent wrote in its line is the live rules' own;
+         * kubectl's, before it, is when the runtime read the line. */
         r->agent_lines++;
-        if (timed && !h->have_ts && agent_time(h->body, h->body_len, &ts))
+        if (timed && agent_time(h->body, h->body_len, &ts)) {
+                if (r->clock == CLOCK_NONE)
+                        r->clock = CLOCK_AGENT;
                 set_clock(r, ts);
+        }
+        else
+                advance_clock(r, h, line_no);
+        if (past_until(r))
+                return 0;
         if (!r->started && r->nstreams == 0 &&
             contains(h->body, h->body_len, "log rules: clock started at ")) {
                 r->started = true;
                 r->start_ms = r->now;
+                err = placeholders(r);
+                if (err != 0)
+                        return err;
         }
         if (!r->live_verdict &&
             contains(h->body, h->body_len, "log rule verdict ")) {
@@ -841,15 +941,11 @@ static int process_line(struct logmon_replay *r, const char *line,
                 return 0;
         }
         parse_head(r, line, len, &h);
-        advance_clock(r, &h, line_no);
-        if (r->opts->until == LOGMON_UNTIL_TIME && r->have_base &&
-            (int64_t)r->now > r->opts->until_ms - r->base) {
-                r->stopped = true;
-                r->after_stop++;
-                return 0;
-        }
         if (h.agent)
-                return agent_line(r, &h);
+                return agent_line(r, &h, line_no);
+        advance_clock(r, &h, line_no);
+        if (past_until(r))
+                return 0;
         if (r->layout == LOGMON_LAYOUT_SRUN && h.label != NULL) {
                 memcpy(name, h.label, h.label_len);
                 name_len = h.label_len;
@@ -898,9 +994,9 @@ static int flush_pending(struct logmon_replay *r)
         return err;
 }
 
-/* Decides the layout from the lines held, leaving the agent's own out:
- * srun --label output when at least half the others carry a task label,
- * else a console log when at least half carry a console prefix, else a
+/* Decides the layout from the lines held: srun --label output when at
+ * least half carry a task label, else, leaving the agent's own lines out,
+ * a console log when at least half carry a console prefix, else a
  * plain log. A plain log in which a few lines happen to start with
  * "[rank0]:" stays plain, and a console capture stays a console log
  * despite a container's prelude, which has no prefix. Leading RFC 3339
@@ -912,11 +1008,11 @@ static int decide_layout(struct logmon_replay *r)
                                 r->lines - r->pending_first + 1 : 0;
         uint64_t others = held - r->agent_lines;
 
-        if (others == 0)
+        if (held > 0 && 2 * r->pending_labelled >= held)
+                r->layout = LOGMON_LAYOUT_SRUN;
+        else if (others == 0)
                 r->layout = r->agent_lines > 0 ? LOGMON_LAYOUT_CONSOLE :
                                                  LOGMON_LAYOUT_PLAIN;
-        else if (2 * r->pending_labelled >= others)
-                r->layout = LOGMON_LAYOUT_SRUN;
         else if (2 * r->pending_prefixed >= others)
                 r->layout = LOGMON_LAYOUT_CONSOLE;
         else
@@ -958,15 +1054,15 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
         memcpy(r->pending + r->pending_len + sizeof(len), line, len);
         r->pending_len += sizeof(len) + len;
         parse_head(r, line, len, &h);
+        if (h.label != NULL)
+                r->pending_labelled++;
         if (h.agent)
                 r->agent_lines++;
-        else if (h.label != NULL)
-                r->pending_labelled++;
         else if (h.name != NULL)
                 r->pending_prefixed++;
         if (h.have_ts)
                 r->pending_stamped++;
-        if (h.ts_count > 1)
+        if (h.ts_count > 1 || h.kubectl)
                 r->head_ts_kubectl = true;
         if (r->pending_len < LOGMON_REPLAY_LOOKAHEAD)
                 return 0;
@@ -1103,6 +1199,11 @@ static void summary_verdict(struct logmon_replay *r)
                 fputs(",\"line_no\":null", f);
         else
                 fprintf(f, ",\"line_no\":%" PRIu64, v.line_no);
+        fputs(",\"line\":", f);
+        if (v.line_no == 0)
+                fputs("null", f);
+        else
+                json_cstr(f, r->v_line);
         fputs(",\"message\":", f);
         json_cstr(f, v.message);
         fputc('}', f);
@@ -1182,7 +1283,7 @@ static int run_until(struct logmon_replay *r)
                 if (!r->have_base)
                         return -EDOM;
                 end = r->opts->until_ms - r->base;
-                if (end > (int64_t)r->now) {
+                if (end >= (int64_t)r->now) {
                         err = catch_up(r, (uint64_t)end);
                         r->now = (uint64_t)end;
                         return err;
