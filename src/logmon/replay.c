@@ -121,6 +121,10 @@ struct logmon_replay {
         bool live_verdict;         /* the agent's verdict line was seen */
         bool stopped;              /* --replay-until verdict: it was */
         uint64_t text_line_shown;  /* --replay-format text */
+        bool until_set;            /* --replay-until TIME, or verdict's */
+        int64_t until_ts;
+        bool have_end;             /* no clock but the agent's: its */
+        int64_t end_ts;            /* verdict's time ends the replay */
         uint64_t after_stop;       /* lines after it, not fed */
         /* The first verdict, as the live agent takes it (check_verdict in
          * src/supervise/monitor.c): the first judged stream to reach SLOW
@@ -853,9 +857,9 @@ static bool past_until(struct logmon_replay *r)
 {
         int64_t end;
 
-        if (r->opts->until != LOGMON_UNTIL_TIME || !r->have_base)
+        if (!r->until_set || !r->have_base)
                 return false;
-        end = r->opts->until_ms - r->base;
+        end = r->until_ts - r->base;
         if ((int64_t)r->now <= end)
                 return false;
         r->now = end > 0 ? (uint64_t)end : 0;
@@ -894,19 +898,31 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
         bool timed = r->opts->rate <= 0 &&
                      (r->clock == CLOCK_NONE || r->clock == CLOCK_HEAD ||
                       r->clock == CLOCK_AGENT);
+        bool verdict;
         int64_t ts;
         int err;
 
         /* The time the agent wrote in its line is the live rules' own;
          * kubectl's, before it, is when the runtime read the line. */
         r->agent_lines++;
+        verdict = contains(h->body, h->body_len, "log rule verdict ");
         if (timed && agent_time(h->body, h->body_len, &ts)) {
                 if (r->clock == CLOCK_NONE)
                         r->clock = CLOCK_AGENT;
-                set_clock(r, ts);
-        }
-        else
+                /* Without a clock on the workers' lines, the line that
+                 * made a verdict may still come, at an unknown time (the
+                 * console can show the verdict first): the verdict's
+                 * time is only where the replay ends. */
+                if (verdict && r->clock == CLOCK_AGENT) {
+                        if (!r->have_end)
+                                r->end_ts = ts;
+                        r->have_end = true;
+                } else {
+                        set_clock(r, ts);
+                }
+        } else {
                 advance_clock(r, h, line_no);
+        }
         if (past_until(r))
                 return 0;
         if (!r->started && r->nstreams == 0 &&
@@ -917,11 +933,15 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
                 if (err != 0)
                         return err;
         }
-        if (!r->live_verdict &&
-            contains(h->body, h->body_len, "log rule verdict ")) {
+        if (!r->live_verdict && verdict) {
                 r->live_verdict = true;
-                if (r->opts->until == LOGMON_UNTIL_VERDICT)
-                        r->stopped = true;
+                /* Lines read before the verdict can follow it on the
+                 * console: only lines after its time are cut. */
+                if (r->opts->until == LOGMON_UNTIL_VERDICT &&
+                    agent_time(h->body, h->body_len, &ts)) {
+                        r->until_set = true;
+                        r->until_ts = ts;
+                }
         }
         return catch_up(r, r->now);
 }
@@ -1001,7 +1021,8 @@ static int flush_pending(struct logmon_replay *r)
  * "[rank0]:" stays plain, and a console capture stays a console log
  * despite a container's prelude, which has no prefix. Leading RFC 3339
  * timestamps (kubectl --timestamps, ${time}) count when at least half
- * the lines have one. */
+ * the lines other than the agent's have one (${time} never stamps the
+ * agent's lines). */
 static int decide_layout(struct logmon_replay *r)
 {
         uint64_t held = r->pending_len > 0 ?
@@ -1020,7 +1041,8 @@ static int decide_layout(struct logmon_replay *r)
         /* In a plain log a leading timestamp is the program's own, part
          * of the text the rules see, unless kubectl's nanoseconds or a
          * second one say kubectl put it there. */
-        r->head_ts = held > 0 && 2 * r->pending_stamped >= held &&
+        r->head_ts = held > 0 &&
+                     2 * r->pending_stamped >= (others > 0 ? others : held) &&
                      (r->layout != LOGMON_LAYOUT_PLAIN || r->head_ts_kubectl);
         /* Counted again as they go through. */
         r->agent_lines = 0;
@@ -1060,7 +1082,7 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
                 r->agent_lines++;
         else if (h.name != NULL)
                 r->pending_prefixed++;
-        if (h.have_ts)
+        if (h.have_ts && (!h.agent || h.kubectl || h.ts_count > 1))
                 r->pending_stamped++;
         if (h.ts_count > 1 || h.kubectl)
                 r->head_ts_kubectl = true;
@@ -1132,6 +1154,8 @@ static int replay_begin(struct logmon_ruleset *rs,
         r->head_ts = r->layout != LOGMON_LAYOUT_AUTO &&
                      r->layout != LOGMON_LAYOUT_PLAIN;
         r->clock = r->opts->rate > 0 ? CLOCK_RATE : CLOCK_NONE;
+        r->until_set = r->opts->until == LOGMON_UNTIL_TIME;
+        r->until_ts = r->opts->until_ms;
         /* A leap year, so that a glog "0229" is a real day. */
         r->glog_year = 2000;
         *rp = r;
@@ -1290,9 +1314,26 @@ static int run_until(struct logmon_replay *r)
                 }
                 return 0;
         case LOGMON_UNTIL_VERDICT:
-                return r->live_verdict ? 0 : -ENOENT;
+                if (!r->live_verdict)
+                        return -ENOENT;
+                if (!r->until_set)
+                        return 0;
+                end = r->until_ts - r->base;
+                if (end >= (int64_t)r->now) {
+                        err = catch_up(r, (uint64_t)end);
+                        r->now = (uint64_t)end;
+                        return err;
+                }
+                return 0;
         case LOGMON_UNTIL_END:
                 break;
+        }
+        if (r->have_end && r->end_ts - r->base > (int64_t)r->now) {
+                end = r->end_ts - r->base;
+                err = catch_up(r, (uint64_t)end);
+                if (err != 0)
+                        return err;
+                r->now = (uint64_t)end;
         }
         err = catch_up(r, r->now + r->opts->tail_ms);
         r->now += r->opts->tail_ms;
