@@ -31,6 +31,7 @@ static int replay(const struct hp_config *cfg)
                 .nmonitored = HP_MAX_NPROC,
                 .until = cfg->replay_until,
                 .strict = cfg->strict,
+                .emit_expect = cfg->emit_expect,
                 .text = cfg->replay_format == 0 ||
                         (cfg->replay_format < 0 && isatty(STDOUT_FILENO)),
         };

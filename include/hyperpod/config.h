@@ -92,6 +92,7 @@ struct hp_config {
         int replay_format;          /* --replay-format: -1 not given (text
                                      * on a terminal), 0 text, 1 json */
         const char *check_rules;    /* --check-rules FILE, or NULL */
+        const char *emit_expect;    /* --emit-expect FILE, or NULL */
         bool strict;                /* --strict: unknown rule keys refused */
 
         /* the training command */

@@ -445,6 +445,11 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
  * HP_ECONFIG for a malformed expectation, described in errbuf. */
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len);
+/* Writes what the replay's judged streams did as an expectation that
+ * logmon_expect_check then meets: final rule states and the stream state
+ * where every judged stream agrees, and every state change with its
+ * stream, line and time (record once, review, commit). 0 or -EIO. */
+int logmon_expect_emit(const struct logmon_replay *r, FILE *f);
 /* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
 int logmon_expect_load(const char *path, cJSON **out, char *errbuf,
                        size_t len);
@@ -464,6 +469,7 @@ struct logmon_check_opts {
         const char *until;  /* --replay-until TIME|+SECONDS|verdict */
         bool text;          /* --replay-format text */
         bool strict;        /* --strict */
+        const char *emit_expect; /* --emit-expect FILE, or NULL */
 };
 
 /*

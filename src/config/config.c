@@ -384,6 +384,7 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
         const struct raw_value *until = &raw[HP_OPT_REPLAY_UNTIL];
         const struct raw_value *input = &raw[HP_OPT_REPLAY_INPUT];
         const struct raw_value *format = &raw[HP_OPT_REPLAY_FORMAT];
+        const struct raw_value *emit = &raw[HP_OPT_EMIT_EXPECT];
         char *end;
         int r;
 
@@ -398,7 +399,14 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
                         ERR("%s was given without --replay", input->source);
                 if (format->text != NULL)
                         ERR("%s was given without --replay", format->source);
+                if (emit->text != NULL)
+                        ERR("%s was given without --replay", emit->source);
                 return 0;
+        }
+        if (emit->text != NULL) {
+                if (emit->text[0] == '\0')
+                        ERR("empty value for %s", emit->source);
+                cfg->emit_expect = emit->text;
         }
         cfg->replay_format = -1;
         if (format->text != NULL) {

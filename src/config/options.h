@@ -54,6 +54,7 @@
         XX(REPLAY_FORMAT, "replay-format", 0, 1, NULL)                        \
         XX(CHECK_RULES, "check-rules", 0, 1, NULL)                            \
         XX(STRICT, "strict", 0, 0, NULL)                                      \
+        XX(EMIT_EXPECT, "emit-expect", 0, 1, NULL)                            \
         XX(HELP, "help", 'h', 0, NULL)                                        \
         XX(VERSION, "version", 'V', 0, NULL)
 

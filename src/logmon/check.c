@@ -92,6 +92,30 @@ static void report(const struct logmon_check_opts *opts,
                             info.unprefixed == 1 ? "" : "s");
 }
 
+static int emit(const char *path, const struct logmon_replay *r,
+                char *errbuf, size_t len)
+{
+        FILE *f = fopen(path, "w");
+        int err;
+
+        if (f == NULL) {
+                err = -errno;
+                snprintf(errbuf, len, "--emit-expect %s: %s", path,
+                         strerror(-err));
+                return err;
+        }
+        err = logmon_expect_emit(r, f);
+        if (fclose(f) != 0 && err == 0)
+                err = -errno;
+        if (err != 0)
+                snprintf(errbuf, len, "--emit-expect %s: %s", path,
+                         hp_strerror(err));
+        else
+                hp_log_info("%s: expectation written: review it, then "
+                            "check with --expect", path);
+        return err;
+}
+
 /* --replay-until: "verdict", "+SECONDS" or an ISO 8601 time. */
 static int parse_until(const char *text, struct logmon_replay_opts *o,
                        char *errbuf, size_t len)
@@ -186,6 +210,11 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                 goto out;
         }
         report(opts, r);
+        if (opts->emit_expect != NULL) {
+                err = emit(opts->emit_expect, r, errbuf, len);
+                if (err != 0)
+                        goto out;
+        }
         if (expect == NULL)
                 goto out;
         /* An expectation judged with time standing still would pass a
@@ -193,8 +222,12 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
          * checked. */
         logmon_replay_get_info(r, &info);
         timed = logmon_ruleset_timed(rs);
-        if (timed >= 0 && (strcmp(info.clock, "none") == 0 ||
-                           strcmp(info.clock, "agent") == 0)) {
+        /* The agent's own times are a clock only for a log with no
+         * worker line between them (a job that printed nothing). */
+        if (timed >= 0 &&
+            (strcmp(info.clock, "none") == 0 ||
+             (strcmp(info.clock, "agent") == 0 &&
+              info.lines > info.agent_lines + info.unprefixed))) {
                 snprintf(errbuf, len, "--expect %s: rule %d (%s) has a time "
                          "limit, but no line of %s has a timestamp, so "
                          "time stood still; give --replay-rate, or record "

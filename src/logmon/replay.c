@@ -1934,3 +1934,79 @@ int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                 diffs += check_transitions(r, item, want, diff);
         return diffs;
 }
+
+/* ---------------------------------------------------------------------
+ * Writing an expectation (--emit-expect)
+ */
+
+/* The state every judged stream of rule (or of the stream, rule < 0)
+ * ended in, or -1 when they differ or none is judged. */
+static int common_state(const struct logmon_replay *r, int rule)
+{
+        struct logmon_rule_info info;
+        int common = -1, s;
+        size_t i;
+
+        for (i = 0; i < r->nstreams; i++) {
+                if (!r->streams[i].judged)
+                        continue;
+                if (rule < 0) {
+                        s = (int)logmon_stream_state(r->streams[i].mon);
+                } else {
+                        logmon_stream_rule_info(r->streams[i].mon,
+                                                (size_t)rule, &info);
+                        s = (int)info.state;
+                }
+                if (common >= 0 && s != common)
+                        return -1;
+                common = s;
+        }
+        return common;
+}
+
+int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
+{
+        const struct replay_change *c;
+        bool first = true;
+        size_t i;
+        int s;
+
+        fputs("{\n  \"final\": {", f);
+        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
+                s = common_state(r, (int)i);
+                if (s < 0)
+                        continue;
+                fputs(first ? "\n    " : ",\n    ", f);
+                first = false;
+                json_cstr(f, logmon_ruleset_rule_name(r->rs, i));
+                fprintf(f, ": \"%s\"", logmon_state_name((enum logmon_state)s));
+        }
+        fputs(first ? "},\n" : "\n  },\n", f);
+        s = common_state(r, -1);
+        if (s >= 0)
+                fprintf(f, "  \"state\": \"%s\",\n",
+                        logmon_state_name((enum logmon_state)s));
+        fputs("  \"transitions\": [", f);
+        first = true;
+        for (i = 0; i < r->nchanges; i++) {
+                c = &r->changes[i];
+                if (c->kind != LOGMON_EVENT_STATE ||
+                    !r->streams[c->stream].judged)
+                        continue;
+                fputs(first ? "\n    " : ",\n    ", f);
+                first = false;
+                fputs("{\"rule\": ", f);
+                json_cstr(f, logmon_ruleset_rule_name(r->rs, c->rule));
+                fprintf(f, ", \"state\": \"%s\", \"stream\": ",
+                        logmon_state_name(c->to));
+                json_cstr(f, r->streams[c->stream].name);
+                if (c->line_no != 0)
+                        fprintf(f, ", \"line_no\": %" PRIu64, c->line_no);
+                else
+                        fputs(", \"line_no\": null", f);
+                fprintf(f, ", \"time\": %" PRIu64 ".%03" PRIu64 "}",
+                        c->time / 1000, c->time % 1000);
+        }
+        fputs(first ? "]\n}\n" : "\n  ]\n}\n", f);
+        return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
+}

@@ -326,3 +326,118 @@ def test_bad_input_is_refused_with_status_2(hpr, tmp_path, args, message):
     assert rc == 2, err
     assert err == f"hyperpodrun: error: {message.format(**files)}\n"
     assert out == ""
+
+
+CASES = SOURCE_ROOT / "tests" / "logmon" / "cases"
+# A file that holds one object is read as an object with
+# logMonitoringConfiguration or as a job, before any rule is looked at.
+FILE_ERRORS = {
+    "error-001-not-a-list": "no rule list: expected a list of rules, an "
+                            "object with logMonitoringConfiguration or a job "
+                            "with spec.runPolicy.logMonitoringConfiguration",
+}
+
+
+def broken_rule_files():
+    """Every invalid rule file of the engine's case corpus: its rules, its
+    options and the error the engine gives."""
+    for path in sorted(CASES.glob("error-*.txt")):
+        sections, key = {}, None
+        for line in path.read_text().splitlines():
+            if line.startswith("%"):
+                key, _, rest = line.partition(" ")
+                sections[key] = rest
+            elif key is not None:
+                sections[key] = (sections[key] + "\n" + line).strip("\n")
+        yield pytest.param(sections["%rules"],
+                           FILE_ERRORS.get(path.stem, sections["%error"]),
+                           "strict" in sections.get("%opts", ""),
+                           id=path.stem)
+
+
+@pytest.mark.parametrize("rules,error,strict", list(broken_rule_files()))
+def test_check_rules_refuses_every_broken_rule_file(hpr, tmp_path, rules,
+                                                    error, strict):
+    path = write(tmp_path, "rules.json", rules)
+    rc, out, err = replay(hpr, "--check-rules", path,
+                          *(["--strict"] if strict else []))
+    assert rc == 2, err
+    assert err == f"hyperpodrun: error: {path}: {error}\n"
+    assert out == ""
+
+
+def test_check_rules_prints_the_rules_as_understood(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", [
+        {"name": "Hang", "logPattern": ".*loss (\\S+)",
+         "expectedStartCutOffInSeconds": 10,
+         "expectedRecurringFrequencyInSeconds": 5,
+         "metricThreshold": 5, "operator": "gt",
+         "expectedStartCutoffInSeconds": 3}])
+    rc, out, err = replay(hpr, "--check-rules", rules)
+    assert rc == 0, err
+    assert out == (
+        "rule 0: Hang\n"
+        "  logPattern: .*loss (\\S+)\n"
+        "  stopPattern: none (the rule never retires)\n"
+        "  expectedStartCutOffInSeconds: 10.000 s (HANGING when no line "
+        "matches within it)\n"
+        "  expectedRecurringFrequencyInSeconds: 5.000 s (HANGING when a "
+        "match is not followed by another within it)\n"
+        "  metric: capture 1 gt 5 in 1 data point in a row makes it SLOW\n"
+        "  faultOnMatch: false\n"
+        f"{rules}: 1 rule, valid, with the warnings above\n")
+    assert ("rule 0 (Hang): expectedStartCutoffInSeconds: unknown key, "
+            "ignored; did you mean \"expectedStartCutOffInSeconds\"?") in err
+
+    # --strict: the same key is an error, in --check-rules and --replay.
+    message = (f"hyperpodrun: error: {rules}: rule 0 (Hang): "
+               "expectedStartCutoffInSeconds: unknown key (--strict); did "
+               "you mean \"expectedStartCutOffInSeconds\"?\n")
+    rc, out, err = replay(hpr, "--check-rules", rules, "--strict")
+    assert (rc, out, err) == (2, "", message)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--strict")
+    assert (rc, out, err) == (2, "", message)
+
+
+def test_summary_names_rules_that_never_matched(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", HEARTBEAT + [
+        {"name": "Typo", "logPattern": ".*losss.*"}])
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    assert events(out)[1]["never_matched"] == ["Typo"]
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--replay-format", "text")
+    assert rc == 0, err
+    assert "rules that never matched a line: Typo\n" in out
+
+
+def test_replay_until(hpr, tmp_path):
+    # A log that ends in silence reaches the deadline after it only when
+    # told to run on; a time cuts the lines after it.
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n"
+                                       "1750000004 loss 1\n"
+                                       "1750000020 loss 1\n")
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "2025-06-15T15:06:42Z")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0)]
+    assert summary["lines_after_until"] == 2
+    assert summary["time"] == 2.0
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "2025-06-15T15:06:50Z")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0), ("HANGING", 9.001)]
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "+10")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0), ("HANGING", 9.001), ("HEALTHY", 20.0),
+        ("HANGING", 25.001)]
+    assert summary["time"] == 30.0

@@ -221,3 +221,22 @@ def test_a_hung_console_fails_a_healthy_expectation(hpr, tmp_path):
     _, summary, _ = replay(hpr, rules, log, "--replay-until", "verdict")
     assert summary["agent_verdict"] is True
     assert summary["verdict"]["rule"] == "JobHangingDetection"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "hung", "slow",
+                                      "never_started"])
+def test_recorded_expectations_are_met_and_emitted_again(hpr, tmp_path,
+                                                         scenario):
+    # Golden files: each expect.json was written by --emit-expect from its
+    # console, reviewed and committed. The replay must still meet it, and
+    # emitting again must give the same file.
+    d = RECORDED / scenario
+    emitted = tmp_path / "expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", d / "console.log",
+                        "--log-monitoring-config", RECORDED / "rules.json",
+                        "--expect", d / "expect.json", "--emit-expect",
+                        emitted, "--replay-format", "json"],
+                       capture_output=True, env=hpr.env, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert f"{d / 'expect.json'}: expectation met by " in p.stderr.decode()
+    assert emitted.read_text() == (d / "expect.json").read_text()
