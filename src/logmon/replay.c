@@ -34,6 +34,7 @@ struct replay_stream {
          * it over. A rank that never prints still runs out its cut-off,
          * as live. */
         bool placeholder;
+        uint64_t *matches; /* per rule: metric matches written out */
 };
 
 struct replay_change {
@@ -843,6 +844,13 @@ static int stream_get(struct logmon_replay *r, const char *name,
         st->local_rank = st->name != NULL ? name_rank(st->name) : -1;
         st->judged = judged(r, st->name, st->local_rank);
         st->placeholder = false;
+        st->matches = calloc(logmon_ruleset_count(r->rs) + 1,
+                             sizeof(*st->matches));
+        if (st->matches == NULL) {
+                free(st->name);
+                logmon_stream_free(st->mon);
+                return -ENOMEM;
+        }
         /* Every stream's clock starts with the live rules' (the agent's
          * start line) or else with the log, not with its first line: a
          * rank that starts talking late is late. */
@@ -946,6 +954,40 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
         return catch_up(r, r->now);
 }
 
+/* The JSON output: each metric a threshold rule compared, as a "value"
+ * event, so that a metric can be plotted against its threshold
+ * (tools/plot_replay.py). */
+static void write_values(struct logmon_replay *r, size_t stream,
+                         uint64_t line_no)
+{
+        struct replay_stream *st = &r->streams[stream];
+        struct logmon_rule_limits lim;
+        struct logmon_rule_info info;
+        size_t i;
+
+        if (r->out == NULL || r->opts->text)
+                return;
+        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
+                logmon_ruleset_rule_limits(r->rs, i, &lim);
+                if (!lim.metric)
+                        continue;
+                logmon_stream_rule_info(st->mon, i, &info);
+                /* A capture that is not a number is not a match. */
+                if (info.matches == st->matches[i])
+                        continue;
+                st->matches[i] = info.matches;
+                fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64
+                                ",\"stream\":",
+                        r->now / 1000, r->now % 1000);
+                json_cstr(r->out, st->name);
+                fputs(",\"rule\":", r->out);
+                json_cstr(r->out, logmon_ruleset_rule_name(r->rs, i));
+                fprintf(r->out, ",\"event\":\"value\",\"value\":%.17g,"
+                                "\"line_no\":%" PRIu64 "}\n",
+                        info.last_value, line_no);
+        }
+}
+
 /* One line, once the layout is known. */
 static int process_line(struct logmon_replay *r, const char *line,
                         size_t len, uint64_t line_no)
@@ -990,7 +1032,10 @@ static int process_line(struct logmon_replay *r, const char *line,
                 return err;
         logmon_stream_feed(r->streams[idx].mon, h.body, h.body_len, r->now,
                            &ev);
-        return record_all(r, idx, &ev, line_no, h.body, h.body_len);
+        err = record_all(r, idx, &ev, line_no, h.body, h.body_len);
+        if (err == 0)
+                write_values(r, idx, line_no);
+        return err;
 }
 
 /* The layout is decided: the held lines go through in order, matched in
@@ -1262,6 +1307,25 @@ static void summary(struct logmon_replay *r)
                         fputc(',', f);
                 json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
         }
+        fputs("],\"rules\":[", f);
+        for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                struct logmon_rule_limits lim;
+
+                logmon_ruleset_rule_limits(r->rs, j, &lim);
+                fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
+                json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                if (lim.metric)
+                        fprintf(f, ",\"threshold\":%.17g,\"operator\":"
+                                   "\"%s\",\"datapoints\":%" PRIu32,
+                                lim.threshold, lim.op, lim.datapoints);
+                if (lim.cutoff_ms != UINT64_MAX)
+                        fprintf(f, ",\"cutoff\":%" PRIu64 ".%03" PRIu64,
+                                lim.cutoff_ms / 1000, lim.cutoff_ms % 1000);
+                if (lim.freq_ms != UINT64_MAX)
+                        fprintf(f, ",\"frequency\":%" PRIu64 ".%03" PRIu64,
+                                lim.freq_ms / 1000, lim.freq_ms % 1000);
+                fputc('}', f);
+        }
         fputs("],\"streams\":[", f);
         for (i = 0; i < r->nstreams; i++) {
                 struct logmon_stream *s = r->streams[i].mon;
@@ -1464,6 +1528,7 @@ void logmon_replay_free(struct logmon_replay *r)
                 return;
         for (i = 0; i < r->nstreams; i++) {
                 free(r->streams[i].name);
+                free(r->streams[i].matches);
                 logmon_stream_free(r->streams[i].mon);
         }
         free(r->streams);

@@ -30,12 +30,15 @@ def replay(hpr, *args, stdin=None):
     return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
-def events(stdout):
-    """The JSON lines: (state changes and other events, summary)."""
+def events(stdout, values=False):
+    """The JSON lines: (state changes and other events, summary); the
+    metric "value" events only with values."""
     lines = [json.loads(line) for line in stdout.splitlines()]
     assert lines and "summary" in lines[-1], stdout
     assert all("summary" not in line for line in lines[:-1]), stdout
-    return lines[:-1], lines[-1]["summary"]
+    return ([e for e in lines[:-1]
+             if values == (e.get("event") == "value")],
+            lines[-1]["summary"])
 
 
 def write(tmp_path, name, content):
@@ -441,3 +444,37 @@ def test_replay_until(hpr, tmp_path):
         ("HEALTHY", 0.0), ("HANGING", 9.001), ("HEALTHY", 20.0),
         ("HANGING", 25.001)]
     assert summary["time"] == 30.0
+
+
+def test_metric_values_and_rule_limits_for_plots(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n"
+                                       "1750000001 loss x\n"
+                                       "1750000002 loss 7\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    values, summary = events(out, values=True)
+    assert [(v["time"], v["rule"], v["value"], v["line_no"])
+            for v in values] == [(0.0, "Beat", 1, 1), (2.0, "Beat", 7, 3)]
+    assert summary["rules"] == [{"rule": "Beat", "threshold": 5,
+                                 "operator": "gt", "datapoints": 1,
+                                 "cutoff": 10.0, "frequency": 5.0}]
+
+
+def test_plot_tool_draws_a_replay(hpr, tmp_path):
+    d = EXAMPLES / "LowThroughputDetection"
+    rc, out, err = replay(hpr, "--replay", d / "failing.log",
+                          "--log-monitoring-config", d / "rule.json",
+                          "--replay-format", "json")
+    assert rc == 0, err
+    png = tmp_path / "plot.png"
+    tool = SOURCE_ROOT / "tools" / "plot_replay.py"
+    p = subprocess.run(["/usr/bin/python3", tool, "-", png], input=out,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = subprocess.run(["/usr/bin/python3", tool, "-", png],
+                       input="not json\n", capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0
