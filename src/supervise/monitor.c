@@ -74,6 +74,10 @@ static void log_verdict(struct hp_agent *a, struct hp_monitor *m,
                               (double)uv_hrtime() / 1e6 - (double)at : 0;
         char what[768];
 
+        /* The line that made the verdict goes out first, where both reach
+         * one file (a pod's log), so that the console reads in order. */
+        for (size_t i = 0; i < a->stream_hub.console_count; i++)
+                hp_console_commit_ordered(a->stream_hub.consoles[i]);
         if (logmon_verdict_format(m->rules, m->local_rank,
                                   a->stream_hub.wall_offset_ms, what,
                                   sizeof(what)) != 0)

@@ -1,10 +1,12 @@
 /*
  * libFuzzer target: replay, the code behind --replay, on any log. The
- * first byte picks the options (layout, a rate, a tail), the rest is the
- * log: timestamps, console prefixes, the lookahead, the line splitter
- * and the JSON writer. Every output line must be valid JSON, the last one
+ * first byte picks the options (layout, a rate, a tail or --replay-until
+ * verdict, rank 0 alone or every rank, text output), the rest is the
+ * log: timestamps, console prefixes, srun labels, the agent's own lines,
+ * the lookahead, the line splitter and the JSON writer. Every output line must be valid JSON, the last one
  * the summary, and an expectation check on the result must work.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -38,7 +40,9 @@ static void check_output(const char *out, size_t len)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+        static const bool rank0[1] = { true };
         struct logmon_replay_opts opts = { 0 };
+        bool text = false;
         struct logmon_replay *r = NULL;
         struct logmon_replay_info info;
         char errbuf[256], *out = NULL;
@@ -48,9 +52,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int err;
 
         if (size > 0) {
-                opts.layout = (enum logmon_replay_layout)(data[0] % 3);
+                opts.layout = (enum logmon_replay_layout)(data[0] % 4);
                 opts.rate = data[0] & 4 ? 2.5 : 0;
                 opts.tail_ms = data[0] & 8 ? 700000 : 0;
+                if (data[0] & 16) {
+                        opts.monitored = rank0;
+                        opts.nmonitored = 1;
+                }
+                if (data[0] & 32)
+                        opts.until = LOGMON_UNTIL_VERDICT;
+                text = opts.text = (data[0] & 64) != 0;
                 data++;
                 size--;
         }
@@ -59,8 +70,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         err = logmon_replay_buffer(fuzz_fixed_ruleset(), (const char *)data,
                                    size, &opts, f, &r);
         fclose(f);
+        /* --replay-until verdict on a log without the agent's verdict. */
+        if (err == -ENOENT && opts.until == LOGMON_UNTIL_VERDICT) {
+                free(out);
+                return 0;
+        }
         FUZZ_ASSERT(err == 0);
-        check_output(out, out_len);
+        if (!text)
+                check_output(out, out_len);
         free(out);
 
         logmon_replay_get_info(r, &info);

@@ -177,6 +177,13 @@ def test_replay_reaches_the_live_verdict_in_every_format(hpr, tmp_path,
                          "slow": "LowThroughputDetection",
                          "never_started": "JobStart"}[scenario]
         assert (live["rule"], live["local_rank"]) == (expected_rule, 0)
+    if scenario == "slow":
+        # The line that made the verdict is on the console before it.
+        lines = console.splitlines()
+        verdict_at = next(i for i, line in enumerate(lines)
+                          if "log rule verdict" in line)
+        assert any(line.endswith(live["last_line"])
+                   for line in lines[:verdict_at]), console
     stdout_log = hpr.only_train_dir() / "attempt_0" / "0" / "stdout.log"
     check_formats(hpr, tmp_path, rules, console, live, stdout_log)
 
