@@ -419,6 +419,8 @@ struct logmon_verdict {
         int64_t wall_ms;      /* epoch ms, when the log has a clock */
         uint64_t line_no;     /* 0: a deadline */
 };
+/* Whether rule i matched a line on any judged stream. */
+bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i);
 /* Returns true and fills *out when the replay reached a verdict. */
 bool logmon_replay_verdict(const struct logmon_replay *r,
                            struct logmon_verdict *out);

@@ -68,9 +68,11 @@ static int load_expectation(const struct logmon_check_opts *opts,
 
 /* What the user should know about how the log was read. */
 static void report(const struct logmon_check_opts *opts,
+                   const struct logmon_ruleset *rs,
                    const struct logmon_replay *r)
 {
         struct logmon_replay_info info;
+        size_t i;
 
         logmon_replay_get_info(r, &info);
         hp_log_info("%s: read as a %s log, clock: %s", log_label(opts->log),
@@ -85,6 +87,13 @@ static void report(const struct logmon_check_opts *opts,
                             "--replay-rate was not given: time stood still, "
                             "so no cut-off or recurring frequency could "
                             "expire", log_label(opts->log));
+        /* A pattern that never matches is the likeliest reason for a
+         * rule that stayed WAITING: say which. */
+        for (i = 0; i < logmon_ruleset_count(rs); i++)
+                if (!logmon_replay_rule_matched(r, i))
+                        hp_log_warn("%s: rule %zu (%s) matched no line",
+                                    log_label(opts->log), i,
+                                    logmon_ruleset_rule_name(rs, i));
         if (info.unprefixed > 0)
                 hp_log_info("%s: %" PRIu64 " line%s without a console "
                             "prefix (not a rank's output) went to no rule",
@@ -209,7 +218,7 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                                                hp_strerror(err));
                 goto out;
         }
-        report(opts, r);
+        report(opts, rs, r);
         if (opts->emit_expect != NULL) {
                 err = emit(opts->emit_expect, r, errbuf, len);
                 if (err != 0)

@@ -1207,8 +1207,7 @@ static int replay_begin(struct logmon_ruleset *rs,
         return 0;
 }
 
-/* Whether rule i matched a line on any judged stream. */
-static bool rule_matched(const struct logmon_replay *r, size_t i)
+bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i)
 {
         struct logmon_rule_info info;
         size_t k;
@@ -1301,7 +1300,7 @@ static void summary(struct logmon_replay *r)
         summary_verdict(r);
         fputs(",\"never_matched\":[", f);
         for (j = 0, k = 0; j < logmon_ruleset_count(r->rs); j++) {
-                if (rule_matched(r, j))
+                if (logmon_replay_rule_matched(r, j))
                         continue;
                 if (k++ > 0)
                         fputc(',', f);
@@ -1433,7 +1432,7 @@ static void text_summary(struct logmon_replay *r)
                                 logmon_stream_reason(st->mon));
         }
         for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
-                if (rule_matched(r, i))
+                if (logmon_replay_rule_matched(r, i))
                         continue;
                 fprintf(f, "%s%s", k++ == 0 ? "rules that never matched a "
                                              "line: " : ", ",

@@ -412,6 +412,7 @@ def test_summary_names_rules_that_never_matched(hpr, tmp_path):
                           rules)
     assert rc == 0, err
     assert events(out)[1]["never_matched"] == ["Typo"]
+    assert f"warning: {log}: rule 1 (Typo) matched no line\n" in err
     rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
                           rules, "--replay-format", "text")
     assert rc == 0, err
