@@ -1,7 +1,9 @@
 /* Replay: a recorded log through the rules, with time taken from the
- * lines themselves or from a fixed rate, and a checker that compares the
- * outcome with an expectation for CI. Unlike the engine, this is not a hot
- * path: it allocates freely. */
+ * lines themselves or from a fixed rate; its formats (the agent's
+ * console, kubectl --timestamps, srun --label, plain files), the agent's
+ * own lines and the output. Timestamps are in replay_time.c, the
+ * expectation check in replay_expect.c. Unlike the engine, this is not a
+ * hot path: it allocates freely. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -10,54 +12,16 @@
 #include <string.h>
 
 #include "hyperpod/common.h"
-#include "logmon-private.h"
+#include "replay-private.h"
 
 /* Lines longer than this are cut and continued as a new line, like the
  * live splitter does (HP_LINE_MAX in stream.h). */
 #define REPLAY_LINE_MAX (64 * 1024)
 #define REPLAY_CHUNK (64 * 1024)
 #define PREFIX_MAX 64
-/* A clock step back of more than this in a glog log (which has no year)
- * is the turn of a year. */
-#define GLOG_YEAR_TURN_MS (180LL * 86400 * 1000)
 /* Replay time saturates here (about 285 000 years), so that a tiny
  * --replay-rate cannot overflow a deadline. */
 #define REPLAY_TIME_MAX 9000000000000000.0
-
-struct replay_stream {
-        char *name; /* NULL: the one stream of a plain log */
-        struct logmon_stream *mon;
-        int local_rank; /* the number its name ends in; -1: none */
-        bool judged;    /* --log-monitor-ranks selects it */
-        /* Made at the agent's start line for a judged local rank, before
-         * any of its lines: the first stream named for that rank takes
-         * it over. A rank that never prints still runs out its cut-off,
-         * as live. */
-        bool placeholder;
-        uint64_t *matches; /* per rule: metric matches written out */
-};
-
-struct replay_change {
-        size_t stream;
-        uint32_t rule;
-        uint8_t kind;
-        uint8_t pattern;
-        uint8_t from;
-        uint8_t to;
-        uint64_t time;    /* ms since the start */
-        uint64_t line_no; /* 0: a deadline, not a line */
-};
-
-enum replay_clock {
-        CLOCK_NONE = 0, /* no timestamp seen yet */
-        CLOCK_RATE,
-        CLOCK_ASCTIME,  /* one parser with ISO 8601, named by the first */
-        CLOCK_ISO8601,
-        CLOCK_EPOCH,
-        CLOCK_GLOG,
-        CLOCK_HEAD,     /* kubectl --timestamps or ${time} before a line */
-        CLOCK_AGENT,    /* only the agent's own start and verdict lines */
-};
 
 static const char *const clock_names[] = {
         [CLOCK_NONE] = "none",       [CLOCK_RATE] = "rate",
@@ -84,60 +48,6 @@ struct line_head {
         bool agent;            /* hyperpodrun's own line */
 };
 
-struct logmon_replay {
-        struct logmon_ruleset *rs;
-        struct replay_stream *streams;
-        size_t nstreams;
-        struct replay_change *changes;
-        size_t nchanges, capchanges;
-        uint64_t lines;
-        uint64_t unprefixed;
-        uint64_t now;     /* ms since the start */
-        enum replay_clock clock;
-        enum logmon_replay_layout layout; /* AUTO: not decided yet */
-        bool have_base;
-        int64_t base;     /* epoch ms of the first timestamp */
-        int64_t last_ts;  /* the latest timestamp, for glog's year */
-        int glog_year;
-        const struct logmon_replay_opts *opts;
-        FILE *out;
-        int error;
-        /* The splitter's partial line. */
-        char *buf;
-        size_t len;
-        bool after_cr;
-        /* While the layout is undecided: the lines so far, each a size_t
-         * length and its bytes, numbered from pending_first. */
-        char *pending;
-        size_t pending_len, pending_cap;
-        uint64_t pending_first;
-        uint64_t pending_prefixed; /* held lines with a console prefix */
-        uint64_t pending_labelled; /* held lines with an srun label */
-        uint64_t pending_stamped;  /* held lines with a leading RFC 3339 */
-        bool head_ts;              /* lines carry leading timestamps */
-        bool head_ts_kubectl;      /* two of them, or nanoseconds */
-        uint64_t agent_lines;
-        uint64_t start_ms;         /* when the live rule clocks started */
-        bool started;              /* the agent's start line was seen */
-        bool live_verdict;         /* the agent's verdict line was seen */
-        bool stopped;              /* --replay-until verdict: it was */
-        uint64_t text_line_shown;  /* --replay-format text */
-        bool until_set;            /* --replay-until TIME, or verdict's */
-        int64_t until_ts;
-        bool have_end;             /* no clock but the agent's: its */
-        int64_t end_ts;            /* verdict's time ends the replay */
-        uint64_t after_stop;       /* lines after it, not fed */
-        /* The first verdict, as the live agent takes it (check_verdict in
-         * src/supervise/monitor.c): the first judged stream to reach SLOW
-         * or above, named by its reason rule. */
-        bool have_verdict;
-        size_t v_stream;
-        int v_rule;
-        enum logmon_state v_state;
-        uint64_t v_time, v_line_no;
-        char v_message[1024];
-        char v_line[LOGMON_LAST_LINE_MAX + 1];
-};
 
 /* ---------------------------------------------------------------------
  * JSON output
@@ -173,220 +83,12 @@ void logmon__json_string(FILE *f, const char *s, size_t n)
         fputc('"', f);
 }
 
-static void json_cstr(FILE *f, const char *s)
+void logmon__json_cstr(FILE *f, const char *s)
 {
         if (s == NULL)
                 fputs("null", f);
         else
                 logmon__json_string(f, s, strlen(s));
-}
-
-/* ---------------------------------------------------------------------
- * Timestamps
- */
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
- * days_from_civil), so that no time zone or libc state is involved. */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-        int64_t era;
-        unsigned yoe, doy, doe;
-
-        y -= m <= 2;
-        era = (y >= 0 ? y : y - 399) / 400;
-        yoe = (unsigned)(y - era * 400);
-        doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-        doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        return era * 146097 + (int64_t)doe - 719468;
-}
-
-static bool digits(const char *p, const char *end, int n, int *out)
-{
-        int v = 0, i;
-
-        if (end - p < n)
-                return false;
-        for (i = 0; i < n; i++) {
-                if (p[i] < '0' || p[i] > '9')
-                        return false;
-                v = v * 10 + (p[i] - '0');
-        }
-        *out = v;
-        return true;
-}
-
-/* Fraction digits after a '.' or ',' as milliseconds (truncated). */
-static const char *fraction_ms(const char *p, const char *end, int *ms)
-{
-        int scale = 100;
-
-        *ms = 0;
-        while (p < end && *p >= '0' && *p <= '9') {
-                *ms += (*p - '0') * scale;
-                scale /= 10;
-                p++;
-        }
-        return p;
-}
-
-/* "05:51:29" and an optional ".300" or ",300" at p: seconds of the day
- * and milliseconds. Returns the end, or NULL. */
-static const char *time_of_day(const char *p, const char *end, int *secs,
-                               int *ms)
-{
-        int h, mi, s;
-
-        if (!digits(p, end, 2, &h) || end - p < 8 || p[2] != ':' ||
-            !digits(p + 3, end, 2, &mi) || p[5] != ':' ||
-            !digits(p + 6, end, 2, &s) || h > 23 || mi > 59 || s > 60)
-                return NULL;
-        p += 8;
-        *ms = 0;
-        if (p < end && (*p == '.' || *p == ','))
-                p = fraction_ms(p + 1, end, ms);
-        *secs = h * 3600 + mi * 60 + s;
-        return p;
-}
-
-/* 2025-06-17 05:51:29,300 (asctime) or 2025-06-17T05:51:29.3+02:00 (ISO
- * 8601, fraction and zone optional). A time without a zone is taken as
- * UTC: only differences matter here. */
-static bool ts_datetime(const char *p, const char *end, int64_t *out,
-                        enum replay_clock *kind)
-{
-        int y, mo, d, secs, ms, zh, zm, sign;
-        int64_t t;
-
-        if (!digits(p, end, 4, &y) || end - p < 11 || p[4] != '-' ||
-            !digits(p + 5, end, 2, &mo) || p[7] != '-' ||
-            !digits(p + 8, end, 2, &d) || (p[10] != ' ' && p[10] != 'T') ||
-            mo < 1 || mo > 12 || d < 1 || d > 31)
-                return false;
-        *kind = p[10] == 'T' ? CLOCK_ISO8601 : CLOCK_ASCTIME;
-        p = time_of_day(p + 11, end, &secs, &ms);
-        if (p == NULL)
-                return false;
-        t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + secs;
-        if (p < end && (*p == '+' || *p == '-') && digits(p + 1, end, 2, &zh)) {
-                sign = *p == '-' ? -1 : 1;
-                p += 3;
-                if (p < end && *p == ':')
-                        p++;
-                if (!digits(p, end, 2, &zm))
-                        zm = 0;
-                t -= sign * (zh * 3600 + zm * 60);
-        }
-        *out = t * 1000 + ms;
-        return true;
-}
-
-bool logmon__parse_time(const char *s, int64_t *ms)
-{
-        enum replay_clock kind;
-        const char *end = s + strlen(s), *p;
-
-        if (!ts_datetime(s, end, ms, &kind))
-                return false;
-        /* Whatever ts_datetime did not read must be a zone it read, or
-         * 'Z': look for junk after the seconds' fraction. */
-        p = s + 19;
-        if (p < end && (*p == '.' || *p == ','))
-                for (p++; p < end && *p >= '0' && *p <= '9'; p++)
-                        ;
-        if (p < end && *p == 'Z')
-                p++;
-        else if (p < end && (*p == '+' || *p == '-'))
-                p += p + 3 < end && p[3] == ':' ? 6 : p + 3 < end ? 5 : 3;
-        return p == end;
-}
-
-/* 1750139489.300: ten digits of epoch seconds (2001 to 2286), ending the
- * line or followed by a fraction, a blank or a ']'. */
-static bool ts_epoch(const char *p, const char *end, int64_t *out)
-{
-        int64_t secs = 0;
-        int i, ms = 0;
-
-        if (end - p < 10)
-                return false;
-        for (i = 0; i < 10; i++) {
-                if (p[i] < '0' || p[i] > '9')
-                        return false;
-                secs = secs * 10 + (p[i] - '0');
-        }
-        p += 10;
-        if (p < end && *p != '.' && *p != ' ' && *p != ']')
-                return false;
-        if (p < end && *p == '.')
-                fraction_ms(p + 1, end, &ms);
-        *out = secs * 1000 + ms;
-        return true;
-}
-
-/* I0617 05:51:29.300000: glog's severity letter, month and day, time of
- * day. glog writes no year; the caller's year is used. */
-static bool ts_glog(const char *p, const char *end, int year, int64_t *out)
-{
-        int mo, d, secs, ms;
-
-        if (end - p < 6 || p[0] == '\0' || strchr("IWEF", p[0]) == NULL ||
-            !digits(p + 1, end, 2, &mo) || !digits(p + 3, end, 2, &d) ||
-            p[5] != ' ' || mo < 1 || mo > 12 || d < 1 || d > 31)
-                return false;
-        if (time_of_day(p + 6, end, &secs, &ms) == NULL)
-                return false;
-        *out = (days_from_civil(year, (unsigned)mo, (unsigned)d) * 86400 +
-                secs) * 1000 + ms;
-        return true;
-}
-
-/*
- * The timestamp at the start of a line (after its console prefix),
- * optionally inside a '[', as epoch milliseconds. The first line that has
- * one fixes the format for the rest of the log.
- */
-static bool parse_timestamp(struct logmon_replay *r, const char *line,
-                            size_t len, int64_t *out)
-{
-        const char *p = line, *end = line + len;
-        enum replay_clock kind = CLOCK_NONE;
-        bool found = false;
-
-        if (p < end && *p == '[')
-                p++;
-        switch (r->clock) {
-        case CLOCK_NONE:
-        case CLOCK_AGENT:
-                if (ts_datetime(p, end, out, &kind)) {
-                        found = true;
-                } else if (ts_epoch(p, end, out)) {
-                        kind = CLOCK_EPOCH;
-                        found = true;
-                } else if (ts_glog(p, end, r->glog_year, out)) {
-                        kind = CLOCK_GLOG;
-                        found = true;
-                }
-                if (found)
-                        r->clock = kind;
-                return found;
-        case CLOCK_ASCTIME:
-        case CLOCK_ISO8601:
-                return ts_datetime(p, end, out, &kind);
-        case CLOCK_EPOCH:
-                return ts_epoch(p, end, out);
-        case CLOCK_GLOG:
-                if (!ts_glog(p, end, r->glog_year, out))
-                        return false;
-                if (*out < r->last_ts - GLOG_YEAR_TURN_MS) {
-                        r->glog_year++;
-                        ts_glog(p, end, r->glog_year, out);
-                }
-                return true;
-        case CLOCK_RATE:
-        case CLOCK_HEAD:
-                break;
-        }
-        return false;
 }
 
 /* Moves the clock to ts (epoch ms). Out-of-order timestamps (several
@@ -425,7 +127,7 @@ static void advance_clock(struct logmon_replay *r,
         }
         if (h->agent)
                 return;
-        if (parse_timestamp(r, h->body, h->body_len, &ts))
+        if (logmon__line_timestamp(r, h->body, h->body_len, &ts))
                 set_clock(r, ts);
 }
 
@@ -461,7 +163,7 @@ static size_t head_timestamp(const char *p, const char *end, int64_t *ts,
         while (p + n < end && n < 40 && p[n] != ' ')
                 n++;
         if (n < 20 || p + n == end || p[n] != ' ' || p[n - 1] != 'Z' ||
-            p[10] != 'T' || !ts_datetime(p, p + n, ts, &kind))
+            p[10] != 'T' || !logmon__ts_datetime(p, p + n, ts, &kind))
                 return 0;
         *nanos = n > 24;
         return n + 1;
@@ -571,7 +273,7 @@ static bool agent_time(const char *p, size_t len, int64_t *ts)
 
         for (i = 0; i + 4 + 20 <= len; i++)
                 if (memcmp(p + i, " at ", 4) == 0 && p[i + 4 + 10] == 'T' &&
-                    ts_datetime(p + i + 4, p + len, ts, &kind))
+                    logmon__ts_datetime(p + i + 4, p + len, ts, &kind))
                         return true;
         return false;
 }
@@ -678,9 +380,9 @@ static int record(struct logmon_replay *r, size_t stream,
 
         fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64 ",\"stream\":",
                 r->now / 1000, r->now % 1000);
-        json_cstr(r->out, r->streams[stream].name);
+        logmon__json_cstr(r->out, r->streams[stream].name);
         fputs(",\"rule\":", r->out);
-        json_cstr(r->out, logmon_ruleset_rule_name(r->rs, e->rule));
+        logmon__json_cstr(r->out, logmon_ruleset_rule_name(r->rs, e->rule));
         if (e->kind == LOGMON_EVENT_STATE)
                 fprintf(r->out, ",\"from\":\"%s\",\"state\":\"%s\"",
                         logmon_state_name(e->from), logmon_state_name(e->to));
@@ -979,9 +681,9 @@ static void write_values(struct logmon_replay *r, size_t stream,
                 fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64
                                 ",\"stream\":",
                         r->now / 1000, r->now % 1000);
-                json_cstr(r->out, st->name);
+                logmon__json_cstr(r->out, st->name);
                 fputs(",\"rule\":", r->out);
-                json_cstr(r->out, logmon_ruleset_rule_name(r->rs, i));
+                logmon__json_cstr(r->out, logmon_ruleset_rule_name(r->rs, i));
                 fprintf(r->out, ",\"event\":\"value\",\"value\":%.17g,"
                                 "\"line_no\":%" PRIu64 "}\n",
                         info.last_value, line_no);
@@ -1250,16 +952,16 @@ static void summary_verdict(struct logmon_replay *r)
                 return;
         }
         fputs("{\"rule\":", f);
-        json_cstr(f, v.rule);
+        logmon__json_cstr(f, v.rule);
         fputs(",\"stream\":", f);
-        json_cstr(f, v.stream);
+        logmon__json_cstr(f, v.stream);
         fprintf(f, ",\"local_rank\":%d,\"state\":\"%s\",\"time\":%" PRIu64
                    ".%03" PRIu64 ",\"wall\":",
                 v.local_rank, logmon_state_name(v.state), v.time_ms / 1000,
                 v.time_ms % 1000);
         if (v.have_wall) {
                 hp_iso8601_ms(v.wall_ms, wall);
-                json_cstr(f, wall);
+                logmon__json_cstr(f, wall);
         } else {
                 fputs("null", f);
         }
@@ -1271,9 +973,9 @@ static void summary_verdict(struct logmon_replay *r)
         if (v.line_no == 0)
                 fputs("null", f);
         else
-                json_cstr(f, r->v_line);
+                logmon__json_cstr(f, r->v_line);
         fputs(",\"message\":", f);
-        json_cstr(f, v.message);
+        logmon__json_cstr(f, v.message);
         fputc('}', f);
 }
 
@@ -1304,7 +1006,7 @@ static void summary(struct logmon_replay *r)
                         continue;
                 if (k++ > 0)
                         fputc(',', f);
-                json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
         }
         fputs("],\"rules\":[", f);
         for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
@@ -1312,7 +1014,7 @@ static void summary(struct logmon_replay *r)
 
                 logmon_ruleset_rule_limits(r->rs, j, &lim);
                 fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
-                json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
                 if (lim.metric)
                         fprintf(f, ",\"threshold\":%.17g,\"operator\":"
                                    "\"%s\",\"datapoints\":%" PRIu32,
@@ -1330,16 +1032,16 @@ static void summary(struct logmon_replay *r)
                 struct logmon_stream *s = r->streams[i].mon;
 
                 fputs(i > 0 ? ",{\"stream\":" : "{\"stream\":", f);
-                json_cstr(f, r->streams[i].name);
+                logmon__json_cstr(f, r->streams[i].name);
                 fprintf(f, ",\"judged\":%s,\"state\":\"%s\",\"reason\":",
                         r->streams[i].judged ? "true" : "false",
                         logmon_state_name(logmon_stream_state(s)));
-                json_cstr(f, logmon_stream_reason(s));
+                logmon__json_cstr(f, logmon_stream_reason(s));
                 fputs(",\"rules\":[", f);
                 for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
                         logmon_stream_rule_info(s, j, &info);
                         fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
-                        json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                        logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
                         fprintf(f, ",\"state\":\"%s\",\"matches\":%" PRIu64
                                    ",\"nonnumeric\":%" PRIu64
                                    ",\"regex_limit_hits\":%" PRIu64
@@ -1585,492 +1287,4 @@ bool logmon_replay_verdict(const struct logmon_replay *r,
         out->line_no = r->v_line_no;
         out->message = r->v_message;
         return true;
-}
-
-/* ---------------------------------------------------------------------
- * Expectations
- */
-
-static const char *stream_label(const struct logmon_replay *r, size_t i)
-{
-        return r->streams[i].name != NULL ? r->streams[i].name : "(log)";
-}
-
-static bool stream_selected(const struct logmon_replay *r, size_t i,
-                            const char *want)
-{
-        const char *name = r->streams[i].name;
-
-        /* A stream that is not judged has no outcome to compare. */
-        if (!r->streams[i].judged)
-                return false;
-        if (want == NULL)
-                return true;
-        return name != NULL ? strcmp(name, want) == 0 : want[0] == '\0';
-}
-
-static void print_change(FILE *f, const struct logmon_replay *r,
-                         const struct replay_change *c)
-{
-        fprintf(f, "%s %s -> %s on %s at t=%" PRIu64 ".%03" PRIu64,
-                logmon_ruleset_rule_name(r->rs, c->rule),
-                logmon_state_name(c->from), logmon_state_name(c->to),
-                stream_label(r, c->stream), c->time / 1000, c->time % 1000);
-        if (c->line_no != 0)
-                fprintf(f, " (line %" PRIu64 ")", c->line_no);
-        else
-                fputs(" (deadline)", f);
-}
-
-/* Everything an expectation can get wrong is an error rather than a
- * difference, and is found before a log is read. */
-static int validate_final(const struct logmon_ruleset *rs,
-                          const cJSON *final, char *errbuf, size_t len)
-{
-        enum logmon_state state;
-        const cJSON *item;
-
-        if (!cJSON_IsObject(final)) {
-                snprintf(errbuf, len, "expect: final: expected an object "
-                         "of rule names to states");
-                return HP_ECONFIG;
-        }
-        cJSON_ArrayForEach(item, final) {
-                if (logmon_ruleset_find(rs, item->string) < 0) {
-                        snprintf(errbuf, len, "expect: final: no rule "
-                                 "named \"%s\"", item->string);
-                        return HP_ECONFIG;
-                }
-                if (!cJSON_IsString(item) ||
-                    logmon_state_parse(item->valuestring, &state) != 0) {
-                        snprintf(errbuf, len, "expect: final: %s: expected "
-                                 "a state name", item->string);
-                        return HP_ECONFIG;
-                }
-        }
-        return 0;
-}
-
-struct expected_change {
-        int rule;
-        enum logmon_state state;
-        const cJSON *line_no;
-        const cJSON *time;
-        const cJSON *stream;
-};
-
-static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
-                            size_t i, struct expected_change *e,
-                            char *errbuf, size_t len)
-{
-        const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
-        const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
-
-        if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
-            logmon_state_parse(state->valuestring, &e->state) != 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
-                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
-                return HP_ECONFIG;
-        }
-        e->rule = logmon_ruleset_find(rs, rule->valuestring);
-        if (e->rule < 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
-                         "named \"%s\"", i, rule->valuestring);
-                return HP_ECONFIG;
-        }
-        e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
-        e->time = cJSON_GetObjectItemCaseSensitive(t, "time");
-        e->stream = cJSON_GetObjectItemCaseSensitive(t, "stream");
-        if ((e->line_no != NULL && !cJSON_IsNumber(e->line_no) &&
-             !cJSON_IsNull(e->line_no)) ||
-            (e->time != NULL && !cJSON_IsNumber(e->time)) ||
-            (e->stream != NULL && !cJSON_IsString(e->stream) &&
-             !cJSON_IsNull(e->stream))) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
-                         "and time are numbers, stream a string", i);
-                return HP_ECONFIG;
-        }
-        return 0;
-}
-
-int logmon_expect_validate(const struct logmon_ruleset *rs,
-                           const cJSON *expect, char *errbuf, size_t len)
-{
-        static const char *const keys[] = { "final", "state", "stream",
-                                            "transitions" };
-        const cJSON *item, *list;
-        struct expected_change e;
-        enum logmon_state state;
-        size_t i, n;
-        int err;
-
-        if (!cJSON_IsObject(expect)) {
-                snprintf(errbuf, len, "expect: expected a JSON object");
-                return HP_ECONFIG;
-        }
-        cJSON_ArrayForEach(item, expect) {
-                for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
-                        if (strcmp(item->string, keys[i]) == 0)
-                                break;
-                if (i == HP_ARRAY_SIZE(keys)) {
-                        snprintf(errbuf, len, "expect: unknown key \"%s\"",
-                                 item->string);
-                        return HP_ECONFIG;
-                }
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
-        if (item != NULL && !cJSON_IsString(item)) {
-                snprintf(errbuf, len, "expect: stream: expected a string");
-                return HP_ECONFIG;
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
-        if (item != NULL) {
-                err = validate_final(rs, item, errbuf, len);
-                if (err != 0)
-                        return err;
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (item != NULL && (!cJSON_IsString(item) ||
-                             logmon_state_parse(item->valuestring,
-                                                &state) != 0)) {
-                snprintf(errbuf, len, "expect: state: expected a state "
-                         "name");
-                return HP_ECONFIG;
-        }
-        list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
-        if (list == NULL)
-                return 0;
-        if (!cJSON_IsArray(list)) {
-                snprintf(errbuf, len, "expect: transitions: expected a "
-                         "list");
-                return HP_ECONFIG;
-        }
-        n = (size_t)cJSON_GetArraySize(list);
-        for (i = 0; i < n; i++) {
-                err = parse_transition(rs, cJSON_GetArrayItem(list, (int)i),
-                                       i, &e, errbuf, len);
-                if (err != 0)
-                        return err;
-        }
-        return 0;
-}
-
-/* The comparisons, on a validated expectation. */
-
-static int check_final(const struct logmon_replay *r, const cJSON *final,
-                       const char *want, FILE *diff)
-{
-        struct logmon_rule_info info;
-        enum logmon_state expected;
-        const cJSON *item;
-        int diffs = 0, rule;
-        size_t i;
-
-        cJSON_ArrayForEach(item, final) {
-                rule = logmon_ruleset_find(r->rs, item->string);
-                logmon_state_parse(item->valuestring, &expected);
-                for (i = 0; i < r->nstreams; i++) {
-                        if (!stream_selected(r, i, want))
-                                continue;
-                        logmon_stream_rule_info(r->streams[i].mon,
-                                                (size_t)rule, &info);
-                        if (info.state == expected)
-                                continue;
-                        diffs++;
-                        if (diff != NULL)
-                                fprintf(diff, "final state of rule %s on "
-                                        "%s: expected %s, got %s\n",
-                                        item->string, stream_label(r, i),
-                                        item->valuestring,
-                                        logmon_state_name(info.state));
-                }
-        }
-        return diffs;
-}
-
-static int check_state(const struct logmon_replay *r, const cJSON *state,
-                       const char *want, FILE *diff)
-{
-        enum logmon_state expected;
-        int diffs = 0;
-        size_t i;
-
-        logmon_state_parse(state->valuestring, &expected);
-        for (i = 0; i < r->nstreams; i++) {
-                struct logmon_stream *s = r->streams[i].mon;
-
-                if (!stream_selected(r, i, want) ||
-                    logmon_stream_state(s) == expected)
-                        continue;
-                diffs++;
-                if (diff != NULL)
-                        fprintf(diff, "state of %s: expected %s, got %s "
-                                "(%s)\n", stream_label(r, i),
-                                state->valuestring,
-                                logmon_state_name(logmon_stream_state(s)),
-                                logmon_stream_reason(s)[0] ?
-                                        logmon_stream_reason(s) :
-                                        "no reason");
-        }
-        return diffs;
-}
-
-static bool change_matches(const struct logmon_replay *r,
-                           const struct replay_change *c,
-                           const struct expected_change *e)
-{
-        const char *name = r->streams[c->stream].name;
-
-        if ((int)c->rule != e->rule || c->to != e->state)
-                return false;
-        if (e->line_no != NULL &&
-            (cJSON_IsNull(e->line_no) ?
-                     c->line_no != 0 :
-                     (double)c->line_no != e->line_no->valuedouble))
-                return false;
-        if (e->time != NULL &&
-            fabs((double)c->time / 1000.0 - e->time->valuedouble) > 0.001)
-                return false;
-        if (e->stream != NULL &&
-            (cJSON_IsNull(e->stream) ?
-                     name != NULL :
-                     name == NULL || strcmp(name, e->stream->valuestring)))
-                return false;
-        return true;
-}
-
-static void print_expected(FILE *f, const struct logmon_replay *r,
-                           const struct expected_change *e)
-{
-        fprintf(f, "%s -> %s", logmon_ruleset_rule_name(r->rs, (size_t)e->rule),
-                logmon_state_name(e->state));
-        if (cJSON_IsString(e->stream))
-                fprintf(f, " on %s", e->stream->valuestring);
-        if (cJSON_IsNumber(e->time))
-                fprintf(f, " at t=%.3f", e->time->valuedouble);
-        if (cJSON_IsNumber(e->line_no))
-                fprintf(f, " (line %.0f)", e->line_no->valuedouble);
-        else if (cJSON_IsNull(e->line_no))
-                fputs(" (deadline)", f);
-}
-
-/* Above this many cells the alignment table is not built, and the two
- * lists are compared position by position instead (a long log checked
- * against a long list; the differences are then less well aligned). */
-#define ALIGN_CELLS_MAX (4u * 1024 * 1024)
-
-/*
- * Aligns the expected transitions with the state changes that happened
- * (a longest common subsequence, as diff does), so that one missing or
- * extra transition reads as one line rather than as every later one
- * being wrong. Prints what only one side has, "-" for expected and "+"
- * for got, and returns how many such lines there are.
- */
-static int diff_transitions(const struct logmon_replay *r,
-                            const struct expected_change *exp, size_t n,
-                            const struct replay_change *const *got,
-                            size_t m, FILE *diff)
-{
-        uint32_t *table = NULL;
-        size_t i = 0, j = 0, w = m + 1;
-        int diffs = 0;
-        bool take_exp;
-
-#define CELL(a, b) table[(a) * w + (b)]
-        if ((n + 1) * w <= ALIGN_CELLS_MAX)
-                table = calloc((n + 1) * w, sizeof(*table));
-        if (table != NULL) {
-                /* CELL(a, b): the longest common run of exp[a..], got[b..]. */
-                for (i = n + 1; i-- > 0;) {
-                        for (j = m + 1; j-- > 0;) {
-                                if (i == n || j == m)
-                                        CELL(i, j) = 0;
-                                else if (change_matches(r, got[j], &exp[i]))
-                                        CELL(i, j) = CELL(i + 1, j + 1) + 1;
-                                else if (CELL(i + 1, j) >= CELL(i, j + 1))
-                                        CELL(i, j) = CELL(i + 1, j);
-                                else
-                                        CELL(i, j) = CELL(i, j + 1);
-                        }
-                }
-        }
-        i = j = 0;
-        while (i < n || j < m) {
-                if (i < n && j < m && change_matches(r, got[j], &exp[i]) &&
-                    (table == NULL || CELL(i, j) == CELL(i + 1, j + 1) + 1)) {
-                        i++;
-                        j++;
-                        continue;
-                }
-                if (table != NULL)
-                        take_exp = i < n &&
-                                   (j == m || CELL(i + 1, j) >= CELL(i, j + 1));
-                else
-                        take_exp = i < n && (j == m || i <= j);
-                diffs++;
-                if (diffs == 1 && diff != NULL)
-                        fprintf(diff, "transitions (- expected, + got):\n");
-                if (take_exp) {
-                        if (diff != NULL) {
-                                fprintf(diff, "- expected #%zu: ", i + 1);
-                                print_expected(diff, r, &exp[i]);
-                                fputc('\n', diff);
-                        }
-                        i++;
-                } else {
-                        if (diff != NULL) {
-                                fprintf(diff, "+ got #%zu:      ", j + 1);
-                                print_change(diff, r, got[j]);
-                                fputc('\n', diff);
-                        }
-                        j++;
-                }
-        }
-#undef CELL
-        free(table);
-        return diffs;
-}
-
-static int check_transitions(const struct logmon_replay *r,
-                             const cJSON *list, const char *want, FILE *diff)
-{
-        size_t i, m = 0, n = (size_t)cJSON_GetArraySize(list);
-        const struct replay_change **got;
-        struct expected_change *exp;
-        char unused[8];
-        int diffs;
-
-        exp = calloc(n + 1, sizeof(*exp));
-        got = calloc(r->nchanges + 1, sizeof(*got));
-        if (exp == NULL || got == NULL) {
-                free(exp);
-                free(got);
-                if (diff != NULL)
-                        fputs("transitions: out of memory\n", diff);
-                return 1;
-        }
-        /* Validated before: parsing cannot fail here. */
-        for (i = 0; i < n; i++)
-                parse_transition(r->rs, cJSON_GetArrayItem(list, (int)i), i,
-                                 &exp[i], unused, sizeof(unused));
-        for (i = 0; i < r->nchanges; i++)
-                if (r->changes[i].kind == LOGMON_EVENT_STATE &&
-                    stream_selected(r, r->changes[i].stream, want))
-                        got[m++] = &r->changes[i];
-        diffs = diff_transitions(r, exp, n, got, m, diff);
-        free(exp);
-        free(got);
-        return diffs;
-}
-
-int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
-                        FILE *diff, char *errbuf, size_t len)
-{
-        const cJSON *item;
-        const char *want = NULL;
-        int diffs = 0, err;
-        size_t i;
-
-        err = logmon_expect_validate(r->rs, expect, errbuf, len);
-        if (err != 0)
-                return err;
-        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
-        if (item != NULL) {
-                want = item->valuestring;
-                for (i = 0; i < r->nstreams; i++)
-                        if (stream_selected(r, i, want))
-                                break;
-                if (i == r->nstreams) {
-                        diffs++;
-                        if (diff != NULL)
-                                fprintf(diff, "stream %s: not in the log\n",
-                                        want);
-                }
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
-        if (item != NULL)
-                diffs += check_final(r, item, want, diff);
-        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (item != NULL)
-                diffs += check_state(r, item, want, diff);
-        item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
-        if (item != NULL)
-                diffs += check_transitions(r, item, want, diff);
-        return diffs;
-}
-
-/* ---------------------------------------------------------------------
- * Writing an expectation (--emit-expect)
- */
-
-/* The state every judged stream of rule (or of the stream, rule < 0)
- * ended in, or -1 when they differ or none is judged. */
-static int common_state(const struct logmon_replay *r, int rule)
-{
-        struct logmon_rule_info info;
-        int common = -1, s;
-        size_t i;
-
-        for (i = 0; i < r->nstreams; i++) {
-                if (!r->streams[i].judged)
-                        continue;
-                if (rule < 0) {
-                        s = (int)logmon_stream_state(r->streams[i].mon);
-                } else {
-                        logmon_stream_rule_info(r->streams[i].mon,
-                                                (size_t)rule, &info);
-                        s = (int)info.state;
-                }
-                if (common >= 0 && s != common)
-                        return -1;
-                common = s;
-        }
-        return common;
-}
-
-int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
-{
-        const struct replay_change *c;
-        bool first = true;
-        size_t i;
-        int s;
-
-        fputs("{\n  \"final\": {", f);
-        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
-                s = common_state(r, (int)i);
-                if (s < 0)
-                        continue;
-                fputs(first ? "\n    " : ",\n    ", f);
-                first = false;
-                json_cstr(f, logmon_ruleset_rule_name(r->rs, i));
-                fprintf(f, ": \"%s\"", logmon_state_name((enum logmon_state)s));
-        }
-        fputs(first ? "},\n" : "\n  },\n", f);
-        s = common_state(r, -1);
-        if (s >= 0)
-                fprintf(f, "  \"state\": \"%s\",\n",
-                        logmon_state_name((enum logmon_state)s));
-        fputs("  \"transitions\": [", f);
-        first = true;
-        for (i = 0; i < r->nchanges; i++) {
-                c = &r->changes[i];
-                if (c->kind != LOGMON_EVENT_STATE ||
-                    !r->streams[c->stream].judged)
-                        continue;
-                fputs(first ? "\n    " : ",\n    ", f);
-                first = false;
-                fputs("{\"rule\": ", f);
-                json_cstr(f, logmon_ruleset_rule_name(r->rs, c->rule));
-                fprintf(f, ", \"state\": \"%s\", \"stream\": ",
-                        logmon_state_name(c->to));
-                json_cstr(f, r->streams[c->stream].name);
-                if (c->line_no != 0)
-                        fprintf(f, ", \"line_no\": %" PRIu64, c->line_no);
-                else
-                        fputs(", \"line_no\": null", f);
-                fprintf(f, ", \"time\": %" PRIu64 ".%03" PRIu64 "}",
-                        c->time / 1000, c->time % 1000);
-        }
-        fputs(first ? "]\n}\n" : "\n  ]\n}\n", f);
-        return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }
