@@ -77,7 +77,8 @@ def plot(events, summary, stream, out):
         axes = [axes]
     for ax, rule in zip(axes, metric):
         points = [(e["time"], e["value"]) for e in mine
-                  if e.get("event") == "value" and e["rule"] == rule["rule"]]
+                  if e.get("event") == "value" and e["rule"] == rule["rule"]
+                  and e["value"] is not None]
         if points:
             ax.plot(*zip(*points), marker=".", color="#1e88e5",
                     label="metric")

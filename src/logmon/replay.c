@@ -684,9 +684,14 @@ static void write_values(struct logmon_replay *r, size_t stream,
                 logmon__json_cstr(r->out, st->name);
                 fputs(",\"rule\":", r->out);
                 logmon__json_cstr(r->out, logmon_ruleset_rule_name(r->rs, i));
-                fprintf(r->out, ",\"event\":\"value\",\"value\":%.17g,"
-                                "\"line_no\":%" PRIu64 "}\n",
-                        info.last_value, line_no);
+                /* JSON has no infinity or NaN (a capture of "inf"
+                 * parses, as in Python): null. */
+                fputs(",\"event\":\"value\",\"value\":", r->out);
+                if (isfinite(info.last_value))
+                        fprintf(r->out, "%.17g", info.last_value);
+                else
+                        fputs("null", r->out);
+                fprintf(r->out, ",\"line_no\":%" PRIu64 "}\n", line_no);
         }
 }
 

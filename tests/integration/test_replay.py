@@ -451,13 +451,16 @@ def test_metric_values_and_rule_limits_for_plots(hpr, tmp_path):
     rules = write(tmp_path, "rules.json", HEARTBEAT)
     log = write(tmp_path, "train.log", "1750000000 loss 1\n"
                                        "1750000001 loss x\n"
-                                       "1750000002 loss 7\n")
+                                       "1750000002 loss 7\n"
+                                       "1750000003 loss inf\n")
     rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
                           rules)
     assert rc == 0, err
     values, summary = events(out, values=True)
+    # JSON has no infinity: null.
     assert [(v["time"], v["rule"], v["value"], v["line_no"])
-            for v in values] == [(0.0, "Beat", 1, 1), (2.0, "Beat", 7, 3)]
+            for v in values] == [(0.0, "Beat", 1, 1), (2.0, "Beat", 7, 3),
+                                 (3.0, "Beat", None, 4)]
     assert summary["rules"] == [{"rule": "Beat", "threshold": 5,
                                  "operator": "gt", "datapoints": 1,
                                  "cutoff": 10.0, "frequency": 5.0}]
