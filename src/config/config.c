@@ -323,12 +323,20 @@ int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen)
                 { "role_name", "r" },     { "rank", "0" },
                 { "local_rank", "0" },    { "group_rank", "0" },
                 { "restart_count", "0" }, { "hostname", "h" },
-                { "pid", "1" },               { "time", "t" },
+                { "pid", "1" },               { "time", "\x01" },
         };
         char out[4096];
+        int r;
 
-        return hp_template_expand(tmpl, probe, HP_ARRAY_SIZE(probe), out,
-                                  sizeof(out), NULL, errbuf, errlen);
+        r = hp_template_expand(tmpl, probe, HP_ARRAY_SIZE(probe), out,
+                               sizeof(out), NULL, errbuf, errlen);
+        /* Each line's time is written into one place in its prefix. */
+        if (r == 0 && strchr(out, '\x01') != strrchr(out, '\x01')) {
+                snprintf(errbuf, errlen, "${time} appears more than once in "
+                         "template '%s'", tmpl);
+                return HP_ECONFIG;
+        }
+        return r;
 }
 
 static int parse_seconds(const struct raw_value *v, uint64_t *out,
