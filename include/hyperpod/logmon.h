@@ -375,6 +375,18 @@ struct logmon_replay;
 int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
                       const struct logmon_replay_opts *opts, FILE *out,
                       struct logmon_replay **result);
+/*
+ * The same over per-rank files (a torchrun attempt directory's
+ * <local_rank>/stdout.log), in[i] (borrowed, read whole) being the stream
+ * names[i]: each file one rank's output as written, every stream started
+ * with the replay. Lines are taken in time order across the files by
+ * their own timestamps (a line without one comes with the line before it
+ * in its file); line_no counts within each file.
+ */
+int logmon_replay_files(struct logmon_ruleset *rs, FILE *const *in,
+                        const char *const *names, size_t n,
+                        const struct logmon_replay_opts *opts, FILE *out,
+                        struct logmon_replay **result);
 /* The same over a buffer (borrowed). */
 int logmon_replay_buffer(struct logmon_ruleset *rs, const char *data,
                          size_t n, const struct logmon_replay_opts *opts,

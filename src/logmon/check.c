@@ -5,6 +5,7 @@
  * a typo at once and not after replaying a gigabyte. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,53 @@
 static const char *log_label(const char *path)
 {
         return strcmp(path, "-") == 0 ? "standard input" : path;
+}
+
+/* A torchrun attempt directory: <local_rank>/stdout.log for each rank,
+ * in rank order. */
+struct rank_dir {
+        FILE *files[1024];
+        char names[1024][16];
+        const char *name_ptrs[1024];
+        size_t n;
+};
+
+static int open_rank_dir(const char *path, struct rank_dir *d, char *errbuf,
+                         size_t len)
+{
+        char file[4096];
+        size_t i;
+        FILE *f;
+
+        d->n = 0;
+        for (i = 0; i < HP_ARRAY_SIZE(d->files); i++) {
+                snprintf(file, sizeof(file), "%s/%zu/stdout.log", path, i);
+                f = fopen(file, "rb");
+                if (f == NULL) {
+                        if (errno == ENOENT)
+                                continue;
+                        snprintf(errbuf, len, "--replay %s: %s", file,
+                                 strerror(errno));
+                        return -errno;
+                }
+                snprintf(d->names[d->n], sizeof(d->names[0]), "%zu", i);
+                d->name_ptrs[d->n] = d->names[d->n];
+                d->files[d->n++] = f;
+        }
+        if (d->n == 0) {
+                snprintf(errbuf, len, "--replay %s: is a directory with no "
+                         "<local_rank>/stdout.log in it (an attempt "
+                         "directory of per-rank files)", path);
+                return -EISDIR;
+        }
+        return 0;
+}
+
+static void close_rank_dir(struct rank_dir *d)
+{
+        for (size_t i = 0; i < d->n; i++)
+                fclose(d->files[i]);
+        d->n = 0;
 }
 
 static int open_log(const char *path, FILE *in, FILE **out, char *errbuf,
@@ -37,11 +85,11 @@ static int open_log(const char *path, FILE *in, FILE **out, char *errbuf,
                 return err;
         }
         /* fopen opens a directory happily and fread then fails with a
-         * bare EISDIR; say so up front. */
+         * bare EISDIR: a directory is read as per-rank files instead. */
         if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
                 fclose(f);
-                snprintf(errbuf, len, "--replay %s: is a directory", path);
-                return -EISDIR;
+                *out = NULL;
+                return 0;
         }
         *out = f;
         return 0;
@@ -175,6 +223,7 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
         const char *warnings;
         cJSON *expect = NULL;
         FILE *log = NULL;
+        struct rank_dir *dir = NULL;
         char unused[8];
         int err, timed;
 
@@ -196,10 +245,27 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
         err = open_log(opts->log, in, &log, errbuf, len);
         if (err != 0)
                 goto out;
+        if (log == NULL) {
+                dir = calloc(1, sizeof(*dir));
+                if (dir == NULL) {
+                        err = -ENOMEM;
+                        snprintf(errbuf, len, "--replay %s: %s", opts->log,
+                                 strerror(ENOMEM));
+                        goto out;
+                }
+        }
 
-        err = logmon_replay_run(rs, log, &replay_opts, out, &r);
+        if (log == NULL) {
+                err = open_rank_dir(opts->log, dir, errbuf, len);
+                if (err != 0)
+                        goto out;
+                err = logmon_replay_files(rs, dir->files, dir->name_ptrs,
+                                          dir->n, &replay_opts, out, &r);
+        } else {
+                err = logmon_replay_run(rs, log, &replay_opts, out, &r);
+        }
         if (err != 0) {
-                if (ferror(log))
+                if (log != NULL && ferror(log))
                         snprintf(errbuf, len, "--replay %s: read error",
                                  log_label(opts->log));
                 else if (err == -EDOM)
@@ -259,6 +325,10 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
 out:
         if (log != NULL && log != in)
                 fclose(log);
+        if (dir != NULL) {
+                close_rank_dir(dir);
+                free(dir);
+        }
         logmon_replay_free(r);
         cJSON_Delete(expect);
         logmon_ruleset_unref(rs);

@@ -73,6 +73,7 @@ struct logmon_replay {
         uint64_t pending_labelled; /* held lines with an srun label */
         uint64_t pending_stamped;  /* held lines with a leading RFC 3339 */
         bool head_ts;              /* lines carry leading timestamps */
+        bool files;                /* per-rank files, one stream each */
         bool head_ts_kubectl;      /* two of them, or nanoseconds */
         uint64_t agent_lines;
         uint64_t start_ms;         /* when the live rule clocks started */

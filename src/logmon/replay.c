@@ -695,15 +695,35 @@ static void write_values(struct logmon_replay *r, size_t stream,
         }
 }
 
+/* A rank's line, its clock moved: to its stream's rules. */
+static int feed_line(struct logmon_replay *r, const char *name,
+                     size_t name_len, const struct line_head *h,
+                     uint64_t line_no)
+{
+        struct logmon_events ev;
+        size_t idx;
+        int err;
+
+        err = stream_get(r, name, name_len, &idx);
+        if (err == 0)
+                err = catch_up(r, r->now);
+        if (err != 0 || !r->streams[idx].judged)
+                return err;
+        logmon_stream_feed(r->streams[idx].mon, h->body, h->body_len, r->now,
+                           &ev);
+        err = record_all(r, idx, &ev, line_no, h->body, h->body_len);
+        if (err == 0)
+                write_values(r, idx, line_no);
+        return err;
+}
+
 /* One line, once the layout is known. */
 static int process_line(struct logmon_replay *r, const char *line,
                         size_t len, uint64_t line_no)
 {
         char name[2 * PREFIX_MAX + 2];
-        struct logmon_events ev;
         struct line_head h;
-        size_t name_len = 0, idx;
-        int err;
+        size_t name_len = 0;
 
         if (r->stopped) {
                 r->after_stop++;
@@ -732,17 +752,8 @@ static int process_line(struct logmon_replay *r, const char *line,
                 r->unprefixed++;
                 return catch_up(r, r->now);
         }
-        err = stream_get(r, name_len > 0 ? name : NULL, name_len, &idx);
-        if (err == 0)
-                err = catch_up(r, r->now);
-        if (err != 0 || !r->streams[idx].judged)
-                return err;
-        logmon_stream_feed(r->streams[idx].mon, h.body, h.body_len, r->now,
-                           &ev);
-        err = record_all(r, idx, &ev, line_no, h.body, h.body_len);
-        if (err == 0)
-                write_values(r, idx, line_no);
-        return err;
+        return feed_line(r, name_len > 0 ? name : NULL, name_len, &h,
+                         line_no);
 }
 
 /* The layout is decided: the held lines go through in order, matched in
@@ -943,6 +954,8 @@ static const char *format_name(const struct logmon_replay *r)
                      r->layout == LOGMON_LAYOUT_SRUN    ? 2 :
                                                           0;
 
+        if (r->files)
+                return "per-rank files";
         return names[row][!r->head_ts ? 0 : r->head_ts_kubectl ? 1 : 2];
 }
 
@@ -1222,6 +1235,161 @@ int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
         if (ferror(in)) {
                 logmon_replay_free(r);
                 return -EIO;
+        }
+        return replay_end(r, result);
+}
+
+/* One per-rank file, read whole, split as the live splitter splits. */
+struct rank_file {
+        const char *name;
+        char *data;        /* zero-padded for the JIT's reads past a line */
+        size_t *off, *len; /* its lines */
+        size_t n, next;
+        int64_t ts;        /* its clock: the last timestamp in it */
+        bool have_ts;
+};
+
+static int read_rank_file(FILE *in, struct rank_file *f)
+{
+        size_t size = 0, cap = 0, got, i, start, cut;
+        char *p;
+
+        for (;;) {
+                if (cap - size < REPLAY_CHUNK + 64) {
+                        cap = cap ? 2 * cap : 2 * REPLAY_CHUNK;
+                        p = realloc(f->data, cap);
+                        if (p == NULL)
+                                return -ENOMEM;
+                        f->data = p;
+                }
+                got = fread(f->data + size, 1, REPLAY_CHUNK, in);
+                size += got;
+                if (got == 0)
+                        break;
+        }
+        if (ferror(in))
+                return -EIO;
+        memset(f->data + size, 0, 64);
+        /* At most one line per byte, and one for the end. */
+        f->off = malloc((size + 1) * sizeof(*f->off));
+        f->len = malloc((size + 1) * sizeof(*f->len));
+        if (f->off == NULL || f->len == NULL)
+                return -ENOMEM;
+        for (i = 0, start = 0; i <= size; i++) {
+                cut = i - start == REPLAY_LINE_MAX;
+                if (i < size && !cut && f->data[i] != '\n' &&
+                    f->data[i] != '\r')
+                        continue;
+                if (i == size && i == start)
+                        break;
+                f->off[f->n] = start;
+                f->len[f->n++] = i - start;
+                if (cut) {
+                        start = i--;
+                        continue;
+                }
+                if (i < size && f->data[i] == '\r' && i + 1 < size &&
+                    f->data[i + 1] == '\n')
+                        i++;
+                start = i + 1;
+        }
+        return 0;
+}
+
+/* The file whose next line comes first: by the line's own timestamp, or
+ * for a line without one its file's clock (before the file's first
+ * timestamp: at once); the earlier file on a tie. *own: the line has a
+ * timestamp of its own, *ts. */
+static struct rank_file *next_rank_line(struct logmon_replay *r,
+                                        struct rank_file *files, size_t n,
+                                        int64_t *ts, bool *own)
+{
+        struct rank_file *best = NULL, *f;
+        int64_t t, key, best_key = 0, best_t = 0;
+        bool has, best_has = false;
+        size_t i;
+
+        for (i = 0; i < n; i++) {
+                f = &files[i];
+                if (f->next == f->n)
+                        continue;
+                has = r->opts->rate <= 0 &&
+                      logmon__line_timestamp(r, f->data + f->off[f->next],
+                                             f->len[f->next], &t);
+                key = has ? t : f->have_ts ? f->ts : INT64_MIN;
+                if (best == NULL || key < best_key) {
+                        best = f;
+                        best_key = key;
+                        best_t = t;
+                        best_has = has;
+                }
+        }
+        *ts = best_t;
+        *own = best_has;
+        return best;
+}
+
+int logmon_replay_files(struct logmon_ruleset *rs, FILE *const *in,
+                        const char *const *names, size_t n,
+                        const struct logmon_replay_opts *opts, FILE *out,
+                        struct logmon_replay **result)
+{
+        struct rank_file *files, *f;
+        struct logmon_replay *r;
+        struct line_head h;
+        uint64_t line_no;
+        bool have_ts;
+        int64_t ts;
+        size_t i, idx;
+        int err;
+
+        err = replay_begin(rs, opts, out, &r);
+        if (err != 0)
+                return err;
+        /* Each file is one rank's output as written: no prefix to strip. */
+        r->layout = LOGMON_LAYOUT_PLAIN;
+        r->head_ts = false;
+        r->files = true;
+        files = calloc(n + 1, sizeof(*files));
+        err = files == NULL ? -ENOMEM : 0;
+        for (i = 0; err == 0 && i < n; i++) {
+                files[i].name = names[i];
+                err = read_rank_file(in[i], &files[i]);
+        }
+        /* Every rank's stream exists from the start, as live. */
+        for (i = 0; err == 0 && i < n; i++)
+                err = stream_get(r, names[i], strlen(names[i]), &idx);
+        while (err == 0 &&
+               (f = next_rank_line(r, files, n, &ts, &have_ts)) != NULL) {
+                line_no = ++f->next;
+                r->lines++;
+                if (r->stopped) {
+                        r->after_stop++;
+                        continue;
+                }
+                memset(&h, 0, sizeof(h));
+                h.body = f->data + f->off[line_no - 1];
+                h.body_len = f->len[line_no - 1];
+                if (r->opts->rate > 0) {
+                        advance_clock(r, &h, r->lines);
+                } else if (have_ts) {
+                        f->ts = ts;
+                        f->have_ts = true;
+                        set_clock(r, ts);
+                }
+                if (past_until(r))
+                        continue;
+                err = feed_line(r, f->name, strlen(f->name), &h, line_no);
+        }
+        for (i = 0; files != NULL && i < n; i++) {
+                free(files[i].data);
+                free(files[i].off);
+                free(files[i].len);
+        }
+        free(files);
+        if (err != 0) {
+                logmon_replay_free(r);
+                return err;
         }
         return replay_end(r, result);
 }

@@ -283,7 +283,8 @@ BAD = [
       "{rules}"],
      "--replay {tmp}/missing.log: No such file or directory"),
     (["--replay", "{tmp}", "--log-monitoring-config", "{rules}"],
-     "--replay {tmp}: is a directory"),
+     "--replay {tmp}: is a directory with no <local_rank>/stdout.log in it "
+     "(an attempt directory of per-rank files)"),
     (["--replay", "{log}", "--log-monitoring-config", "{tmp}/none.json"],
      "{tmp}/none.json: No such file or directory"),
     (["--replay", "{log}", "--log-monitoring-config", "{badrules}"],
@@ -482,3 +483,33 @@ def test_plot_tool_draws_a_replay(hpr, tmp_path):
                        input="not json\n", capture_output=True, text=True,
                        timeout=120)
     assert p.returncode != 0
+
+
+def test_per_rank_files_of_an_attempt_directory(hpr, tmp_path):
+    # torchrun's <attempt>/<local_rank>/stdout.log: each file a stream,
+    # merged in time order by the lines' own timestamps, line numbers
+    # counted per file; local rank 0 alone is judged by default.
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    attempt = tmp_path / "attempt_0"
+    for rank, text in (("0", "1750000000 loss 1\n1750000010 loss 1\n"),
+                       ("1", "1750000001 loss 1\n1750000003 loss 1\n")):
+        (attempt / rank).mkdir(parents=True)
+        (attempt / rank / "stdout.log").write_text(text)
+    rc, out, err = replay(hpr, "--replay", attempt,
+                          "--log-monitoring-config", rules,
+                          "--log-monitor-ranks", "all")
+    assert rc == 0, err
+    changes, summary = events(out)
+    assert [(c["stream"], c["state"], c["time"], c["line_no"])
+            for c in changes] == [
+        ("0", "HEALTHY", 0.0, 1), ("1", "HEALTHY", 1.0, 1),
+        ("0", "HANGING", 5.001, None), ("1", "HANGING", 8.001, None),
+        ("0", "HEALTHY", 10.0, 2)]
+    assert summary["format"] == "per-rank files"
+    assert summary["lines"] == 4
+    rc, out, err = replay(hpr, "--replay", attempt,
+                          "--log-monitoring-config", rules)
+    changes, summary = events(out)
+    assert {c["stream"] for c in changes} == {"0"}
+    assert [(s["stream"], s["judged"]) for s in summary["streams"]] == [
+        ("0", True), ("1", False)]

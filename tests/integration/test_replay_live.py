@@ -186,6 +186,13 @@ def test_replay_reaches_the_live_verdict_in_every_format(hpr, tmp_path,
                    for line in lines[:verdict_at]), console
     stdout_log = hpr.only_train_dir() / "attempt_0" / "0" / "stdout.log"
     check_formats(hpr, tmp_path, rules, console, live, stdout_log)
+    # The attempt directory: every rank's stdout.log, one stream each.
+    _, summary, _ = replay(hpr, rules, hpr.only_train_dir() / "attempt_0")
+    assert summary["format"] == "per-rank files"
+    assert [s["stream"] for s in summary["streams"]] == ["0", "1"]
+    if live is not None and live["state"] == "SLOW":
+        assert (summary["verdict"]["rule"], summary["verdict"]["line"]) == (
+            live["rule"], live["last_line"])
 
 
 RECORDED = SOURCE_ROOT / "tests" / "replay"

@@ -671,7 +671,8 @@ static const struct check_error check_errors[] = {
         { heartbeat_rules, NULL, NULL, NULL, -ENOENT,
           "--replay <dir>/train.log: No such file or directory" },
         { heartbeat_rules, NULL, NULL, ".", -EISDIR,
-          "--replay .: is a directory" },
+          "--replay .: is a directory with no <local_rank>/stdout.log in "
+          "it (an attempt directory of per-rank files)" },
 };
 
 static void test_check_errors(void **state)
