@@ -28,6 +28,14 @@ static int replay(const struct hp_config *cfg)
                 .rules = cfg->log_monitoring_config,
                 .expect = cfg->replay_expect,
                 .rate = cfg->replay_rate,
+                .layout = (enum logmon_replay_layout)cfg->replay_input,
+                .monitored = cfg->replay_all_ranks ? NULL : cfg->monitored,
+                .nmonitored = HP_MAX_NPROC,
+                .until = cfg->replay_until,
+                .strict = cfg->strict,
+                .emit_expect = cfg->emit_expect,
+                .text = cfg->replay_format == 0 ||
+                        (cfg->replay_format < 0 && isatty(STDOUT_FILENO)),
         };
         char err[1024];
         int r;
@@ -86,6 +94,15 @@ int main(int argc, char **argv)
         }
         if (cfg.show_version) {
                 hp_version_print(stdout);
+                return 0;
+        }
+        if (cfg.check_rules != NULL) {
+                r = logmon_rules_check(cfg.check_rules, cfg.strict, stdout,
+                                       err, sizeof(err));
+                if (r < 0) {
+                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                        return EXIT_USAGE;
+                }
                 return 0;
         }
         if (cfg.replay_log != NULL)

@@ -83,6 +83,11 @@ int hp_parse_int(const char *text, int min, int max, int *out);
 /* Seconds as a decimal ("15", "0.5"), non-negative, to milliseconds. */
 int hp_parse_seconds_ms(const char *text, uint64_t *out_ms);
 
+/* Epoch ms as "2025-06-17T05:51:29.300Z" (UTC, always this long for
+ * years 0 to 9999) into buf, which holds HP_ISO8601_MS_LEN + 1 bytes. */
+#define HP_ISO8601_MS_LEN 24
+void hp_iso8601_ms(int64_t ms, char *buf);
+
 /* snprintf that reports truncation as HP_ETOOBIG instead of silently
  * cutting the string. */
 int hp_snprintf(char *buf, size_t len, const char *fmt, ...)

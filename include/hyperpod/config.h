@@ -103,6 +103,15 @@ struct hp_config {
         const char *replay_log;     /* a file or "-", or NULL */
         double replay_rate;         /* lines per second, 0: timestamps */
         const char *replay_expect;  /* --expect FILE, or NULL */
+        const char *replay_until;   /* --replay-until TIME|+SECS|verdict */
+        int replay_input;           /* --replay-input: 0 auto, 1 plain,
+                                     * 2 console, 3 srun */
+        bool replay_all_ranks;      /* --log-monitor-ranks all */
+        int replay_format;          /* --replay-format: -1 not given (text
+                                     * on a terminal), 0 text, 1 json */
+        const char *check_rules;    /* --check-rules FILE, or NULL */
+        const char *emit_expect;    /* --emit-expect FILE, or NULL */
+        bool strict;                /* --strict: unknown rule keys refused */
 
         /* the training command */
         const char *python_exec;    /* $PYTHON_EXEC, else "python3" */

@@ -72,6 +72,8 @@ struct logmon_ruleset_opts {
          * forms the engine derives from them (the same answers, slower):
          * for tests that compare the two. */
         bool full_only;
+        /* Unknown keys in a rule are errors, not warnings (--strict). */
+        bool strict;
 };
 
 /*
@@ -90,6 +92,22 @@ struct logmon_ruleset *logmon_ruleset_ref(struct logmon_ruleset *rs);
 void logmon_ruleset_unref(struct logmon_ruleset *rs);
 
 size_t logmon_ruleset_count(const struct logmon_ruleset *rs);
+/* Index of the first rule with a start cut-off or a recurring frequency
+ * (a rule that needs a clock), or -1. */
+int logmon_ruleset_timed(const struct logmon_ruleset *rs);
+
+/* What rule i was configured with, for messages. */
+struct logmon_rule_limits {
+        uint64_t cutoff_ms;     /* UINT64_MAX: none */
+        uint64_t freq_ms;       /* UINT64_MAX: none */
+        bool metric;            /* a threshold, an operator and a capture */
+        double threshold;
+        const char *op;         /* "gt", ... "eq"; "" when none */
+        uint32_t datapoints;
+        bool fault_on_match;
+};
+int logmon_ruleset_rule_limits(const struct logmon_ruleset *rs, size_t i,
+                               struct logmon_rule_limits *out);
 /* The name of rule i (borrowed from the set). */
 const char *logmon_ruleset_rule_name(const struct logmon_ruleset *rs,
                                      size_t i);
@@ -149,6 +167,7 @@ struct logmon_rule_info {
         uint64_t nonnumeric;    /* matches whose capture was not a number */
         uint64_t limit_hits;    /* matches abandoned at a PCRE2 limit */
         uint32_t consecutive;   /* consecutive data points over threshold */
+        double last_value;      /* the last metric compared (0: none) */
         const char *last_line;  /* borrowed until the next feed; NULL */
         size_t last_line_len;   /* when nothing matched yet */
         bool last_line_capped;  /* cut at LOGMON_LAST_LINE_MAX */
@@ -208,6 +227,25 @@ enum logmon_state logmon_stream_state(const struct logmon_stream *s);
 const char *logmon_stream_reason(const struct logmon_stream *s);
 /* Index of the rule the reason names, or -1. */
 int logmon_stream_reason_rule(const struct logmon_stream *s);
+
+/*
+ * A verdict in words, as the live agent logs it and a replay prints it:
+ *   LogHang_Hang (HANGING) by rule Hang on local rank 0 at
+ *   2025-06-17T05:51:29.300Z: 30.001 s since the last match at
+ *   2025-06-17T05:50:59.299Z, limit 30.000 s
+ *   (expectedRecurringFrequencyInSeconds)
+ * and for SLOW the last value, the operator, the threshold and the data
+ * points. Times are on the stream's clock plus wall_offset_ms (epoch ms
+ * of the stream's 0), or seconds on its clock with LOGMON_NO_WALL_CLOCK;
+ * local_rank -1 leaves the rank out. Returns 0, or -EINVAL when the
+ * stream is not SLOW or worse.
+ */
+#define LOGMON_NO_WALL_CLOCK INT64_MIN
+int logmon_verdict_format(const struct logmon_stream *s, int local_rank,
+                          int64_t wall_offset_ms, char *buf, size_t len);
+/* When the verdict's state change happened on the stream's clock: a
+ * hang's deadline, or the line that made it; UINT64_MAX when none. */
+uint64_t logmon_verdict_time(const struct logmon_stream *s);
 /* Fills *out for rule i. Returns 0 or -EINVAL for a bad index. */
 int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
                             struct logmon_rule_info *out);
@@ -261,6 +299,11 @@ enum logmon_replay_layout {
          * prelude) are counted and not given to any rule, though their
          * timestamps still move the clock. */
         LOGMON_LAYOUT_CONSOLE,
+        /* srun --label output: every line starts with a task label, "0: ",
+         * which names the stream; a console prefix after it, when there
+         * is one (hyperpodrun under srun), is part of the stream's name:
+         * "0/default1". */
+        LOGMON_LAYOUT_SRUN,
 };
 #define LOGMON_REPLAY_LOOKAHEAD (1024 * 1024)
 
@@ -286,6 +329,28 @@ struct logmon_replay_opts {
          * that ends in silence can still turn HANGING. */
         uint64_t tail_ms;
         enum logmon_replay_layout layout;
+        /* Which streams are judged, as --log-monitor-ranks does live: a
+         * stream whose name ends in local rank i is judged when i <
+         * nmonitored and monitored[i]; the others are listed but get no
+         * line. NULL: every stream. A plain log's one stream (a rank's own
+         * file) is always judged. */
+        const bool *monitored;
+        size_t nmonitored;
+        /* --replay-until: LOGMON_UNTIL_END runs tail_ms past the last
+         * line; LOGMON_UNTIL_TIME to until_ms (epoch ms, needs a clock in
+         * the log); LOGMON_UNTIL_VERDICT to the agent's own recorded
+         * verdict line, where the live run stopped judging (lines after
+         * it are not fed). */
+        /* Readable lines instead of JSON (--replay-format text): each
+         * state change after the line that made it, each verdict in the
+         * live agent's words, and a short summary. */
+        bool text;
+        enum logmon_replay_until {
+                LOGMON_UNTIL_END = 0,
+                LOGMON_UNTIL_TIME,
+                LOGMON_UNTIL_VERDICT,
+        } until;
+        int64_t until_ms;
 };
 
 struct logmon_replay;
@@ -310,6 +375,18 @@ struct logmon_replay;
 int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
                       const struct logmon_replay_opts *opts, FILE *out,
                       struct logmon_replay **result);
+/*
+ * The same over per-rank files (a torchrun attempt directory's
+ * <local_rank>/stdout.log), in[i] (borrowed, read whole) being the stream
+ * names[i]: each file one rank's output as written, every stream started
+ * with the replay. Lines are taken in time order across the files by
+ * their own timestamps (a line without one comes with the line before it
+ * in its file); line_no counts within each file.
+ */
+int logmon_replay_files(struct logmon_ruleset *rs, FILE *const *in,
+                        const char *const *names, size_t n,
+                        const struct logmon_replay_opts *opts, FILE *out,
+                        struct logmon_replay **result);
 /* The same over a buffer (borrowed). */
 int logmon_replay_buffer(struct logmon_ruleset *rs, const char *data,
                          size_t n, const struct logmon_replay_opts *opts,
@@ -324,12 +401,41 @@ struct logmon_replay_info {
         uint64_t time_ms;      /* the clock at the end */
         size_t streams;
         bool console;          /* the layout that was used */
-        /* "asctime", "iso8601", "epoch", "glog", "rate" or "none" (no
-         * line had a timestamp: time stood still at 0). Static. */
+        /* "plain", "console", "srun --label", each followed by " with
+         * kubectl --timestamps" or " with ${time}" when lines carry such
+         * a leading timestamp. Static. */
+        const char *format;
+        uint64_t agent_lines;  /* hyperpodrun's own, given to no rule */
+        bool agent_verdict;    /* the log holds the agent's verdict line */
+        /* "prefix" (a leading RFC 3339 timestamp: kubectl --timestamps
+         * or ${time}), "agent" (only the agent's own start and verdict
+         * lines had a time), "asctime", "iso8601", "epoch", "glog", "rate" or
+         * "none" (no line had a timestamp: time stood still at 0).
+         * Static. */
         const char *clock;
 };
 void logmon_replay_get_info(const struct logmon_replay *r,
                             struct logmon_replay_info *out);
+
+/* A verdict as the live agent gives one: the first state change to SLOW
+ * or above on a judged stream, in time order. */
+struct logmon_verdict {
+        const char *rule;     /* borrowed from the replay */
+        const char *stream;   /* NULL: a plain log's */
+        int local_rank;       /* from the stream's name; -1: none */
+        enum logmon_state state;
+        /* In the live agent's words (logmon_verdict_format); borrowed. */
+        const char *message;
+        uint64_t time_ms;     /* since the start */
+        bool have_wall;
+        int64_t wall_ms;      /* epoch ms, when the log has a clock */
+        uint64_t line_no;     /* 0: a deadline */
+};
+/* Whether rule i matched a line on any judged stream. */
+bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i);
+/* Returns true and fills *out when the replay reached a verdict. */
+bool logmon_replay_verdict(const struct logmon_replay *r,
+                           struct logmon_verdict *out);
 
 /*
  * Expectations (borrowed), for a replay over rs:
@@ -353,6 +459,11 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
  * HP_ECONFIG for a malformed expectation, described in errbuf. */
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len);
+/* Writes what the replay's judged streams did as an expectation that
+ * logmon_expect_check then meets: final rule states and the stream state
+ * where every judged stream agrees, and every state change with its
+ * stream, line and time (record once, review, commit). 0 or -EIO. */
+int logmon_expect_emit(const struct logmon_replay *r, FILE *f);
 /* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
 int logmon_expect_load(const char *path, cJSON **out, char *errbuf,
                        size_t len);
@@ -366,6 +477,13 @@ struct logmon_check_opts {
         const char *rules;  /* --log-monitoring-config */
         const char *expect; /* --expect, or NULL */
         double rate;        /* --replay-rate, or 0 for timestamps */
+        enum logmon_replay_layout layout;  /* --replay-input */
+        const bool *monitored;             /* --log-monitor-ranks */
+        size_t nmonitored;
+        const char *until;  /* --replay-until TIME|+SECONDS|verdict */
+        bool text;          /* --replay-format text */
+        bool strict;        /* --strict */
+        const char *emit_expect; /* --emit-expect FILE, or NULL */
 };
 
 /*
@@ -379,5 +497,14 @@ struct logmon_check_opts {
  */
 int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                      FILE *out, FILE *diff, char *errbuf, size_t len);
+
+/*
+ * hyperpodrun --check-rules: validates the rules at path (strict: unknown
+ * keys are errors) and prints each as the engine took it to out. Returns
+ * 0, or HP_ECONFIG / -errno described in errbuf (with the rule index,
+ * name, field and a suggestion for a misspelling).
+ */
+int logmon_rules_check(const char *path, bool strict, FILE *out,
+                       char *errbuf, size_t len);
 
 #endif

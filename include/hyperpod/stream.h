@@ -245,6 +245,11 @@ struct hp_stream_hub {
         uint64_t files_due;
         uint64_t armed_for;
         struct hp_stream *dirty; /* streams with unwritten file bytes */
+        /* Epoch ms minus loop ms, taken once: ${time} in a console prefix
+         * and the log rules' verdict times both map loop ms to the wall
+         * clock with it, so a replay of the console can match them to the
+         * millisecond. */
+        int64_t wall_offset_ms;
 };
 
 /* consoles (borrowed, at most 2) outlive the hub. */
@@ -275,6 +280,10 @@ struct hp_stream {
         char prefix[256];
         size_t prefix_len;
         bool prefixed; /* tee'd: console lines carry the prefix */
+        /* Where ${time} sits in prefix (HP_ISO8601_MS_LEN bytes, written
+         * when a line goes out at a new loop ms), or -1. */
+        int time_at;
+        uint64_t time_stamped;
         hp_line_cb listener;
         void *listener_ctx;
         hp_stream_closed_cb closed_cb;

@@ -317,3 +317,38 @@ size_t hp_utf8_repair(const char *src, char *out, size_t len)
         out[used] = '\0';
         return used;
 }
+
+static void put_digits(char *p, unsigned v, int n)
+{
+        while (n-- > 0) {
+                p[n] = (char)('0' + v % 10);
+                v /= 10;
+        }
+}
+
+/* civil_from_days (Howard Hinnant's), so that no time zone or libc
+ * state is involved; written digit by digit, as it stamps console lines. */
+void hp_iso8601_ms(int64_t ms, char *buf)
+{
+        int64_t days = (ms >= 0 ? ms : ms - 86399999) / 86400000;
+        int64_t rem = ms - days * 86400000, z = days + 719468, era, y;
+        unsigned doe, yoe, doy, mp, d, m;
+
+        era = (z >= 0 ? z : z - 146096) / 146097;
+        doe = (unsigned)(z - era * 146097);
+        yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+        y = (int64_t)yoe + era * 400;
+        doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        mp = (5 * doy + 2) / 153;
+        d = doy - (153 * mp + 2) / 5 + 1;
+        m = mp < 10 ? mp + 3 : mp - 9;
+        y += m <= 2;
+        memcpy(buf, "0000-00-00T00:00:00.000Z", HP_ISO8601_MS_LEN + 1);
+        put_digits(buf, (unsigned)(y < 0 ? 0 : y > 9999 ? 9999 : y), 4);
+        put_digits(buf + 5, m, 2);
+        put_digits(buf + 8, d, 2);
+        put_digits(buf + 11, (unsigned)(rem / 3600000), 2);
+        put_digits(buf + 14, (unsigned)(rem / 60000 % 60), 2);
+        put_digits(buf + 17, (unsigned)(rem / 1000 % 60), 2);
+        put_digits(buf + 20, (unsigned)(rem % 1000), 3);
+}

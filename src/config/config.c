@@ -361,12 +361,20 @@ int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen)
                 { "role_name", "r" },     { "rank", "0" },
                 { "local_rank", "0" },    { "group_rank", "0" },
                 { "restart_count", "0" }, { "hostname", "h" },
-                { "pid", "1" },
+                { "pid", "1" },               { "time", "\x01" },
         };
         char out[4096];
+        int r;
 
-        return hp_template_expand(tmpl, probe, HP_ARRAY_SIZE(probe), out,
-                                  sizeof(out), NULL, errbuf, errlen);
+        r = hp_template_expand(tmpl, probe, HP_ARRAY_SIZE(probe), out,
+                               sizeof(out), NULL, errbuf, errlen);
+        /* Each line's time is written into one place in its prefix. */
+        if (r == 0 && strchr(out, '\x01') != strrchr(out, '\x01')) {
+                snprintf(errbuf, errlen, "${time} appears more than once in "
+                         "template '%s'", tmpl);
+                return HP_ECONFIG;
+        }
+        return r;
 }
 
 static int parse_seconds(const struct raw_value *v, uint64_t *out,
@@ -408,22 +416,62 @@ static int parse_choice(const struct raw_value *v, const char *const *choices,
 }
 
 /* --replay and its companions. Launch options are still checked but
- * have no effect on a replay, except --log-monitor-ranks, whose meaning a
- * user could expect to carry over and which would be silently wrong. */
+ * have no effect on a replay, except --log-monitor-ranks, which means in
+ * a replay what it means live: the same default, local rank 0. */
 static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
                           char *errbuf, size_t errlen)
 {
+        static const char *const inputs[] = { "auto", "plain", "console",
+                                              "srun" };
+        static const char *const formats[] = { "text", "json" };
         const struct raw_value *replay = &raw[HP_OPT_REPLAY];
         const struct raw_value *rate = &raw[HP_OPT_REPLAY_RATE];
         const struct raw_value *expect = &raw[HP_OPT_EXPECT];
+        const struct raw_value *until = &raw[HP_OPT_REPLAY_UNTIL];
+        const struct raw_value *input = &raw[HP_OPT_REPLAY_INPUT];
+        const struct raw_value *format = &raw[HP_OPT_REPLAY_FORMAT];
+        const struct raw_value *emit = &raw[HP_OPT_EMIT_EXPECT];
         char *end;
+        int r;
 
         if (replay->text == NULL) {
                 if (rate->text != NULL)
                         ERR("%s was given without --replay", rate->source);
                 if (expect->text != NULL)
                         ERR("%s was given without --replay", expect->source);
+                if (until->text != NULL)
+                        ERR("%s was given without --replay", until->source);
+                if (input->text != NULL)
+                        ERR("%s was given without --replay", input->source);
+                if (format->text != NULL)
+                        ERR("%s was given without --replay", format->source);
+                if (emit->text != NULL)
+                        ERR("%s was given without --replay", emit->source);
                 return 0;
+        }
+        if (emit->text != NULL) {
+                if (emit->text[0] == '\0')
+                        ERR("empty value for %s", emit->source);
+                cfg->emit_expect = emit->text;
+        }
+        cfg->replay_format = -1;
+        if (format->text != NULL) {
+                r = parse_choice(format, formats, HP_ARRAY_SIZE(formats),
+                                 &cfg->replay_format, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        if (until->text != NULL) {
+                if (until->text[0] == '\0')
+                        ERR("empty value for %s (an RFC 3339 time, "
+                            "+SECONDS or verdict)", until->source);
+                cfg->replay_until = until->text;
+        }
+        if (input->text != NULL) {
+                r = parse_choice(input, inputs, HP_ARRAY_SIZE(inputs),
+                                 &cfg->replay_input, errbuf, errlen);
+                if (r < 0)
+                        return r;
         }
         if (replay->text[0] == '\0')
                 ERR("empty value for %s (a log file, or - for standard "
@@ -431,10 +479,6 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
         if (cfg->log_monitoring_config == NULL)
                 ERR("%s was given without --log-monitoring-config, the "
                     "rules to replay the log through", replay->source);
-        if (raw[HP_OPT_LOG_MONITOR_RANKS].text != NULL)
-                ERR("%s does not apply to %s: every stream in the log is "
-                    "replayed, each with its own rule states",
-                    raw[HP_OPT_LOG_MONITOR_RANKS].source, replay->source);
         cfg->replay_log = replay->text;
         if (rate->text != NULL) {
                 errno = 0;
@@ -811,11 +855,16 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         cfg->monitored[0] = true;
         if (raw[HP_OPT_LOG_MONITOR_RANKS].text) {
                 const struct raw_value *v = &raw[HP_OPT_LOG_MONITOR_RANKS];
+                /* A replay has no --nproc-per-node to bound the ranks:
+                 * the log names them. */
+                int bound = raw[HP_OPT_REPLAY].text ? HP_MAX_NPROC
+                                                    : cfg->nproc;
                 if (strcmp(v->text, "all") == 0) {
-                        for (int i = 0; i < cfg->nproc; i++)
+                        for (int i = 0; i < bound; i++)
                                 cfg->monitored[i] = true;
+                        cfg->replay_all_ranks = true;
                 } else {
-                        r = parse_ranks_filter(v, cfg->nproc, true,
+                        r = parse_ranks_filter(v, bound, true,
                                                cfg->monitored,
                                                errbuf, errlen);
                         if (r < 0)
@@ -845,6 +894,13 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                     raw[HP_OPT_REDIRECTS].text == NULL)
                         for (int i = 0; i < cfg->nproc; i++)
                                 cfg->tee[i] = 3;
+        }
+        cfg->strict = raw[HP_OPT_STRICT].text != NULL;
+        if (raw[HP_OPT_CHECK_RULES].text) {
+                if (raw[HP_OPT_CHECK_RULES].text[0] == '\0')
+                        ERR("empty value for %s (a rules file)",
+                            raw[HP_OPT_CHECK_RULES].source);
+                cfg->check_rules = raw[HP_OPT_CHECK_RULES].text;
         }
 
         /* Cross-checks between options. */
@@ -965,8 +1021,17 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
         if (env != NULL && *env != '\0')
                 cfg->python_exec = env;
 
-        /* A replay runs nothing: a training script would be ignored,
-         * which is worse than refused. */
+        /* A replay or a rules check runs nothing: a training script
+         * would be ignored, which is worse than refused. */
+        if (cfg->check_rules != NULL) {
+                if (cfg->replay_log != NULL)
+                        ERR("--check-rules and --replay are two commands: "
+                            "give one");
+                if (optind < argc)
+                        ERR("--check-rules runs no training script, but '%s' "
+                            "was given", argv[optind]);
+                return 0;
+        }
         if (cfg->replay_log != NULL) {
                 if (optind < argc)
                         ERR("--replay runs no training script, but '%s' was "

@@ -60,6 +60,12 @@
         XX(REPLAY, "replay", 0, 1, NULL)                                      \
         XX(REPLAY_RATE, "replay-rate", 0, 1, NULL)                            \
         XX(EXPECT, "expect", 0, 1, NULL)                                      \
+        XX(REPLAY_UNTIL, "replay-until", 0, 1, NULL)                          \
+        XX(REPLAY_INPUT, "replay-input", 0, 1, NULL)                          \
+        XX(REPLAY_FORMAT, "replay-format", 0, 1, NULL)                        \
+        XX(CHECK_RULES, "check-rules", 0, 1, NULL)                            \
+        XX(STRICT, "strict", 0, 0, NULL)                                      \
+        XX(EMIT_EXPECT, "emit-expect", 0, 1, NULL)                            \
         XX(HELP, "help", 'h', 0, NULL)                                        \
         XX(VERSION, "version", 'V', 0, NULL)
 

@@ -124,6 +124,7 @@ struct logmon_rule_state {
         uint8_t streak;
         uint64_t last_match;  /* effective ms */
         uint32_t consecutive;
+        double last_value;    /* the last metric compared */
         uint64_t matches;
         uint64_t nonnumeric;
         uint64_t limit_hits;
@@ -219,6 +220,10 @@ bool logmon__split_rest(const char *rest, size_t len,
 /* lit as a logmon_literal, its anchor chosen. */
 void logmon__literal_set(struct logmon_literal *out, const char *lit,
                          size_t len);
+
+/* A whole string as an ISO 8601 date and time (a time without a zone is
+ * UTC), into epoch ms. */
+bool logmon__parse_time(const char *s, int64_t *ms);
 
 /* JSON string escaping for the replay output: control characters are
  * escaped and invalid UTF-8 becomes U+FFFD, so the output is always

@@ -1,7 +1,9 @@
 /* Replay: a recorded log through the rules, with time taken from the
- * lines themselves or from a fixed rate, and a checker that compares the
- * outcome with an expectation for CI. Unlike the engine, this is not a hot
- * path: it allocates freely. */
+ * lines themselves or from a fixed rate; its formats (the agent's
+ * console, kubectl --timestamps, srun --label, plain files), the agent's
+ * own lines and the output. Timestamps are in replay_time.c, the
+ * expectation check in replay_expect.c. Unlike the engine, this is not a
+ * hot path: it allocates freely. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -10,80 +12,42 @@
 #include <string.h>
 
 #include "hyperpod/common.h"
-#include "logmon-private.h"
+#include "replay-private.h"
 
 /* Lines longer than this are cut and continued as a new line, like the
  * live splitter does (HP_LINE_MAX in stream.h). */
 #define REPLAY_LINE_MAX (64 * 1024)
 #define REPLAY_CHUNK (64 * 1024)
 #define PREFIX_MAX 64
-/* A clock step back of more than this in a glog log (which has no year)
- * is the turn of a year. */
-#define GLOG_YEAR_TURN_MS (180LL * 86400 * 1000)
 /* Replay time saturates here (about 285 000 years), so that a tiny
  * --replay-rate cannot overflow a deadline. */
 #define REPLAY_TIME_MAX 9000000000000000.0
-
-struct replay_stream {
-        char *name; /* NULL: the one stream of a plain log */
-        struct logmon_stream *mon;
-};
-
-struct replay_change {
-        size_t stream;
-        uint32_t rule;
-        uint8_t kind;
-        uint8_t pattern;
-        uint8_t from;
-        uint8_t to;
-        uint64_t time;    /* ms since the start */
-        uint64_t line_no; /* 0: a deadline, not a line */
-};
-
-enum replay_clock {
-        CLOCK_NONE = 0, /* no timestamp seen yet */
-        CLOCK_RATE,
-        CLOCK_ASCTIME,  /* one parser with ISO 8601, named by the first */
-        CLOCK_ISO8601,
-        CLOCK_EPOCH,
-        CLOCK_GLOG,
-};
 
 static const char *const clock_names[] = {
         [CLOCK_NONE] = "none",       [CLOCK_RATE] = "rate",
         [CLOCK_ASCTIME] = "asctime", [CLOCK_ISO8601] = "iso8601",
         [CLOCK_EPOCH] = "epoch",     [CLOCK_GLOG] = "glog",
+        [CLOCK_HEAD] = "prefix",     [CLOCK_AGENT] = "agent",
 };
 
-struct logmon_replay {
-        struct logmon_ruleset *rs;
-        struct replay_stream *streams;
-        size_t nstreams;
-        struct replay_change *changes;
-        size_t nchanges, capchanges;
-        uint64_t lines;
-        uint64_t unprefixed;
-        uint64_t now;     /* ms since the start */
-        enum replay_clock clock;
-        enum logmon_replay_layout layout; /* AUTO: not decided yet */
-        bool have_base;
-        int64_t base;     /* epoch ms of the first timestamp */
-        int64_t last_ts;  /* the latest timestamp, for glog's year */
-        int glog_year;
-        const struct logmon_replay_opts *opts;
-        FILE *out;
-        int error;
-        /* The splitter's partial line. */
-        char *buf;
-        size_t len;
-        bool after_cr;
-        /* While the layout is undecided: the lines so far, each a size_t
-         * length and its bytes, numbered from pending_first. */
-        char *pending;
-        size_t pending_len, pending_cap;
-        uint64_t pending_first;
-        uint64_t pending_prefixed; /* held lines with a console prefix */
+/* What a line carries before its text, outermost first: up to two RFC
+ * 3339 timestamps (kubectl --timestamps, then the agent's ${time}), an
+ * srun task label, and a console prefix or the agent's own "hyperpodrun
+ * [PID]: ". */
+struct line_head {
+        const char *body;
+        size_t body_len;
+        bool have_ts;
+        int64_t ts;            /* the innermost timestamp, epoch ms */
+        size_t ts_count;
+        bool kubectl;          /* nanoseconds: kubectl's */
+        const char *label;     /* srun's task label, or NULL */
+        size_t label_len;
+        const char *name;      /* the console prefix's name, or NULL */
+        size_t name_len;
+        bool agent;            /* hyperpodrun's own line */
 };
+
 
 /* ---------------------------------------------------------------------
  * JSON output
@@ -119,7 +83,7 @@ void logmon__json_string(FILE *f, const char *s, size_t n)
         fputc('"', f);
 }
 
-static void json_cstr(FILE *f, const char *s)
+void logmon__json_cstr(FILE *f, const char *s)
 {
         if (s == NULL)
                 fputs("null", f);
@@ -127,195 +91,23 @@ static void json_cstr(FILE *f, const char *s)
                 logmon__json_string(f, s, strlen(s));
 }
 
-/* ---------------------------------------------------------------------
- * Timestamps
- */
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
- * days_from_civil), so that no time zone or libc state is involved. */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+/* Moves the clock to ts (epoch ms). Out-of-order timestamps (several
+ * writers) keep the clock where it is rather than running it back. */
+static void set_clock(struct logmon_replay *r, int64_t ts)
 {
-        int64_t era;
-        unsigned yoe, doy, doe;
-
-        y -= m <= 2;
-        era = (y >= 0 ? y : y - 399) / 400;
-        yoe = (unsigned)(y - era * 400);
-        doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-        doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        return era * 146097 + (int64_t)doe - 719468;
-}
-
-static bool digits(const char *p, const char *end, int n, int *out)
-{
-        int v = 0, i;
-
-        if (end - p < n)
-                return false;
-        for (i = 0; i < n; i++) {
-                if (p[i] < '0' || p[i] > '9')
-                        return false;
-                v = v * 10 + (p[i] - '0');
+        r->last_ts = ts;
+        if (!r->have_base) {
+                r->have_base = true;
+                r->base = ts;
         }
-        *out = v;
-        return true;
+        if (ts - r->base > (int64_t)r->now)
+                r->now = (uint64_t)(ts - r->base);
 }
 
-/* Fraction digits after a '.' or ',' as milliseconds (truncated). */
-static const char *fraction_ms(const char *p, const char *end, int *ms)
-{
-        int scale = 100;
-
-        *ms = 0;
-        while (p < end && *p >= '0' && *p <= '9') {
-                *ms += (*p - '0') * scale;
-                scale /= 10;
-                p++;
-        }
-        return p;
-}
-
-/* "05:51:29" and an optional ".300" or ",300" at p: seconds of the day
- * and milliseconds. Returns the end, or NULL. */
-static const char *time_of_day(const char *p, const char *end, int *secs,
-                               int *ms)
-{
-        int h, mi, s;
-
-        if (!digits(p, end, 2, &h) || end - p < 8 || p[2] != ':' ||
-            !digits(p + 3, end, 2, &mi) || p[5] != ':' ||
-            !digits(p + 6, end, 2, &s) || h > 23 || mi > 59 || s > 60)
-                return NULL;
-        p += 8;
-        *ms = 0;
-        if (p < end && (*p == '.' || *p == ','))
-                p = fraction_ms(p + 1, end, ms);
-        *secs = h * 3600 + mi * 60 + s;
-        return p;
-}
-
-/* 2025-06-17 05:51:29,300 (asctime) or 2025-06-17T05:51:29.3+02:00 (ISO
- * 8601, fraction and zone optional). A time without a zone is taken as
- * UTC: only differences matter here. */
-static bool ts_datetime(const char *p, const char *end, int64_t *out,
-                        enum replay_clock *kind)
-{
-        int y, mo, d, secs, ms, zh, zm, sign;
-        int64_t t;
-
-        if (!digits(p, end, 4, &y) || end - p < 11 || p[4] != '-' ||
-            !digits(p + 5, end, 2, &mo) || p[7] != '-' ||
-            !digits(p + 8, end, 2, &d) || (p[10] != ' ' && p[10] != 'T') ||
-            mo < 1 || mo > 12 || d < 1 || d > 31)
-                return false;
-        *kind = p[10] == 'T' ? CLOCK_ISO8601 : CLOCK_ASCTIME;
-        p = time_of_day(p + 11, end, &secs, &ms);
-        if (p == NULL)
-                return false;
-        t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + secs;
-        if (p < end && (*p == '+' || *p == '-') && digits(p + 1, end, 2, &zh)) {
-                sign = *p == '-' ? -1 : 1;
-                p += 3;
-                if (p < end && *p == ':')
-                        p++;
-                if (!digits(p, end, 2, &zm))
-                        zm = 0;
-                t -= sign * (zh * 3600 + zm * 60);
-        }
-        *out = t * 1000 + ms;
-        return true;
-}
-
-/* 1750139489.300: ten digits of epoch seconds (2001 to 2286), ending the
- * line or followed by a fraction, a blank or a ']'. */
-static bool ts_epoch(const char *p, const char *end, int64_t *out)
-{
-        int64_t secs = 0;
-        int i, ms = 0;
-
-        if (end - p < 10)
-                return false;
-        for (i = 0; i < 10; i++) {
-                if (p[i] < '0' || p[i] > '9')
-                        return false;
-                secs = secs * 10 + (p[i] - '0');
-        }
-        p += 10;
-        if (p < end && *p != '.' && *p != ' ' && *p != ']')
-                return false;
-        if (p < end && *p == '.')
-                fraction_ms(p + 1, end, &ms);
-        *out = secs * 1000 + ms;
-        return true;
-}
-
-/* I0617 05:51:29.300000: glog's severity letter, month and day, time of
- * day. glog writes no year; the caller's year is used. */
-static bool ts_glog(const char *p, const char *end, int year, int64_t *out)
-{
-        int mo, d, secs, ms;
-
-        if (end - p < 6 || p[0] == '\0' || strchr("IWEF", p[0]) == NULL ||
-            !digits(p + 1, end, 2, &mo) || !digits(p + 3, end, 2, &d) ||
-            p[5] != ' ' || mo < 1 || mo > 12 || d < 1 || d > 31)
-                return false;
-        if (time_of_day(p + 6, end, &secs, &ms) == NULL)
-                return false;
-        *out = (days_from_civil(year, (unsigned)mo, (unsigned)d) * 86400 +
-                secs) * 1000 + ms;
-        return true;
-}
-
-/*
- * The timestamp at the start of a line (after its console prefix),
- * optionally inside a '[', as epoch milliseconds. The first line that has
- * one fixes the format for the rest of the log.
- */
-static bool parse_timestamp(struct logmon_replay *r, const char *line,
-                            size_t len, int64_t *out)
-{
-        const char *p = line, *end = line + len;
-        enum replay_clock kind = CLOCK_NONE;
-        bool found = false;
-
-        if (p < end && *p == '[')
-                p++;
-        switch (r->clock) {
-        case CLOCK_NONE:
-                if (ts_datetime(p, end, out, &kind)) {
-                        found = true;
-                } else if (ts_epoch(p, end, out)) {
-                        kind = CLOCK_EPOCH;
-                        found = true;
-                } else if (ts_glog(p, end, r->glog_year, out)) {
-                        kind = CLOCK_GLOG;
-                        found = true;
-                }
-                if (found)
-                        r->clock = kind;
-                return found;
-        case CLOCK_ASCTIME:
-        case CLOCK_ISO8601:
-                return ts_datetime(p, end, out, &kind);
-        case CLOCK_EPOCH:
-                return ts_epoch(p, end, out);
-        case CLOCK_GLOG:
-                if (!ts_glog(p, end, r->glog_year, out))
-                        return false;
-                if (*out < r->last_ts - GLOG_YEAR_TURN_MS) {
-                        r->glog_year++;
-                        ts_glog(p, end, r->glog_year, out);
-                }
-                return true;
-        case CLOCK_RATE:
-                break;
-        }
-        return false;
-}
-
-/* Moves the clock to a line's time. */
-static void advance_clock(struct logmon_replay *r, const char *line,
-                          size_t len, uint64_t line_no)
+/* The time of a line with its head parsed: from the rate, the leading
+ * timestamp, or one at the start of its text. */
+static void advance_clock(struct logmon_replay *r,
+                          const struct line_head *h, uint64_t line_no)
 {
         double t;
         int64_t ts;
@@ -326,17 +118,17 @@ static void advance_clock(struct logmon_replay *r, const char *line,
                                                (uint64_t)REPLAY_TIME_MAX;
                 return;
         }
-        if (!parse_timestamp(r, line, len, &ts))
+        if (r->head_ts) {
+                if (h->have_ts) {
+                        r->clock = CLOCK_HEAD;
+                        set_clock(r, h->ts);
+                }
                 return;
-        r->last_ts = ts;
-        if (!r->have_base) {
-                r->have_base = true;
-                r->base = ts;
         }
-        /* Out-of-order timestamps (several writers) keep the clock where
-         * it is rather than running it back. */
-        if (ts - r->base > (int64_t)r->now)
-                r->now = (uint64_t)(ts - r->base);
+        if (h->agent)
+                return;
+        if (logmon__line_timestamp(r, h->body, h->body_len, &ts))
+                set_clock(r, ts);
 }
 
 /* A torchrun console prefix, "[default0]:": a short bracketed name with
@@ -357,9 +149,203 @@ static size_t console_prefix(const char *line, size_t len)
         return 0;
 }
 
+/* "2025-06-17T05:51:29.123456789Z " as kubectl --timestamps and ${time}
+ * write it: a 'T', a 'Z' and a blank after it, so that a Python logging
+ * timestamp, which is part of the line's text, is never taken for one.
+ * Returns its length with the blank, 0 when absent; *nanos: more than
+ * three fraction digits (kubectl's). */
+static size_t head_timestamp(const char *p, const char *end, int64_t *ts,
+                             bool *nanos)
+{
+        enum replay_clock kind;
+        size_t n = 0;
+
+        while (p + n < end && n < 40 && p[n] != ' ')
+                n++;
+        if (n < 20 || p + n == end || p[n] != ' ' || p[n - 1] != 'Z' ||
+            p[10] != 'T' || !logmon__ts_datetime(p, p + n, ts, &kind))
+                return 0;
+        *nanos = n > 24;
+        return n + 1;
+}
+
+/* srun --label's "0: ", right-aligned with blanks in a wide job.
+ * Returns its length, 0 when absent; *at and *digits: the label. */
+static size_t srun_label(const char *p, const char *end, size_t *at,
+                         size_t *digits)
+{
+        size_t i = 0, d = 0;
+
+        while (p + i < end && i < 8 && p[i] == ' ')
+                i++;
+        while (p + i + d < end && d < 8 && p[i + d] >= '0' &&
+               p[i + d] <= '9')
+                d++;
+        if (d == 0 || p + i + d + 1 >= end || p[i + d] != ':' ||
+            p[i + d + 1] != ' ')
+                return 0;
+        *at = i;
+        *digits = d;
+        return i + d + 2;
+}
+
+static const char AGENT[] = "hyperpodrun[";
+
+/* hyperpodrun's own "hyperpodrun[PID]: " at p: its length, or 0. */
+static size_t agent_prefix(const char *p, const char *end)
+{
+        size_t n = sizeof(AGENT) - 1, d = 0;
+
+        if ((size_t)(end - p) < n + 3 || memcmp(p, AGENT, n) != 0)
+                return 0;
+        while (p + n + d < end && p[n + d] >= '0' && p[n + d] <= '9')
+                d++;
+        if (d == 0 || p + n + d + 1 >= end || p[n + d] != ']' ||
+            p[n + d + 1] != ':')
+                return 0;
+        return n + d + 2;
+}
+
+/* Up to two leading RFC 3339 times at p, the inner one the line's. */
+static const char *head_timestamps(const struct logmon_replay *r,
+                                   struct line_head *h, const char *p,
+                                   const char *end)
+{
+        bool nanos;
+        int64_t ts;
+        size_t n;
+
+        if (r->layout != LOGMON_LAYOUT_AUTO && !r->head_ts)
+                return p;
+        while (h->ts_count < 2) {
+                n = head_timestamp(p, end, &ts, &nanos);
+                if (n == 0)
+                        break;
+                h->have_ts = true;
+                h->ts = ts;
+                h->ts_count++;
+                h->kubectl = h->kubectl || nanos;
+                p += n;
+        }
+        return p;
+}
+
+/* Splits a line's head off. When the layout is undecided every part is
+ * looked for, to count them; once it is, only the layout's. */
+static void parse_head(const struct logmon_replay *r, const char *line,
+                       size_t len, struct line_head *h)
+{
+        const char *p = line, *end = line + len;
+        bool undecided = r->layout == LOGMON_LAYOUT_AUTO;
+        size_t n, at, digits;
+
+        memset(h, 0, sizeof(*h));
+        p = head_timestamps(r, h, p, end);
+        if (undecided || r->layout == LOGMON_LAYOUT_SRUN) {
+                n = srun_label(p, end, &at, &digits);
+                if (n != 0) {
+                        h->label = p + at;
+                        h->label_len = digits;
+                        p += n;
+                        /* ${time} inside srun's label. */
+                        p = head_timestamps(r, h, p, end);
+                }
+        }
+        n = agent_prefix(p, end);
+        if (n != 0) {
+                h->agent = true;
+        } else if (r->layout != LOGMON_LAYOUT_PLAIN &&
+                   (n = console_prefix(p, (size_t)(end - p))) != 0) {
+                h->name = p + 1;
+                h->name_len = n - 3;
+        }
+        h->body = p + n;
+        h->body_len = (size_t)(end - p) - n;
+}
+
+/* An ISO 8601 time after " at " in the agent's own line: its start and
+ * verdict lines say when, on the wall clock, the live rules started and
+ * judged. */
+static bool agent_time(const char *p, size_t len, int64_t *ts)
+{
+        enum replay_clock kind;
+        size_t i;
+
+        for (i = 0; i + 4 + 20 <= len; i++)
+                if (memcmp(p + i, " at ", 4) == 0 && p[i + 4 + 10] == 'T' &&
+                    logmon__ts_datetime(p + i + 4, p + len, ts, &kind))
+                        return true;
+        return false;
+}
+
+static bool contains(const char *p, size_t len, const char *what)
+{
+        size_t n = strlen(what), i;
+
+        for (i = 0; i + n <= len; i++)
+                if (memcmp(p + i, what, n) == 0)
+                        return true;
+        return false;
+}
+
 /* ---------------------------------------------------------------------
  * Feeding
  */
+
+/* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
+static int64_t wall_offset(const struct logmon_replay *r)
+{
+        return r->have_base && r->clock != CLOCK_RATE ? r->base :
+                                                        LOGMON_NO_WALL_CLOCK;
+}
+
+static void text_time(const struct logmon_replay *r, uint64_t t)
+{
+        char iso[HP_ISO8601_MS_LEN + 1];
+
+        fprintf(r->out, "%" PRIu64 ".%03" PRIu64 " s", t / 1000, t % 1000);
+        if (wall_offset(r) != LOGMON_NO_WALL_CLOCK) {
+                hp_iso8601_ms(r->base + (int64_t)t, iso);
+                fprintf(r->out, " (%s)", iso);
+        }
+}
+
+/* --replay-format text: the line, then what it changed; a deadline's
+ * change on its own. */
+static void text_change(struct logmon_replay *r, size_t stream,
+                        const struct logmon_event *e, uint64_t line_no,
+                        const char *line, size_t len)
+{
+        const char *name = r->streams[stream].name;
+
+        if (line_no != 0 && line_no != r->text_line_shown) {
+                r->text_line_shown = line_no;
+                fprintf(r->out, "line %" PRIu64 " ", line_no);
+                if (name != NULL)
+                        fprintf(r->out, "[%s] ", name);
+                fputs("at ", r->out);
+                text_time(r, r->now);
+                fprintf(r->out, ": %.*s\n", (int)(len > 400 ? 400 : len),
+                        line);
+        }
+        fputs("  ", r->out);
+        if (line_no == 0) {
+                fputs("deadline ", r->out);
+                if (name != NULL)
+                        fprintf(r->out, "[%s] ", name);
+                fputs("at ", r->out);
+                text_time(r, r->now);
+                fputs(": ", r->out);
+        }
+        fprintf(r->out, "%s: ", logmon_ruleset_rule_name(r->rs, e->rule));
+        if (e->kind == LOGMON_EVENT_STATE)
+                fprintf(r->out, "%s -> %s\n", logmon_state_name(e->from),
+                        logmon_state_name(e->to));
+        else if (e->kind == LOGMON_EVENT_NONNUMERIC)
+                fputs("the captured metric is not a number\n", r->out);
+        else
+                fputs("a match was given up at a PCRE2 limit\n", r->out);
+}
 
 static int record(struct logmon_replay *r, size_t stream,
                   const struct logmon_event *e, uint64_t line_no,
@@ -387,12 +373,16 @@ static int record(struct logmon_replay *r, size_t stream,
         c->line_no = line_no;
         if (r->out == NULL)
                 return 0;
+        if (r->opts->text) {
+                text_change(r, stream, e, line_no, line, len);
+                return 0;
+        }
 
         fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64 ",\"stream\":",
                 r->now / 1000, r->now % 1000);
-        json_cstr(r->out, r->streams[stream].name);
+        logmon__json_cstr(r->out, r->streams[stream].name);
         fputs(",\"rule\":", r->out);
-        json_cstr(r->out, logmon_ruleset_rule_name(r->rs, e->rule));
+        logmon__json_cstr(r->out, logmon_ruleset_rule_name(r->rs, e->rule));
         if (e->kind == LOGMON_EVENT_STATE)
                 fprintf(r->out, ",\"from\":\"%s\",\"state\":\"%s\"",
                         logmon_state_name(e->from), logmon_state_name(e->to));
@@ -416,6 +406,7 @@ static int record_all(struct logmon_replay *r, size_t stream,
                       const struct logmon_events *ev, uint64_t line_no,
                       const char *line, size_t len)
 {
+        const struct logmon_stream *mon = r->streams[stream].mon;
         size_t i;
         int err;
 
@@ -424,13 +415,33 @@ static int record_all(struct logmon_replay *r, size_t stream,
                 if (err != 0)
                         return err;
         }
+        if (!r->have_verdict && logmon_stream_state(mon) >= LOGMON_SLOW) {
+                r->have_verdict = true;
+                r->v_stream = stream;
+                r->v_rule = logmon_stream_reason_rule(mon);
+                r->v_state = logmon_stream_state(mon);
+                r->v_time = r->now;
+                r->v_line_no = line_no;
+                snprintf(r->v_line, sizeof(r->v_line), "%.*s",
+                         (int)(len < LOGMON_LAST_LINE_MAX ?
+                                       len :
+                                       LOGMON_LAST_LINE_MAX),
+                         line != NULL ? line : "");
+                if (logmon_verdict_format(mon, r->streams[stream].local_rank,
+                                          wall_offset(r), r->v_message,
+                                          sizeof(r->v_message)) != 0)
+                        r->v_message[0] = '\0';
+                if (r->out != NULL && r->opts->text)
+                        fprintf(r->out, "log rule verdict %s\n",
+                                r->v_message);
+        }
         return 0;
 }
 
-/* Fires every stream's deadlines up to now at their own times, earliest
- * first across streams, as the live agent's timer would: the output says
- * when a rule went HANGING, not when the next line happened to arrive,
- * and stays in time order. */
+/* Fires every judged stream's deadlines up to now at their own times,
+ * earliest first across streams, as the live agent's timer would: the
+ * output says when a rule went HANGING, not when the next line happened
+ * to arrive, and stays in time order. */
 static int catch_up(struct logmon_replay *r, uint64_t now)
 {
         struct logmon_events ev;
@@ -442,6 +453,8 @@ static int catch_up(struct logmon_replay *r, uint64_t now)
                 best = UINT64_MAX;
                 pick = 0;
                 for (i = 0; i < r->nstreams; i++) {
+                        if (!r->streams[i].judged)
+                                continue;
                         at = logmon_stream_next_deadline(r->streams[i].mon);
                         if (at < best) {
                                 best = at;
@@ -462,6 +475,27 @@ static int catch_up(struct logmon_replay *r, uint64_t now)
         return err;
 }
 
+/* The local rank a stream's name ends in ("default3", "0/default3",
+ * srun's "3"), or -1. */
+static int name_rank(const char *name)
+{
+        size_t n = strlen(name), d = 0;
+
+        while (d < n && d < 6 && name[n - 1 - d] >= '0' &&
+               name[n - 1 - d] <= '9')
+                d++;
+        return d > 0 ? atoi(name + n - d) : -1;
+}
+
+static bool judged(const struct logmon_replay *r, const char *name,
+                   int rank)
+{
+        if (r->opts->monitored == NULL || name == NULL)
+                return true;
+        return rank >= 0 && (size_t)rank < r->opts->nmonitored &&
+               r->opts->monitored[rank];
+}
+
 static int stream_get(struct logmon_replay *r, const char *name,
                       size_t name_len, size_t *out)
 {
@@ -478,6 +512,25 @@ static int stream_get(struct logmon_replay *r, const char *name,
                         return 0;
                 }
         }
+        for (i = 0; name != NULL && i < r->nstreams; i++) {
+                char *copy;
+
+                st = &r->streams[i];
+                if (!st->placeholder)
+                        continue;
+                copy = strndup(name, name_len);
+                if (copy == NULL)
+                        return -ENOMEM;
+                if (name_rank(copy) != st->local_rank) {
+                        free(copy);
+                        continue;
+                }
+                free(st->name);
+                st->name = copy;
+                st->placeholder = false;
+                *out = i;
+                return 0;
+        }
         st = realloc(r->streams, (r->nstreams + 1) * sizeof(*st));
         if (st == NULL)
                 return -ENOMEM;
@@ -490,42 +543,217 @@ static int stream_get(struct logmon_replay *r, const char *name,
                 logmon_stream_free(st->mon);
                 return -ENOMEM;
         }
-        /* Every stream's clock starts with the log, not with its first
-         * line: a rank that starts talking late is late. */
-        logmon_stream_start(st->mon, 0);
+        st->local_rank = st->name != NULL ? name_rank(st->name) : -1;
+        st->judged = judged(r, st->name, st->local_rank);
+        st->placeholder = false;
+        st->matches = calloc(logmon_ruleset_count(r->rs) + 1,
+                             sizeof(*st->matches));
+        if (st->matches == NULL) {
+                free(st->name);
+                logmon_stream_free(st->mon);
+                return -ENOMEM;
+        }
+        /* Every stream's clock starts with the live rules' (the agent's
+         * start line) or else with the log, not with its first line: a
+         * rank that starts talking late is late. */
+        logmon_stream_start(st->mon, r->start_ms);
         *out = r->nstreams++;
         return 0;
+}
+
+/* --replay-until TIME: a line after it stops the replay, unfed; the
+ * clock goes back to TIME for the deadlines up to it. */
+static bool past_until(struct logmon_replay *r)
+{
+        int64_t end;
+
+        if (!r->until_set || !r->have_base)
+                return false;
+        end = r->until_ts - r->base;
+        if ((int64_t)r->now <= end)
+                return false;
+        r->now = end > 0 ? (uint64_t)end : 0;
+        r->stopped = true;
+        r->after_stop++;
+        return true;
+}
+
+/* A stream for each judged local rank, when the live rules started. */
+static int placeholders(struct logmon_replay *r)
+{
+        char name[32];
+        size_t i, idx;
+        int err;
+
+        if (r->layout == LOGMON_LAYOUT_PLAIN || r->opts->monitored == NULL)
+                return 0;
+        for (i = 0; i < r->opts->nmonitored; i++) {
+                if (!r->opts->monitored[i])
+                        continue;
+                snprintf(name, sizeof(name), "local rank %zu", i);
+                err = stream_get(r, name, strlen(name), &idx);
+                if (err != 0)
+                        return err;
+                r->streams[idx].placeholder = true;
+        }
+        return 0;
+}
+
+/* The agent's own line: never a rule's input (live, the rules read the
+ * workers' output only), but its start and verdict lines say when the
+ * live rules started and when they judged. */
+static int agent_line(struct logmon_replay *r, const struct line_head *h,
+                      uint64_t line_no)
+{
+        bool timed = r->opts->rate <= 0 &&
+                     (r->clock == CLOCK_NONE || r->clock == CLOCK_HEAD ||
+                      r->clock == CLOCK_AGENT);
+        bool verdict;
+        int64_t ts;
+        int err;
+
+        /* The time the agent wrote in its line is the live rules' own;
+         * kubectl's, before it, is when the runtime read the line. */
+        r->agent_lines++;
+        verdict = contains(h->body, h->body_len, "log rule verdict ");
+        if (timed && agent_time(h->body, h->body_len, &ts)) {
+                if (r->clock == CLOCK_NONE)
+                        r->clock = CLOCK_AGENT;
+                /* Without a clock on the workers' lines, the line that
+                 * made a verdict may still come, at an unknown time (the
+                 * console can show the verdict first): the verdict's
+                 * time is only where the replay ends. */
+                if (verdict && r->clock == CLOCK_AGENT) {
+                        if (!r->have_end)
+                                r->end_ts = ts;
+                        r->have_end = true;
+                } else {
+                        set_clock(r, ts);
+                }
+        } else {
+                advance_clock(r, h, line_no);
+        }
+        if (past_until(r))
+                return 0;
+        if (!r->started && r->nstreams == 0 &&
+            contains(h->body, h->body_len, "log rules: clock started at ")) {
+                r->started = true;
+                r->start_ms = r->now;
+                err = placeholders(r);
+                if (err != 0)
+                        return err;
+        }
+        if (!r->live_verdict && verdict) {
+                r->live_verdict = true;
+                /* Lines read before the verdict can follow it on the
+                 * console: only lines after its time are cut. */
+                if (r->opts->until == LOGMON_UNTIL_VERDICT &&
+                    agent_time(h->body, h->body_len, &ts)) {
+                        r->until_set = true;
+                        r->until_ts = ts;
+                }
+        }
+        return catch_up(r, r->now);
+}
+
+/* The JSON output: each metric a threshold rule compared, as a "value"
+ * event, so that a metric can be plotted against its threshold
+ * (tools/plot_replay.py). */
+static void write_values(struct logmon_replay *r, size_t stream,
+                         uint64_t line_no)
+{
+        struct replay_stream *st = &r->streams[stream];
+        struct logmon_rule_limits lim;
+        struct logmon_rule_info info;
+        size_t i;
+
+        if (r->out == NULL || r->opts->text)
+                return;
+        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
+                logmon_ruleset_rule_limits(r->rs, i, &lim);
+                if (!lim.metric)
+                        continue;
+                logmon_stream_rule_info(st->mon, i, &info);
+                /* A capture that is not a number is not a match. */
+                if (info.matches == st->matches[i])
+                        continue;
+                st->matches[i] = info.matches;
+                fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64
+                                ",\"stream\":",
+                        r->now / 1000, r->now % 1000);
+                logmon__json_cstr(r->out, st->name);
+                fputs(",\"rule\":", r->out);
+                logmon__json_cstr(r->out, logmon_ruleset_rule_name(r->rs, i));
+                /* JSON has no infinity or NaN (a capture of "inf"
+                 * parses, as in Python): null. */
+                fputs(",\"event\":\"value\",\"value\":", r->out);
+                if (isfinite(info.last_value))
+                        fprintf(r->out, "%.17g", info.last_value);
+                else
+                        fputs("null", r->out);
+                fprintf(r->out, ",\"line_no\":%" PRIu64 "}\n", line_no);
+        }
+}
+
+/* A rank's line, its clock moved: to its stream's rules. */
+static int feed_line(struct logmon_replay *r, const char *name,
+                     size_t name_len, const struct line_head *h,
+                     uint64_t line_no)
+{
+        struct logmon_events ev;
+        size_t idx;
+        int err;
+
+        err = stream_get(r, name, name_len, &idx);
+        if (err == 0)
+                err = catch_up(r, r->now);
+        if (err != 0 || !r->streams[idx].judged)
+                return err;
+        logmon_stream_feed(r->streams[idx].mon, h->body, h->body_len, r->now,
+                           &ev);
+        err = record_all(r, idx, &ev, line_no, h->body, h->body_len);
+        if (err == 0)
+                write_values(r, idx, line_no);
+        return err;
 }
 
 /* One line, once the layout is known. */
 static int process_line(struct logmon_replay *r, const char *line,
                         size_t len, uint64_t line_no)
 {
-        struct logmon_events ev;
-        const char *name = NULL;
-        size_t plen = 0, idx;
-        int err;
+        char name[2 * PREFIX_MAX + 2];
+        struct line_head h;
+        size_t name_len = 0;
 
-        if (r->layout == LOGMON_LAYOUT_CONSOLE) {
-                plen = console_prefix(line, len);
-                if (plen == 0) {
-                        /* Not a rank's output: it moves the clock and
-                         * nothing else. */
-                        r->unprefixed++;
-                        advance_clock(r, line, len, line_no);
-                        return catch_up(r, r->now);
-                }
-                name = line + 1;
+        if (r->stopped) {
+                r->after_stop++;
+                return 0;
         }
-        advance_clock(r, line + plen, len - plen, line_no);
-        err = stream_get(r, name, plen > 0 ? plen - 3 : 0, &idx);
-        if (err == 0)
-                err = catch_up(r, r->now);
-        if (err != 0)
-                return err;
-        logmon_stream_feed(r->streams[idx].mon, line + plen, len - plen,
-                           r->now, &ev);
-        return record_all(r, idx, &ev, line_no, line + plen, len - plen);
+        parse_head(r, line, len, &h);
+        if (h.agent)
+                return agent_line(r, &h, line_no);
+        advance_clock(r, &h, line_no);
+        if (past_until(r))
+                return 0;
+        if (r->layout == LOGMON_LAYOUT_SRUN && h.label != NULL) {
+                memcpy(name, h.label, h.label_len);
+                name_len = h.label_len;
+                if (h.name != NULL) {
+                        name[name_len++] = '/';
+                        memcpy(name + name_len, h.name, h.name_len);
+                        name_len += h.name_len;
+                }
+        } else if (r->layout == LOGMON_LAYOUT_CONSOLE && h.name != NULL) {
+                memcpy(name, h.name, h.name_len);
+                name_len = h.name_len;
+        } else if (r->layout != LOGMON_LAYOUT_PLAIN) {
+                /* Not a rank's output: it moves the clock and nothing
+                 * else. */
+                r->unprefixed++;
+                return catch_up(r, r->now);
+        }
+        return feed_line(r, name_len > 0 ? name : NULL, name_len, &h,
+                         line_no);
 }
 
 /* The layout is decided: the held lines go through in order, matched in
@@ -549,19 +777,38 @@ static int flush_pending(struct logmon_replay *r)
         return err;
 }
 
-/* Decides the layout from the lines held: a console log is one where at
- * least half the lines carry a prefix. A plain log in which a few lines
- * happen to start with "[rank0]:" stays plain, and a console capture
- * stays a console log despite hyperpodrun's own messages and a
- * container's prelude, which have no prefix. */
+/* Decides the layout from the lines held: srun --label output when at
+ * least half carry a task label, else, leaving the agent's own lines out,
+ * a console log when at least half carry a console prefix, else a
+ * plain log. A plain log in which a few lines happen to start with
+ * "[rank0]:" stays plain, and a console capture stays a console log
+ * despite a container's prelude, which has no prefix. Leading RFC 3339
+ * timestamps (kubectl --timestamps, ${time}) count when at least half
+ * the lines other than the agent's have one (${time} never stamps the
+ * agent's lines). */
 static int decide_layout(struct logmon_replay *r)
 {
         uint64_t held = r->pending_len > 0 ?
                                 r->lines - r->pending_first + 1 : 0;
+        uint64_t others = held - r->agent_lines;
 
-        r->layout = held > 0 && 2 * r->pending_prefixed >= held ?
-                            LOGMON_LAYOUT_CONSOLE :
-                            LOGMON_LAYOUT_PLAIN;
+        if (held > 0 && 2 * r->pending_labelled >= held)
+                r->layout = LOGMON_LAYOUT_SRUN;
+        else if (others == 0)
+                r->layout = r->agent_lines > 0 ? LOGMON_LAYOUT_CONSOLE :
+                                                 LOGMON_LAYOUT_PLAIN;
+        else if (2 * r->pending_prefixed >= others)
+                r->layout = LOGMON_LAYOUT_CONSOLE;
+        else
+                r->layout = LOGMON_LAYOUT_PLAIN;
+        /* In a plain log a leading timestamp is the program's own, part
+         * of the text the rules see, unless kubectl's nanoseconds or a
+         * second one say kubectl put it there. */
+        r->head_ts = held > 0 &&
+                     2 * r->pending_stamped >= (others > 0 ? others : held) &&
+                     (r->layout != LOGMON_LAYOUT_PLAIN || r->head_ts_kubectl);
+        /* Counted again as they go through. */
+        r->agent_lines = 0;
         return flush_pending(r);
 }
 
@@ -573,6 +820,7 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
 {
         size_t need = r->pending_len + sizeof(len) + len + sizeof(size_t);
         size_t cap = r->pending_cap;
+        struct line_head h;
         char *p;
 
         if (need > cap) {
@@ -590,8 +838,17 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
         memcpy(r->pending + r->pending_len, &len, sizeof(len));
         memcpy(r->pending + r->pending_len + sizeof(len), line, len);
         r->pending_len += sizeof(len) + len;
-        if (console_prefix(line, len) > 0)
+        parse_head(r, line, len, &h);
+        if (h.label != NULL)
+                r->pending_labelled++;
+        if (h.agent)
+                r->agent_lines++;
+        else if (h.name != NULL)
                 r->pending_prefixed++;
+        if (h.have_ts && (!h.agent || h.kubectl || h.ts_count > 1))
+                r->pending_stamped++;
+        if (h.ts_count > 1 || h.kubectl)
+                r->head_ts_kubectl = true;
         if (r->pending_len < LOGMON_REPLAY_LOOKAHEAD)
                 return 0;
         return decide_layout(r);
@@ -657,40 +914,152 @@ static int replay_begin(struct logmon_ruleset *rs,
         r->opts = opts != NULL ? opts : &defaults;
         r->out = out;
         r->layout = r->opts->layout;
+        r->head_ts = r->layout != LOGMON_LAYOUT_AUTO &&
+                     r->layout != LOGMON_LAYOUT_PLAIN;
         r->clock = r->opts->rate > 0 ? CLOCK_RATE : CLOCK_NONE;
+        r->until_set = r->opts->until == LOGMON_UNTIL_TIME;
+        r->until_ts = r->opts->until_ms;
         /* A leap year, so that a glog "0229" is a real day. */
         r->glog_year = 2000;
         *rp = r;
         return 0;
 }
 
+bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i)
+{
+        struct logmon_rule_info info;
+        size_t k;
+
+        for (k = 0; k < r->nstreams; k++) {
+                if (!r->streams[k].judged)
+                        continue;
+                logmon_stream_rule_info(r->streams[k].mon, i, &info);
+                if (info.matched)
+                        return true;
+        }
+        return false;
+}
+
+static const char *format_name(const struct logmon_replay *r)
+{
+        static const char *const names[][3] = {
+                { "plain", "plain with kubectl --timestamps",
+                  "plain with ${time}" },
+                { "console", "console with kubectl --timestamps",
+                  "console with ${time}" },
+                { "srun --label", "srun --label with kubectl --timestamps",
+                  "srun --label with ${time}" },
+        };
+        size_t row = r->layout == LOGMON_LAYOUT_CONSOLE ? 1 :
+                     r->layout == LOGMON_LAYOUT_SRUN    ? 2 :
+                                                          0;
+
+        if (r->files)
+                return "per-rank files";
+        return names[row][!r->head_ts ? 0 : r->head_ts_kubectl ? 1 : 2];
+}
+
+static void summary_verdict(struct logmon_replay *r)
+{
+        struct logmon_verdict v;
+        char wall[HP_ISO8601_MS_LEN + 1];
+        FILE *f = r->out;
+
+        if (!logmon_replay_verdict(r, &v)) {
+                fputs("null", f);
+                return;
+        }
+        fputs("{\"rule\":", f);
+        logmon__json_cstr(f, v.rule);
+        fputs(",\"stream\":", f);
+        logmon__json_cstr(f, v.stream);
+        fprintf(f, ",\"local_rank\":%d,\"state\":\"%s\",\"time\":%" PRIu64
+                   ".%03" PRIu64 ",\"wall\":",
+                v.local_rank, logmon_state_name(v.state), v.time_ms / 1000,
+                v.time_ms % 1000);
+        if (v.have_wall) {
+                hp_iso8601_ms(v.wall_ms, wall);
+                logmon__json_cstr(f, wall);
+        } else {
+                fputs("null", f);
+        }
+        if (v.line_no == 0)
+                fputs(",\"line_no\":null", f);
+        else
+                fprintf(f, ",\"line_no\":%" PRIu64, v.line_no);
+        fputs(",\"line\":", f);
+        if (v.line_no == 0)
+                fputs("null", f);
+        else
+                logmon__json_cstr(f, r->v_line);
+        fputs(",\"message\":", f);
+        logmon__json_cstr(f, v.message);
+        fputc('}', f);
+}
+
 static void summary(struct logmon_replay *r)
 {
         struct logmon_rule_info info;
-        size_t i, j;
+        size_t i, j, k;
         FILE *f = r->out;
 
         fprintf(f, "{\"summary\":{\"lines\":%" PRIu64 ",\"time\":%" PRIu64
                    ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
-                   "\"unprefixed_lines\":%" PRIu64 ",\"state\":\"%s\","
-                   "\"streams\":[",
+                   "\"format\":\"%s\",\"unprefixed_lines\":%" PRIu64
+                   ",\"agent_lines\":%" PRIu64 ",\"agent_verdict\":%s,"
+                   "\"lines_after_until\":%" PRIu64 ",\"state\":\"%s\","
+                   "\"verdict\":",
                 r->lines, r->now / 1000, r->now % 1000,
                 clock_names[r->clock],
-                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" : "plain",
-                r->unprefixed, logmon_state_name(logmon_replay_state(r)));
+                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" :
+                r->layout == LOGMON_LAYOUT_SRUN    ? "srun" :
+                                                     "plain",
+                format_name(r), r->unprefixed, r->agent_lines,
+                r->live_verdict ? "true" : "false", r->after_stop,
+                logmon_state_name(logmon_replay_state(r)));
+        summary_verdict(r);
+        fputs(",\"never_matched\":[", f);
+        for (j = 0, k = 0; j < logmon_ruleset_count(r->rs); j++) {
+                if (logmon_replay_rule_matched(r, j))
+                        continue;
+                if (k++ > 0)
+                        fputc(',', f);
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+        }
+        fputs("],\"rules\":[", f);
+        for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                struct logmon_rule_limits lim;
+
+                logmon_ruleset_rule_limits(r->rs, j, &lim);
+                fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                if (lim.metric)
+                        fprintf(f, ",\"threshold\":%.17g,\"operator\":"
+                                   "\"%s\",\"datapoints\":%" PRIu32,
+                                lim.threshold, lim.op, lim.datapoints);
+                if (lim.cutoff_ms != UINT64_MAX)
+                        fprintf(f, ",\"cutoff\":%" PRIu64 ".%03" PRIu64,
+                                lim.cutoff_ms / 1000, lim.cutoff_ms % 1000);
+                if (lim.freq_ms != UINT64_MAX)
+                        fprintf(f, ",\"frequency\":%" PRIu64 ".%03" PRIu64,
+                                lim.freq_ms / 1000, lim.freq_ms % 1000);
+                fputc('}', f);
+        }
+        fputs("],\"streams\":[", f);
         for (i = 0; i < r->nstreams; i++) {
                 struct logmon_stream *s = r->streams[i].mon;
 
                 fputs(i > 0 ? ",{\"stream\":" : "{\"stream\":", f);
-                json_cstr(f, r->streams[i].name);
-                fprintf(f, ",\"state\":\"%s\",\"reason\":",
+                logmon__json_cstr(f, r->streams[i].name);
+                fprintf(f, ",\"judged\":%s,\"state\":\"%s\",\"reason\":",
+                        r->streams[i].judged ? "true" : "false",
                         logmon_state_name(logmon_stream_state(s)));
-                json_cstr(f, logmon_stream_reason(s));
+                logmon__json_cstr(f, logmon_stream_reason(s));
                 fputs(",\"rules\":[", f);
                 for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
                         logmon_stream_rule_info(s, j, &info);
                         fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
-                        json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
+                        logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
                         fprintf(f, ",\"state\":\"%s\",\"matches\":%" PRIu64
                                    ",\"nonnumeric\":%" PRIu64
                                    ",\"regex_limit_hits\":%" PRIu64
@@ -710,6 +1079,89 @@ static void summary(struct logmon_replay *r)
         fputs("]}}\n", f);
 }
 
+/* The clock after the last line, as --replay-until says. */
+static int run_until(struct logmon_replay *r)
+{
+        int64_t end;
+        int err;
+
+        switch (r->opts->until) {
+        case LOGMON_UNTIL_TIME:
+                if (!r->have_base)
+                        return -EDOM;
+                end = r->opts->until_ms - r->base;
+                if (end >= (int64_t)r->now) {
+                        err = catch_up(r, (uint64_t)end);
+                        r->now = (uint64_t)end;
+                        return err;
+                }
+                return 0;
+        case LOGMON_UNTIL_VERDICT:
+                if (!r->live_verdict)
+                        return -ENOENT;
+                if (!r->until_set)
+                        return 0;
+                end = r->until_ts - r->base;
+                if (end >= (int64_t)r->now) {
+                        err = catch_up(r, (uint64_t)end);
+                        r->now = (uint64_t)end;
+                        return err;
+                }
+                return 0;
+        case LOGMON_UNTIL_END:
+                break;
+        }
+        if (r->have_end && r->end_ts - r->base > (int64_t)r->now) {
+                end = r->end_ts - r->base;
+                err = catch_up(r, (uint64_t)end);
+                if (err != 0)
+                        return err;
+                r->now = (uint64_t)end;
+        }
+        err = catch_up(r, r->now + r->opts->tail_ms);
+        r->now += r->opts->tail_ms;
+        return err;
+}
+
+static void text_summary(struct logmon_replay *r)
+{
+        FILE *f = r->out;
+        size_t i, k;
+
+        fprintf(f, "summary: %" PRIu64 " lines read as a %s log (clock: "
+                   "%s), %" PRIu64 " of them hyperpodrun's own; judged up to ",
+                r->lines, format_name(r), clock_names[r->clock],
+                r->agent_lines);
+        text_time(r, r->now);
+        fputc('\n', f);
+        if (r->have_verdict)
+                fprintf(f, "verdict: %s\n", r->v_message);
+        else
+                fputs("verdict: none (no judged stream reached SLOW, "
+                      "HANGING or FAULTED)\n", f);
+        for (i = 0; i < r->nstreams; i++) {
+                const struct replay_stream *st = &r->streams[i];
+
+                fprintf(f, "stream %s: ", st->name ? st->name : "(log)");
+                if (!st->judged)
+                        fputs("not judged (--log-monitor-ranks)\n", f);
+                else
+                        fprintf(f, "%s%s%s\n",
+                                logmon_state_name(logmon_stream_state(st->mon)),
+                                logmon_stream_reason(st->mon)[0] ? " " : "",
+                                logmon_stream_reason(st->mon));
+        }
+        for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
+                if (logmon_replay_rule_matched(r, i))
+                        continue;
+                fprintf(f, "%s%s", k++ == 0 ? "rules that never matched a "
+                                             "line: " : ", ",
+                        logmon_ruleset_rule_name(r->rs, i));
+        }
+        if (k > 0)
+                fputc('\n', f);
+}
+
 static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
 {
         size_t idx;
@@ -727,10 +1179,12 @@ static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
         if (err == 0 && r->layout == LOGMON_LAYOUT_PLAIN && r->nstreams == 0)
                 err = stream_get(r, NULL, 0, &idx);
         if (err == 0)
-                err = catch_up(r, r->now + r->opts->tail_ms);
-        r->now += r->opts->tail_ms;
+                err = run_until(r);
         if (err == 0 && r->out != NULL) {
-                summary(r);
+                if (r->opts->text)
+                        text_summary(r);
+                else
+                        summary(r);
                 if (fflush(r->out) != 0 || ferror(r->out))
                         err = -EIO;
         }
@@ -785,6 +1239,161 @@ int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
         return replay_end(r, result);
 }
 
+/* One per-rank file, read whole, split as the live splitter splits. */
+struct rank_file {
+        const char *name;
+        char *data;        /* zero-padded for the JIT's reads past a line */
+        size_t *off, *len; /* its lines */
+        size_t n, next;
+        int64_t ts;        /* its clock: the last timestamp in it */
+        bool have_ts;
+};
+
+static int read_rank_file(FILE *in, struct rank_file *f)
+{
+        size_t size = 0, cap = 0, got, i, start, cut;
+        char *p;
+
+        for (;;) {
+                if (cap - size < REPLAY_CHUNK + 64) {
+                        cap = cap ? 2 * cap : 2 * REPLAY_CHUNK;
+                        p = realloc(f->data, cap);
+                        if (p == NULL)
+                                return -ENOMEM;
+                        f->data = p;
+                }
+                got = fread(f->data + size, 1, REPLAY_CHUNK, in);
+                size += got;
+                if (got == 0)
+                        break;
+        }
+        if (ferror(in))
+                return -EIO;
+        memset(f->data + size, 0, 64);
+        /* At most one line per byte, and one for the end. */
+        f->off = malloc((size + 1) * sizeof(*f->off));
+        f->len = malloc((size + 1) * sizeof(*f->len));
+        if (f->off == NULL || f->len == NULL)
+                return -ENOMEM;
+        for (i = 0, start = 0; i <= size; i++) {
+                cut = i - start == REPLAY_LINE_MAX;
+                if (i < size && !cut && f->data[i] != '\n' &&
+                    f->data[i] != '\r')
+                        continue;
+                if (i == size && i == start)
+                        break;
+                f->off[f->n] = start;
+                f->len[f->n++] = i - start;
+                if (cut) {
+                        start = i--;
+                        continue;
+                }
+                if (i < size && f->data[i] == '\r' && i + 1 < size &&
+                    f->data[i + 1] == '\n')
+                        i++;
+                start = i + 1;
+        }
+        return 0;
+}
+
+/* The file whose next line comes first: by the line's own timestamp, or
+ * for a line without one its file's clock (before the file's first
+ * timestamp: at once); the earlier file on a tie. *own: the line has a
+ * timestamp of its own, *ts. */
+static struct rank_file *next_rank_line(struct logmon_replay *r,
+                                        struct rank_file *files, size_t n,
+                                        int64_t *ts, bool *own)
+{
+        struct rank_file *best = NULL, *f;
+        int64_t t, key, best_key = 0, best_t = 0;
+        bool has, best_has = false;
+        size_t i;
+
+        for (i = 0; i < n; i++) {
+                f = &files[i];
+                if (f->next == f->n)
+                        continue;
+                has = r->opts->rate <= 0 &&
+                      logmon__line_timestamp(r, f->data + f->off[f->next],
+                                             f->len[f->next], &t);
+                key = has ? t : f->have_ts ? f->ts : INT64_MIN;
+                if (best == NULL || key < best_key) {
+                        best = f;
+                        best_key = key;
+                        best_t = t;
+                        best_has = has;
+                }
+        }
+        *ts = best_t;
+        *own = best_has;
+        return best;
+}
+
+int logmon_replay_files(struct logmon_ruleset *rs, FILE *const *in,
+                        const char *const *names, size_t n,
+                        const struct logmon_replay_opts *opts, FILE *out,
+                        struct logmon_replay **result)
+{
+        struct rank_file *files, *f;
+        struct logmon_replay *r;
+        struct line_head h;
+        uint64_t line_no;
+        bool have_ts;
+        int64_t ts;
+        size_t i, idx;
+        int err;
+
+        err = replay_begin(rs, opts, out, &r);
+        if (err != 0)
+                return err;
+        /* Each file is one rank's output as written: no prefix to strip. */
+        r->layout = LOGMON_LAYOUT_PLAIN;
+        r->head_ts = false;
+        r->files = true;
+        files = calloc(n + 1, sizeof(*files));
+        err = files == NULL ? -ENOMEM : 0;
+        for (i = 0; err == 0 && i < n; i++) {
+                files[i].name = names[i];
+                err = read_rank_file(in[i], &files[i]);
+        }
+        /* Every rank's stream exists from the start, as live. */
+        for (i = 0; err == 0 && i < n; i++)
+                err = stream_get(r, names[i], strlen(names[i]), &idx);
+        while (err == 0 &&
+               (f = next_rank_line(r, files, n, &ts, &have_ts)) != NULL) {
+                line_no = ++f->next;
+                r->lines++;
+                if (r->stopped) {
+                        r->after_stop++;
+                        continue;
+                }
+                memset(&h, 0, sizeof(h));
+                h.body = f->data + f->off[line_no - 1];
+                h.body_len = f->len[line_no - 1];
+                if (r->opts->rate > 0) {
+                        advance_clock(r, &h, r->lines);
+                } else if (have_ts) {
+                        f->ts = ts;
+                        f->have_ts = true;
+                        set_clock(r, ts);
+                }
+                if (past_until(r))
+                        continue;
+                err = feed_line(r, f->name, strlen(f->name), &h, line_no);
+        }
+        for (i = 0; files != NULL && i < n; i++) {
+                free(files[i].data);
+                free(files[i].off);
+                free(files[i].len);
+        }
+        free(files);
+        if (err != 0) {
+                logmon_replay_free(r);
+                return err;
+        }
+        return replay_end(r, result);
+}
+
 void logmon_replay_free(struct logmon_replay *r)
 {
         size_t i;
@@ -793,6 +1402,7 @@ void logmon_replay_free(struct logmon_replay *r)
                 return;
         for (i = 0; i < r->nstreams; i++) {
                 free(r->streams[i].name);
+                free(r->streams[i].matches);
                 logmon_stream_free(r->streams[i].mon);
         }
         free(r->streams);
@@ -825,413 +1435,29 @@ void logmon_replay_get_info(const struct logmon_replay *r,
         out->streams = r->nstreams;
         out->console = r->layout == LOGMON_LAYOUT_CONSOLE;
         out->clock = clock_names[r->clock];
+        out->format = format_name(r);
+        out->agent_lines = r->agent_lines;
+        out->agent_verdict = r->live_verdict;
 }
 
-/* ---------------------------------------------------------------------
- * Expectations
- */
-
-static const char *stream_label(const struct logmon_replay *r, size_t i)
+bool logmon_replay_verdict(const struct logmon_replay *r,
+                           struct logmon_verdict *out)
 {
-        return r->streams[i].name != NULL ? r->streams[i].name : "(log)";
-}
+        const struct replay_stream *st;
 
-static bool stream_selected(const struct logmon_replay *r, size_t i,
-                            const char *want)
-{
-        const char *name = r->streams[i].name;
-
-        if (want == NULL)
-                return true;
-        return name != NULL ? strcmp(name, want) == 0 : want[0] == '\0';
-}
-
-static void print_change(FILE *f, const struct logmon_replay *r,
-                         const struct replay_change *c)
-{
-        fprintf(f, "%s %s -> %s on %s at t=%" PRIu64 ".%03" PRIu64,
-                logmon_ruleset_rule_name(r->rs, c->rule),
-                logmon_state_name(c->from), logmon_state_name(c->to),
-                stream_label(r, c->stream), c->time / 1000, c->time % 1000);
-        if (c->line_no != 0)
-                fprintf(f, " (line %" PRIu64 ")", c->line_no);
-        else
-                fputs(" (deadline)", f);
-}
-
-/* Everything an expectation can get wrong is an error rather than a
- * difference, and is found before a log is read. */
-static int validate_final(const struct logmon_ruleset *rs,
-                          const cJSON *final, char *errbuf, size_t len)
-{
-        enum logmon_state state;
-        const cJSON *item;
-
-        if (!cJSON_IsObject(final)) {
-                snprintf(errbuf, len, "expect: final: expected an object "
-                         "of rule names to states");
-                return HP_ECONFIG;
-        }
-        cJSON_ArrayForEach(item, final) {
-                if (logmon_ruleset_find(rs, item->string) < 0) {
-                        snprintf(errbuf, len, "expect: final: no rule "
-                                 "named \"%s\"", item->string);
-                        return HP_ECONFIG;
-                }
-                if (!cJSON_IsString(item) ||
-                    logmon_state_parse(item->valuestring, &state) != 0) {
-                        snprintf(errbuf, len, "expect: final: %s: expected "
-                                 "a state name", item->string);
-                        return HP_ECONFIG;
-                }
-        }
-        return 0;
-}
-
-struct expected_change {
-        int rule;
-        enum logmon_state state;
-        const cJSON *line_no;
-        const cJSON *time;
-        const cJSON *stream;
-};
-
-static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
-                            size_t i, struct expected_change *e,
-                            char *errbuf, size_t len)
-{
-        const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
-        const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
-
-        if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
-            logmon_state_parse(state->valuestring, &e->state) != 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
-                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
-                return HP_ECONFIG;
-        }
-        e->rule = logmon_ruleset_find(rs, rule->valuestring);
-        if (e->rule < 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
-                         "named \"%s\"", i, rule->valuestring);
-                return HP_ECONFIG;
-        }
-        e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
-        e->time = cJSON_GetObjectItemCaseSensitive(t, "time");
-        e->stream = cJSON_GetObjectItemCaseSensitive(t, "stream");
-        if ((e->line_no != NULL && !cJSON_IsNumber(e->line_no) &&
-             !cJSON_IsNull(e->line_no)) ||
-            (e->time != NULL && !cJSON_IsNumber(e->time)) ||
-            (e->stream != NULL && !cJSON_IsString(e->stream) &&
-             !cJSON_IsNull(e->stream))) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
-                         "and time are numbers, stream a string", i);
-                return HP_ECONFIG;
-        }
-        return 0;
-}
-
-int logmon_expect_validate(const struct logmon_ruleset *rs,
-                           const cJSON *expect, char *errbuf, size_t len)
-{
-        static const char *const keys[] = { "final", "state", "stream",
-                                            "transitions" };
-        const cJSON *item, *list;
-        struct expected_change e;
-        enum logmon_state state;
-        size_t i, n;
-        int err;
-
-        if (!cJSON_IsObject(expect)) {
-                snprintf(errbuf, len, "expect: expected a JSON object");
-                return HP_ECONFIG;
-        }
-        cJSON_ArrayForEach(item, expect) {
-                for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
-                        if (strcmp(item->string, keys[i]) == 0)
-                                break;
-                if (i == HP_ARRAY_SIZE(keys)) {
-                        snprintf(errbuf, len, "expect: unknown key \"%s\"",
-                                 item->string);
-                        return HP_ECONFIG;
-                }
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
-        if (item != NULL && !cJSON_IsString(item)) {
-                snprintf(errbuf, len, "expect: stream: expected a string");
-                return HP_ECONFIG;
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
-        if (item != NULL) {
-                err = validate_final(rs, item, errbuf, len);
-                if (err != 0)
-                        return err;
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (item != NULL && (!cJSON_IsString(item) ||
-                             logmon_state_parse(item->valuestring,
-                                                &state) != 0)) {
-                snprintf(errbuf, len, "expect: state: expected a state "
-                         "name");
-                return HP_ECONFIG;
-        }
-        list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
-        if (list == NULL)
-                return 0;
-        if (!cJSON_IsArray(list)) {
-                snprintf(errbuf, len, "expect: transitions: expected a "
-                         "list");
-                return HP_ECONFIG;
-        }
-        n = (size_t)cJSON_GetArraySize(list);
-        for (i = 0; i < n; i++) {
-                err = parse_transition(rs, cJSON_GetArrayItem(list, (int)i),
-                                       i, &e, errbuf, len);
-                if (err != 0)
-                        return err;
-        }
-        return 0;
-}
-
-/* The comparisons, on a validated expectation. */
-
-static int check_final(const struct logmon_replay *r, const cJSON *final,
-                       const char *want, FILE *diff)
-{
-        struct logmon_rule_info info;
-        enum logmon_state expected;
-        const cJSON *item;
-        int diffs = 0, rule;
-        size_t i;
-
-        cJSON_ArrayForEach(item, final) {
-                rule = logmon_ruleset_find(r->rs, item->string);
-                logmon_state_parse(item->valuestring, &expected);
-                for (i = 0; i < r->nstreams; i++) {
-                        if (!stream_selected(r, i, want))
-                                continue;
-                        logmon_stream_rule_info(r->streams[i].mon,
-                                                (size_t)rule, &info);
-                        if (info.state == expected)
-                                continue;
-                        diffs++;
-                        if (diff != NULL)
-                                fprintf(diff, "final state of rule %s on "
-                                        "%s: expected %s, got %s\n",
-                                        item->string, stream_label(r, i),
-                                        item->valuestring,
-                                        logmon_state_name(info.state));
-                }
-        }
-        return diffs;
-}
-
-static int check_state(const struct logmon_replay *r, const cJSON *state,
-                       const char *want, FILE *diff)
-{
-        enum logmon_state expected;
-        int diffs = 0;
-        size_t i;
-
-        logmon_state_parse(state->valuestring, &expected);
-        for (i = 0; i < r->nstreams; i++) {
-                struct logmon_stream *s = r->streams[i].mon;
-
-                if (!stream_selected(r, i, want) ||
-                    logmon_stream_state(s) == expected)
-                        continue;
-                diffs++;
-                if (diff != NULL)
-                        fprintf(diff, "state of %s: expected %s, got %s "
-                                "(%s)\n", stream_label(r, i),
-                                state->valuestring,
-                                logmon_state_name(logmon_stream_state(s)),
-                                logmon_stream_reason(s)[0] ?
-                                        logmon_stream_reason(s) :
-                                        "no reason");
-        }
-        return diffs;
-}
-
-static bool change_matches(const struct logmon_replay *r,
-                           const struct replay_change *c,
-                           const struct expected_change *e)
-{
-        const char *name = r->streams[c->stream].name;
-
-        if ((int)c->rule != e->rule || c->to != e->state)
+        if (!r->have_verdict)
                 return false;
-        if (e->line_no != NULL &&
-            (cJSON_IsNull(e->line_no) ?
-                     c->line_no != 0 :
-                     (double)c->line_no != e->line_no->valuedouble))
-                return false;
-        if (e->time != NULL &&
-            fabs((double)c->time / 1000.0 - e->time->valuedouble) > 0.001)
-                return false;
-        if (e->stream != NULL &&
-            (cJSON_IsNull(e->stream) ?
-                     name != NULL :
-                     name == NULL || strcmp(name, e->stream->valuestring)))
-                return false;
+        st = &r->streams[r->v_stream];
+        out->rule = r->v_rule >= 0 ?
+                            logmon_ruleset_rule_name(r->rs, (size_t)r->v_rule) :
+                            "";
+        out->stream = st->name;
+        out->local_rank = st->local_rank;
+        out->state = r->v_state;
+        out->time_ms = r->v_time;
+        out->have_wall = r->have_base && r->clock != CLOCK_RATE;
+        out->wall_ms = r->base + (int64_t)r->v_time;
+        out->line_no = r->v_line_no;
+        out->message = r->v_message;
         return true;
-}
-
-static void print_expected(FILE *f, const struct logmon_replay *r,
-                           const struct expected_change *e)
-{
-        fprintf(f, "%s -> %s", logmon_ruleset_rule_name(r->rs, (size_t)e->rule),
-                logmon_state_name(e->state));
-        if (cJSON_IsString(e->stream))
-                fprintf(f, " on %s", e->stream->valuestring);
-        if (cJSON_IsNumber(e->time))
-                fprintf(f, " at t=%.3f", e->time->valuedouble);
-        if (cJSON_IsNumber(e->line_no))
-                fprintf(f, " (line %.0f)", e->line_no->valuedouble);
-        else if (cJSON_IsNull(e->line_no))
-                fputs(" (deadline)", f);
-}
-
-/* Above this many cells the alignment table is not built, and the two
- * lists are compared position by position instead (a long log checked
- * against a long list; the differences are then less well aligned). */
-#define ALIGN_CELLS_MAX (4u * 1024 * 1024)
-
-/*
- * Aligns the expected transitions with the state changes that happened
- * (a longest common subsequence, as diff does), so that one missing or
- * extra transition reads as one line rather than as every later one
- * being wrong. Prints what only one side has, "-" for expected and "+"
- * for got, and returns how many such lines there are.
- */
-static int diff_transitions(const struct logmon_replay *r,
-                            const struct expected_change *exp, size_t n,
-                            const struct replay_change *const *got,
-                            size_t m, FILE *diff)
-{
-        uint32_t *table = NULL;
-        size_t i = 0, j = 0, w = m + 1;
-        int diffs = 0;
-        bool take_exp;
-
-#define CELL(a, b) table[(a) * w + (b)]
-        if ((n + 1) * w <= ALIGN_CELLS_MAX)
-                table = calloc((n + 1) * w, sizeof(*table));
-        if (table != NULL) {
-                /* CELL(a, b): the longest common run of exp[a..], got[b..]. */
-                for (i = n + 1; i-- > 0;) {
-                        for (j = m + 1; j-- > 0;) {
-                                if (i == n || j == m)
-                                        CELL(i, j) = 0;
-                                else if (change_matches(r, got[j], &exp[i]))
-                                        CELL(i, j) = CELL(i + 1, j + 1) + 1;
-                                else if (CELL(i + 1, j) >= CELL(i, j + 1))
-                                        CELL(i, j) = CELL(i + 1, j);
-                                else
-                                        CELL(i, j) = CELL(i, j + 1);
-                        }
-                }
-        }
-        i = j = 0;
-        while (i < n || j < m) {
-                if (i < n && j < m && change_matches(r, got[j], &exp[i]) &&
-                    (table == NULL || CELL(i, j) == CELL(i + 1, j + 1) + 1)) {
-                        i++;
-                        j++;
-                        continue;
-                }
-                if (table != NULL)
-                        take_exp = i < n &&
-                                   (j == m || CELL(i + 1, j) >= CELL(i, j + 1));
-                else
-                        take_exp = i < n && (j == m || i <= j);
-                diffs++;
-                if (diffs == 1 && diff != NULL)
-                        fprintf(diff, "transitions (- expected, + got):\n");
-                if (take_exp) {
-                        if (diff != NULL) {
-                                fprintf(diff, "- expected #%zu: ", i + 1);
-                                print_expected(diff, r, &exp[i]);
-                                fputc('\n', diff);
-                        }
-                        i++;
-                } else {
-                        if (diff != NULL) {
-                                fprintf(diff, "+ got #%zu:      ", j + 1);
-                                print_change(diff, r, got[j]);
-                                fputc('\n', diff);
-                        }
-                        j++;
-                }
-        }
-#undef CELL
-        free(table);
-        return diffs;
-}
-
-static int check_transitions(const struct logmon_replay *r,
-                             const cJSON *list, const char *want, FILE *diff)
-{
-        size_t i, m = 0, n = (size_t)cJSON_GetArraySize(list);
-        const struct replay_change **got;
-        struct expected_change *exp;
-        char unused[8];
-        int diffs;
-
-        exp = calloc(n + 1, sizeof(*exp));
-        got = calloc(r->nchanges + 1, sizeof(*got));
-        if (exp == NULL || got == NULL) {
-                free(exp);
-                free(got);
-                if (diff != NULL)
-                        fputs("transitions: out of memory\n", diff);
-                return 1;
-        }
-        /* Validated before: parsing cannot fail here. */
-        for (i = 0; i < n; i++)
-                parse_transition(r->rs, cJSON_GetArrayItem(list, (int)i), i,
-                                 &exp[i], unused, sizeof(unused));
-        for (i = 0; i < r->nchanges; i++)
-                if (r->changes[i].kind == LOGMON_EVENT_STATE &&
-                    stream_selected(r, r->changes[i].stream, want))
-                        got[m++] = &r->changes[i];
-        diffs = diff_transitions(r, exp, n, got, m, diff);
-        free(exp);
-        free(got);
-        return diffs;
-}
-
-int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
-                        FILE *diff, char *errbuf, size_t len)
-{
-        const cJSON *item;
-        const char *want = NULL;
-        int diffs = 0, err;
-        size_t i;
-
-        err = logmon_expect_validate(r->rs, expect, errbuf, len);
-        if (err != 0)
-                return err;
-        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
-        if (item != NULL) {
-                want = item->valuestring;
-                for (i = 0; i < r->nstreams; i++)
-                        if (stream_selected(r, i, want))
-                                break;
-                if (i == r->nstreams) {
-                        diffs++;
-                        if (diff != NULL)
-                                fprintf(diff, "stream %s: not in the log\n",
-                                        want);
-                }
-        }
-        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
-        if (item != NULL)
-                diffs += check_final(r, item, want, diff);
-        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (item != NULL)
-                diffs += check_state(r, item, want, diff);
-        item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
-        if (item != NULL)
-                diffs += check_transitions(r, item, want, diff);
-        return diffs;
 }

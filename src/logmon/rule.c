@@ -1,12 +1,15 @@
 /* Rule validation and compilation: JSON rule objects to a shared,
  * read-only ruleset. All or nothing, with an error that says which rule,
  * which field and what is wrong with it. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "hyperpod/common.h"
 #include "logmon-private.h"
@@ -118,6 +121,56 @@ static const char *const known_keys[] = {
         "metricEvaluationDataPoints",
         "faultOnMatch",
 };
+
+/* Edit distance, letters compared without case: what a misspelling of a
+ * key costs. Keys are short; longer words are not compared. */
+static size_t distance(const char *a, const char *b)
+{
+        size_t la = strlen(a), lb = strlen(b), i, j, prev, cur, sub;
+        size_t row[64];
+
+        if (la >= HP_ARRAY_SIZE(row) || lb >= HP_ARRAY_SIZE(row))
+                return SIZE_MAX;
+        for (j = 0; j <= lb; j++)
+                row[j] = j;
+        for (i = 1; i <= la; i++) {
+                prev = row[0];
+                row[0] = i;
+                for (j = 1; j <= lb; j++) {
+                        cur = row[j];
+                        sub = prev + (tolower((unsigned char)a[i - 1]) !=
+                                      tolower((unsigned char)b[j - 1]));
+                        row[j] = sub;
+                        if (row[j - 1] + 1 < row[j])
+                                row[j] = row[j - 1] + 1;
+                        if (cur + 1 < row[j])
+                                row[j] = cur + 1;
+                        prev = cur;
+                }
+        }
+        return row[lb];
+}
+
+/* The word of words[] closest to what, when it is close enough to be
+ * what was meant (a third of its letters wrong at most); NULL if none. */
+static const char *closest(const char *what, const char *const *words,
+                           size_t n)
+{
+        const char *best = NULL;
+        size_t i, d, best_d = SIZE_MAX;
+
+        for (i = 0; i < n; i++) {
+                d = distance(what, words[i]);
+                /* On a tie, a word that begins with what was typed. */
+                if (d < best_d ||
+                    (d == best_d &&
+                     strncasecmp(words[i], what, strlen(what)) == 0)) {
+                        best_d = d;
+                        best = words[i];
+                }
+        }
+        return best != NULL && best_d <= 1 + strlen(best) / 3 ? best : NULL;
+}
 
 static const struct {
         const char *text;
@@ -561,9 +614,17 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                                 r->op = operators[i].op;
                 }
                 if (r->op == LOGMON_OP_NONE) {
+                        static const char *const ops[] = { "gt", "gteq",
+                                                           "lt", "lteq",
+                                                           "eq" };
+                        const char *near = cJSON_IsString(item) ?
+                                closest(item->valuestring, ops, 5) : NULL;
+
                         verr(v, "operator", "expected one of gt, gteq, lt, "
-                             "lteq, eq, got %s",
-                             describe(item, desc, sizeof(desc)));
+                             "lteq, eq, got %s%s%s%s",
+                             describe(item, desc, sizeof(desc)),
+                             near ? " (did you mean \"" : "",
+                             near ? near : "", near ? "\"?)" : "");
                         return HP_ECONFIG;
                 }
         }
@@ -616,12 +677,24 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
          * may carry fields this version does not know. */
         cJSON_ArrayForEach(key, obj) {
                 bool known = false;
+                const char *near;
 
                 for (i = 0; i < HP_ARRAY_SIZE(known_keys); i++)
                         if (strcmp(key->string, known_keys[i]) == 0)
                                 known = true;
-                if (!known)
-                        vwarn(v, key->string, "unknown key, ignored");
+                if (known)
+                        continue;
+                near = closest(key->string, known_keys,
+                               HP_ARRAY_SIZE(known_keys));
+                if (opts->strict) {
+                        verr(v, key->string, "unknown key (--strict)%s%s%s",
+                             near ? "; did you mean \"" : "",
+                             near ? near : "", near ? "\"?" : "");
+                        return HP_ECONFIG;
+                }
+                vwarn(v, key->string, "unknown key, ignored%s%s%s",
+                      near ? "; did you mean \"" : "", near ? near : "",
+                      near ? "\"?" : "");
         }
         return 0;
 }
@@ -774,6 +847,38 @@ void logmon_ruleset_unref(struct logmon_ruleset *rs)
 {
         if (rs != NULL && --rs->refs == 0)
                 rules_free(rs);
+}
+
+int logmon_ruleset_rule_limits(const struct logmon_ruleset *rs, size_t i,
+                               struct logmon_rule_limits *out)
+{
+        const struct logmon_rule *r;
+        size_t k;
+
+        if (i >= rs->n)
+                return -EINVAL;
+        r = &rs->rules[i];
+        out->cutoff_ms = r->has_cutoff ? r->cutoff_ms : UINT64_MAX;
+        out->freq_ms = r->has_freq ? r->freq_ms : UINT64_MAX;
+        out->metric = r->metric;
+        out->threshold = r->threshold;
+        out->op = "";
+        for (k = 0; k < HP_ARRAY_SIZE(operators); k++)
+                if (operators[k].op == r->op)
+                        out->op = operators[k].text;
+        out->datapoints = r->datapoints;
+        out->fault_on_match = r->fault_on_match;
+        return 0;
+}
+
+int logmon_ruleset_timed(const struct logmon_ruleset *rs)
+{
+        size_t i;
+
+        for (i = 0; i < rs->n; i++)
+                if (rs->rules[i].has_cutoff || rs->rules[i].has_freq)
+                        return (int)i;
+        return -1;
 }
 
 size_t logmon_ruleset_count(const struct logmon_ruleset *rs)

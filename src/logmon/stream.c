@@ -804,6 +804,7 @@ static void eval_line(struct logmon_stream *s, size_t i, const char *line,
         /* Consecutive matching lines over the threshold; a line that does
          * not match neither counts nor resets. nan compares false and so
          * resets, as in Python. */
+        st->last_value = value;
         if (compare(r->op, value, r->threshold)) {
                 if (st->consecutive < r->datapoints)
                         st->consecutive++;
@@ -1028,6 +1029,7 @@ int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
         out->nonnumeric = st->nonnumeric;
         out->limit_hits = st->limit_hits;
         out->consecutive = st->consecutive;
+        out->last_value = st->last_value;
         out->last_line = st->matched ? st->last_line : NULL;
         out->last_line_len = st->last_len;
         out->last_line_capped = st->last_capped;

@@ -2,6 +2,7 @@
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -234,6 +235,14 @@ int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
         if (count > HP_ARRAY_SIZE(hub->consoles))
                 return -EINVAL;
         hub->loop = loop;
+        {
+                struct timespec ts;
+
+                clock_gettime(CLOCK_REALTIME, &ts);
+                hub->wall_offset_ms = (int64_t)ts.tv_sec * 1000 +
+                                      ts.tv_nsec / 1000000 -
+                                      (int64_t)(uv_hrtime() / 1000000);
+        }
         memcpy(hub->consoles, consoles, count * sizeof(*consoles));
         hub->console_count = count;
         hub->read_due = UINT64_MAX;
@@ -275,6 +284,15 @@ static void on_line(void *ctx, const char *line, size_t len,
         s->stats.lines++;
         if (end == HP_LINE_CAPPED)
                 s->stats.lines_capped++;
+        if (s->time_at >= 0 && uv_now(s->hub->loop) != s->time_stamped) {
+                char iso[HP_ISO8601_MS_LEN + 1];
+
+                s->time_stamped = uv_now(s->hub->loop);
+                hp_iso8601_ms((int64_t)s->time_stamped +
+                                      s->hub->wall_offset_ms,
+                              iso);
+                memcpy(s->prefix + s->time_at, iso, HP_ISO8601_MS_LEN);
+        }
         if (s->console != NULL &&
             !hp_console_put_line(s->console, s->prefix, s->prefix_len, line,
                                  len, end))
@@ -403,6 +421,7 @@ int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
         if (r < 0)
                 return r;
         s->hub = hub;
+        s->time_at = -1;
         s->dirty_prev = s->dirty_next = NULL;
         s->unwritten = 0;
         s->open = true;

@@ -258,14 +258,22 @@ static void set_prefix(struct hp_group *g, struct hp_worker *w,
                 { "local_rank", local_rank },  { "group_rank", group_rank },
                 { "restart_count", restarts }, { "hostname", a->hostname },
                 { "pid", pid },
+                /* A placeholder as long as the time, stamped per line by
+                 * the stream. */
+                { "time", "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+                          "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01" },
         };
         const char *tmpl = a->cfg->prefix_template
                                    ? a->cfg->prefix_template
                                    : "[${role_name}${local_rank}]:";
         char err[256];
 
+        const char *t;
+
         s->prefix_len = 0;
         s->prefix[0] = '\0';
+        s->time_at = -1;
+        s->time_stamped = UINT64_MAX;
         /* A stream that is neither tee'd nor redirected reaches the console
          * as torchrun's inherited fd would: without a prefix. */
         if (!s->prefixed)
@@ -282,6 +290,10 @@ static void set_prefix(struct hp_group *g, struct hp_worker *w,
                  * fail here, with a very long hostname. Keep what fits. */
                 s->prefix_len = strlen(s->prefix);
         }
+        t = memchr(s->prefix, '\x01', s->prefix_len);
+        if (t != NULL && s->prefix_len - (size_t)(t - s->prefix) >=
+                                 HP_ISO8601_MS_LEN)
+                s->time_at = (int)(t - s->prefix);
 }
 
 /* Decides where one stream goes, per torchrun's -r/-t and the filter. */

@@ -61,26 +61,40 @@ static void rearm_all(struct hp_agent *a)
                                        a->monitors[i].rules));
 }
 
-/* When the verdict came, and for a hang when the rule's last match was
- * and when the next was due, on the loop's clock (CLOCK_MONOTONIC, as
- * Python's time.monotonic() in a worker), so that lateness can be read
- * off the log line. The verdict's own time is taken now, not from the
- * loop's cached millisecond. */
-static void verdict_times(const struct logmon_rule_info *info, char *buf,
-                          size_t len)
+/* The verdict's log line, in the words a replay of the console prints
+ * (logmon_verdict_format), with times on the wall clock as ${time}
+ * stamps the console (the loop's ms plus the hub's offset), how long
+ * after the state change the agent judged, and the line that made it or
+ * the rule's last matching line. */
+static void log_verdict(struct hp_agent *a, struct hp_monitor *m,
+                        const struct logmon_rule_info *info)
 {
-        int n;
+        uint64_t at = logmon_verdict_time(m->rules);
+        double late = at != UINT64_MAX ?
+                              (double)uv_hrtime() / 1e6 - (double)at : 0;
+        char what[768];
 
-        n = snprintf(buf, len, "at %.6f s",
-                     (double)uv_hrtime() / 1e9);
-        if (n > 0 && (size_t)n < len && info != NULL && info->matched)
-                n += snprintf(buf + n, len - (size_t)n,
-                              ", last match at %.3f s",
-                              (double)info->last_match_ms / 1e3);
-        if (n > 0 && (size_t)n < len && info != NULL &&
-            info->state == LOGMON_HANGING && info->due_ms != UINT64_MAX)
-                snprintf(buf + n, len - (size_t)n, ", due by %.3f s",
-                         (double)info->due_ms / 1e3);
+        /* The line that made the verdict goes out first, where both reach
+         * one file (a pod's log), so that the console reads in order. */
+        for (size_t i = 0; i < a->stream_hub.console_count; i++)
+                hp_console_commit_ordered(a->stream_hub.consoles[i]);
+        if (logmon_verdict_format(m->rules, m->local_rank,
+                                  a->stream_hub.wall_offset_ms, what,
+                                  sizeof(what)) != 0)
+                snprintf(what, sizeof(what), "%s on local rank %d",
+                         a->verdict, m->local_rank);
+        if (info != NULL && info->last_line != NULL)
+                hp_log_warn("log rule verdict %s; judged %.6f s later; "
+                            "last matching line: %.*s", what,
+                            late > 0 ? late / 1e3 : 0.0,
+                            (int)(info->last_line_len > 400
+                                          ? 400
+                                          : info->last_line_len),
+                            info->last_line);
+        else
+                hp_log_warn("log rule verdict %s; judged %.6f s later; no "
+                            "line matched the rule yet", what,
+                            late > 0 ? late / 1e3 : 0.0);
 }
 
 /* deadline: the timer's deadline when a tick found the verdict, or
@@ -90,7 +104,6 @@ static void check_verdict(struct hp_monitor *m, uint64_t deadline)
         struct hp_agent *a = m->agent;
         struct logmon_rule_info info;
         bool have_info;
-        char times[128];
         int rule;
 
         if (logmon_stream_state(m->rules) < LOGMON_SLOW || a->verdict[0])
@@ -111,19 +124,7 @@ static void check_verdict(struct hp_monitor *m, uint64_t deadline)
                                        ? info.last_line_len
                                        : sizeof(a->verdict_line) - 1),
                          info.last_line);
-        verdict_times(have_info ? &info : NULL, times, sizeof(times));
-        if (have_info && info.last_line != NULL)
-                hp_log_error("log rule verdict %s on local rank %d %s "
-                             "(monotonic clock); last matching line: %.*s",
-                             a->verdict, m->local_rank, times,
-                             (int)(info.last_line_len > 400
-                                           ? 400
-                                           : info.last_line_len),
-                             info.last_line);
-        else
-                hp_log_error("log rule verdict %s on local rank %d %s "
-                             "(monotonic clock; no line matched the rule "
-                             "yet)", a->verdict, m->local_rank, times);
+        log_verdict(a, m, have_info ? &info : NULL);
         hp_forensics_note_silence(a, "the verdict");
         hp_agent__rule_verdict(a);
 }
@@ -410,7 +411,9 @@ int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen)
                                                  : 0;
         if (cfg->log_monitoring_config == NULL)
                 return 0;
-        r = logmon_config_load_ruleset(cfg->log_monitoring_config, NULL,
+        r = logmon_config_load_ruleset(cfg->log_monitoring_config,
+                                       &(struct logmon_ruleset_opts){
+                                               .strict = cfg->strict },
                                        &a->cli_ruleset, errbuf, errlen);
         if (r < 0)
                 return r;
@@ -451,12 +454,24 @@ void hp_agent_clear_rules(struct hp_agent *a)
 void hp_agent__monitors_resume(struct hp_agent *a)
 {
         uint64_t now = uv_now(a->loop);
+        bool started = false;
 
         settle(a);
         for (int i = 0; a->monitors && i < a->round.nproc; i++) {
                 struct logmon_stream *s = a->monitors[i].rules;
                 if (s == NULL)
                         continue;
+                if (a->monitors_fresh && !started) {
+                        char iso[HP_ISO8601_MS_LEN + 1];
+
+                        /* What a replay of the console starts its rule
+                         * clocks at. */
+                        hp_iso8601_ms((int64_t)now +
+                                              a->stream_hub.wall_offset_ms,
+                                      iso);
+                        hp_log_info("log rules: clock started at %s", iso);
+                        started = true;
+                }
                 if (a->monitors_fresh)
                         logmon_stream_start(s, now);
                 else

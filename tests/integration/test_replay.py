@@ -30,12 +30,15 @@ def replay(hpr, *args, stdin=None):
     return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
-def events(stdout):
-    """The JSON lines: (state changes and other events, summary)."""
+def events(stdout, values=False):
+    """The JSON lines: (state changes and other events, summary); the
+    metric "value" events only with values."""
     lines = [json.loads(line) for line in stdout.splitlines()]
     assert lines and "summary" in lines[-1], stdout
     assert all("summary" not in line for line in lines[:-1]), stdout
-    return lines[:-1], lines[-1]["summary"]
+    return ([e for e in lines[:-1]
+             if values == (e.get("event") == "value")],
+            lines[-1]["summary"])
 
 
 def write(tmp_path, name, content):
@@ -163,8 +166,9 @@ def test_log_without_timestamps_warns(hpr, tmp_path):
 
 
 def test_console_capture(hpr, tmp_path):
-    # kubectl logs of a pod: hyperpodrun's own messages, unprefixed, go to
-    # no rule; each rank is its own stream.
+    # kubectl logs of a pod: hyperpodrun's own messages go to no rule; each
+    # rank is its own stream, and as live only local rank 0 is judged
+    # unless --log-monitor-ranks says otherwise.
     rules = write(tmp_path, "rules.json", HEARTBEAT)
     log = write(tmp_path, "console.log", (
         "hyperpodrun[7]: info: attempt 0: 2 workers\n"
@@ -172,9 +176,10 @@ def test_console_capture(hpr, tmp_path):
         "[default1]:2025-06-17 05:51:00,500 loss 1\n"
         "[default0]:2025-06-17 05:51:04,000 loss 1\n"
         "hyperpodrun[7]: warning: something\n"
+        "a container's prelude\n"
         "[default0]:2025-06-17 05:51:08,000 loss 1\n"))
     rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
-                          rules)
+                          rules, "--log-monitor-ranks", "all")
     assert rc == 0, err
     changes, summary = events(out)
     assert [(c["stream"], c["state"], c["time"]) for c in changes] == [
@@ -182,10 +187,24 @@ def test_console_capture(hpr, tmp_path):
         ("default1", "HANGING", 5.501)]
     assert changes[0]["line"] == "2025-06-17 05:51:00,000 loss 1"
     assert summary["layout"] == "console"
-    assert summary["unprefixed_lines"] == 2
+    assert summary["format"] == "console"
+    assert summary["unprefixed_lines"] == 1
+    assert summary["agent_lines"] == 2
     assert [s["stream"] for s in summary["streams"]] == ["default0",
                                                           "default1"]
-    assert f"info: {log}: 2 lines without a console prefix" in err
+    assert f"info: {log}: 1 line without a console prefix" in err
+    assert f"info: {log}: 2 lines of hyperpodrun's own went to no rule" in err
+
+    # The default, as live: local rank 0 alone.
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    changes, summary = events(out)
+    assert [(c["stream"], c["state"]) for c in changes] == [
+        ("default0", "HEALTHY")]
+    assert [(s["stream"], s["judged"]) for s in summary["streams"]] == [
+        ("default0", True), ("default1", False)]
+    assert summary["verdict"] is None
 
 
 def test_output_is_valid_json_for_any_bytes(hpr, tmp_path):
@@ -227,9 +246,19 @@ BAD = [
     (["--replay", "{log}", "--log-monitoring-config", "{rules}", "train.py"],
      "--replay runs no training script, but 'train.py' was given"),
     (["--replay", "{log}", "--log-monitoring-config", "{rules}",
-      "--log-monitor-ranks", "all"],
-     "--log-monitor-ranks does not apply to --replay: every stream in the "
-     "log is replayed, each with its own rule states"),
+      "--log-monitor-ranks", "x"],
+     "invalid value 'x' for --log-monitor-ranks: 'x' is not a local rank"),
+    (["--replay", "{log}", "--log-monitoring-config", "{rules}",
+      "--replay-until", "soon"],
+     "invalid value 'soon' for --replay-until: expected an ISO 8601 time "
+     "such as 2025-06-17T05:51:29.300Z, +SECONDS after the last line such "
+     "as +600, or verdict"),
+    (["--replay", "{log}", "--log-monitoring-config", "{rules}",
+      "--replay-input", "xml"],
+     "invalid value 'xml' for --replay-input: expected one of auto, plain, "
+     "console, srun"),
+    (["--replay-until", "+5", "x.py"],
+     "--replay-until was given without --replay"),
     (["--replay", "{log}", "--log-monitoring-config", "{rules}",
       "--replay-rate", "0"],
      "invalid value '0' for --replay-rate: expected lines per second, a "
@@ -254,7 +283,8 @@ BAD = [
       "{rules}"],
      "--replay {tmp}/missing.log: No such file or directory"),
     (["--replay", "{tmp}", "--log-monitoring-config", "{rules}"],
-     "--replay {tmp}: is a directory"),
+     "--replay {tmp}: is a directory with no <local_rank>/stdout.log in it "
+     "(an attempt directory of per-rank files)"),
     (["--replay", "{log}", "--log-monitoring-config", "{tmp}/none.json"],
      "{tmp}/none.json: No such file or directory"),
     (["--replay", "{log}", "--log-monitoring-config", "{badrules}"],
@@ -300,3 +330,186 @@ def test_bad_input_is_refused_with_status_2(hpr, tmp_path, args, message):
     assert rc == 2, err
     assert err == f"hyperpodrun: error: {message.format(**files)}\n"
     assert out == ""
+
+
+CASES = SOURCE_ROOT / "tests" / "logmon" / "cases"
+# A file that holds one object is read as an object with
+# logMonitoringConfiguration or as a job, before any rule is looked at.
+FILE_ERRORS = {
+    "error-001-not-a-list": "no rule list: expected a list of rules, an "
+                            "object with logMonitoringConfiguration or a job "
+                            "with spec.runPolicy.logMonitoringConfiguration",
+}
+
+
+def broken_rule_files():
+    """Every invalid rule file of the engine's case corpus: its rules, its
+    options and the error the engine gives."""
+    for path in sorted(CASES.glob("error-*.txt")):
+        sections, key = {}, None
+        for line in path.read_text().splitlines():
+            if line.startswith("%"):
+                key, _, rest = line.partition(" ")
+                sections[key] = rest
+            elif key is not None:
+                sections[key] = (sections[key] + "\n" + line).strip("\n")
+        yield pytest.param(sections["%rules"],
+                           FILE_ERRORS.get(path.stem, sections["%error"]),
+                           "strict" in sections.get("%opts", ""),
+                           id=path.stem)
+
+
+@pytest.mark.parametrize("rules,error,strict", list(broken_rule_files()))
+def test_check_rules_refuses_every_broken_rule_file(hpr, tmp_path, rules,
+                                                    error, strict):
+    path = write(tmp_path, "rules.json", rules)
+    rc, out, err = replay(hpr, "--check-rules", path,
+                          *(["--strict"] if strict else []))
+    assert rc == 2, err
+    assert err == f"hyperpodrun: error: {path}: {error}\n"
+    assert out == ""
+
+
+def test_check_rules_prints_the_rules_as_understood(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", [
+        {"name": "Hang", "logPattern": ".*loss (\\S+)",
+         "expectedStartCutOffInSeconds": 10,
+         "expectedRecurringFrequencyInSeconds": 5,
+         "metricThreshold": 5, "operator": "gt",
+         "expectedStartCutoffInSeconds": 3}])
+    rc, out, err = replay(hpr, "--check-rules", rules)
+    assert rc == 0, err
+    assert out == (
+        "rule 0: Hang\n"
+        "  logPattern: .*loss (\\S+)\n"
+        "  stopPattern: none (the rule never retires)\n"
+        "  expectedStartCutOffInSeconds: 10.000 s (HANGING when no line "
+        "matches within it)\n"
+        "  expectedRecurringFrequencyInSeconds: 5.000 s (HANGING when a "
+        "match is not followed by another within it)\n"
+        "  metric: capture 1 gt 5 in 1 data point in a row makes it SLOW\n"
+        "  faultOnMatch: false\n"
+        f"{rules}: 1 rule, valid, with the warnings above\n")
+    assert ("rule 0 (Hang): expectedStartCutoffInSeconds: unknown key, "
+            "ignored; did you mean \"expectedStartCutOffInSeconds\"?") in err
+
+    # --strict: the same key is an error, in --check-rules and --replay.
+    message = (f"hyperpodrun: error: {rules}: rule 0 (Hang): "
+               "expectedStartCutoffInSeconds: unknown key (--strict); did "
+               "you mean \"expectedStartCutOffInSeconds\"?\n")
+    rc, out, err = replay(hpr, "--check-rules", rules, "--strict")
+    assert (rc, out, err) == (2, "", message)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--strict")
+    assert (rc, out, err) == (2, "", message)
+
+
+def test_summary_names_rules_that_never_matched(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", HEARTBEAT + [
+        {"name": "Typo", "logPattern": ".*losss.*"}])
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    assert events(out)[1]["never_matched"] == ["Typo"]
+    assert f"warning: {log}: rule 1 (Typo) matched no line\n" in err
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--replay-format", "text")
+    assert rc == 0, err
+    assert "rules that never matched a line: Typo\n" in out
+
+
+def test_replay_until(hpr, tmp_path):
+    # A log that ends in silence reaches the deadline after it only when
+    # told to run on; a time cuts the lines after it.
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n"
+                                       "1750000004 loss 1\n"
+                                       "1750000020 loss 1\n")
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "2025-06-15T15:06:42Z")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0)]
+    assert summary["lines_after_until"] == 2
+    assert summary["time"] == 2.0
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "2025-06-15T15:06:50Z")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0), ("HANGING", 9.001)]
+    rc, out, _ = replay(hpr, "--replay", log, "--log-monitoring-config",
+                        rules, "--replay-until", "+10")
+    changes, summary = events(out)
+    assert [(c["state"], c["time"]) for c in changes] == [
+        ("HEALTHY", 0.0), ("HANGING", 9.001), ("HEALTHY", 20.0),
+        ("HANGING", 25.001)]
+    assert summary["time"] == 30.0
+
+
+def test_metric_values_and_rule_limits_for_plots(hpr, tmp_path):
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    log = write(tmp_path, "train.log", "1750000000 loss 1\n"
+                                       "1750000001 loss x\n"
+                                       "1750000002 loss 7\n"
+                                       "1750000003 loss inf\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules)
+    assert rc == 0, err
+    values, summary = events(out, values=True)
+    # JSON has no infinity: null.
+    assert [(v["time"], v["rule"], v["value"], v["line_no"])
+            for v in values] == [(0.0, "Beat", 1, 1), (2.0, "Beat", 7, 3),
+                                 (3.0, "Beat", None, 4)]
+    assert summary["rules"] == [{"rule": "Beat", "threshold": 5,
+                                 "operator": "gt", "datapoints": 1,
+                                 "cutoff": 10.0, "frequency": 5.0}]
+
+
+def test_plot_tool_draws_a_replay(hpr, tmp_path):
+    d = EXAMPLES / "LowThroughputDetection"
+    rc, out, err = replay(hpr, "--replay", d / "failing.log",
+                          "--log-monitoring-config", d / "rule.json",
+                          "--replay-format", "json")
+    assert rc == 0, err
+    png = tmp_path / "plot.png"
+    tool = SOURCE_ROOT / "tools" / "plot_replay.py"
+    p = subprocess.run(["/usr/bin/python3", tool, "-", png], input=out,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = subprocess.run(["/usr/bin/python3", tool, "-", png],
+                       input="not json\n", capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0
+
+
+def test_per_rank_files_of_an_attempt_directory(hpr, tmp_path):
+    # torchrun's <attempt>/<local_rank>/stdout.log: each file a stream,
+    # merged in time order by the lines' own timestamps, line numbers
+    # counted per file; local rank 0 alone is judged by default.
+    rules = write(tmp_path, "rules.json", HEARTBEAT)
+    attempt = tmp_path / "attempt_0"
+    for rank, text in (("0", "1750000000 loss 1\n1750000010 loss 1\n"),
+                       ("1", "1750000001 loss 1\n1750000003 loss 1\n")):
+        (attempt / rank).mkdir(parents=True)
+        (attempt / rank / "stdout.log").write_text(text)
+    rc, out, err = replay(hpr, "--replay", attempt,
+                          "--log-monitoring-config", rules,
+                          "--log-monitor-ranks", "all")
+    assert rc == 0, err
+    changes, summary = events(out)
+    assert [(c["stream"], c["state"], c["time"], c["line_no"])
+            for c in changes] == [
+        ("0", "HEALTHY", 0.0, 1), ("1", "HEALTHY", 1.0, 1),
+        ("0", "HANGING", 5.001, None), ("1", "HANGING", 8.001, None),
+        ("0", "HEALTHY", 10.0, 2)]
+    assert summary["format"] == "per-rank files"
+    assert summary["lines"] == 4
+    rc, out, err = replay(hpr, "--replay", attempt,
+                          "--log-monitoring-config", rules)
+    changes, summary = events(out)
+    assert {c["stream"] for c in changes} == {"0"}
+    assert [(s["stream"], s["judged"]) for s in summary["streams"]] == [
+        ("0", True), ("1", False)]

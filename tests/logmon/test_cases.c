@@ -4,7 +4,7 @@
  *
  *   # a comment
  *   %name what this case shows
- *   %opts matchlimit=N depthlimit=N         optional
+ *   %opts matchlimit=N depthlimit=N strict  optional
  *   %rules                                  the rule list, JSON, to the
  *   [ ... ]                                 next %-line
  *   %nostart                                do not start the stream at 0
@@ -60,6 +60,7 @@ struct case_file {
         char *data;
         bool no_jit;
         bool full_only;
+        bool strict;
         char *rules;
         bool nostart;
         struct text input, events, final, warnings, lastline;
@@ -151,6 +152,8 @@ static void parse_case(struct case_file *c)
                                 else if (strncmp(tok, "depthlimit=", 11) == 0)
                                         c->depth_limit =
                                                 (uint32_t)atol(tok + 11);
+                                else if (strcmp(tok, "strict") == 0)
+                                        c->strict = true;
                                 else
                                         fail_msg("unknown option %s", tok);
                         }
@@ -375,6 +378,7 @@ static void run_case(void **state)
         struct logmon_ruleset_opts opts = {
                 .no_jit = c->no_jit,
                 .full_only = c->full_only,
+                .strict = c->strict,
                 .match_limit = c->match_limit,
                 .depth_limit = c->depth_limit,
         };

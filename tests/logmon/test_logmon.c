@@ -751,9 +751,10 @@ static void test_replay_asctime(void **state)
         cJSON *j;
 
         run_replay(replay_rules, log, NULL, &o);
-        /* Start healthy, Beat healthy, Beat hanging at 30 s + 30.001 s,
-         * Beat slow, Beat nonnumeric, summary. */
-        assert_int_equal(output_lines(&o), 6);
+        /* Start healthy, Beat healthy, its value 1.5, Beat hanging at
+         * 30 s + 30.001 s, Beat slow, its value 7, Beat nonnumeric,
+         * summary. */
+        assert_int_equal(output_lines(&o), 8);
         j = output_line(&o, 0);
         assert_string_equal(cJSON_GetObjectItem(j, "rule")->valuestring,
                             "Start");
@@ -767,25 +768,31 @@ static void test_replay_asctime(void **state)
                            29.3, 1e-9);
         cJSON_Delete(j);
         j = output_line(&o, 2);
+        assert_string_equal(cJSON_GetObjectItem(j, "event")->valuestring,
+                            "value");
+        assert_float_equal(cJSON_GetObjectItem(j, "value")->valuedouble,
+                           1.5, 1e-12);
+        cJSON_Delete(j);
+        j = output_line(&o, 3);
         assert_string_equal(cJSON_GetObjectItem(j, "state")->valuestring,
                             "HANGING");
         assert_float_equal(cJSON_GetObjectItem(j, "time")->valuedouble,
                            60.001, 1e-9);
         assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "line_no")));
         cJSON_Delete(j);
-        j = output_line(&o, 3);
+        j = output_line(&o, 4);
         assert_string_equal(cJSON_GetObjectItem(j, "state")->valuestring,
                             "SLOW");
         assert_int_equal(cJSON_GetObjectItem(j, "line_no")->valueint, 5);
         cJSON_Delete(j);
-        j = output_line(&o, 4);
+        j = output_line(&o, 6);
         assert_string_equal(cJSON_GetObjectItem(j, "event")->valuestring,
                             "nonnumeric");
         /* Invalid UTF-8 comes out as U+FFFD: the output is valid JSON. */
         assert_string_equal(cJSON_GetObjectItem(j, "line")->valuestring,
                             "2025-06-17 05:52:11,000 INFO loss \xef\xbf\xbd");
         cJSON_Delete(j);
-        j = output_line(&o, 5);
+        j = output_line(&o, 7);
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j,
                 "summary"), "state")->valuestring, "SLOW");
         assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j,

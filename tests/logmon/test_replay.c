@@ -83,6 +83,19 @@ static cJSON *output_line(const struct replay *o, int n)
         return cJSON_ParseWithOpts(p, NULL, false);
 }
 
+/* The summary: the last output line's "summary" object (the caller
+ * deletes the returned root). */
+static cJSON *summary_line(const struct replay *o)
+{
+        const char *p = o->out, *last = o->out, *nl;
+
+        while ((nl = strchr(p, '\n')) != NULL && nl[1] != '\0') {
+                p = nl + 1;
+                last = p;
+        }
+        return cJSON_ParseWithOpts(last, NULL, false);
+}
+
 static double num(const cJSON *j, const char *key)
 {
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(j, key);
@@ -238,7 +251,8 @@ static void test_layout_console(void **state)
         replay(heartbeat_rules, log, NULL, &o);
         assert_true(o.info.console);
         assert_int_equal(o.info.streams, 2);
-        assert_int_equal(o.info.unprefixed, 2);
+        assert_int_equal(o.info.unprefixed, 0);
+        assert_int_equal(o.info.agent_lines, 2);
         assert_int_equal(o.info.lines, 6);
         assert_int_equal(logmon_replay_state(o.r), LOGMON_HEALTHY);
         j = output_line(&o, 0);
@@ -313,6 +327,126 @@ static void test_layout_forced(void **state)
         assert_int_equal(o.info.unprefixed, 2);
         assert_int_equal(logmon_replay_state(o.r), LOGMON_WAITING);
         replay_done(&o);
+}
+
+/* ---------------------------------------------------------------------
+ * Formats: each log, what it is read as, which streams it has, which are
+ * judged (local rank 0, as live, unless all), and the first verdict.
+ */
+
+struct format_case {
+        const char *log;
+        bool all_ranks;
+        const char *format;
+        const char *clock;
+        const char *streams;   /* "name:judged ..." in order */
+        uint64_t agent_lines;
+        const char *verdict;   /* "stream state time_ms", or NULL */
+};
+
+static const char beat_rule[] =
+        "[{\"name\": \"Beat\", \"logPattern\": \".*loss\","
+        "  \"expectedRecurringFrequencyInSeconds\": 5}]";
+
+static const struct format_case format_cases[] = {
+        /* kubectl logs --timestamps: the stamp is before the prefix, and
+         * the ranks stay apart; the agent's lines are its own. */
+        { "2025-06-17T05:51:00.000000001Z hyperpodrun[7]: info: go\n"
+          "2025-06-17T05:51:00.100000001Z [default0]:loss\n"
+          "2025-06-17T05:51:00.200000001Z [default1]:loss\n"
+          "2025-06-17T05:51:09.000000001Z [default1]:loss\n",
+          false, "console with kubectl --timestamps", "prefix",
+          "default0:1 default1:0", 1, "default0 HANGING 5101" },
+        /* ${time}, and the agent's start line starts the rule clocks: a
+         * rank that never prints runs out its cut-off from there. */
+        { "hyperpodrun[7]: info: log rules: clock started at "
+          "2025-06-17T05:51:00.000Z\n"
+          "2025-06-17T05:51:00.100Z [default1]:loss\n"
+          "2025-06-17T05:51:09.000Z [default1]:loss\n",
+          false, "console with ${time}", "prefix",
+          "local rank 0:1 default1:0", 1, NULL },
+        /* srun --label over the agent's console: label/prefix names. */
+        { "0: hyperpodrun[7]: info: go\n"
+          "0: 2025-06-17T05:51:00.100Z [default0]:loss\n"
+          "1: 2025-06-17T05:51:00.200Z [default0]:loss\n"
+          "0: 2025-06-17T05:51:09.000Z [default0]:loss\n",
+          true, "srun --label with ${time}", "prefix",
+          "0/default0:1 1/default0:1", 1, "0/default0 HANGING 5001" },
+        /* srun --label of plain tasks: the label is the rank. */
+        { "0: 1750000000 loss\n1: 1750000000 loss\n 1: 1750000009 loss\n",
+          false, "srun --label", "epoch", "0:1 1:0", 0,
+          "0 HANGING 5001" },
+        /* The agent's own verdict line quotes the matching line: it must
+         * not match again (the hung log that replayed HEALTHY). */
+        { "[default0]:1750000000 loss\n"
+          "hyperpodrun[7]: warning: log rule verdict LogHang_Beat "
+          "(HANGING) by rule Beat on local rank 0 at "
+          "2025-06-15T15:06:45.001Z: ...; last matching line: "
+          "1750000000 loss\n"
+          "hyperpodrun[7]: error: LogHang_Beat ended the job\n",
+          false, "console", "epoch", "default0:1", 2, NULL },
+        /* Without a clock on the workers' lines, the agent's verdict
+         * time ends the replay: the deadline before it is reached. */
+        { "hyperpodrun[7]: info: log rules: clock started at "
+          "2025-06-15T15:06:40.000Z\n"
+          "[default0]:loss\n"
+          "hyperpodrun[7]: warning: log rule verdict LogHang_Beat "
+          "(HANGING) by rule Beat on local rank 0 at "
+          "2025-06-15T15:06:45.001Z: ...\n",
+          false, "console", "agent", "default0:1", 2,
+          "default0 HANGING 5001" },
+};
+
+static void test_formats(void **state)
+{
+        const bool rank0[1] = { true };
+        struct logmon_replay_opts opts = { 0 };
+        struct logmon_verdict v;
+        char streams[256], want[128];
+        cJSON *sum, *list;
+        size_t i, k, n;
+
+        for (i = 0; i < HP_ARRAY_SIZE(format_cases); i++) {
+                const struct format_case *c = &format_cases[i];
+                struct replay o = { 0 };
+
+                opts.monitored = c->all_ranks ? NULL : rank0;
+                opts.nmonitored = 1;
+                replay(beat_rule, c->log, &opts, &o);
+                sum = summary_line(&o);
+                list = cJSON_GetObjectItem(cJSON_GetObjectItem(sum, "summary"),
+                                           "streams");
+                streams[0] = '\0';
+                for (k = 0, n = 0; k < o.info.streams; k++) {
+                        cJSON *st = cJSON_GetArrayItem(list, (int)k);
+
+                        n += (size_t)snprintf(streams + n, sizeof(streams) - n,
+                                              "%s%s:%d", k ? " " : "",
+                                              str(st, "stream"),
+                                              cJSON_IsTrue(cJSON_GetObjectItem(
+                                                      st, "judged")));
+                }
+                cJSON_Delete(sum);
+                if (logmon_replay_verdict(o.r, &v))
+                        snprintf(want, sizeof(want), "%s %s %llu",
+                                 v.stream ? v.stream : "(log)",
+                                 logmon_state_name(v.state),
+                                 (unsigned long long)v.time_ms);
+                if (strcmp(o.info.format, c->format) != 0 ||
+                    strcmp(o.info.clock, c->clock) != 0 ||
+                    strcmp(streams, c->streams) != 0 ||
+                    o.info.agent_lines != c->agent_lines ||
+                    logmon_replay_verdict(o.r, &v) != (c->verdict != NULL) ||
+                    (c->verdict != NULL && strcmp(want, c->verdict) != 0))
+                        fail_msg("case %zu: %s, clock %s, streams \"%s\", "
+                                 "%llu agent lines, verdict %s\n%s", i,
+                                 o.info.format, o.info.clock, streams,
+                                 (unsigned long long)o.info.agent_lines,
+                                 logmon_replay_verdict(o.r, &v) ? want :
+                                                                  "none",
+                                 o.out);
+                replay_done(&o);
+        }
 }
 
 /* Deadlines come out in time order across streams: default0 goes quiet
@@ -537,7 +671,8 @@ static const struct check_error check_errors[] = {
         { heartbeat_rules, NULL, NULL, NULL, -ENOENT,
           "--replay <dir>/train.log: No such file or directory" },
         { heartbeat_rules, NULL, NULL, ".", -EISDIR,
-          "--replay .: is a directory" },
+          "--replay .: is a directory with no <local_rank>/stdout.log in "
+          "it (an attempt directory of per-rank files)" },
 };
 
 static void test_check_errors(void **state)
@@ -593,6 +728,7 @@ int main(void)
                 cmocka_unit_test(test_layout_plain),
                 cmocka_unit_test(test_layout_lookahead),
                 cmocka_unit_test(test_layout_forced),
+                cmocka_unit_test(test_formats),
                 cmocka_unit_test(test_deadlines_in_time_order),
                 cmocka_unit_test(test_diff_aligned),
                 cmocka_unit_test(test_rule_info_times),

@@ -1003,6 +1003,10 @@ static const struct template_check_case template_check_cases[] = {
         { "${nope}", HP_ECONFIG },
         { "${rank", HP_ECONFIG },
         { "cost $", HP_ECONFIG },
+        { "${time} [${role_name}${local_rank}]:", 0 },
+        { "[$time]", 0 },
+        /* One place per prefix is stamped with the line's time. */
+        { "${time} ${time}", HP_ECONFIG },
 };
 
 static void test_check_template(void **state)

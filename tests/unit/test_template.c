@@ -182,6 +182,32 @@ static void test_empty_variable_table(void **state)
         assert_non_null(strstr(errbuf, "'rank'"));
 }
 
+/* hp_iso8601_ms: what ${time} writes, and the verdicts' times. Each
+ * case is checked against Python's datetime. */
+static void test_iso8601_ms(void **state)
+{
+        static const struct {
+                int64_t ms;
+                const char *iso;
+        } cases[] = {
+                { 0, "1970-01-01T00:00:00.000Z" },
+                { 1750139489300, "2025-06-17T05:51:29.300Z" },
+                { 951782400000, "2000-02-29T00:00:00.000Z" },
+                { 4107542399999, "2100-02-28T23:59:59.999Z" },
+                { 1767225599999, "2025-12-31T23:59:59.999Z" },
+                { -1, "1969-12-31T23:59:59.999Z" },
+        };
+        char buf[HP_ISO8601_MS_LEN + 2];
+        size_t i;
+
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                memset(buf, SENTINEL, sizeof(buf));
+                hp_iso8601_ms(cases[i].ms, buf);
+                assert_string_equal(buf, cases[i].iso);
+                assert_int_equal(buf[HP_ISO8601_MS_LEN + 1], SENTINEL);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -189,6 +215,7 @@ int main(void)
                 cmocka_unit_test(test_errors_name_the_template),
                 cmocka_unit_test(test_out_len_is_optional),
                 cmocka_unit_test(test_empty_variable_table),
+                cmocka_unit_test(test_iso8601_ms),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

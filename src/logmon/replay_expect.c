@@ -1,0 +1,495 @@
+/* Replay's expectations: checking a replay against one (--expect), with
+ * the transitions aligned as diff does, and writing one (--emit-expect). */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpod/common.h"
+#include "replay-private.h"
+
+static const char *stream_label(const struct logmon_replay *r, size_t i)
+{
+        return r->streams[i].name != NULL ? r->streams[i].name : "(log)";
+}
+
+static bool stream_selected(const struct logmon_replay *r, size_t i,
+                            const char *want)
+{
+        const char *name = r->streams[i].name;
+
+        /* A stream that is not judged has no outcome to compare. */
+        if (!r->streams[i].judged)
+                return false;
+        if (want == NULL)
+                return true;
+        return name != NULL ? strcmp(name, want) == 0 : want[0] == '\0';
+}
+
+static void print_change(FILE *f, const struct logmon_replay *r,
+                         const struct replay_change *c)
+{
+        fprintf(f, "%s %s -> %s on %s at t=%" PRIu64 ".%03" PRIu64,
+                logmon_ruleset_rule_name(r->rs, c->rule),
+                logmon_state_name(c->from), logmon_state_name(c->to),
+                stream_label(r, c->stream), c->time / 1000, c->time % 1000);
+        if (c->line_no != 0)
+                fprintf(f, " (line %" PRIu64 ")", c->line_no);
+        else
+                fputs(" (deadline)", f);
+}
+
+/* Everything an expectation can get wrong is an error rather than a
+ * difference, and is found before a log is read. */
+static int validate_final(const struct logmon_ruleset *rs,
+                          const cJSON *final, char *errbuf, size_t len)
+{
+        enum logmon_state state;
+        const cJSON *item;
+
+        if (!cJSON_IsObject(final)) {
+                snprintf(errbuf, len, "expect: final: expected an object "
+                         "of rule names to states");
+                return HP_ECONFIG;
+        }
+        cJSON_ArrayForEach(item, final) {
+                if (logmon_ruleset_find(rs, item->string) < 0) {
+                        snprintf(errbuf, len, "expect: final: no rule "
+                                 "named \"%s\"", item->string);
+                        return HP_ECONFIG;
+                }
+                if (!cJSON_IsString(item) ||
+                    logmon_state_parse(item->valuestring, &state) != 0) {
+                        snprintf(errbuf, len, "expect: final: %s: expected "
+                                 "a state name", item->string);
+                        return HP_ECONFIG;
+                }
+        }
+        return 0;
+}
+
+struct expected_change {
+        int rule;
+        enum logmon_state state;
+        const cJSON *line_no;
+        const cJSON *time;
+        const cJSON *stream;
+};
+
+static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
+                            size_t i, struct expected_change *e,
+                            char *errbuf, size_t len)
+{
+        const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
+
+        if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
+            logmon_state_parse(state->valuestring, &e->state) != 0) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
+                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
+                return HP_ECONFIG;
+        }
+        e->rule = logmon_ruleset_find(rs, rule->valuestring);
+        if (e->rule < 0) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
+                         "named \"%s\"", i, rule->valuestring);
+                return HP_ECONFIG;
+        }
+        e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
+        e->time = cJSON_GetObjectItemCaseSensitive(t, "time");
+        e->stream = cJSON_GetObjectItemCaseSensitive(t, "stream");
+        if ((e->line_no != NULL && !cJSON_IsNumber(e->line_no) &&
+             !cJSON_IsNull(e->line_no)) ||
+            (e->time != NULL && !cJSON_IsNumber(e->time)) ||
+            (e->stream != NULL && !cJSON_IsString(e->stream) &&
+             !cJSON_IsNull(e->stream))) {
+                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
+                         "and time are numbers, stream a string", i);
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
+int logmon_expect_validate(const struct logmon_ruleset *rs,
+                           const cJSON *expect, char *errbuf, size_t len)
+{
+        static const char *const keys[] = { "final", "state", "stream",
+                                            "transitions" };
+        const cJSON *item, *list;
+        struct expected_change e;
+        enum logmon_state state;
+        size_t i, n;
+        int err;
+
+        if (!cJSON_IsObject(expect)) {
+                snprintf(errbuf, len, "expect: expected a JSON object");
+                return HP_ECONFIG;
+        }
+        cJSON_ArrayForEach(item, expect) {
+                for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
+                        if (strcmp(item->string, keys[i]) == 0)
+                                break;
+                if (i == HP_ARRAY_SIZE(keys)) {
+                        snprintf(errbuf, len, "expect: unknown key \"%s\"",
+                                 item->string);
+                        return HP_ECONFIG;
+                }
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
+        if (item != NULL && !cJSON_IsString(item)) {
+                snprintf(errbuf, len, "expect: stream: expected a string");
+                return HP_ECONFIG;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
+        if (item != NULL) {
+                err = validate_final(rs, item, errbuf, len);
+                if (err != 0)
+                        return err;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
+        if (item != NULL && (!cJSON_IsString(item) ||
+                             logmon_state_parse(item->valuestring,
+                                                &state) != 0)) {
+                snprintf(errbuf, len, "expect: state: expected a state "
+                         "name");
+                return HP_ECONFIG;
+        }
+        list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
+        if (list == NULL)
+                return 0;
+        if (!cJSON_IsArray(list)) {
+                snprintf(errbuf, len, "expect: transitions: expected a "
+                         "list");
+                return HP_ECONFIG;
+        }
+        n = (size_t)cJSON_GetArraySize(list);
+        for (i = 0; i < n; i++) {
+                err = parse_transition(rs, cJSON_GetArrayItem(list, (int)i),
+                                       i, &e, errbuf, len);
+                if (err != 0)
+                        return err;
+        }
+        return 0;
+}
+
+/* The comparisons, on a validated expectation. */
+
+static int check_final(const struct logmon_replay *r, const cJSON *final,
+                       const char *want, FILE *diff)
+{
+        struct logmon_rule_info info;
+        enum logmon_state expected;
+        const cJSON *item;
+        int diffs = 0, rule;
+        size_t i;
+
+        cJSON_ArrayForEach(item, final) {
+                rule = logmon_ruleset_find(r->rs, item->string);
+                logmon_state_parse(item->valuestring, &expected);
+                for (i = 0; i < r->nstreams; i++) {
+                        if (!stream_selected(r, i, want))
+                                continue;
+                        logmon_stream_rule_info(r->streams[i].mon,
+                                                (size_t)rule, &info);
+                        if (info.state == expected)
+                                continue;
+                        diffs++;
+                        if (diff != NULL)
+                                fprintf(diff, "final state of rule %s on "
+                                        "%s: expected %s, got %s\n",
+                                        item->string, stream_label(r, i),
+                                        item->valuestring,
+                                        logmon_state_name(info.state));
+                }
+        }
+        return diffs;
+}
+
+static int check_state(const struct logmon_replay *r, const cJSON *state,
+                       const char *want, FILE *diff)
+{
+        enum logmon_state expected;
+        int diffs = 0;
+        size_t i;
+
+        logmon_state_parse(state->valuestring, &expected);
+        for (i = 0; i < r->nstreams; i++) {
+                struct logmon_stream *s = r->streams[i].mon;
+
+                if (!stream_selected(r, i, want) ||
+                    logmon_stream_state(s) == expected)
+                        continue;
+                diffs++;
+                if (diff != NULL)
+                        fprintf(diff, "state of %s: expected %s, got %s "
+                                "(%s)\n", stream_label(r, i),
+                                state->valuestring,
+                                logmon_state_name(logmon_stream_state(s)),
+                                logmon_stream_reason(s)[0] ?
+                                        logmon_stream_reason(s) :
+                                        "no reason");
+        }
+        return diffs;
+}
+
+static bool change_matches(const struct logmon_replay *r,
+                           const struct replay_change *c,
+                           const struct expected_change *e)
+{
+        const char *name = r->streams[c->stream].name;
+
+        if ((int)c->rule != e->rule || c->to != e->state)
+                return false;
+        if (e->line_no != NULL &&
+            (cJSON_IsNull(e->line_no) ?
+                     c->line_no != 0 :
+                     (double)c->line_no != e->line_no->valuedouble))
+                return false;
+        if (e->time != NULL &&
+            fabs((double)c->time / 1000.0 - e->time->valuedouble) > 0.001)
+                return false;
+        if (e->stream != NULL &&
+            (cJSON_IsNull(e->stream) ?
+                     name != NULL :
+                     name == NULL || strcmp(name, e->stream->valuestring)))
+                return false;
+        return true;
+}
+
+static void print_expected(FILE *f, const struct logmon_replay *r,
+                           const struct expected_change *e)
+{
+        fprintf(f, "%s -> %s", logmon_ruleset_rule_name(r->rs, (size_t)e->rule),
+                logmon_state_name(e->state));
+        if (cJSON_IsString(e->stream))
+                fprintf(f, " on %s", e->stream->valuestring);
+        if (cJSON_IsNumber(e->time))
+                fprintf(f, " at t=%.3f", e->time->valuedouble);
+        if (cJSON_IsNumber(e->line_no))
+                fprintf(f, " (line %.0f)", e->line_no->valuedouble);
+        else if (cJSON_IsNull(e->line_no))
+                fputs(" (deadline)", f);
+}
+
+/* Above this many cells the alignment table is not built, and the two
+ * lists are compared position by position instead (a long log checked
+ * against a long list; the differences are then less well aligned). */
+#define ALIGN_CELLS_MAX (4u * 1024 * 1024)
+
+/*
+ * Aligns the expected transitions with the state changes that happened
+ * (a longest common subsequence, as diff does), so that one missing or
+ * extra transition reads as one line rather than as every later one
+ * being wrong. Prints what only one side has, "-" for expected and "+"
+ * for got, and returns how many such lines there are.
+ */
+static int diff_transitions(const struct logmon_replay *r,
+                            const struct expected_change *exp, size_t n,
+                            const struct replay_change *const *got,
+                            size_t m, FILE *diff)
+{
+        uint32_t *table = NULL;
+        size_t i = 0, j = 0, w = m + 1;
+        int diffs = 0;
+        bool take_exp;
+
+#define CELL(a, b) table[(a) * w + (b)]
+        if ((n + 1) * w <= ALIGN_CELLS_MAX)
+                table = calloc((n + 1) * w, sizeof(*table));
+        if (table != NULL) {
+                /* CELL(a, b): the longest common run of exp[a..], got[b..]. */
+                for (i = n + 1; i-- > 0;) {
+                        for (j = m + 1; j-- > 0;) {
+                                if (i == n || j == m)
+                                        CELL(i, j) = 0;
+                                else if (change_matches(r, got[j], &exp[i]))
+                                        CELL(i, j) = CELL(i + 1, j + 1) + 1;
+                                else if (CELL(i + 1, j) >= CELL(i, j + 1))
+                                        CELL(i, j) = CELL(i + 1, j);
+                                else
+                                        CELL(i, j) = CELL(i, j + 1);
+                        }
+                }
+        }
+        i = j = 0;
+        while (i < n || j < m) {
+                if (i < n && j < m && change_matches(r, got[j], &exp[i]) &&
+                    (table == NULL || CELL(i, j) == CELL(i + 1, j + 1) + 1)) {
+                        i++;
+                        j++;
+                        continue;
+                }
+                if (table != NULL)
+                        take_exp = i < n &&
+                                   (j == m || CELL(i + 1, j) >= CELL(i, j + 1));
+                else
+                        take_exp = i < n && (j == m || i <= j);
+                diffs++;
+                if (diffs == 1 && diff != NULL)
+                        fprintf(diff, "transitions (- expected, + got):\n");
+                if (take_exp) {
+                        if (diff != NULL) {
+                                fprintf(diff, "- expected #%zu: ", i + 1);
+                                print_expected(diff, r, &exp[i]);
+                                fputc('\n', diff);
+                        }
+                        i++;
+                } else {
+                        if (diff != NULL) {
+                                fprintf(diff, "+ got #%zu:      ", j + 1);
+                                print_change(diff, r, got[j]);
+                                fputc('\n', diff);
+                        }
+                        j++;
+                }
+        }
+#undef CELL
+        free(table);
+        return diffs;
+}
+
+static int check_transitions(const struct logmon_replay *r,
+                             const cJSON *list, const char *want, FILE *diff)
+{
+        size_t i, m = 0, n = (size_t)cJSON_GetArraySize(list);
+        const struct replay_change **got;
+        struct expected_change *exp;
+        char unused[8];
+        int diffs;
+
+        exp = calloc(n + 1, sizeof(*exp));
+        got = calloc(r->nchanges + 1, sizeof(*got));
+        if (exp == NULL || got == NULL) {
+                free(exp);
+                free(got);
+                if (diff != NULL)
+                        fputs("transitions: out of memory\n", diff);
+                return 1;
+        }
+        /* Validated before: parsing cannot fail here. */
+        for (i = 0; i < n; i++)
+                parse_transition(r->rs, cJSON_GetArrayItem(list, (int)i), i,
+                                 &exp[i], unused, sizeof(unused));
+        for (i = 0; i < r->nchanges; i++)
+                if (r->changes[i].kind == LOGMON_EVENT_STATE &&
+                    stream_selected(r, r->changes[i].stream, want))
+                        got[m++] = &r->changes[i];
+        diffs = diff_transitions(r, exp, n, got, m, diff);
+        free(exp);
+        free(got);
+        return diffs;
+}
+
+int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
+                        FILE *diff, char *errbuf, size_t len)
+{
+        const cJSON *item;
+        const char *want = NULL;
+        int diffs = 0, err;
+        size_t i;
+
+        err = logmon_expect_validate(r->rs, expect, errbuf, len);
+        if (err != 0)
+                return err;
+        item = cJSON_GetObjectItemCaseSensitive(expect, "stream");
+        if (item != NULL) {
+                want = item->valuestring;
+                for (i = 0; i < r->nstreams; i++)
+                        if (stream_selected(r, i, want))
+                                break;
+                if (i == r->nstreams) {
+                        diffs++;
+                        if (diff != NULL)
+                                fprintf(diff, "stream %s: not in the log\n",
+                                        want);
+                }
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "final");
+        if (item != NULL)
+                diffs += check_final(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "state");
+        if (item != NULL)
+                diffs += check_state(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
+        if (item != NULL)
+                diffs += check_transitions(r, item, want, diff);
+        return diffs;
+}
+
+/* ---------------------------------------------------------------------
+ * Writing an expectation (--emit-expect)
+ */
+
+/* The state every judged stream of rule (or of the stream, rule < 0)
+ * ended in, or -1 when they differ or none is judged. */
+static int common_state(const struct logmon_replay *r, int rule)
+{
+        struct logmon_rule_info info;
+        int common = -1, s;
+        size_t i;
+
+        for (i = 0; i < r->nstreams; i++) {
+                if (!r->streams[i].judged)
+                        continue;
+                if (rule < 0) {
+                        s = (int)logmon_stream_state(r->streams[i].mon);
+                } else {
+                        logmon_stream_rule_info(r->streams[i].mon,
+                                                (size_t)rule, &info);
+                        s = (int)info.state;
+                }
+                if (common >= 0 && s != common)
+                        return -1;
+                common = s;
+        }
+        return common;
+}
+
+int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
+{
+        const struct replay_change *c;
+        bool first = true;
+        size_t i;
+        int s;
+
+        fputs("{\n  \"final\": {", f);
+        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
+                s = common_state(r, (int)i);
+                if (s < 0)
+                        continue;
+                fputs(first ? "\n    " : ",\n    ", f);
+                first = false;
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, i));
+                fprintf(f, ": \"%s\"", logmon_state_name((enum logmon_state)s));
+        }
+        fputs(first ? "},\n" : "\n  },\n", f);
+        s = common_state(r, -1);
+        if (s >= 0)
+                fprintf(f, "  \"state\": \"%s\",\n",
+                        logmon_state_name((enum logmon_state)s));
+        fputs("  \"transitions\": [", f);
+        first = true;
+        for (i = 0; i < r->nchanges; i++) {
+                c = &r->changes[i];
+                if (c->kind != LOGMON_EVENT_STATE ||
+                    !r->streams[c->stream].judged)
+                        continue;
+                fputs(first ? "\n    " : ",\n    ", f);
+                first = false;
+                fputs("{\"rule\": ", f);
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, c->rule));
+                fprintf(f, ", \"state\": \"%s\", \"stream\": ",
+                        logmon_state_name(c->to));
+                logmon__json_cstr(f, r->streams[c->stream].name);
+                if (c->line_no != 0)
+                        fprintf(f, ", \"line_no\": %" PRIu64, c->line_no);
+                else
+                        fputs(", \"line_no\": null", f);
+                fprintf(f, ", \"time\": %" PRIu64 ".%03" PRIu64 "}",
+                        c->time / 1000, c->time % 1000);
+        }
+        fputs(first ? "]\n}\n" : "\n  ]\n}\n", f);
+        return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
+}

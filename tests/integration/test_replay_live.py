@@ -1,0 +1,256 @@
+"""The property replay exists for: for a log hyperpodrun itself recorded,
+--replay reaches the verdict the live run reached, on the same rule,
+local rank, state and line, at the same time to the millisecond where the
+log has a clock, in every format the console is kept in. Each scenario
+runs live (two --no-python workers), then its console is replayed as it
+is (with ${time}), as kubectl logs --timestamps would re-emit it, as
+srun --label would, without ${time}, and rank 0's own stdout.log."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import HYPERPODRUN, SOURCE_ROOT, write_exec
+
+TEMPLATE = "${time} [${role_name}${local_rank}]:"
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) ")
+LIVE_VERDICT = re.compile(r"log rule verdict ((\S+) \((\w+)\) by rule (.+?) "
+                          r"on local rank (\d+) at (\S+Z): .*?); judged "
+                          r"[\d.]+ s later(?:; last matching line: (.*)|; "
+                          r"no line matched the rule yet)$")
+
+RULES = [
+    {"name": "JobStart", "logPattern": ".*Experiment configuration.*",
+     "expectedStartCutOffInSeconds": 3},
+    {"name": "JobHangingDetection",
+     "logPattern": r".*\[Epoch 0 Batch \d+.*'training_loss_step': "
+                   r"(\d+(\.\d+)?).*",
+     "expectedRecurringFrequencyInSeconds": 1},
+    {"name": "LowThroughputDetection",
+     "logPattern": r".*\[Epoch 0 Batch \d+.*'samples\/sec': (\d+(\.\d+)?).*",
+     "metricThreshold": 80, "operator": "lteq",
+     "metricEvaluationDataPoints": 3},
+]
+
+# Rank 0 alone prints the banner, as real jobs do: live watches local rank
+# 0 by default, and so must replay, or rank 1 would be HANGING.
+BANNER = ("if rank == '0':\n"
+          "    print('Experiment configuration: {}', flush=True)\n")
+PROGRESS = ("for i in range({n}):\n"
+            "    print(f\"[Epoch 0 Batch {{i}}] {{{{'training_loss_step': "
+            "1.5, 'samples/sec': {rate}}}}}\", flush=True)\n"
+            "    time.sleep(0.15)\n")
+SCENARIOS = {
+    "healthy": BANNER + PROGRESS.format(n=5, rate=99),
+    "hung": BANNER + PROGRESS.format(n=3, rate=99) +
+            "if rank == '0':\n    time.sleep(30)\n",
+    "slow": BANNER + PROGRESS.format(n=2, rate=99) +
+            PROGRESS.format(n=3, rate=50) + "time.sleep(30)\n",
+    "never_started": "time.sleep(30)\n",
+}
+
+
+def run_live(hpr, tmp_path, scenario):
+    script = write_exec(tmp_path / "worker.py", (
+        "#!/usr/bin/python3\nimport os, time\n"
+        "rank = os.environ['LOCAL_RANK']\n" + SCENARIOS[scenario]))
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+    # The console as a pod's log has it: the agent's stderr and the
+    # workers' tee'd stdout in one stream.
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--tee", "3", "--log-line-prefix-template", TEMPLATE,
+                 "--log-monitoring-config", rules, script], timeout=60,
+                wrapper=("/bin/sh", "-c", 'exec "$@" 2>&1', "sh"))
+    console = r.stdout.decode(errors="replace")
+    return r, rules, console
+
+
+def live_verdict(console):
+    found = [m for m in map(LIVE_VERDICT.search, console.splitlines()) if m]
+    assert len(found) <= 1, console
+    if not found:
+        return None
+    m = found[0]
+    return {"message": m.group(1), "state": m.group(3), "rule": m.group(4),
+            "local_rank": int(m.group(5)), "wall": m.group(6),
+            "last_line": m.group(7)}
+
+
+def replay(hpr, rules, log, *args):
+    r = subprocess.run([HYPERPODRUN, "--replay", log,
+                        "--log-monitoring-config", rules,
+                        "--replay-format", "json", *map(str, args)],
+                       capture_output=True, timeout=60, env=hpr.env)
+    assert r.returncode == 0, r.stderr.decode()
+    lines = [json.loads(line) for line in r.stdout.decode().splitlines()]
+    return lines[:-1], lines[-1]["summary"], r.stderr.decode()
+
+
+def kubectl_timestamps(console):
+    """Every line behind the time the runtime read it, with nanoseconds,
+    as kubectl logs --timestamps writes it."""
+    out, last = [], "1970-01-01T00:00:00.000Z"
+    for line in console.splitlines():
+        m = STAMP.match(line)
+        if m:
+            last = m.group(1)
+        out.append(f"{last[:-1]}123456Z {line}")
+    return "\n".join(out) + "\n"
+
+
+def without_time(console):
+    return "\n".join(STAMP.sub("", line) for line in console.splitlines()) + "\n"
+
+
+def srun_label(console):
+    return "\n".join(f"0: {line}" for line in console.splitlines()) + "\n"
+
+
+FORMATS = {
+    "console with ${time}": (lambda c: c, "console with ${time}", True),
+    "kubectl --timestamps": (kubectl_timestamps,
+                             "console with kubectl --timestamps", True),
+    "srun --label": (srun_label, "srun --label with ${time}", True),
+    "console": (without_time, "console", False),
+}
+
+
+def check_formats(hpr, tmp_path, rules, console, live, stdout_log):
+    """Replays console in every format, and rank 0's stdout.log, and
+    compares what they reach with the live verdict."""
+    has_worker_lines = "[default0]:" in console
+    for name, (convert, detected, clocked) in FORMATS.items():
+        log = tmp_path / f"{name.replace(' ', '_')}.log"
+        log.write_text(convert(console))
+        changes, summary, err = replay(hpr, rules, log)
+        if has_worker_lines:  # else nothing tells the format
+            assert summary["format"] == detected, (name, summary)
+            assert f"read as a {detected} log" in err, err
+        got = summary["verdict"]
+        if live is None:
+            assert got is None, (name, got)
+            assert summary["state"] in ("HEALTHY", "WAITING"), (name, summary)
+            continue
+        assert got is not None, (name, console, changes)
+        assert (got["rule"], got["local_rank"], got["state"]) == (
+            live["rule"], live["local_rank"], live["state"]), (name, got)
+        if live["state"] == "SLOW":
+            assert got["line"] == live["last_line"], (name, got)
+        if clocked:
+            # The same words: the same times to the millisecond, the same
+            # elapsed time against the same limit.
+            assert got["wall"] == live["wall"], (name, got, live)
+            assert got["message"] == live["message"], (name, got, live)
+
+    # Rank 0's own stdout.log: a plain log, always judged; it has no clock,
+    # so only a verdict a line makes can be reached, and --expect refuses
+    # to judge the timed rules.
+    changes, summary, _ = replay(hpr, rules, stdout_log)
+    assert summary["format"] == "plain"
+    if live is not None and live["state"] == "SLOW":
+        assert (summary["verdict"]["rule"], summary["verdict"]["line"]) == (
+            live["rule"], live["last_line"])
+    expect = tmp_path / "healthy.expect.json"
+    expect.write_text('{"state": "HEALTHY"}')
+    p = subprocess.run([HYPERPODRUN, "--replay", stdout_log,
+                        "--log-monitoring-config", rules, "--expect",
+                        expect], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 2, p.stderr.decode()
+    assert ("rule 0 (JobStart) has a time limit, but no line of "
+            f"{stdout_log} has a timestamp") in p.stderr.decode()
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_replay_reaches_the_live_verdict_in_every_format(hpr, tmp_path,
+                                                         scenario):
+    r, rules, console = run_live(hpr, tmp_path, scenario)
+    live = live_verdict(console)
+    if scenario == "healthy":
+        assert r.rc == 0 and live is None, r.describe()
+    else:
+        assert r.rc == 124 and live is not None, r.describe()
+        expected_rule = {"hung": "JobHangingDetection",
+                         "slow": "LowThroughputDetection",
+                         "never_started": "JobStart"}[scenario]
+        assert (live["rule"], live["local_rank"]) == (expected_rule, 0)
+    if scenario == "slow":
+        # The line that made the verdict is on the console before it.
+        lines = console.splitlines()
+        verdict_at = next(i for i, line in enumerate(lines)
+                          if "log rule verdict" in line)
+        assert any(line.endswith(live["last_line"])
+                   for line in lines[:verdict_at]), console
+    stdout_log = hpr.only_train_dir() / "attempt_0" / "0" / "stdout.log"
+    check_formats(hpr, tmp_path, rules, console, live, stdout_log)
+    # The attempt directory: every rank's stdout.log, one stream each.
+    _, summary, _ = replay(hpr, rules, hpr.only_train_dir() / "attempt_0")
+    assert summary["format"] == "per-rank files"
+    assert [s["stream"] for s in summary["streams"]] == ["0", "1"]
+    if live is not None and live["state"] == "SLOW":
+        assert (summary["verdict"]["rule"], summary["verdict"]["line"]) == (
+            live["rule"], live["last_line"])
+
+
+RECORDED = SOURCE_ROOT / "tests" / "replay"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "hung", "slow",
+                                      "never_started"])
+def test_recorded_pytorch_jobs_replay_to_their_live_verdict(hpr, tmp_path,
+                                                            scenario):
+    # Real PyTorch jobs (gloo, two ranks) recorded live by
+    # tests/replay/record.py: the verdict in each console is the agent's.
+    console = (RECORDED / scenario / "console.log").read_text()
+    live = live_verdict(console)
+    expected = {"healthy": None, "hung": ("JobHangingDetection", "HANGING"),
+                "slow": ("LowThroughputDetection", "SLOW"),
+                "never_started": ("JobStart", "HANGING")}[scenario]
+    assert (live and (live["rule"], live["state"])) == expected, console
+    check_formats(hpr, tmp_path, RECORDED / "rules.json", console, live,
+                  RECORDED / scenario / "stdout.log")
+
+
+def test_a_hung_console_fails_a_healthy_expectation(hpr, tmp_path):
+    # The case that passed before: a hung job's console checked against
+    # "healthy" in CI.
+    r, rules, console = run_live(hpr, tmp_path, "hung")
+    assert r.rc == 124, r.describe()
+    log = tmp_path / "console.log"
+    log.write_text(console)
+    expect = tmp_path / "healthy.expect.json"
+    expect.write_text('{"state": "HEALTHY"}')
+    p = subprocess.run([HYPERPODRUN, "--replay", log,
+                        "--log-monitoring-config", rules, "--expect",
+                        expect], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 1, p.stderr.decode()
+    assert "state of default0: expected HEALTHY, got HANGING" in \
+        p.stderr.decode()
+
+    # --replay-until verdict: judged up to where the live run stopped.
+    _, summary, _ = replay(hpr, rules, log, "--replay-until", "verdict")
+    assert summary["agent_verdict"] is True
+    assert summary["verdict"]["rule"] == "JobHangingDetection"
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "hung", "slow",
+                                      "never_started"])
+def test_recorded_expectations_are_met_and_emitted_again(hpr, tmp_path,
+                                                         scenario):
+    # Golden files: each expect.json was written by --emit-expect from its
+    # console, reviewed and committed. The replay must still meet it, and
+    # emitting again must give the same file.
+    d = RECORDED / scenario
+    emitted = tmp_path / "expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", d / "console.log",
+                        "--log-monitoring-config", RECORDED / "rules.json",
+                        "--expect", d / "expect.json", "--emit-expect",
+                        emitted, "--replay-format", "json"],
+                       capture_output=True, env=hpr.env, timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert f"{d / 'expect.json'}: expectation met by " in p.stderr.decode()
+    assert emitted.read_text() == (d / "expect.json").read_text()
