@@ -174,6 +174,14 @@ static void handle_start(struct hp_operator *op,
         char err[1024];
         bool running;
 
+        /* A /start while RUNNING has no effect on the attempt: one whose
+         * workers are not spawned yet keeps the data it was started with. */
+        if (op->plr.state == HP_OP_RUNNING && op->start_pending) {
+                hp_log_info("/start while the attempt it would change is "
+                            "starting: ignored");
+                respond(op, res, 200, NULL, NULL);
+                return;
+        }
         if (store_ip_table(op, body, err, sizeof(err)) < 0) {
                 respond_500(op, res, err);
                 return;

@@ -350,6 +350,33 @@ def test_status_format_and_key_order(hpr, tmp_path):
     assert a.shutdown().rc == 0
 
 
+def test_second_start_before_the_spawn_changes_nothing(hpr, tmp_path):
+    # Two /starts in one write: both are handled before the attempt the
+    # first one asked for has spawned its workers.
+    a = Agent(hpr, tmp_path, nproc=1, env={"OPW_MODE": "wait_file"})
+    reqs = b""
+    for fault_count in (0, 5):
+        body = json.dumps({"rank": 0, "nnodes": 1, "faultCount": fault_count,
+                           "master_addr": "127.0.0.1",
+                           "master_port": 29500}).encode()
+        reqs += (b"POST /start HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with socket.create_connection(("127.0.0.1", a.port), timeout=15) as s:
+        s.sendall(reqs)
+        got = b""
+        while got.count(b"HTTP/1.1 200") < 2:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+    deadline_poll(lambda: (a.work / "rank0-attempt0.json").exists(), 15,
+                  what="the worker of the first /start")
+    (a.work / "finish").write_text("")
+    a.wait_status("completed")
+    assert not (a.work / "rank0-attempt5.json").exists()
+    assert a.shutdown().rc == 0
+
+
 def test_stop_while_ready_and_shutdown_while_running(hpr, tmp_path):
     a = Agent(hpr, tmp_path, env={"OPW_MODE": "ignore_term"},
               args=["--shutdown-timeout", "1"])
