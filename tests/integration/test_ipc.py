@@ -121,6 +121,9 @@ def test_reference_client_bytes(hpr, tmp_path):
     for c in (r0, r1):
         c.send("ckpt_info_update", {"step": 10, "path": f"{PREFIX}/step_10",
                                     "checkpoint_type": "model_checkpoint"})
+    # The two connections are read in no set order, and a get prunes the
+    # incomplete steps: ask once both updates are in.
+    deadline_poll(lambda: "progress" in a.status(), 10, what="step 10")
     assert r1.get() == {"path": f"{PREFIX}/step_10", "type": "ckpt_info_get",
                         "client_id": r1.id}
     st = a.status()
@@ -136,8 +139,12 @@ def test_reference_client_bytes(hpr, tmp_path):
     frame = ref_frame(ref_message("ckpt_info_update", r0.id, 0, {
         "step": 20, "path": f"{PREFIX}/step_20",
         "checkpoint_type": "model_checkpoint"}))
+    handled = 'hyperpodrun_ipc_messages_total{result="handled"}'
+    before = metrics(a)[handled]
     for i in range(len(frame)):
         r0.s.send(frame[i:i + 1])
+    deadline_poll(lambda: metrics(a)[handled] == before + 1, 10,
+                  what="the dribbled update")
     # Two frames in one write.
     r1.s.sendall(ref_frame(ref_message("ckpt_info_update", r1.id, 1, {
         "step": 20, "path": f"{PREFIX}/step_20",
