@@ -41,7 +41,7 @@
  * budget and skip nothing. Each rank goes to one thread, so the loop can
  * wait on a full ring while the other thread has emptied its own and a
  * core sits idle; a larger ring lets such a spell pass without a wait,
- * and past 4 MiB a larger one no longer helps (BENCHMARKS.md). The ring
+ * and past 4 MiB a larger one does not help (BENCHMARKS.md). The ring
  * is allocated when a flood starts the thread; a steady job never has
  * one.
  */
