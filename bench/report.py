@@ -450,8 +450,9 @@ WHERE_HANG = [
 
 WHERE_STEADY = [
     "", "With the rules on rank 0 only, the agent runs a steady job on its loop thread "
-    "alone (the rule and console threads start only in a flood), about 100 wakeups a "
-    "second. Most of a pass is the kernel writing the bytes into tmpfs, which costs "
+    "alone (the rule threads and a file console's thread start only in a flood), "
+    "about 100 wakeups a second. Most of a pass is the kernel writing the bytes "
+    "into tmpfs, which costs "
     "more after the CPU has idled: an 88 KiB write into a tmpfs file takes about "
     "twice as long after 10 ms of sleep as back to back. Reading and writing every 20 "
     "or 50 ms instead of 10 costs more: the larger batches miss the caches, and at "
