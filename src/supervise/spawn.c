@@ -87,7 +87,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
             dup2(o->stderr_fd, STDERR_FILENO) < 0)
                 child_fail(c, errno);
         /* The inherited stdin, blocking and open across the exec, as libuv
-         * left it. */
+         * leaves it. */
         (void)fcntl(STDIN_FILENO, F_SETFD, 0);
         flags = fcntl(STDIN_FILENO, F_GETFL);
         if (flags >= 0 && (flags & O_NONBLOCK))
