@@ -23,9 +23,8 @@ both printing the same lines in total (so that both write the same bytes
 to disk), eleven times over; the median of the eleven 64-over-8 ratios.
 The table's rows are medians of runs minutes apart, and on a shared machine
 a slow spell between them moves one row and not the other. Eleven pairs,
-not seven as until the tenth session: single pairs range from 0.74 to 1.13
-on this machine, and the median of seven moved by several percent from one
-full run to the next.
+because single pairs spread widely on a shared machine and the median of
+fewer moves by several percent from one full run to the next.
 """
 
 import os
@@ -123,10 +122,9 @@ def engine_ns(mode):
     with warm caches; "floor", no engine, only the two PCRE2 searches that
     any engine must make on such a line (see that program). None when it
     was not built. The fastest rather than the median: a tight loop on one
-    core only ever gets slower from what else runs (the sixth session's
-    full run measured it right after the 64-rank torchrun runs, at 184 ns
-    a line against 98 on a quiet machine), and main() measures it before
-    the runs for the same reason."""
+    core only ever gets slower from what else runs (right after the
+    64-rank torchrun runs it can take nearly twice as long), and main()
+    measures it before the runs for the same reason."""
     exe = bl.ROOT / "build" / "tests" / "logmon" / "bench-logmon"
     if not exe.exists():
         return None

@@ -99,13 +99,9 @@ def warm_free_memory(nbytes):
     Why: on a VM with free page reporting (Firecracker here, virtio-balloon
     with /sys/module/page_reporting), memory that has been free for about
     two seconds is handed back to the host, and the host backs it again on
-    first touch. Writing 2 GiB into tmpfs took 2.4-3.7 s from such cold
-    memory and 0.9-1.2 s right after the same amount was freed. Without
-    this, a run's speed depends on what ran before it: hyperpodrun at 8
-    ranks with the rules gave 2.6-4.9 M lines/s after the 4-rank tee run
-    (which frees half the memory the 8-rank run needs) and 5.9-6.0 right
-    after a 64-rank run (which frees all of it), 3.1-3.4 after 6 s of
-    sleep, and 5.5-5.6 after this. Every tool gets the same warm start,
+    first touch, which makes writing into tmpfs two to three times slower.
+    Without this, a run's speed depends on what ran before it and how much
+    memory that freed (BENCHMARKS.md). Every tool gets the same warm start,
     which is also what a machine without a host to return memory to gives
     all the time."""
     path = Path(scratch_root(), f"hpr-bench-warm-{os.getpid()}")

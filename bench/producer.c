@@ -17,10 +17,8 @@
  * into a 1 MiB buffer with a hand-rolled counter, so the producer spends
  * its time in the kernel's pipe code. The buffer goes out in writes of
  * WRITE_SIZE bytes, cut anywhere, as a Python worker's stdout does when it
- * is a pipe (io.DEFAULT_BUFFER_SIZE); C stdio writes 4 KiB. Until the
- * fourth session it went out in one write() of up to 1 MiB, which no
- * worker does (the tee limit was 9 % higher with it, median of 7 runs
- * each).
+ * is a pipe (io.DEFAULT_BUFFER_SIZE); C stdio writes 4 KiB. Larger
+ * writes, which no worker makes, would flatter every tool.
  * Stamps are "KIND RANK ATTEMPT NANOSECONDS\n" lines appended with one
  * write() each, CLOCK_MONOTONIC, comparable across processes.
  */

@@ -240,7 +240,7 @@ def flatness_section(res):
                    f"{pct(p['ratio'])} |")
     out.append(f"| median | {f(fl['narrow_lines_per_s'])} | {f(fl['wide_lines_per_s'])} | "
                f"{pct(fl['ratio'])} |")
-    return out + flatness_against_limit(res, wide)
+    return out
 
 
 def flatness_against_limit(res, wide):
@@ -348,196 +348,148 @@ def pipeline_analysis(res):
     return ["", text]
 
 
-# Measured by hand in the sixth session, not from the results: why every
-# run starts from warm memory, and where an 8-rank run's time goes.
-MEMORY_NOTE = [
-    "", "Every pipeline run starts right after as many bytes as it will write were written "
-    "to the scratch tmpfs and deleted (`benchlib.warm_free_memory`). This VM hands memory "
-    "that has been free for about two seconds back to its host (free page reporting, "
-    "`/sys/module/page_reporting`), and the host backs it again on first touch: writing "
-    "2 GiB into tmpfs took 2.4–3.7 s from such memory and 0.9–1.2 s right after the same "
-    "amount was freed. Without the warm-up a run's speed depended on what ran before it: "
-    "hyperpodrun at 8 ranks with the rules gave 2.6–4.9 M lines/s right after the 4-rank "
-    "tee run, 5.9–6.0 right after a 64-rank run and 3.1–3.4 after 6 s of sleep. That is "
-    "why the fifth session's 8-rank row (3.7–4.0 M lines/s, always after the 4-rank tee "
-    "run) disagreed with its own flatness pairs (5.9–6.3). A node whose memory is its own "
-    "is always in the warm state. The tee limit gains the most from it, since moving bytes "
-    "is all it does: about 9 M lines/s at 8 ranks from cold memory, 9.7–11.5 warm."]
+# The prose below is not computed from the results: it says how the
+# benchmarks are run and what limits each figure, from profiles taken by
+# hand on the benchmark machine (perf sched, callgrind, per-thread CPU
+# time). It states what holds for the code as it is; how a figure got
+# there is in the git history.
+REPRODUCE = [
+    "## How to reproduce", "",
+    "`./dev.sh bench` installs what is missing, builds `build/`, `build-release/` "
+    "(release, `-O3`) and `build-static/` (`./dev.sh static`), runs every benchmark "
+    "(about 15 minutes) and writes bench/results/*.json, the plot and this file. "
+    "`/usr/bin/python3 bench/run.py --only pipeline,hang` runs some of them; each is "
+    "also a script of its own, `/usr/bin/python3 bench/bench_NAME.py` (`--help`). "
+    "`--smoke` runs each at a tiny size in seconds, with its results in a temporary "
+    "directory (`./dev.sh test` does). `/usr/bin/python3 bench/report.py` writes this "
+    "file and the plot again from bench/results/ alone.", "",
+    "torchrun is Debian's python3-torch 1.13 launcher, run through "
+    "`bench/torchrun_compat.py`, which replaces `Std.from_str` (it breaks on Python "
+    "3.11) and calls `torch.distributed.run.main()`. It is given "
+    "`--monitor_interval 0.1`, the default of current torch; 1.13's default of 5 s "
+    "would add up to 5 s to each of its figures.", "",
+    "The workers are `bench/producer.c`, built with `cc -O2`. It formats lines into "
+    "1 MiB buffers, so that it is never what limits a run, and writes them 8 KiB at a "
+    "time, cut anywhere, as a Python worker's buffered stdout does. hyperpodrun's "
+    "workers write into pipes, as the tee limit's do.", "",
+    "Every pipeline run starts right after as many bytes as it will write were written "
+    "to the scratch tmpfs and deleted (`benchlib.warm_free_memory`). This VM hands "
+    "memory that has been free for about two seconds back to its host (free page "
+    "reporting, `/sys/module/page_reporting`), and the host backs it again on first "
+    "touch, which makes writing into tmpfs two to three times slower; without the "
+    "warm-up a run's speed would depend on what ran before it. A node whose memory is "
+    "its own is always in the warm state."]
 
-THREADS_NOTE = [
-    "", "Where an 8-rank run with the rules spends its time, from each thread's own CPU "
-    "time (getrusage(RUSAGE_THREAD) at its end, a build instrumented for it, eight runs of "
-    "1.24–1.55 s, sixth session): each of the two rule threads 0.41–0.55 s, the I/O loop "
-    "0.15–0.40 s in user space and 0.42–0.52 s in the kernel (pipe reads and log-file "
-    "writes), the console thread 0.36–0.40 s, nearly all in the kernel (the console "
-    "file's writes), and the producers about 0.3 s: 2.2–2.7 CPU-seconds, 84–90 % of both "
-    "cores. The kernel's share of the agent (about 0.85 s) is less than tee's whole CPU "
-    "time for the same bytes (about 1.0 s); the rules are what the tee limit does not "
-    "pay for. The cores are not fully used because of where Linux puts woken threads: a "
-    "`perf sched` trace shows one CPU idle for 0.2–2 ms while a rule thread, woken by the "
-    "I/O loop on the other CPU, waits up to 2 ms to run there behind the loop and the "
-    "producers that the loop's reads woke (a pipe read wakes its writer on the reader's "
-    "CPU). Reads of 128 KiB instead of 64 about halved those wakeups (22,000–24,000 to "
-    "12,000–14,000 context switches a run), and rule rings of 4 MiB instead of 1 let the loop run ahead while "
-    "one rule thread waits. Pinning threads to CPUs, which the agent must not do on a "
-    "training node, is not needed for the rest: the ninth session took much of it back "
-    "by never making the loop wait for the console and by giving the loop the higher "
-    "priority (below).",
-    "", "The 64-rank runs do the same work for the agent but start and stop 64 producers "
-    "instead of 8. Since the seventh session the workers are exec'd directly (the "
-    "parent-death signal was then set by a fork handler, no longer by a second exec of "
-    "hyperpodrun): `hyperpodrun --nproc-per-node 64 --no-python /bin/true` takes 52 ms and "
-    "its workers 40 ms of CPU, against 80 ms and 100 ms before, and 8.6 ms for 8 ranks "
-    "(median of 21). As root (CAP_SYS_RESOURCE lifts the kernel's limit on pipe memory) "
-    "the 64 ranks' pipes are 256 KiB like the 8 ranks', no longer 128 KiB: 6.27 against "
-    "5.85 M lines/s at 64 ranks (median of 5 interleaved runs). What remains is the "
-    "producers' own: 0.37–0.44 CPU-seconds at 64 ranks against 0.30 at 8 (seventh "
-    "session), each process mapping its libc and faulting in its own 1 MiB buffer, which "
-    "no launcher can save; the tee limit pays the same, with 64 more processes of its "
-    "own. By hand, pairs of one binary gave 0.94, 1.15, 0.97, 0.97 and 0.98 (median "
-    "0.97, seventh session) and 1.07, 0.95, 0.99, 1.24 and 1.06 (median 1.06, eighth "
-    "session, a slower spell of the machine); the seventh session's full run gave "
-    "0.88–0.92.",
-    "", "Starting the workers (eleventh session). libuv's uv_spawn forks: the fork copies "
-    "the agent's page tables and write-protects its memory, and uv_spawn then waits "
-    "while the child's exec tears the copy down. At 64 ranks with the rules that was "
-    "1,040 µs a worker and 72 ms from the first worker to the last (an LD_PRELOAD "
-    "wrapper timing each call), the forks 49 % of the agent's CPU in a run whose "
-    "workers exit at once (perf). The workers are now started as glibc's posix_spawn "
-    "starts a process, with clone(CLONE_VM|CLONE_VFORK|CLONE_PIDFD), which shares the "
-    "agent's memory until the exec, and the parent-death signal is set in that child; "
-    "each worker is reaped through its pidfd. `hyperpodrun --nproc-per-node 8 "
-    "--no-python /bin/true` went from 9.46 to 7.52 ms and 64 ranks from 47.3 to 33.5 ms "
-    "(median of 20 interleaved runs each); the launch row above went from 8.06 ms "
-    "(tenth session) to 4.92. On the pipeline it is worth less than the wall time "
-    "suggests, because the first workers already produce while the last start: ten "
-    "pairs of 8 and 64 ranks, the two binaries interleaved, gave flatness 0.940 before "
-    "and 0.943 after, and 6.89 against 7.01 M lines/s at 64 ranks. A stream's 64 KiB "
-    "buffer for lines with invalid UTF-8 is now mapped rather than calloc'd, so it "
-    "costs a page only when such a line comes: the agent with the rules on 64 ranks "
-    "held 10.2 MB, now 6.3 MB.",
-    "", "This run's flatness, 0.950, sits on its target, and its pairs spread over "
-    "0.82–1.04; the tenth session's two full runs gave 0.89 and 1.09. The agent's own "
-    "cost and its share of the tee limit are flat from 8 to 64 ranks (the comparison "
-    "above); what moves is the machine's own limit and how fast its spells are."]
+WHERE_LAUNCH = [
+    "### Launch", "",
+    "A worker is started with one clone(CLONE_VM|CLONE_VFORK|CLONE_PIDFD), as glibc's "
+    "posix_spawn starts a process: the child shares the agent's memory until its exec, "
+    "so what a worker costs the agent does not grow with the agent, and the worker is "
+    "reaped through its pidfd. A fork, as libuv's uv_spawn makes, copies the agent's "
+    "page tables and write-protects its memory for every worker, which measured about "
+    "1 ms a worker at 64 ranks here. What remains of the launch time is the kernel "
+    "creating, exec'ing and reaping the workers; torchrun's is mostly its interpreter "
+    "starting and importing torch, which is also what its RSS holds."]
 
-# Measured by hand in the eighth session: what the engine's instructions
-# went to, what the rules cost in the agent beyond the engine, and where
-# the idle CPU time comes from.
-ENGINE_NOTE = [
-    "", "What a progress line costs the engine, in instructions (callgrind, bench-logmon "
-    "pipeline progress, eighth session): 2,283, from 2,406 before that session. The quick "
-    "form, which only answers whether a line matches, no longer saves its groups (55 "
-    "fewer on JobHangingDetection's search), the decimal parser's fast path takes 120 "
-    "instead of 169, and the ASCII check reads the line's last bytes as one word. About "
-    "450 of the 2,283 are the entry into PCRE2 alone: a progress line needs three JIT "
-    "calls (JobHangingDetection's search, LowThroughputDetection's head and tail), and a "
-    "call of an anchored pattern that fails at its first byte costs about 150 (an "
-    "always-failing pattern, same machine). The line splitter now remembers the next "
-    "\\r as it remembered the next \\n: 37 fewer instructions a line in the agent "
-    "(2,750 to 2,713, 8 ranks × 50,000 lines with the four rules, callgrind).",
-    "", "What the rules cost in the agent beyond the engine (8 ranks, 1,000,000 lines "
-    "each, median of 5 interleaved runs, eighth session): no rules 9.78 M lines/s and 125 ns of the agent's CPU a line; JobStart "
-    "alone, which costs the engine next to nothing on a progress line, 7.80 M lines/s "
-    "and 159 ns; the four rules 6.24 M lines/s and 244 ns. So about 34 ns a line go to "
-    "queueing each line for a rule thread and to the engine's fixed work on it (the "
-    "ASCII check, one literal search), whatever the rules; the four rules' own work is "
-    "the other 85 ns.",
-    "", "Where the idle CPU time comes from (`perf sched` over one 8-rank run with the "
-    "rules, eighth session): CPU 0 sat idle for 163 ms of the run's 1.6 s, in spells of "
-    "1–4 ms, while the agent's threads waited 685 ms in all in CPU 1's run queue; CPU 1 "
-    "was never idle. A pipe read wakes the writer it made room for as a synchronous "
-    "wakeup, which Linux places on the reader's CPU, so the producers gather on the CPU "
-    "of the I/O loop and take turns with it every 20–130 µs. Threads woken there stay "
-    "there until the load balancer moves them, and it counts a task that ran within the "
-    "last half millisecond as cache-hot and leaves it (sysctl_sched_migration_cost), "
-    "which every one of them is."]
+WHERE_RESTART = [
+    "### Restart", "",
+    "The restart benchmark's workers die the moment they are signalled, so crash → "
+    "running is the agent seeing rank 0's exit on its pidfd, stopping and reaping the "
+    "group, and spawning it again: about the time of the first spawn. The operator's "
+    "cycle adds the HTTP requests and the state machine's steps, a fraction of a "
+    "millisecond."]
 
-# Measured by hand in the ninth session: who waits for whom in a flood, and
-# the two changes that came of it.
-WAITS_NOTE = [
-    "", "Who waits for whom in an 8-rank run with the rules (ninth session, a build that "
-    "summed the time each thread spent in each wait, runs of about 1.2 s): the two rule "
-    "threads waited for lines 1.1–1.7 s together, the I/O loop waited for room in a rule "
-    "queue 0.001–0.015 s, and for the console's thread to finish the write before the "
-    "next 0.04–0.15 s in 65–70 waits. So the loop thread, which reads, writes and queues "
-    "every line, is the pipeline's head, and every moment it waits or sits in a run queue "
-    "idles the rest. Two changes came of it:",
-    "", "- A file console now has four buffers of 1 MiB, up to three queued for its "
-    "thread, instead of two of 4 MiB: the loop no longer waited for it at all, and the "
-    "run went from 6.51 to 7.00 M lines/s (median of 13 interleaved runs; eight buffers "
-    "of 1 MiB gave 7.07, two of 4 MiB as before 6.72, sixteen no more).",
-    "- The rule threads run at a nice value 3 above the agent's, so that the loop goes "
-    "first when both cores are busy: 6.79 to 7.18 M lines/s (median of 11 interleaved "
-    "runs; the median of the paired ratios 1.056; +1, +2 and +5 gave about the same). "
-    "On a training node the rule work of a flood then also yields to the training "
-    "processes.",
-    "", "Two other shapes were measured and left (ninth session, 8 ranks, four rules, "
-    "interleaved runs): the rules on the loop thread itself, with no rule threads, cost "
-    "the agent less CPU (221–232 ns a line against 214–247) but carried only 5.16–5.43 M "
-    "lines/s, one thread doing all the work; and reading the pipes on two threads at "
-    "once (each read pass split between the loop and a helper thread by stream, the "
-    "rules run where the line is read, the helper's console lines copied into the "
-    "console at the end of the pass) carried 6.53 M lines/s against 6.75 for the rule "
-    "threads: the console copy took 0.09–0.14 s a run and the loop waited 0.04–0.09 s "
-    "for the helper at the ends of passes."]
+WHERE_PIPELINE = [
+    "", "The loop thread is the pipeline's head: it reads every pipe (128 KiB a read, "
+    "from its own epoll set), writes the log files and queues each monitored line for "
+    "a rule thread, and every moment it waits or sits in a run queue idles the rest. "
+    "The rule threads (one per core, up to a limit) therefore run at a nice value 3 "
+    "above the agent's and under SCHED_BATCH, so that the loop goes first when the "
+    "cores are busy and a rule thread's wakeup does not preempt it; a file console has "
+    "four buffers of 1 MiB, up to three queued for its thread, so that the loop does "
+    "not wait for the console's writes. Each rule thread's ring holds 4 MiB, so that "
+    "the loop can run ahead while one rule thread waits and the other has emptied its "
+    "own; larger rings gain nothing. On a training node the same settings make a "
+    "flood's rule work yield to the training processes.", "",
+    "The cores are not fully used because of where Linux puts woken threads. A pipe "
+    "read wakes the writer it made room for as a synchronous wakeup, on the reader's "
+    "CPU, so the producers gather on the loop's CPU and take turns with it; the load "
+    "balancer counts a task that ran within the last half millisecond as cache-hot "
+    "(sysctl_sched_migration_cost) and leaves it there, while the other CPU idles in "
+    "spells of a few milliseconds (perf sched). Reads of 128 KiB rather than 64 halve "
+    "those wakeups. Pinning threads to CPUs would recover the rest, and the agent must "
+    "not do that on a training node.", "",
+    "The kernel's part of the agent's work (pipe reads, log-file and console writes) "
+    "costs less than tee's whole CPU time for the same bytes: the rules are what the "
+    "tee limit does not pay for. In the engine a progress line takes three PCRE2 JIT "
+    "calls (the head that JobHangingDetection and LowThroughputDetection share, run "
+    "once a line, and their two tails); the entry into PCRE2 alone is a good part of "
+    "each. The rest is fixed work on every line, whatever the rules: the ASCII check "
+    "(16 bytes a step), each rule's literal, looked for before its pattern runs, and "
+    "the number's parse."]
 
-# Measured by hand in the tenth session: what the engine's instructions
-# went to after the ninth, and what came off.
-ENGINE10_NOTE = [
-    "", "The engine in the tenth session (callgrind, bench-logmon pipeline progress): "
-    "2,040 instructions a progress line, from 2,281, and 645 a line that no rule "
-    "matches (info), from 877. JobHangingDetection and LowThroughputDetection start "
-    "alike (`\\[Epoch 0 Batch \\d+`): the set now gives such heads an id and a "
-    "stream remembers, per line, where the first `[` is and where the head matched "
-    "there, so the head runs once a line; a pattern without groups to read, whose head "
-    "is shared, answers through its split form (the tail lazy, not capturing, at the "
-    "literal's occurrences in line order) for less than its own search. A line that is "
-    "all ASCII and holds no \\n is recognised 16 bytes a step (GCC vector "
-    "extensions: SSE2 here, NEON on arm64), 61 instructions fewer; a rule's literal is "
-    "looked for before the call into its forms, 71 fewer; literals are compared eight "
-    "bytes at a time; the stream's state is only recomputed after a line that moved a "
-    "rule; and a literal's anchor byte is chosen by letter frequencies, so that "
-    "JobStart's \"Experiment configuration\" is looked for by its `x`, not by the `E` "
-    "of every `[Epoch` line. bench-logmon went from 92 to 84 ns a line (six "
-    "interleaved runs), and the agent at 8 ranks from 2,697 to 2,396 instructions a "
-    "line over all its threads (8 × 100,000 lines, callgrind). The three PCRE2 calls a "
-    "progress line needs (the shared head and the two tails) are now about 700 of the "
-    "2,040.",
-    "", "What kept the loop thread off its CPU (tenth session, sched_switch events with "
-    "their stacks, one 8-rank run of 1.1 s with the rules): it was preempted about 2,500 "
-    "times, 315 ms in all, against 29 ms waiting for room in a rule queue and 17 ms for "
-    "the console. About 1,100 of the preemptions came right after a pipe read (the "
-    "producer it woke), 650 right after the signal that woke a rule thread and 630 "
-    "right after an unlock that woke the console's thread. The rule threads now run "
-    "under SCHED_BATCH, which keeps their share of the CPU but lets a waking thread "
-    "never preempt the one running: those 650 fell to about 220, and the run went from "
-    "6.12 to 6.50 and from 6.38 to 7.12 M lines/s (two sets of 16 runs in alternating "
-    "order; the median of the paired ratios 1.067 and 1.084, the new binary ahead in 21 "
-    "of 32; a third set after the full run, 1.012, ahead in 6 of 10). At 64 ranks it did "
-    "not help: 0.941, 0.984 and 0.990 in sets of 12, 12 and 20, ahead in 16 of 44, perhaps because a "
-    "rule thread that cannot preempt waits longer behind 64 runnable producers; kept for "
-    "8 ranks, the common node, and because a flood's rule work should never preempt a "
-    "training process. Measured and left: the console's thread under SCHED_BATCH as well (paired "
-    "0.98), or at nice +3 (0.935); signalling the rule and console threads after the "
-    "unlock rather than before (10 % fewer context switches, but 3–7 % slower: the "
-    "woken thread then preempts the loop at once); three or four rule threads instead "
-    "of two (no difference against the tee limit, 0.601 and 0.599 of it)."]
+WHERE_FLATNESS = [
+    "", "What moves from 8 to 64 ranks is the machine's own limit: 64 producers each "
+    "map their libc and fault in their own 1 MiB buffer, which no launcher can save, "
+    "and the tee limit pays the same with 64 more processes of its own. As root "
+    "(CAP_SYS_RESOURCE lifts the kernel's limit on a user's pipe memory) the 64 ranks' "
+    "pipes are 256 KiB like the 8 ranks'; without it they are 128 KiB and the "
+    "producers block about twice as often. Single pairs spread widely between the "
+    "machine's slow and fast spells, which is why the target is judged on the median "
+    "of eleven."]
 
-# Measured by hand in the seventh session: what one read pass of the steady
-# job costs, and why reading less often does not help.
-STEADY_NOTE = [
-    "", "With the rules on rank 0 only, the agent runs the steady job on one thread "
-    "(about 105 wakeups a second, 200 µs of CPU each, seventh session, /proc schedstat). "
-    "Most of a pass is the kernel writing the bytes into tmpfs, and it costs more after "
-    "the CPU has idled: an 88 KiB write into a tmpfs file took 38 µs back to back and 79 "
-    "µs after 10 ms of sleep (a Python loop on this VM, thread CPU time). Pacing the reads "
-    "and console writes at 20 ms or 50 ms instead of 10 measured worse (2.5 % against 2.1 "
-    "%, median of 4 interleaved 10-second runs): the larger batches miss the caches, and "
-    "at 50 ms a read passes the fast-writer size and ends the pacing. The same 10-second "
-    "run of one binary ranged over 1.6–2.6 % between spells of the machine, so the 2 % "
-    "target sits inside that spread; the tee processes, which do strictly less, used "
-    "more in each of the seventh session's runs."]
+WHERE_HANG = [
+    "### Hang detection", "",
+    "A rule's cut-off is strict and the engine's clock counts milliseconds, so a "
+    "stream turns HANGING 1 ms past its threshold at the earliest. The deadline timer "
+    "reads the pipes before it ticks the rules (hp_stream_hub_read_now), so a line "
+    "already written is never missed; the rest of the figure is the timer's wakeup "
+    "and writing the verdict. \"Restarted\" adds stopping the worker and spawning the "
+    "next one (as in the restart benchmark); the operator's /status is polled every "
+    "millisecond."]
+
+WHERE_STEADY = [
+    "", "With the rules on rank 0 only, the agent runs a steady job on its loop thread "
+    "alone (the rule threads and a file console's thread start only in a flood), "
+    "about 100 wakeups a second. Most of a pass is the kernel writing the bytes "
+    "into tmpfs, which costs "
+    "more after the CPU has idled: an 88 KiB write into a tmpfs file takes about "
+    "twice as long after 10 ms of sleep as back to back. Reading and writing every 20 "
+    "or 50 ms instead of 10 costs more: the larger batches miss the caches, and at "
+    "50 ms a read passes the fast-writer size and ends the pacing. One binary's steady "
+    "run spreads over about 1.6–2.6 % of a core between the machine's spells, so the "
+    "2 % target sits inside that spread."]
+
+WHERE_STATIC = [
+    "### Static vs dynamic", "",
+    "Both run the same code, the same PCRE2 JIT among it, so their CPU per line differs "
+    "by the noise of the machine. The static launcher's RSS is lower because it maps no "
+    "shared libraries."]
+
+
+def where_section(data):
+    """What limits each figure today: the results' own arithmetic, then
+    the profiles' findings."""
+    out = ["## Where the time goes", ""]
+    if "launch" in data:
+        out += WHERE_LAUNCH + [""]
+    pipe = data.get("pipeline")
+    if pipe:
+        out += ["### Log pipeline"] + pipeline_analysis(pipe) + WHERE_PIPELINE + [""]
+        fl = pipe.get("flatness")
+        if fl:
+            out += (["### Flatness"] + flatness_against_limit(pipe, fl["wide_ranks"])
+                    + WHERE_FLATNESS + [""])
+    if "hang" in data:
+        out += WHERE_HANG + [""]
+    if "restart" in data:
+        out += WHERE_RESTART + [""]
+    if "steady" in data:
+        out += (["### Steady job"] + steady_where(data["steady"], bare_line_ns(pipe))
+                + WHERE_STEADY + [""])
+    if "static" in data:
+        out += WHERE_STATIC + [""]
+    return out
 
 
 def static_section(res):
@@ -637,68 +589,59 @@ def steady_section(res, bare_ns=None):
     if res.get("cpu_ratio"):
         out.append(f"| torchrun / hyperpodrun | {times(res['cpu_ratio'])} | "
                    f"{times(res['rss_ratio'])} |")
+    return out
+
+
+def steady_where(res, bare_ns=None):
+    """What one read pass of the steady job costs, from its results and
+    benchmark 2's CPU per line without rules."""
+    tools = res["tools"]
     tee = tools.get("tee")
     hpr = tools.get("hyperpodrun")
-    if tee and hpr:
-        lines = res["nproc"] * res["rate"]
-        wakeups = res["nproc"] * 100
-        text = (f"The tee row is the cost of moving these bytes the plain way on this "
-                f"machine: {res['nproc']} ranks × a batch every 10 ms (written 8 KiB at a "
-                f"time) wake the readers at least {f(wakeups)} times a second, and each "
-                f"wakeup pays for a pipe read and two file writes. hyperpodrun reads every "
-                f"rank's pipe in one pass every 10 ms "
-                f"while small pieces keep arriving, writes the console every 10 ms and "
-                f"each log file every 100 ms (or once 128 KiB wait), and with the rules on rank 0 uses "
-                f"{f(hpr['cpu_pct'])} % of a core for {f(lines)} lines a second, the "
-                f"{res['nproc']} tee processes together {f(tee['cpu_pct'])} %.")
-        if bare_ns:
-            floor = bare_ns * lines / 1e9 * 100
-            text += (f" At flood speed, with every write as large as it gets, hyperpodrun "
-                     f"moves a line for {f(bare_ns)} ns (benchmark 2, no rules): "
-                     f"{f(floor)} % of a core at this rate before the rules on rank 0 and "
-                     f"before any wakeup is paid for; the rest, "
-                     f"{f(hpr['cpu_pct'] - floor)} %, is what about 100 read passes, 100 "
-                     f"console writes and 80 file writes a second cost here.")
-        out += ["", text]
-    return out
+    if not (tee and hpr):
+        return []
+    lines = res["nproc"] * res["rate"]
+    wakeups = res["nproc"] * 100
+    text = (f"The tee row is the cost of moving these bytes the plain way on this "
+            f"machine: {res['nproc']} ranks × a batch every 10 ms (written 8 KiB at a "
+            f"time) wake the readers at least {f(wakeups)} times a second, and each "
+            f"wakeup pays for a pipe read and two file writes. hyperpodrun reads every "
+            f"rank's pipe in one pass every 10 ms "
+            f"while small pieces keep arriving, writes the console every 10 ms and "
+            f"each log file every 100 ms (or once 128 KiB wait), and with the rules on rank 0 uses "
+            f"{f(hpr['cpu_pct'])} % of a core for {f(lines)} lines a second, the "
+            f"{res['nproc']} tee processes together {f(tee['cpu_pct'])} %.")
+    if bare_ns:
+        floor = bare_ns * lines / 1e9 * 100
+        text += (f" At flood speed, with every write as large as it gets, hyperpodrun "
+                 f"moves a line for {f(bare_ns)} ns (benchmark 2, no rules): "
+                 f"{f(floor)} % of a core at this rate before the rules on rank 0 and "
+                 f"before any wakeup is paid for; the rest, "
+                 f"{f(hpr['cpu_pct'] - floor)} %, is what about 100 read passes, 100 "
+                 f"console writes and 80 file writes a second cost here.")
+    return ["", text]
 
 
 def document(data, plot_rel):
     out = ["# Benchmarks", "",
-           "hyperpodrun side by side with torchrun, on one machine, in one run. Generated by "
-           "`./dev.sh bench` (bench/run.py, then bench/report.py from bench/results/*.json): "
-           "do not edit by hand, run it again. Each benchmark is also a script of its own, "
-           "`/usr/bin/python3 bench/bench_NAME.py` (`--help`; `--smoke` for a seconds-long "
-           "check, which `./dev.sh test` runs).", "",
-           "torchrun is Debian's python3-torch 1.13 launcher, run through "
-           "`bench/torchrun_compat.py`, which replaces `Std.from_str` (it breaks on Python "
-           "3.11) and calls `torch.distributed.run.main()`. It is given "
-           "`--monitor_interval 0.1`, the default of current torch; 1.13's default of 5 s "
-           "would add up to 5 s to each of its figures. The workers are `bench/producer.c`, "
-           "built with `cc -O2`; it formats lines into 1 MiB buffers, so that it is never "
-           "what limits a run, and writes them 8 KiB at a time, cut anywhere, as a Python "
-           "worker's buffered stdout does. Until the fourth session it wrote up to 1 MiB "
-           "per write(), which no worker does. hyperpodrun's workers write into pipes, "
-           "as the tee limit's do.", ""]
+           "hyperpodrun side by side with torchrun and with the plain `tee` limit, on one "
+           "machine, in one run. Generated by `./dev.sh bench` (bench/run.py, then "
+           "bench/report.py from bench/results/*.json): do not edit by hand, run it "
+           "again.", ""]
     out += machine_section(data) + [""]
+    out += REPRODUCE + [""]
     out += targets_section(data) + [""]
-    sections = [("launch", launch_section), ("pipeline", None), ("hang", hang_section),
-                ("restart", restart_section), ("steady", steady_section),
-                ("static", static_section)]
+    sections = [("launch", launch_section),
+                ("pipeline", lambda res: pipeline_section(res, plot_rel)),
+                ("hang", hang_section), ("restart", restart_section),
+                ("steady", steady_section), ("static", static_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]
             continue
-        if name == "pipeline":
-            out += (pipeline_section(data[name], plot_rel) + pipeline_analysis(data[name])
-                    + MEMORY_NOTE + THREADS_NOTE + ENGINE_NOTE + WAITS_NOTE
-                    + ENGINE10_NOTE)
-        elif name == "steady":
-            out += fn(data[name], bare_line_ns(data.get("pipeline"))) + STEADY_NOTE
-        else:
-            out += fn(data[name])
-        out += [""]
-    return "\n".join(out)
+        out += fn(data[name]) + [""]
+    out += where_section(data)
+    return "\n".join(out).rstrip("\n")
 
 
 def main():

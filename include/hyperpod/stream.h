@@ -28,12 +28,9 @@
 /* One read from a worker pipe: half the largest pipe the agent makes
  * (group.c). Each read that makes room in a full pipe wakes its writer,
  * which Linux puts on the reader's CPU; in a flood the writer refills what
- * was read and sleeps again. Reads of 64 KiB (the default pipe size) made
- * that two context switches per 64 KiB: 8 ranks x 1M lines with the four
- * rules took 22,000-24,000 switches, reads of 128 KiB 12,000-14,000; the
- * run was 6.40 M lines/s against 6.11 (median of 9 interleaved runs each,
- * with RING_SIZE at 4 MiB in both; 256 KiB gave 6.15 and doubles every
- * stream's buffer). */
+ * was read and sleeps again. Reads of the default pipe size, 64 KiB,
+ * would cost two context switches per 64 KiB, twice as many; larger
+ * reads gain nothing more and double every stream's buffer. */
 #define HP_READ_CHUNK (128 * 1024)
 /* A read at least this large says the writer is fast (see
  * HP_READ_PACE_MS): half a pipe of the default size, which never holds
@@ -59,8 +56,8 @@
  * once, and a read of HP_READ_FAST or more (a fast writer) ends the
  * pacing for HP_READ_UNPACED_MS: a line waits at most HP_READ_PACE_MS to
  * be read and seen by the rules, and a worker blocks on a full pipe at
- * most that long, once per burst. 10 ms rather than 5 halved the wakeups
- * of a steady 8-rank job and took 9 % off its CPU time; rule deadlines
+ * most that long, once per burst. 10 ms rather than 5 halves the wakeups
+ * of a steady job, which are most of its CPU time; rule deadlines
  * read the pipes first (hp_stream_hub_read_now), so only verdicts that a
  * line brings can come that much later. */
 #define HP_READ_PACE_MS 10
@@ -97,12 +94,10 @@ void hp_linesplit_finish(struct hp_linesplit *ls, hp_line_cb cb, void *ctx);
 
 /* A direct console's memory, cap bytes, is this many buffers of
  * cap / HP_CONSOLE_BUFFERS: in a flood the loop fills one while the
- * console's thread writes the others. With two 4 MiB buffers (one
- * filling, one being written) the loop waited for the write before it
- * 0.04-0.15 s of a 1.2 s run of 8 ranks x 1M lines with the four rules,
- * whenever the writer was not running at once; four of 1 MiB never made
- * it wait, and the run went from 6.51 to 7.00 M lines/s (median of 13
- * interleaved runs; eight of 1 MiB gave 7.07, sixteen no more). */
+ * console's thread writes the others. With only two (one filling, one
+ * being written) the loop waits for the write whenever the writer is not
+ * running at once, and the loop is the head of the pipeline; with four it
+ * does not wait (BENCHMARKS.md). */
 #define HP_CONSOLE_BUFFERS 4
 
 /*
@@ -165,11 +160,9 @@ struct hp_console {
 /* The most one write() to a console takes; a full ring or buffer goes out
  * in pieces of this size. A larger write into a regular file makes the
  * kernel (Linux 6.x, ext4) allocate large page-cache folios, and where
- * those are scarce each costs far more than the bytes: on the benchmark
- * VM, whose freed memory its host takes back, 500 MB written in 4 MiB
- * pieces took 1.25-1.69 s, in 1 MiB pieces 0.27-0.33 s, in 128 KiB
- * pieces 0.09 s. A pipe or a terminal takes no more than 64 KiB a write
- * anyway. */
+ * those are scarce (a VM whose freed memory its host takes back) each
+ * costs far more than the bytes. A pipe or a terminal takes no more than
+ * 64 KiB a write anyway. */
 #define HP_CONSOLE_WRITE_MAX (128 * 1024)
 
 /* Starts the writer thread for fd (borrowed, not closed); a direct

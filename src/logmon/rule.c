@@ -254,11 +254,10 @@ static pcre2_code *compile_form(const char *pattern, size_t len,
 }
 
 /* The quick form answers only whether a line matches, so its groups need
- * not capture: saving them cost a progress line 55 of the 400
- * instructions its search takes (callgrind, the JobHangingDetection
- * pattern). searchable() has refused named groups, so no group is left
- * to capture, and a pattern that refers to one (\1, \g{-1}) does not
- * compile that way: it keeps its groups. */
+ * not capture, and saving them would be a good part of its search's cost
+ * on a progress line. searchable() has refused named groups, so no group
+ * is left to capture, and a pattern that refers to one (\1, \g{-1})
+ * does not compile that way: it keeps its groups. */
 static pcre2_code *compile_quick_len(const char *pattern, size_t len,
                                      uint32_t options, bool jit)
 {

@@ -257,7 +257,7 @@ static uint64_t load8(const char *p)
  * most false starts, then eight bytes at a time, the last eight
  * overlapping the ones before, rather than through memcmp, whose call
  * and dispatch cost more than the comparison for literals of a log
- * pattern's length (a few instructions a progress line, callgrind). */
+ * pattern's length. */
 static bool literal_at(const char *p, const struct logmon_literal *lit)
 {
         size_t n = lit->len, i;
@@ -502,11 +502,9 @@ static int match_rest(struct logmon_stream *s, const struct logmon_regex *p,
  *
  * likely: the caller expects a match (LOGMON_MATCH_STREAK lines in a row
  * matched). The literal every match holds is then not looked for first:
- * on a matching line that search only costs (158 of 2,567 instructions
- * for a progress line through the four rules of the pipeline benchmark,
- * two of which match it; callgrind). It is looked for before a limit is
- * reported, so the answer never depends on the guess: a line without
- * the literal is always a plain "no". */
+ * on a matching line that search is pure cost. It is looked for before a
+ * limit is reported, so the answer never depends on the guess: a line
+ * without the literal is always a plain "no". */
 static int __attribute__((noinline))
 match_forms(struct logmon_stream *s, const struct logmon_regex *p,
             bool captures, bool likely, const char *line, size_t len)
@@ -549,10 +547,8 @@ match_forms(struct logmon_stream *s, const struct logmon_regex *p,
 
 /* The literal first, here, and the forms only for a line that holds it:
  * most rules turn most lines down this way, and then the call into the
- * forms with all it keeps in registers is not made (71 of the 2,164
- * instructions of a progress line through the four pipeline rules, two
- * of which turn it down; callgrind). Any line, with \n or not: every
- * match holds the literal. */
+ * forms with all it keeps in registers is not made. Any line, with \n or
+ * not: every match holds the literal. */
 static inline int match(struct logmon_stream *s,
                         const struct logmon_regex *p, bool captures,
                         bool likely, const char *line, size_t len)
@@ -672,9 +668,7 @@ static const char *sanitize(struct logmon_stream *s, const char *line,
         size_t i = 0, o, k;
 
         /* Lines are nearly always all ASCII: look at 32 bytes per step,
-         * then eight, until one has its top bit set (the 32-byte steps
-         * took 32 of about 2,400 instructions off a 110-byte progress
-         * line through four rules, callgrind). */
+         * then eight, until one has its top bit set. */
         for (; i + 32 <= len; i += 32) {
                 uint64_t word[4];
 
@@ -876,10 +870,9 @@ static bytes16 load16(const char *p)
  * every line is: then sanitize() has nothing to do and every form
  * applies. 16 bytes a step, the last step overlapping the one before;
  * a byte has its top bit set in the sum when it is past ASCII or a \n
- * (the comparison gives 0xff). It took 61 of the 2,225 instructions a
- * progress line cost through the four pipeline rules (callgrind), where
- * the word-at-a-time scan and a memchr for \n were. False sends the line
- * to the scans that tell which. */
+ * (the comparison gives 0xff): one pass instead of a word-at-a-time
+ * scan and a memchr for \n. False sends the line to the scans that tell
+ * which. */
 static bool plain_ascii(const char *line, size_t len)
 {
         const bytes16 lf = { '\n', '\n', '\n', '\n', '\n', '\n', '\n', '\n',

@@ -236,8 +236,8 @@ static void free_buffers(struct hp_console *con)
 }
 
 /* Starts the flood thread, once: a buffer that fills means more output
- * than a commit period holds, and writing it on the loop thread held up
- * the reads (a fifth of the wall time of 8 ranks flooding). A steady
+ * than a commit period holds, and writing it on the loop thread would
+ * hold up the reads, which every other part of a flood waits for. A steady
  * job never fills it and never starts a thread. */
 static bool direct_thread_start(struct hp_console *con)
 {

@@ -28,10 +28,10 @@
 #include "supervise-private.h"
 
 /* Workers write into pipes rather than the socket pairs libuv makes: a
- * socket allocates a buffer per write, which made 8 workers printing line
- * by line (PYTHONUNBUFFERED=1) take three times the kernel time and six
- * times as long. A pipe of 256 KiB lets a burst go out without waiting
- * for us; 1 MiB measured slower in a flood of large writes. Together the
+ * socket allocates a buffer per write, which makes workers printing line
+ * by line (PYTHONUNBUFFERED=1) cost several times the kernel time. A pipe
+ * of 256 KiB lets a burst go out without waiting for us; one of 1 MiB
+ * is slower in a flood of large writes. Together the
  * pipes of a group stay within HP_OUTPUT_PIPES_MAX (so 128 KiB each from
  * 33 ranks on, the default 64 KiB from 65), a quarter of the pipe memory
  * an unprivileged user may hold (/proc/sys/fs/pipe-user-pages-soft)
@@ -39,10 +39,9 @@
  * pipes included. Those limits do not apply to a process with
  * CAP_SYS_RESOURCE or CAP_SYS_ADMIN (root in most training containers):
  * its groups get HP_OUTPUT_PIPES_MAX_PRIVILEGED, 256 KiB each up to 128
- * ranks. At 64 ranks flooding their output that was 6.27 M lines/s
- * against 5.85 with 128 KiB pipes (median of 5 interleaved runs, the four
- * rules on every rank): the producers block half as often. A pipe's pages
- * are allocated only while it holds data. */
+ * ranks, so that flooding producers block half as often as with 128 KiB
+ * (BENCHMARKS.md). A pipe's pages are allocated only while it holds
+ * data. */
 #define HP_OUTPUT_PIPE_MAX (256 * 1024)
 #define HP_OUTPUT_PIPE_MIN (64 * 1024)
 #define HP_OUTPUT_PIPES_MAX (16 * 1024 * 1024)

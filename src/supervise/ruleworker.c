@@ -2,9 +2,9 @@
  * Rule evaluation off the loop thread, for floods of log lines.
  *
  * The loop thread reads the workers' pipes, splits lines and writes the
- * log files and the console; the rules used to run there too, which made
- * a flood of monitored lines cost the I/O path three times what it costs
- * without rules. When a loop iteration brings more monitored lines than
+ * log files and the console; running the rules there as well would make
+ * a flood of monitored lines cost the I/O path several times what it
+ * costs without rules. When a loop iteration brings more monitored lines than
  * HP_RULE_INLINE_MAX, monitor.c hands the rest to worker threads (one
  * per core, up to HP_RULE_WORKERS_MAX; local rank r to worker r % count):
  * each line is copied, with its rank and its loop time, into the
@@ -40,11 +40,10 @@
  * counted (hp_rule_worker_skipped). Rules that keep up never exhaust the
  * budget and skip nothing. Each rank goes to one thread, so the loop can
  * wait on a full ring while the other thread has emptied its own and a
- * core sits idle; a larger ring lets such a spell pass without a wait. At
- * 8 ranks x 1M lines with the four rules on two cores, 1 MiB rings gave
- * 5.52 M lines/s and 4 MiB rings 5.80 (median of 9 interleaved runs), and
- * 16 MiB no better than 4. The ring is allocated when a flood starts the
- * thread; a steady job never has one.
+ * core sits idle; a larger ring lets such a spell pass without a wait,
+ * and past 4 MiB a larger one does not help (BENCHMARKS.md). The ring
+ * is allocated when a flood starts the thread; a steady job never has
+ * one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -75,13 +74,10 @@ struct record {
  * the pipeline: every line is read, written and queued there, and when
  * the cores are busy it must not wait behind a rule thread that has lines
  * in hand; the rule threads catch up whenever the loop waits for the
- * pipes. With the same priority the rule threads were idle half of an
- * 8-rank run (1.1-1.7 s of waiting, two threads, 1.2 s) while the loop
- * waited in the run queue. At 8 ranks x 1M lines with the four rules,
- * nice +3 took 6.79 to 7.18 M lines/s (median of 11 interleaved runs;
- * paired, 5.6 % more; +1, +2 and +5 gave about the same). On a training
- * node it also means a flood's rule work yields to the training processes
- * first. Never below the lowest priority, 19. */
+ * pipes; at the same priority the rule threads sit idle while the loop
+ * waits in the run queue (BENCHMARKS.md). On a training node it also
+ * means a flood's rule work yields to the training processes first.
+ * Never below the lowest priority, 19. */
 #define WORKER_NICE 3
 /* The loop's waits for a rule thread (room in the ring, a settle) come
  * out of a budget that grows by 1/WAIT_SHARE of the time that passes, up
@@ -219,22 +215,14 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
 /* Lowers the calling thread's priority by WORKER_NICE. Linux keeps a nice
  * value per thread, and uv_os_setpriority() is setpriority(PRIO_PROCESS)
  * on the id given, here the thread's. Lowering can only fail if the
- * thread is gone; it then runs at the loop's priority, as before.
+ * thread is gone; it then runs at the loop's priority.
  *
  * It also moves the thread to SCHED_BATCH, which any thread may do: the
  * same share of the CPU at the same nice value, but a rule thread that
- * wakes no longer preempts the thread running where it wakes. That was
- * most often the loop thread, right after it handed over lines: in an
- * 8-rank run with the four rules the loop was preempted about 2,500
- * times, 315 ms of a 1.1 s run off its CPU, 650 of them at the signal
- * that woke a rule thread (perf, sched_switch). With SCHED_BATCH those
- * fell to about 220, and the run went from 6.12 to 6.50 and from 6.38 to
- * 7.12 M lines/s (two sets of 16 runs in alternating order, medians;
- * the median of the paired ratios 1.067 and 1.084). At 64 ranks it did
- * not help (0.941, 0.984 and 0.990 in sets of 12, 12 and 20). The
- * console's thread as well made no difference (0.98). On a training
- * node it also means a flood's rule work never preempts a training
- * process. */
+ * wakes does not preempt the thread running where it wakes, most often
+ * the loop thread right after it handed over lines (BENCHMARKS.md, where
+ * the time goes). On a training node it also means a flood's rule work
+ * never preempts a training process. */
 static void lower_priority(void)
 {
         struct sched_param none = { 0 };

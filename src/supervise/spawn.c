@@ -2,16 +2,14 @@
  * glibc's posix_spawn starts a process, plus the parent-death signal that
  * posix_spawn cannot set.
  *
- * Until the eleventh session workers were started with libuv's uv_spawn,
- * which forks. A fork copies the agent's page tables and write-protects its
- * memory, and the child's exec then tears the copy down while uv_spawn
- * waits for it: 1,040 µs a worker at 64 ranks (the agent holding about
- * 1,200 anonymous pages, three threads), 72 ms before the last of 64
- * workers ran. The child made here shares the agent's memory until its
- * exec, so its cost does not grow with the agent; the agent's loop thread
- * is suspended meanwhile, as it was in uv_spawn. The process is watched
- * through its pidfd (group.c), not through libuv, which never learns of it
- * and so never reaps it.
+ * Not libuv's uv_spawn, which forks: a fork copies the agent's page tables
+ * and write-protects its memory, and the child's exec then tears the copy
+ * down while uv_spawn waits for it, a cost that grows with the agent and
+ * is paid once a worker (BENCHMARKS.md). The child made here shares the
+ * agent's memory until its exec, so its cost does not grow with the
+ * agent; the agent's loop thread is suspended meanwhile, as in uv_spawn.
+ * The process is watched through its pidfd (group.c), not through libuv,
+ * which never learns of it and so never reaps it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,10 +27,9 @@
 
 /* The child's stack, sized as glibc's posix_spawn sizes it: execvpe needs
  * about PATH_MAX to search PATH, and room for the argument vector plus two
- * to run a script without #! through /bin/sh. A fixed 64 KiB in the
- * parent's frame was too small for such a script with 20,000 arguments:
- * the child ran past it over the clone call's own frame, and the agent
- * died of SIGSEGV. */
+ * to run a script without #! through /bin/sh. A fixed 64 KiB is too small
+ * for such a script with 20,000 arguments: the child would run past it over
+ * the clone call's own frame, and the agent would die of SIGSEGV. */
 #define SPAWN_STACK_BASE (32 * 1024)
 
 struct spawn_child {
@@ -62,7 +59,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
         sigset_t none;
         int flags;
 
-        /* Every signal back to its default action, as libuv did: the
+        /* Every signal back to its default action, as libuv does: the
          * agent's handlers would write into its own signal pipe, and a
          * worker should not inherit the agent's ignored SIGPIPE. The
          * signals stay blocked (the parent blocked them all before clone)
@@ -90,7 +87,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
             dup2(o->stderr_fd, STDERR_FILENO) < 0)
                 child_fail(c, errno);
         /* The inherited stdin, blocking and open across the exec, as libuv
-         * left it. */
+         * leaves it. */
         (void)fcntl(STDIN_FILENO, F_SETFD, 0);
         flags = fcntl(STDIN_FILENO, F_GETFL);
         if (flags >= 0 && (flags & O_NONBLOCK))
