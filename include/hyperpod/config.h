@@ -68,6 +68,7 @@ struct hp_config {
         /* hyperpodrun flags */
         int shutdown_signal;        /* SIGTERM or SIGKILL */
         uint64_t shutdown_timeout_ms;
+        bool cgroup;                /* --cgroup auto: a cgroup per group */
         const char *pre_train_script;
         const char *pre_train_args; /* NULL: the script gets no argument */
         const char *post_train_script;

@@ -59,6 +59,7 @@ static void config_defaults(struct hp_config *cfg)
         cfg->role = "default";
         cfg->shutdown_signal = SIGKILL;
         cfg->shutdown_timeout_ms = 15000;
+        cfg->cgroup = true;
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -604,6 +605,16 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                   &cfg->shutdown_timeout_ms, errbuf, errlen);
                 if (r < 0)
                         return r;
+        }
+        if (raw[HP_OPT_CGROUP].text) {
+                static const char *const cgroup_modes[] = { "auto", "off" };
+
+                r = parse_choice(&raw[HP_OPT_CGROUP], cgroup_modes,
+                                 HP_ARRAY_SIZE(cgroup_modes), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->cgroup = index == 0;
         }
         for (int which = 0; which < 2; which++) {
                 int script_id = which ? HP_OPT_POST_TRAIN_SCRIPT

@@ -34,6 +34,7 @@
         XX(LOCAL_ADDR, "local-addr", 0, 1, "PET_LOCAL_ADDR")                  \
         XX(SHUTDOWN_SIGNAL, "shutdown-signal", 0, 1, NULL)                    \
         XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1, NULL)                  \
+        XX(CGROUP, "cgroup", 0, 1, NULL)                                      \
         XX(INPROCESS_RESTART, "inprocess-restart", 0, 0, NULL)                \
         XX(INPROCESS_TIMEOUT, "inprocess-timeout", 0, 1, NULL)                \
         XX(PRE_TRAIN_SCRIPT, "pre-train-script", 0, 1, NULL)                  \

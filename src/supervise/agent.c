@@ -53,27 +53,24 @@ static void finish(struct hp_agent *a, int exit_code)
         uv_stop(a->loop);
 }
 
-static bool is_managed(pid_t pid, void *ctx)
+static bool reap_managed(pid_t pid, void *ctx)
 {
-        const struct hp_agent *a = ctx;
+        struct hp_agent *a = ctx;
 
-        return a->group_active && hp_group_owns_pid(&a->group, pid);
+        return a->group_active && hp_group_reap_pid(&a->group, pid);
 }
 
 void hp_agent__process_exited(struct hp_agent *a)
 {
-        (void)hp_reaper_sweep(is_managed, a);
+        (void)hp_reaper_sweep(reap_managed, a);
+        /* A reaped process may have been the last of the group. */
+        if (a->group_active)
+                hp_group_recheck(&a->group);
 }
 
 static void sigchld_cb(uv_signal_t *handle, int signum)
 {
-        struct hp_agent *a = handle->data;
-
-        (void)hp_reaper_sweep(is_managed, a);
-        /* A reaped orphan may have been the last member of a worker's
-         * process group. */
-        if (a->group_active)
-                hp_group_recheck(&a->group);
+        hp_agent__process_exited(handle->data);
 }
 
 static void start_attempt(struct hp_agent *a);
@@ -183,24 +180,25 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
 /* A stage's attempt directory is made when the stage starts, so that an
  * attempt that failed in pre-train leaves no empty train directory. */
-static int prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
+static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
 {
         char *dir = a->attempt_dir[stage];
         int r;
 
         dir[0] = '\0';
         if (a->run_dir[stage][0] == '\0')
-                return 0;
-        if (hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
-                        a->run_dir[stage], a->restart_count) < 0)
-                return -ENAMETOOLONG;
+                return;
+        /* Too long: each rank's directory fails to start it. */
+        (void)hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
+                          a->run_dir[stage], a->restart_count);
         /* As torch does: a reused attempt number starts clean. */
         r = hp_remove_tree(dir);
-        if (r == 0)
-                r = hp_mkdir_p(dir, 0755);
         if (r < 0)
-                hp_log_error("cannot create '%s': %s", dir, hp_strerror(r));
-        return r;
+                hp_log_warn("cannot clear '%s' for attempt %d: %s", dir,
+                            a->restart_count, hp_strerror(r));
+        /* Not made (a full disk): each rank fails to start, naming its
+         * own directory, and the attempt fails. */
+        (void)hp_mkdir_p(dir, 0755);
 }
 
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
@@ -209,9 +207,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 
         a->stage = stage;
         a->group.done_cb = group_done_cb;
-        r = prepare_attempt_dir(a, stage);
-        if (r < 0)
-                return r;
+        prepare_attempt_dir(a, stage);
         r = hp_group_start(&a->group, a, stage);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
@@ -479,6 +475,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         memset(a, 0, sizeof(*a));
         a->loop = loop;
         a->cfg = cfg;
+        a->scopes.dirfd = -1;
+        a->watcher.fd = -1;
+        a->watcher.pidfd = -1;
         loop->data = a;
         reset_signals();
 
@@ -519,6 +518,15 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                             a->round.nproc);
         }
 
+        /* Before any thread exists, as it forks, and before we are a
+         * subreaper, so that it is not our child. */
+        hp_scope_root_init(&a->scopes, cfg->cgroup);
+        r = hp_watcher_start(&a->watcher, a->scopes.path);
+        if (r < 0)
+                hp_log_warn("cannot start the watcher (%s): if the agent is "
+                            "killed, what the workers started survives it",
+                            hp_strerror(r));
+
         /* Orphaned grandchildren come to us, not to init, so we can reap
          * them and kill them at the end. PID 1 is a reaper anyway. */
         if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 && getpid() != 1)
@@ -557,6 +565,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
+        hp_watcher_stop(&a->watcher);
+        hp_scope_root_close(&a->scopes);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
@@ -596,12 +606,15 @@ void hp_agent_close(struct hp_agent *a)
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
-        /* Anything still alive escaped its worker's process group (setsid,
-         * daemonized): the job is over, so it goes too. */
-        if (hp_reaper_kill_descendants(SIGKILL) > 0)
+        /* Each group ended with everything it started; anything alive
+         * now is a leftover of a group that gave up on it. The job is
+         * over, so it goes too. */
+        if (hp_proc_kill_descendants(SIGKILL, true) > 0)
                 reap_leftovers();
         else
                 (void)hp_reaper_sweep(NULL, NULL);
+        hp_watcher_stop(&a->watcher);
+        hp_scope_root_close(&a->scopes);
 
         hp_console_close(&a->console_out, 5000);
         hp_console_close(&a->console_err, 5000);
