@@ -119,6 +119,7 @@ __attribute__((noreturn)) static void watcher_main(int fd, pid_t agent,
                                        SIGTTIN, SIGTTOU, SIGALRM };
         static pid_t pgids[HP_MAX_NPROC];
         size_t count = 0;
+        bool closed = false;
         sigset_t none;
         int null;
 
@@ -140,9 +141,11 @@ __attribute__((noreturn)) static void watcher_main(int fd, pid_t agent,
                 dup2(fd, 3);
                 fd = 3;
         }
-        if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
-                for (int i = 4; i < 1024; i++)
-                        close(i);
+#ifdef SYS_close_range
+        closed = syscall(SYS_close_range, 4U, ~0U, 0U) == 0;
+#endif
+        for (int i = 4; !closed && i < 1024; i++)
+                close(i);
 
         for (;;) {
                 /* Whole messages: every write is a multiple of one. */
@@ -226,7 +229,9 @@ int hp_watcher_start(struct hp_watcher *w, const char *cgroup_path)
                 goto out;
         /* For the wait at exit: it exits only on our word or our death,
          * so its pid is still its own here. */
+#ifdef SYS_pidfd_open
         w->pidfd = (int)syscall(SYS_pidfd_open, watcher, 0);
+#endif
         /* The agent never waits for the watcher: a message that does not
          * fit is dropped (and the watcher only matters if the agent
          * dies). */

@@ -103,34 +103,6 @@ def test_escaped_pipe_holder_operator_stop(hpr, tmp_path, cgroup):
     assert r.rc == 0, r.describe()
 
 
-def test_second_signal_while_killing_finishes(hpr, tmp_path):
-    """A second SIGTERM always moves the stop on: here while the group
-    waits in the grace after SIGKILL for a pipe held outside the job."""
-    out = tmp_path / "o"
-    out.mkdir()
-    receiver, sock = start_fd_receiver(tmp_path)
-    try:
-        worker = write_exec(tmp_path / "w.py", SEND_FD_WORKER.format(
-            sock=str(sock), out=str(out)))
-        proc = hpr.start(["--standalone", "--shutdown-timeout", 60,
-                          "--no-python", worker, "sleep"])
-        wait_for_files([out / "sent"], proc=proc)
-        proc.signal(signal.SIGTERM)
-        time.sleep(0.3)
-        sent = time.monotonic()
-        proc.signal(signal.SIGTERM)  # to SIGKILL now
-        time.sleep(0.3)
-        proc.signal(signal.SIGTERM)  # and past the grace
-        r = proc.wait(10)
-        assert r.rc == 143, r.describe()
-        assert proc.end - sent < 3, r.describe()
-        assert f"still held after the stop by pid {receiver.pid} " in r.err, \
-            r.describe()
-    finally:
-        receiver.kill()
-        receiver.wait()
-
-
 # A process the job does not own: it takes fds over a unix socket and
 # keeps them.
 FD_RECEIVER = """
@@ -163,39 +135,64 @@ if sys.argv[1] == "sleep":
 """
 
 
-def start_fd_receiver(tmp_path):
+@pytest.fixture
+def handing_worker(tmp_path):
+    """(a worker that hands its stdout and stderr to a process the job does
+    not own, then sleeps or exits as its argument says; that process; the
+    directory where the worker writes "sent")."""
+    out = tmp_path / "o"
+    out.mkdir()
     sock = tmp_path / "fd.sock"
     # Not the test's marker: it is not the job's, and outlives the agent.
     env = {k: v for k, v in os.environ.items() if k != "HPR_TEST_MARKER"}
     receiver = subprocess.Popen([PYTHON, "-c", FD_RECEIVER, str(sock)],
                                 env=env, stdin=subprocess.DEVNULL)
-    deadline_poll(lambda: Path(str(sock) + ".ready").exists(), 10,
-                  what="the fd receiver")
-    return receiver, sock
+    try:
+        deadline_poll(lambda: Path(str(sock) + ".ready").exists(), 10,
+                      what="the fd receiver")
+        worker = write_exec(tmp_path / "w.py", SEND_FD_WORKER.format(
+            sock=str(sock), out=str(out)))
+        yield worker, receiver, out
+    finally:
+        receiver.kill()
+        receiver.wait()
 
 
-def test_pipe_held_outside_the_job_is_closed_and_named(hpr, tmp_path):
+def test_pipe_held_outside_the_job_is_closed_and_named(hpr, handing_worker):
     """The worker hands its stdout and stderr to a process the job does not
     own, then exits 0: after the stop (SIGTERM, SIGKILL, the grace) the
     pipes are closed with a warning naming that process, and the job ends
     with 0."""
-    out = tmp_path / "o"
-    out.mkdir()
-    receiver, sock = start_fd_receiver(tmp_path)
-    try:
-        worker = write_exec(tmp_path / "w.py", SEND_FD_WORKER.format(
-            sock=str(sock), out=str(out)))
-        r = hpr.run(["--standalone", "--tee", 3, "--shutdown-timeout", 1,
-                     "--no-python", worker, "exit"], timeout=20)
-        assert r.rc == 0, r.describe()
-        assert b"[default0]:handed over\n" in r.stdout
-        assert re.search(rf"train worker 0 \(rank 0\): its output pipe is "
-                         rf"still held after the stop by pid {receiver.pid} "
-                         rf"\(python3\)", r.err), r.describe()
-        assert pid_alive(receiver.pid)
-    finally:
-        receiver.kill()
-        receiver.wait()
+    worker, receiver, _ = handing_worker
+    r = hpr.run(["--standalone", "--tee", 3, "--shutdown-timeout", 1,
+                 "--no-python", worker, "exit"], timeout=20)
+    assert r.rc == 0, r.describe()
+    assert b"[default0]:handed over\n" in r.stdout
+    assert re.search(rf"train worker 0 \(rank 0\): its output pipe is still "
+                     rf"held after the stop by pid {receiver.pid} "
+                     rf"\(python3\)", r.err), r.describe()
+    assert pid_alive(receiver.pid)
+
+
+def test_second_signal_while_killing_finishes(hpr, handing_worker):
+    """A second SIGTERM always moves the stop on: here while the group
+    waits after its stop signal, then in the grace after SIGKILL, for a
+    pipe held outside the job."""
+    worker, receiver, out = handing_worker
+    proc = hpr.start(["--standalone", "--shutdown-timeout", 60,
+                      "--no-python", worker, "sleep"])
+    wait_for_files([out / "sent"], proc=proc)
+    proc.signal(signal.SIGTERM)
+    time.sleep(0.3)
+    sent = time.monotonic()
+    proc.signal(signal.SIGTERM)  # to SIGKILL now
+    time.sleep(0.3)
+    proc.signal(signal.SIGTERM)  # and past the grace
+    r = proc.wait(10)
+    assert r.rc == 143, r.describe()
+    assert proc.end - sent < 3, r.describe()
+    assert f"still held after the stop by pid {receiver.pid} " in r.err, \
+        r.describe()
 
 
 def test_setsid_children_and_a_foreground_sleep(hpr, tmp_path):
