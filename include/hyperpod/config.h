@@ -80,6 +80,7 @@ struct hp_config {
         uint64_t shutdown_timeout_ms;
         enum hp_hang_dump hang_dump;     /* what a hang report collects */
         uint64_t hang_dump_timeout_ms;   /* the most it waits for stacks */
+        bool cgroup;                /* --cgroup auto: a cgroup per group */
         const char *pre_train_script;
         const char *pre_train_args; /* NULL: the script gets no argument */
         const char *post_train_script;

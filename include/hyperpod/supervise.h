@@ -92,6 +92,19 @@ enum hp_worker_state {
 
 const char *hp_worker_state_name(enum hp_worker_state state);
 
+/* Where a worker that never ran failed (its failure names the path and
+ * the error). */
+enum hp_start_step {
+        HP_START_NONE = 0,
+        HP_START_LOG_DIR,     /* its log directory, attempt_N/<rank> */
+        HP_START_STDOUT_FILE, /* stdout.log */
+        HP_START_STDERR_FILE, /* stderr.log */
+        HP_START_PIPE,        /* its output pipes */
+        HP_START_PROCESS,     /* its environment, argv or process */
+        HP_START_WATCH,       /* watching its process */
+        HP_START_EXEC,        /* the program's exec: it exits 126 or 127 */
+};
+
 struct hp_group;
 
 struct hp_worker {
@@ -108,6 +121,8 @@ struct hp_worker {
         int64_t exit_status;
         int term_signal;
         bool signalled; /* we signalled it before it exited */
+        int start_error; /* -errno when it never ran, else 0 */
+        enum hp_start_step start_step;
         double exit_time; /* wall clock, seconds */
         char dir[PATH_MAX];
         char error_file[PATH_MAX];
@@ -117,6 +132,38 @@ enum hp_group_result {
         HP_GROUP_SUCCEEDED = 0,
         HP_GROUP_FAILED,  /* a process exited non-zero on its own */
         HP_GROUP_STOPPED, /* hp_group_stop was called first */
+};
+
+/* Where the processes of the agent's groups are kept track of (scope.c):
+ * D/hyperpodrun.<pid>, a cgroup v2 child of the agent's cgroup D, when
+ * the hierarchy is writable; otherwise among the agent's descendants. */
+struct hp_scope_root {
+        int dirfd;           /* D/hyperpodrun.<pid>, or -1: no cgroup */
+        char path[PATH_MAX]; /* "" without one */
+};
+
+/* One group's processes: its cgroup under the root, or (dirfd -1) the
+ * agent's descendants. */
+struct hp_scope {
+        struct hp_scope_root *root;
+        int dirfd;
+        char name[64];
+};
+
+/* What kills the job if the agent is killed (watcher.c). */
+struct hp_watcher {
+        pid_t pid; /* 0: none (PID 1, or it could not start) */
+        int fd;    /* the agent's end of its pipe */
+        int pidfd; /* to wait for its exit; -1 */
+};
+
+/* How far a stop has gone; see group.c. */
+enum hp_kill_phase {
+        HP_KILL_NONE = 0,
+        HP_KILL_SIGNALLED, /* the stop signal was sent */
+        HP_KILL_KILLED,    /* SIGKILL to everything the group started */
+        HP_KILL_FORCED,    /* held pipes closed; survivors named */
+        HP_KILL_GAVE_UP,   /* not waiting for survivors any more */
 };
 
 /* The processes of one stage: nproc workers, or the one hook process. */
@@ -129,8 +176,11 @@ struct hp_group {
         int done;
         bool stopping;
         bool stop_requested; /* hp_group_stop, not a failure */
+        bool reported;       /* done_cb was called */
+        bool escaped_logged;
         int stop_signal;
-        int kill_phase; /* 0 none, 1 signal sent, 2 SIGKILL sent, 3 drained */
+        enum hp_kill_phase kill_phase;
+        struct hp_scope scope;
         struct hp_worker *first_failure;
         bool pipe_limits; /* the user's pipe memory limits apply to us */
         uv_timer_t timer;
@@ -255,6 +305,8 @@ struct hp_agent {
         uv_signal_t signals[6];
         uv_signal_t sigchld;
         struct hp_group group;
+        struct hp_scope_root scopes;
+        struct hp_watcher watcher;
         enum hp_agent_state state;
         enum hp_stage stage;
         int restart_count;
@@ -360,14 +412,5 @@ int hp_agent_failure_exit_code(const struct hp_group *g);
 
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);
-
-/* Kills what is left of the job: every descendant of this process. Used at
- * exit, after the orderly stop, for processes that escaped their group. */
-int hp_reaper_kill_descendants(int sig);
-
-/* Reaps exited children that are not workers (orphans reparented to the
- * subreaper). is_managed tells the workers' pids apart: each group reaps
- * its own through their pidfds. */
-int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx);
 
 #endif

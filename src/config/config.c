@@ -61,6 +61,7 @@ static void config_defaults(struct hp_config *cfg)
         cfg->shutdown_timeout_ms = 15000;
         cfg->hang_dump = HP_HANG_DUMP_STACKS;
         cfg->hang_dump_timeout_ms = 3000;
+        cfg->cgroup = true;
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -788,6 +789,16 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                   &cfg->hang_dump_timeout_ms, errbuf, errlen);
                 if (r < 0)
                         return r;
+        }
+        if (raw[HP_OPT_CGROUP].text) {
+                static const char *const cgroup_modes[] = { "auto", "off" };
+
+                r = parse_choice(&raw[HP_OPT_CGROUP], cgroup_modes,
+                                 HP_ARRAY_SIZE(cgroup_modes), &index, errbuf,
+                                 errlen);
+                if (r < 0)
+                        return r;
+                cfg->cgroup = index == 0;
         }
         for (int which = 0; which < 2; which++) {
                 int script_id = which ? HP_OPT_POST_TRAIN_SCRIPT

@@ -45,6 +45,7 @@
         XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1, NULL)                  \
         XX(HANG_DUMP, "hang-dump", 0, 1, NULL)                                \
         XX(HANG_DUMP_TIMEOUT, "hang-dump-timeout", 0, 1, NULL)                \
+        XX(CGROUP, "cgroup", 0, 1, NULL)                                      \
         XX(INPROCESS_RESTART, "inprocess-restart", 0, 0, NULL)                \
         XX(INPROCESS_TIMEOUT, "inprocess-timeout", 0, 1, NULL)                \
         XX(PRE_TRAIN_SCRIPT, "pre-train-script", 0, 1, NULL)                  \

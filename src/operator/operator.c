@@ -260,7 +260,11 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
                 snprintf(msg + used, sizeof(msg) - used, "\n%s",
                          a->forensics.silence);
         }
-        fault(op, "WorkerCrash", msg);
+        /* A rank that never ran (its log directory, its pipes, its
+         * process could not be made) is not a crash of the job. */
+        fault(op, w != NULL && w->start_error != 0 ? "WorkerStartFailed"
+                                                   : "WorkerCrash",
+              msg);
         if (w != NULL && w->exit_time > 0)
                 op->last_detection_latency_s =
                         (double)wall_us() / 1e6 - w->exit_time;

@@ -53,27 +53,24 @@ static void finish(struct hp_agent *a, int exit_code)
         uv_stop(a->loop);
 }
 
-static bool is_managed(pid_t pid, void *ctx)
+static bool reap_managed(pid_t pid, void *ctx)
 {
-        const struct hp_agent *a = ctx;
+        struct hp_agent *a = ctx;
 
-        return a->group_active && hp_group_owns_pid(&a->group, pid);
+        return a->group_active && hp_group_reap_pid(&a->group, pid);
 }
 
 void hp_agent__process_exited(struct hp_agent *a)
 {
-        (void)hp_reaper_sweep(is_managed, a);
+        (void)hp_reaper_sweep(reap_managed, a);
+        /* A reaped process may have been the last of the group. */
+        if (a->group_active)
+                hp_group_recheck(&a->group);
 }
 
 static void sigchld_cb(uv_signal_t *handle, int signum)
 {
-        struct hp_agent *a = handle->data;
-
-        (void)hp_reaper_sweep(is_managed, a);
-        /* A reaped orphan may have been the last member of a worker's
-         * process group. */
-        if (a->group_active)
-                hp_group_recheck(&a->group);
+        hp_agent__process_exited(handle->data);
 }
 
 static void start_attempt(struct hp_agent *a);
@@ -210,24 +207,25 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
 /* A stage's attempt directory is made when the stage starts, so that an
  * attempt that failed in pre-train leaves no empty train directory. */
-static int prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
+static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
 {
         char *dir = a->attempt_dir[stage];
         int r;
 
         dir[0] = '\0';
         if (a->run_dir[stage][0] == '\0')
-                return 0;
-        if (hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
-                        a->run_dir[stage], a->restart_count) < 0)
-                return -ENAMETOOLONG;
+                return;
+        /* Too long: each rank's directory fails to start it. */
+        (void)hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
+                          a->run_dir[stage], a->restart_count);
         /* As torch does: a reused attempt number starts clean. */
         r = hp_remove_tree(dir);
-        if (r == 0)
-                r = hp_mkdir_p(dir, 0755);
         if (r < 0)
-                hp_log_error("cannot create '%s': %s", dir, hp_strerror(r));
-        return r;
+                hp_log_warn("cannot clear '%s' for attempt %d: %s", dir,
+                            a->restart_count, hp_strerror(r));
+        /* Not made (a full disk): each rank fails to start, naming its
+         * own directory, and the attempt fails. */
+        (void)hp_mkdir_p(dir, 0755);
 }
 
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
@@ -236,9 +234,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 
         a->stage = stage;
         a->group.done_cb = group_done_cb;
-        r = prepare_attempt_dir(a, stage);
-        if (r < 0)
-                return r;
+        prepare_attempt_dir(a, stage);
         r = hp_group_start(&a->group, a, stage);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
@@ -418,6 +414,33 @@ static void signal_cb(uv_signal_t *handle, int signum)
         hp_group_stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
+/* A parent may exec us with signals blocked or ignored (a shell's
+ * background job ignores SIGINT and SIGQUIT; a launcher may block SIGTERM
+ * or SIGCHLD): a blocked SIGTERM would make a stop wait for SIGKILL, a
+ * blocked SIGCHLD leave orphans as zombies. As tini does, the mask is
+ * cleared and every ignored signal goes back to its default action, while
+ * this is the only thread (a thread made later inherits the mask). The
+ * agent then sets up its own handlers. */
+static void reset_signals(void)
+{
+        struct sigaction dfl;
+        sigset_t none;
+
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++) {
+                struct sigaction old;
+
+                if (sig == SIGKILL || sig == SIGSTOP ||
+                    sigaction(sig, NULL, &old) < 0)
+                        continue; /* and glibc's own, which it refuses */
+                if (old.sa_handler == SIG_IGN)
+                        (void)sigaction(sig, &dfl, NULL);
+        }
+}
+
 static int make_run_dir(const char *root, const char *prefix,
                         const char *run_id, char *out, size_t len)
 {
@@ -501,7 +524,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         memset(a, 0, sizeof(*a));
         a->loop = loop;
         a->cfg = cfg;
+        a->scopes.dirfd = -1;
+        a->watcher.fd = -1;
+        a->watcher.pidfd = -1;
         loop->data = a;
+        reset_signals();
 
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
@@ -547,6 +574,15 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                             "each of the %d workers (set it to tune)",
                             a->round.nproc);
         }
+
+        /* Before any thread exists, as it forks, and before we are a
+         * subreaper, so that it is not our child. */
+        hp_scope_root_init(&a->scopes, cfg->cgroup);
+        r = hp_watcher_start(&a->watcher, a->scopes.path);
+        if (r < 0)
+                hp_log_warn("cannot start the watcher (%s): if the agent is "
+                            "killed, what the workers started survives it",
+                            hp_strerror(r));
 
         /* Orphaned grandchildren come to us, not to init, so we can reap
          * them and kill them at the end. PID 1 is a reaper anyway. */
@@ -599,6 +635,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
+        hp_watcher_stop(&a->watcher);
+        hp_scope_root_close(&a->scopes);
         hp_ipc_server_close(&a->ipc);
         hp_forensics_close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
@@ -642,12 +680,15 @@ void hp_agent_close(struct hp_agent *a)
         hp_agent__monitors_close(a);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
-        /* Anything still alive escaped its worker's process group (setsid,
-         * daemonized): the job is over, so it goes too. */
-        if (hp_reaper_kill_descendants(SIGKILL) > 0)
+        /* Each group ended with everything it started; anything alive
+         * now is a leftover of a group that gave up on it. The job is
+         * over, so it goes too. */
+        if (hp_proc_kill_descendants(SIGKILL, true) > 0)
                 reap_leftovers();
         else
                 (void)hp_reaper_sweep(NULL, NULL);
+        hp_watcher_stop(&a->watcher);
+        hp_scope_root_close(&a->scopes);
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */

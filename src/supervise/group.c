@@ -8,6 +8,17 @@
  * A worker is DONE only after its exit and EOF on both pipes, so the last
  * lines before a crash are always in the files and on the console before
  * the group reports its result.
+ *
+ * The group is done when every worker is DONE and nothing its workers
+ * started is alive (scope.c finds those processes wherever they went).
+ * Once every worker has exited, or on a stop, the group is stopped:
+ *   NONE ─stop─▶ SIGNALLED ─timeout─▶ KILLED ─HP_DRAIN_GRACE_MS─▶ FORCED
+ *        ─HP_GIVE_UP_MS─▶ GAVE_UP
+ * SIGNALLED sent the stop signal to the workers' process groups and to
+ * every process that left them; KILLED sent SIGKILL to all of it; FORCED
+ * closed the pipes that something outside the group still held, naming
+ * it; GAVE_UP stops waiting for a process that SIGKILL did not end
+ * (uninterruptible sleep), so that a stop always completes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -79,13 +90,59 @@ static double wall_now(void)
         return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static const char *kill_phase_name(enum hp_kill_phase phase)
+{
+        static const char *const names[] = {
+                [HP_KILL_NONE] = "NONE",       [HP_KILL_SIGNALLED] = "SIGNALLED",
+                [HP_KILL_KILLED] = "KILLED",   [HP_KILL_FORCED] = "FORCED",
+                [HP_KILL_GAVE_UP] = "GAVE_UP",
+        };
+        return names[phase];
+}
+
+static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
+                            const char *event)
+{
+        hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
+                     kill_phase_name(g->kill_phase), event,
+                     kill_phase_name(phase));
+        g->kill_phase = phase;
+}
+
+/* Whether some process the workers started is still alive. When that
+ * cannot be told (no /proc), the workers' end is the group's. */
+static bool scope_busy(struct hp_group *g)
+{
+        struct hp_procs procs = { 0 };
+        int r = hp_scope_list(&g->scope, &procs);
+        bool busy = r == 0 && procs.count > 0;
+
+        if (r < 0)
+                hp_log_debug("%s group: cannot list its processes: %s",
+                             hp_stage_name(g->stage), hp_strerror(r));
+        hp_procs_free(&procs);
+        return busy;
+}
+
+/* Called after anything that may end the group: the last handle closed,
+ * a reaped process, a phase of the stop. Nothing may touch the group
+ * after it, as done_cb may release it. */
 static void group_check_done(struct hp_group *g)
 {
         enum hp_group_result result;
 
-        if (g->done < g->count)
+        if (g->reported || g->done < g->count)
                 return;
+        if (g->kill_phase < HP_KILL_GAVE_UP && scope_busy(g)) {
+                if (!g->stopping)
+                        hp_group_stop(g, SIGTERM,
+                                      g->agent->cfg->shutdown_timeout_ms);
+                return;
+        }
         uv_timer_stop(&g->timer);
+        g->reported = true;
+        hp_scope_close(&g->scope);
+        hp_watcher_forget(&g->agent->watcher);
         if (g->first_failure != NULL)
                 result = HP_GROUP_FAILED;
         else if (g->stop_requested)
@@ -136,36 +193,164 @@ static void signal_group(struct hp_worker *w, int sig)
                             (int)w->pid, hp_signal_name(sig), strerror(errno));
 }
 
-/* A worker whose process has exited and whose process group is empty can
- * only be waiting for EOF from a process that left the group (or from data
- * already sitting in the pipe): read what is there and stop waiting. */
-static void drain_if_group_gone(struct hp_worker *w)
+/* The worker whose pid (and process group) this is, or NULL. */
+static const struct hp_worker *worker_by_pid(const struct hp_group *g,
+                                             pid_t pid)
 {
-        bool out_eof, err_eof;
+        for (int i = 0; i < g->count; i++)
+                if (g->workers[i].pid == pid && pid > 0)
+                        return &g->workers[i];
+        return NULL;
+}
 
-        if (w->state != HP_WORKER_EXITED || w->pid <= 0)
+/* Sends sig to every live process of the group that the signal to the
+ * process groups of the workers not yet reaped does not reach. A reaped
+ * worker's group is not signalled as a group: once empty, its number may
+ * belong to someone else's. What left the workers' groups (setsid,
+ * setpgid, or started by something that did) is named once. */
+static void signal_scope(struct hp_group *g, int sig)
+{
+        struct hp_procs procs = { 0 };
+        char names[512];
+        size_t n = 0;
+        int found = 0;
+
+        if (hp_scope_list(&g->scope, &procs) < 0) {
+                hp_procs_free(&procs);
                 return;
-        /* Most workers' pipes end with them: nothing to wait for, and no
-         * kill() per exited worker on every child's exit (64 workers made
-         * that 3,600 calls). */
-        if (hp_stream_closed(&w->out) && hp_stream_closed(&w->err))
+        }
+        names[0] = '\0';
+        for (size_t i = 0; i < procs.count; i++) {
+                const struct hp_proc *p = &procs.items[i];
+                const struct hp_worker *leader = worker_by_pid(g, p->pgid);
+                int r;
+
+                if (leader != NULL && leader->state < HP_WORKER_EXITED)
+                        continue; /* the group signal reaches it */
+                if (kill(p->pid, sig) < 0 || leader != NULL)
+                        continue;
+                found++;
+                r = snprintf(names + n, sizeof(names) - n, "%s%d (%s)",
+                             n ? ", " : "", (int)p->pid, p->comm);
+                if (r > 0 && (size_t)r < sizeof(names) - n)
+                        n += (size_t)r;
+        }
+        if (found > 0 && !g->escaped_logged) {
+                g->escaped_logged = true;
+                hp_log_warn("%s: %d process%s left the workers' process "
+                            "groups; stopping %s with the group (%s): %s",
+                            hp_stage_name(g->stage), found,
+                            found == 1 ? "" : "es", found == 1 ? "it" : "them",
+                            hp_signal_name(sig), names);
+        }
+        hp_procs_free(&procs);
+}
+
+/* After the kill phase: a pipe still open is held by a process outside
+ * the group's reach (given away, or stuck). The pipe is closed so that
+ * the group can end, naming its holder. */
+static void close_held_pipes(struct hp_worker *w)
+{
+        struct hp_stream *streams[] = { &w->out, &w->err };
+        char holders[256];
+        size_t n = 0;
+        bool held = false;
+
+        holders[0] = '\0';
+        for (size_t i = 0; i < HP_ARRAY_SIZE(streams); i++) {
+                struct hp_stream *s = streams[i];
+                pid_t pids[4];
+                uv_os_fd_t fd;
+                struct stat st;
+                int found = 0;
+
+                if (hp_stream_closed(s))
+                        continue;
+                /* Looked up before the close, which drops our end. */
+                if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
+                    fstat(fd, &st) == 0)
+                        found = hp_proc_pipe_holders(st.st_ino, pids,
+                                                     HP_ARRAY_SIZE(pids));
+                if (hp_stream_drain_and_close(s))
+                        continue; /* it ended meanwhile */
+                held = true;
+                for (int j = 0; j < found; j++) {
+                        struct hp_proc p;
+                        bool known = hp_proc_read(pids[j], &p) == 0;
+                        int r = snprintf(holders + n, sizeof(holders) - n,
+                                         "%spid %d (%s)", n ? ", " : "",
+                                         (int)pids[j], known ? p.comm : "?");
+
+                        if (r > 0 && (size_t)r < sizeof(holders) - n)
+                                n += (size_t)r;
+                }
+        }
+        if (held)
+                hp_log_warn("%s worker %d (rank %d): its output pipe is still "
+                            "held after the stop by %s; closed it, so what "
+                            "that writes now is not captured",
+                            hp_stage_name(w->group->stage), w->local_rank,
+                            w->rank, n > 0 ? holders : "a process not found");
+}
+
+/* Names what SIGKILL has not ended yet: a worker not reaped, or a
+ * process of the group still alive (uninterruptible sleep). */
+static void report_survivors(struct hp_group *g, bool giving_up)
+{
+        struct hp_procs procs = { 0 };
+        char names[512];
+        size_t n = 0;
+        int found = 0;
+
+        names[0] = '\0';
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+                int r;
+
+                if (w->state >= HP_WORKER_EXITED || w->pid <= 0)
+                        continue;
+                found++;
+                r = snprintf(names + n, sizeof(names) - n, "%sworker %d "
+                             "(pid %d)", n ? ", " : "", w->local_rank,
+                             (int)w->pid);
+                if (r > 0 && (size_t)r < sizeof(names) - n)
+                        n += (size_t)r;
+        }
+        if (hp_scope_list(&g->scope, &procs) == 0) {
+                for (size_t i = 0; i < procs.count; i++) {
+                        const struct hp_proc *p = &procs.items[i];
+                        int r;
+
+                        if (worker_by_pid(g, p->pid) != NULL)
+                                continue; /* named above */
+                        found++;
+                        r = snprintf(names + n, sizeof(names) - n,
+                                     "%s%d (%s, state %c)", n ? ", " : "",
+                                     (int)p->pid, p->comm, p->state);
+                        if (r > 0 && (size_t)r < sizeof(names) - n)
+                                n += (size_t)r;
+                }
+        }
+        hp_procs_free(&procs);
+        if (found == 0)
                 return;
-        if (kill(-w->pid, 0) == 0 || errno != ESRCH)
-                return; /* members left: they get the stop signal */
-        out_eof = hp_stream_drain_and_close(&w->out);
-        err_eof = hp_stream_drain_and_close(&w->err);
-        if (!out_eof || !err_eof)
-                hp_log_warn("%s worker %d: its output pipe is held by a "
-                            "process that left its process group; output "
-                            "written after the worker exited is not "
-                            "captured",
-                            hp_stage_name(w->group->stage), w->local_rank);
+        if (giving_up)
+                hp_log_error("%s: %d process%s did not end after SIGKILL; "
+                             "going on without waiting for %s: %s",
+                             hp_stage_name(g->stage), found,
+                             found == 1 ? "" : "es",
+                             found == 1 ? "it" : "them", names);
+        else
+                hp_log_warn("%s: still alive %.3g s after SIGKILL, waiting up "
+                            "to %.3g s more: %s",
+                            hp_stage_name(g->stage),
+                            HP_DRAIN_GRACE_MS / 1000.0,
+                            HP_GIVE_UP_MS / 1000.0, names);
 }
 
 void hp_group_recheck(struct hp_group *g)
 {
-        for (int i = 0; i < g->count; i++)
-                drain_if_group_gone(&g->workers[i]);
+        group_check_done(g);
 }
 
 static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
@@ -178,9 +363,8 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
         w->exit_time = wall_now();
         worker_set_state(w, HP_WORKER_EXITED, "exit");
         g->exited++;
+        uv_poll_stop(&w->exit_poll);
         uv_close((uv_handle_t *)&w->exit_poll, exit_poll_closed_cb);
-        hp_agent__process_exited(g->agent);
-        drain_if_group_gone(w);
 
         if (failed && !w->signalled) {
                 hp_log_info("%s worker %d (pid %d) %s %d", hp_stage_name(g->stage),
@@ -197,25 +381,23 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                                       g->agent->cfg->shutdown_timeout_ms);
                 return;
         }
-        /* Once every process has exited, whatever they left in their
-         * groups (a background job still holding the pipe) is stopped the
-         * same way, so the pipes reach EOF. */
+        /* Once every process has exited, whatever they left (a
+         * background job still holding the pipe, a daemon that left with
+         * setsid) is stopped the same way, so the pipes reach EOF and
+         * nothing outlives the group. */
         if (g->exited == g->count && !g->stopping)
                 hp_group_stop(g, SIGTERM, g->agent->cfg->shutdown_timeout_ms);
 }
 
-static void exit_poll_cb(uv_poll_t *handle, int status, int events)
+/* Reaps the worker if it has exited: true once it has. */
+static bool worker_reap(struct hp_worker *w)
 {
-        struct hp_worker *w = hp_container_of(handle, struct hp_worker,
-                                              exit_poll);
         int64_t exit_status;
-        int term_signal, r;
+        int term_signal;
+        int r = hp_spawn_reap(w->pidfd, &exit_status, &term_signal);
 
-        (void)status;
-        (void)events;
-        r = hp_spawn_reap(w->pidfd, &exit_status, &term_signal);
         if (r == 0)
-                return;
+                return false;
         if (r < 0) {
                 /* Only ECHILD, if something else reaped it: it is gone,
                  * with a status nobody can know. */
@@ -226,8 +408,35 @@ static void exit_poll_cb(uv_poll_t *handle, int status, int events)
                 exit_status = 1;
                 term_signal = 0;
         }
-        uv_poll_stop(handle);
         worker_exited(w, exit_status, term_signal);
+        return true;
+}
+
+static void exit_poll_cb(uv_poll_t *handle, int status, int events)
+{
+        struct hp_worker *w = hp_container_of(handle, struct hp_worker,
+                                              exit_poll);
+        struct hp_agent *a = w->group->agent;
+
+        (void)status;
+        (void)events;
+        if (worker_reap(w))
+                hp_agent__process_exited(a); /* last: it may end the group */
+}
+
+bool hp_group_reap_pid(struct hp_group *g, pid_t pid)
+{
+        for (int i = 0; i < g->count; i++) {
+                struct hp_worker *w = &g->workers[i];
+
+                if (w->pid != pid || w->state >= HP_WORKER_EXITED)
+                        continue;
+                /* Not reaped here only if it has not exited after all: it
+                 * stays its group's either way. */
+                (void)worker_reap(w);
+                return true;
+        }
+        return false;
 }
 
 /* Opens dir/name for s, which keeps the path for its messages. */
@@ -337,30 +546,41 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
 
 /* A worker that could not be started is reported like an exec failure
  * through the normal path: its handles close, the references drop, and
- * the group sees a failed worker. program: the one that could not be
- * executed, or NULL when the worker failed before its exec (pipes,
- * files). The exit status is the shell's: 127 for a program that is not
- * there (and for a failure before the exec), 126 for one that cannot
+ * the group sees a failed worker. The exit status is the shell's: 127
+ * for a program that is not there (and for a rank that could not be
+ * started at all: step says where it failed), 126 for one that cannot
  * run. */
 static void worker_fail_to_start(struct hp_worker *w, int err,
-                                 const char *program)
+                                 enum hp_start_step step, const char *program)
 {
         struct hp_group *g = w->group;
 
-        if (program != NULL)
+        if (step != HP_START_EXEC) {
+                char why[PATH_MAX + 128];
+
+                w->start_error = err;
+                w->start_step = step;
+                hp_worker_start_failure(w, why, sizeof(why));
+                hp_log_error("%s worker %d (rank %d) could not start: %s",
+                             hp_stage_name(g->stage), w->local_rank, w->rank,
+                             why);
+        } else {
                 hp_log_error("%s worker %d: cannot execute '%s': %s",
                              hp_stage_name(g->stage), w->local_rank, program,
                              hp_strerror(err));
-        else
-                hp_log_error("%s worker %d: cannot start: %s",
-                             hp_stage_name(g->stage), w->local_rank,
-                             hp_strerror(err));
-        w->exit_status = program == NULL || err == UV_ENOENT ? 127 : 126;
+        }
+        w->exit_status = step != HP_START_EXEC || err == UV_ENOENT ? 127 : 126;
         w->exit_time = wall_now();
-        w->state = HP_WORKER_EXITED;
         g->exited++;
         if (g->first_failure == NULL)
                 g->first_failure = w;
+        if (w->refs == 0) {
+                /* Nothing was opened for it: done already. */
+                worker_set_state(w, HP_WORKER_DONE, "start failure");
+                g->done++;
+                return;
+        }
+        worker_set_state(w, HP_WORKER_EXITED, "start failure");
         hp_stream_drain_and_close(&w->out);
         hp_stream_drain_and_close(&w->err);
 }
@@ -448,22 +668,17 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         int pidfd = -1, r;
 
         r = hp_env_build(&params, environ, &env);
-        if (r < 0)
-                return r;
-        r = hp_stream_init(&w->out, &a->stream_hub);
-        if (r < 0)
-                goto out;
-        w->refs++;
-        r = hp_stream_init(&w->err, &a->stream_hub);
         if (r < 0) {
-                w->out.data = w;
-                w->out.closed_cb = stream_closed_cb;
-                w->out.file_fd = -1;
-                hp_stream_drain_and_close(&w->out);
-                goto out;
+                worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
+                return r;
         }
-        w->refs++;
         for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
+                r = hp_stream_init(s, &a->stream_hub);
+                if (r < 0) {
+                        worker_fail_to_start(w, r, HP_START_PIPE, NULL);
+                        goto out;
+                }
+                w->refs++;
                 s->data = w;
                 s->closed_cb = stream_closed_cb;
                 s->file_fd = -1;
@@ -472,10 +687,13 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         }
 
         r = setup_stream(g, w, &w->out, HP_STD_OUT);
-        if (r == 0)
-                r = setup_stream(g, w, &w->err, HP_STD_ERR);
         if (r < 0) {
-                worker_fail_to_start(w, r, NULL);
+                worker_fail_to_start(w, r, HP_START_STDOUT_FILE, NULL);
+                goto out;
+        }
+        r = setup_stream(g, w, &w->err, HP_STD_ERR);
+        if (r < 0) {
+                worker_fail_to_start(w, r, HP_START_STDERR_FILE, NULL);
                 goto out;
         }
 
@@ -483,7 +701,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         if (r == 0)
                 r = open_output_pipe(g, &w->err, &child_fd[1]);
         if (r < 0) {
-                worker_fail_to_start(w, r, NULL);
+                worker_fail_to_start(w, r, HP_START_PIPE, NULL);
                 goto out;
         }
         opts = (struct hp_spawn_options){
@@ -492,6 +710,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 .envp = env.envp,
                 .stdout_fd = child_fd[0],
                 .stderr_fd = child_fd[1],
+                .cgroup_fd = g->scope.dirfd,
         };
         r = hp_spawn(&opts, &w->pid, &pidfd);
         close(child_fd[0]);
@@ -501,20 +720,23 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 r = uv_poll_init(a->loop, &w->exit_poll, pidfd);
                 if (r < 0) {
                         /* Not watched, it could not be reaped: kill it. */
-                        hp_log_error("%s worker %d (pid %d): cannot watch it: %s",
-                                     hp_stage_name(g->stage), w->local_rank,
-                                     (int)w->pid, hp_strerror(r));
                         (void)kill(-w->pid, SIGKILL);
                         (void)waitid(P_PIDFD, (id_t)pidfd, &(siginfo_t){ 0 },
                                      WEXITED);
                         close(pidfd);
                         w->pid = 0;
-                        worker_fail_to_start(w, r, NULL);
+                        worker_fail_to_start(w, r, HP_START_WATCH, NULL);
                         goto out;
                 }
         }
         if (r < 0) {
-                worker_fail_to_start(w, r, cmd->argv[0]);
+                /* A pid: the program's exec failed; none: no process. */
+                bool ran = w->pid > 0;
+
+                w->pid = 0;
+                worker_fail_to_start(w, r, ran ? HP_START_EXEC
+                                               : HP_START_PROCESS,
+                                     cmd->argv[0]);
                 goto out;
         }
         w->pidfd = pidfd;
@@ -548,71 +770,87 @@ out:
         return r;
 }
 
+/* A worker SIGKILL has not ended is given up on: its pipes are closed and
+ * it counts as killed; the sweep reaps it if it ever exits. */
+static void give_up_on(struct hp_worker *w)
+{
+        if (w->state < HP_WORKER_EXITED && w->pidfd >= 0)
+                worker_exited(w, 0, SIGKILL);
+        if (w->state == HP_WORKER_EXITED) {
+                hp_stream_drain_and_close(&w->out);
+                hp_stream_drain_and_close(&w->err);
+        }
+}
+
 static void timer_cb(uv_timer_t *timer)
 {
         struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
 
-        if (g->kill_phase == 1) {
-                /* The grace period is over. */
-                g->kill_phase = 2;
+        switch (g->kill_phase) {
+        case HP_KILL_SIGNALLED:
+                /* The grace period is over: everything the group started
+                 * goes, wherever it went. */
+                group_set_phase(g, HP_KILL_KILLED, "timeout");
                 for (int i = 0; i < g->count; i++) {
                         struct hp_worker *w = &g->workers[i];
-                        if (w->state == HP_WORKER_DONE)
-                                continue;
-                        if (w->state != HP_WORKER_EXITED) {
+                        if (w->state < HP_WORKER_EXITED) {
                                 w->signalled = true;
                                 worker_set_state(w, HP_WORKER_KILLING,
                                                  "timeout");
+                                signal_group(w, SIGKILL);
                         }
-                        signal_group(w, SIGKILL);
                 }
+                hp_scope_kill(&g->scope);
                 uv_timer_start(&g->timer, timer_cb, HP_DRAIN_GRACE_MS, 0);
+                group_check_done(g); /* a rank that never started */
                 return;
-        }
-        if (g->kill_phase == 2) {
-                /* Everything in the groups is dead. A pipe still open is
-                 * held by a process that left the group (setsid): take what
-                 * it holds and stop waiting for it. */
-                g->kill_phase = 3;
-                for (int i = 0; i < g->count; i++) {
-                        struct hp_worker *w = &g->workers[i];
-                        if (w->state != HP_WORKER_EXITED)
-                                continue;
-                        if (!hp_stream_drain_and_close(&w->out) ||
-                            !hp_stream_drain_and_close(&w->err))
-                                hp_log_warn("%s worker %d: output pipe "
-                                            "still held by an escaped "
-                                            "process; closing it",
-                                            hp_stage_name(g->stage),
-                                            w->local_rank);
-                }
+        case HP_KILL_KILLED:
+                /* Whatever holds a pipe now is out of reach (or stuck):
+                 * the group does not wait for it. */
+                group_set_phase(g, HP_KILL_FORCED, "grace over");
+                for (int i = 0; i < g->count; i++)
+                        if (g->workers[i].state == HP_WORKER_EXITED)
+                                close_held_pipes(&g->workers[i]);
+                report_survivors(g, false);
+                uv_timer_start(&g->timer, timer_cb, HP_GIVE_UP_MS, 0);
+                group_check_done(g); /* last: it may end the group */
+                return;
+        case HP_KILL_FORCED:
+                group_set_phase(g, HP_KILL_GAVE_UP, "give up");
+                report_survivors(g, true);
+                for (int i = 0; i < g->count; i++)
+                        give_up_on(&g->workers[i]);
+                group_check_done(g);
+                return;
+        default:
+                return;
         }
 }
 
 void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
 {
         if (g->stopping) {
-                /* A second stop (a second Ctrl-C) escalates at once. */
-                if (g->kill_phase == 1) {
-                        uv_timer_stop(&g->timer);
-                        timer_cb(&g->timer);
-                }
+                /* A second stop (a second Ctrl-C) takes the next step at
+                 * once, from the loop. */
+                if (g->kill_phase >= HP_KILL_SIGNALLED &&
+                    g->kill_phase < HP_KILL_GAVE_UP)
+                        uv_timer_start(&g->timer, timer_cb, 0, 0);
                 return;
         }
         g->stopping = true;
         g->stop_signal = sig;
-        g->kill_phase = 1;
+        group_set_phase(g, HP_KILL_SIGNALLED, hp_signal_name(sig));
         for (int i = 0; i < g->count; i++) {
                 struct hp_worker *w = &g->workers[i];
-                if (w->state == HP_WORKER_DONE)
-                        continue;
                 if (w->state == HP_WORKER_RUNNING) {
                         w->signalled = true;
                         worker_set_state(w, HP_WORKER_STOPPING,
                                          hp_signal_name(sig));
                 }
-                signal_group(w, sig);
+                if (w->state < HP_WORKER_EXITED)
+                        signal_group(w, sig);
         }
+        signal_scope(g, sig);
         uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
 }
 
@@ -645,6 +883,9 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
 {
         const struct hp_config *cfg = a->cfg;
         int count = stage == HP_STAGE_TRAIN ? a->round.nproc : 1;
+        char name[sizeof(g->scope.name)];
+        size_t started = 0;
+        pid_t *pgids;
         int r = 0;
 
         g->agent = a;
@@ -654,12 +895,17 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
         g->done = 0;
         g->stopping = false;
         g->stop_requested = false;
-        g->kill_phase = 0;
+        g->reported = false;
+        g->escaped_logged = false;
+        g->kill_phase = HP_KILL_NONE;
         g->first_failure = NULL;
         g->pipe_limits = pipe_limits_apply();
         g->workers = calloc((size_t)count, sizeof(*g->workers));
         if (g->workers == NULL)
                 return -ENOMEM;
+        snprintf(name, sizeof(name), "attempt_%d.%s", a->restart_count,
+                 hp_stage_name(stage));
+        hp_scope_open(&a->scopes, &g->scope, name);
 
         for (int i = 0; i < count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -669,11 +915,12 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
                 w->local_rank = i;
                 w->rank = a->round.base_rank + i;
                 w->state = HP_WORKER_DONE; /* until spawned */
+                w->pidfd = -1;
+                w->out.file_fd = w->err.file_fd = -1;
+                g->count = i + 1;
                 r = prepare_dir(g, w, i);
                 if (r < 0) {
-                        hp_log_error("%s: cannot create '%s': %s",
-                                     hp_stage_name(stage), w->dir,
-                                     hp_strerror(r));
+                        worker_fail_to_start(w, r, HP_START_LOG_DIR, NULL);
                         break;
                 }
                 if (stage == HP_STAGE_TRAIN)
@@ -684,33 +931,28 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
                 else
                         r = hp_argv_build_hook(cfg->post_train_script,
                                                cfg->post_train_args, &cmd);
-                if (r == 0)
-                        r = spawn_worker(g, w, &cmd);
+                if (r < 0)
+                        worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
+                else
+                        r = spawn_worker(g, w, &cmd); /* failures recorded */
                 hp_argv_free(&cmd);
-                if (w->refs > 0)
-                        g->count = i + 1;
-                if (r < 0 && w->refs > 0 && g->first_failure == NULL)
-                        g->first_failure = w;
-                if (r < 0) {
-                        /* A worker that got as far as spawning has logged
-                         * its failure already (worker_fail_to_start). */
-                        if (w->refs == 0)
-                                hp_log_error("%s worker %d: cannot start: %s",
-                                             hp_stage_name(stage), i,
-                                             hp_strerror(r));
+                if (r < 0)
                         break;
-                }
         }
-        /* Whatever started is stopped, and the group reports a failure
-         * through done_cb once every handle is closed. */
-        if (r < 0) {
-                if (g->count == 0) {
-                        free(g->workers);
-                        g->workers = NULL;
-                        return r;
-                }
+        /* The watcher is told once for the whole group. */
+        pgids = malloc((size_t)g->count * sizeof(*pgids));
+        if (pgids != NULL) {
+                for (int i = 0; i < g->count; i++)
+                        if (g->workers[i].pid > 0)
+                                pgids[started++] = g->workers[i].pid;
+                hp_watcher_add(&a->watcher, pgids, started);
+                free(pgids);
+        }
+        /* A rank that could not start fails the group: whatever started
+         * is stopped, and the group reports the failure through done_cb
+         * from the loop, once every handle is closed. */
+        if (r < 0)
                 hp_group_stop(g, SIGKILL, 0);
-        }
         return 0;
 }
 
@@ -719,13 +961,4 @@ void hp_group_release(struct hp_group *g)
         free(g->workers);
         g->workers = NULL;
         g->count = 0;
-}
-
-bool hp_group_owns_pid(const struct hp_group *g, pid_t pid)
-{
-        for (int i = 0; i < g->count; i++)
-                if (g->workers[i].pid == pid &&
-                    g->workers[i].state < HP_WORKER_EXITED)
-                        return true;
-        return false;
 }

@@ -1,5 +1,5 @@
 /* PID-1 and subreaper duties: reaping orphans that the groups do not own,
- * and killing what escaped the workers' process groups. */
+ * and finding (and killing) what escaped the workers' process groups. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -16,16 +17,21 @@
 #include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
-int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx)
+#include "supervise-private.h"
+
+int hp_reaper_sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
 {
+        pid_t last = 0;
         int reaped = 0;
 
         /*
          * The groups reap their own workers through their pidfds. A plain
          * waitpid(-1) here would steal their statuses, so each zombie is
-         * first looked at with WNOWAIT: a worker is left alone (its group's
-         * exit callback then calls this sweep again), anything else is an
-         * orphan reparented to us, and is reaped.
+         * first looked at with WNOWAIT: a worker is handed to its group,
+         * which reaps it now, and anything else is an orphan reparented
+         * to us, and is reaped. A worker is not skipped: WNOWAIT shows the
+         * same zombie until it is reaped, and the orphans behind it would
+         * wait for the worker's own exit callback.
          */
         for (;;) {
                 siginfo_t info;
@@ -35,8 +41,11 @@ int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx)
                         break; /* ECHILD: no children at all */
                 if (info.si_pid == 0)
                         break; /* children, but none exited */
-                if (is_managed && is_managed(info.si_pid, ctx))
-                        break;
+                if (info.si_pid == last)
+                        break; /* not reaped: never spin on it */
+                last = info.si_pid;
+                if (reap_managed && reap_managed(info.si_pid, ctx))
+                        continue;
                 if (waitpid(info.si_pid, NULL, WNOHANG) > 0) {
                         reaped++;
                         hp_log_debug("reaped orphan pid %d", (int)info.si_pid);
@@ -45,101 +54,223 @@ int hp_reaper_sweep(bool (*is_managed)(pid_t pid, void *ctx), void *ctx)
         return reaped;
 }
 
-/* Parent pid from /proc/PID/stat: the field after the ")" that closes the
- * command name, which may itself hold spaces and parentheses. */
-static pid_t read_ppid(const char *pid_text)
+int hp_proc_read(pid_t pid, struct hp_proc *p)
 {
         char path[64], buf[512];
+        const char *open_paren, *close_paren;
+        int fd, ppid, pgid;
+        size_t comm_len;
         ssize_t n;
-        char *close_paren;
-        int fd, ppid;
         char state;
 
-        snprintf(path, sizeof(path), "/proc/%s/stat", pid_text);
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
-                return -1;
+                return errno == ENOENT ? -ESRCH : -errno;
         n = read(fd, buf, sizeof(buf) - 1);
         close(fd);
         if (n <= 0)
-                return -1;
+                return -ESRCH;
         buf[n] = '\0';
+        /* The command name may itself hold spaces and parentheses: the
+         * fields start after the last ")". */
+        open_paren = strchr(buf, '(');
         close_paren = strrchr(buf, ')');
-        if (close_paren == NULL ||
-            sscanf(close_paren + 1, " %c %d", &state, &ppid) != 2)
-                return -1;
-        if (state == 'Z')
-                return -1; /* already dead, only needs reaping */
-        return ppid;
+        if (open_paren == NULL || close_paren == NULL ||
+            close_paren < open_paren ||
+            sscanf(close_paren + 1, " %c %d %d", &state, &ppid, &pgid) != 3)
+                return -EINVAL;
+        comm_len = (size_t)(close_paren - open_paren - 1);
+        if (comm_len >= sizeof(p->comm))
+                comm_len = sizeof(p->comm) - 1;
+        memcpy(p->comm, open_paren + 1, comm_len);
+        p->comm[comm_len] = '\0';
+        p->pid = pid;
+        p->ppid = ppid;
+        p->pgid = pgid;
+        p->state = state;
+        return 0;
 }
 
-#define MAX_PROCS 65536
-
-int hp_reaper_kill_descendants(int sig)
+bool hp_proc_live(const struct hp_proc *p)
 {
-        pid_t *pids, *ppids;
-        size_t n = 0;
-        bool *mine;
-        int killed = 0;
-        DIR *proc;
-        struct dirent *de;
-        bool grew;
+        return p->state != 'Z' && p->state != 'X' && p->state != 'x';
+}
 
-        pids = calloc(MAX_PROCS, sizeof(*pids));
-        ppids = calloc(MAX_PROCS, sizeof(*ppids));
-        mine = calloc(MAX_PROCS, sizeof(*mine));
-        proc = opendir("/proc");
-        if (pids == NULL || ppids == NULL || mine == NULL || proc == NULL) {
-                free(pids);
-                free(ppids);
-                free(mine);
-                if (proc)
-                        closedir(proc);
-                return -ENOMEM;
+int hp_procs_push(struct hp_procs *list, const struct hp_proc *p)
+{
+        if (list->count == list->cap) {
+                size_t cap = list->cap ? list->cap * 2 : 64;
+                struct hp_proc *items = realloc(list->items,
+                                                cap * sizeof(*items));
+                if (items == NULL)
+                        return -ENOMEM;
+                list->items = items;
+                list->cap = cap;
         }
-        while ((de = readdir(proc)) != NULL && n < MAX_PROCS) {
-                pid_t ppid;
+        list->items[list->count++] = *p;
+        return 0;
+}
+
+void hp_procs_free(struct hp_procs *list)
+{
+        free(list->items);
+        memset(list, 0, sizeof(*list));
+}
+
+/* 0 when this process has no child (the watcher is not one), 1 when
+ * it has a live one, -1 when a zombie hides the answer. One waitid,
+ * against a reading of all of /proc: every live process of the job has
+ * a live parent below the agent, or the agent (the subreaper) itself. */
+static int live_children(void)
+{
+        siginfo_t info;
+
+        memset(&info, 0, sizeof(info));
+        if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0)
+                return errno == ECHILD ? 0 : -1;
+        return info.si_pid == 0 ? 1 : -1;
+}
+
+static int by_ppid(const void *a, const void *b)
+{
+        const struct hp_proc *x = a, *y = b;
+
+        return (x->ppid > y->ppid) - (x->ppid < y->ppid);
+}
+
+int hp_proc_descendants(struct hp_procs *out)
+{
+        struct hp_procs all = { 0 };
+        pid_t root = getpid();
+        struct dirent *de;
+        DIR *proc;
+        int r = 0;
+
+        out->count = 0;
+        if (live_children() == 0)
+                return 0;
+        proc = opendir("/proc");
+        if (proc == NULL)
+                return -errno;
+        while ((de = readdir(proc)) != NULL) {
+                struct hp_proc p;
+
                 if (!isdigit((unsigned char)de->d_name[0]))
                         continue;
-                ppid = read_ppid(de->d_name);
-                if (ppid < 0)
+                /* A zombie needs reaping, not killing; and no live
+                 * process has a zombie for a parent (orphans are
+                 * reparented at once), so the tree stays whole. */
+                if (hp_proc_read((pid_t)atoi(de->d_name), &p) < 0 ||
+                    !hp_proc_live(&p))
                         continue;
-                pids[n] = (pid_t)atoi(de->d_name);
-                ppids[n] = ppid;
-                n++;
+                r = hp_procs_push(&all, &p);
+                if (r < 0)
+                        break;
         }
         closedir(proc);
+        if (r < 0)
+                goto out;
 
-        /* Transitive closure of "parent is us or one of ours". */
-        do {
-                grew = false;
-                for (size_t i = 0; i < n; i++) {
-                        if (mine[i])
-                                continue;
-                        if (ppids[i] == getpid()) {
-                                mine[i] = true;
-                                grew = true;
-                                continue;
-                        }
-                        for (size_t j = 0; j < n; j++) {
-                                if (mine[j] && pids[j] == ppids[i]) {
-                                        mine[i] = true;
-                                        grew = true;
-                                        break;
-                                }
-                        }
+        /* Breadth first from root, each level found by a binary search
+         * of the processes sorted by parent. */
+        qsort(all.items, all.count, sizeof(*all.items), by_ppid);
+        for (size_t next = 0; next <= out->count; next++) {
+                pid_t parent = next == 0 ? root : out->items[next - 1].pid;
+                size_t lo = 0, hi = all.count;
+
+                while (lo < hi) {
+                        size_t mid = lo + (hi - lo) / 2;
+                        if (all.items[mid].ppid < parent)
+                                lo = mid + 1;
+                        else
+                                hi = mid;
                 }
-        } while (grew);
-
-        for (size_t i = 0; i < n; i++) {
-                if (mine[i] && kill(pids[i], sig) == 0) {
-                        killed++;
-                        hp_log_warn("killed leftover process %d with %s",
-                                    (int)pids[i], hp_signal_name(sig));
+                for (; lo < all.count && all.items[lo].ppid == parent; lo++) {
+                        r = hp_procs_push(out, &all.items[lo]);
+                        if (r < 0)
+                                goto out;
                 }
         }
-        free(pids);
-        free(ppids);
-        free(mine);
+out:
+        hp_procs_free(&all);
+        return r;
+}
+
+int hp_proc_pipe_holders(ino_t ino, pid_t *pids, size_t max)
+{
+        char want[64];
+        DIR *proc = opendir("/proc");
+        struct dirent *de;
+        size_t found = 0;
+        int len;
+
+        if (proc == NULL)
+                return -errno;
+        len = snprintf(want, sizeof(want), "pipe:[%llu]",
+                       (unsigned long long)ino);
+        while (found < max && (de = readdir(proc)) != NULL) {
+                char path[300];
+                struct dirent *fde;
+                DIR *fds;
+
+                if (!isdigit((unsigned char)de->d_name[0]) ||
+                    atoi(de->d_name) == (int)getpid())
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/fd", de->d_name);
+                fds = opendir(path);
+                if (fds == NULL)
+                        continue;
+                while ((fde = readdir(fds)) != NULL) {
+                        char link[64];
+                        ssize_t n;
+
+                        if (fde->d_name[0] == '.')
+                                continue;
+                        n = readlinkat(dirfd(fds), fde->d_name, link,
+                                       sizeof(link) - 1);
+                        if (n == len && memcmp(link, want, (size_t)len) == 0) {
+                                pids[found++] = (pid_t)atoi(de->d_name);
+                                break;
+                        }
+                }
+                closedir(fds);
+        }
+        closedir(proc);
+        return (int)found;
+}
+
+int hp_proc_kill_descendants(int sig, bool warn)
+{
+        struct hp_procs procs = { 0 };
+        int killed = 0;
+
+        /* A process may fork between the reading and the kill: look
+         * again until nothing is left, a few times at most. */
+        for (int pass = 0; pass < 8; pass++) {
+                int r = hp_proc_descendants(&procs);
+                int now = 0;
+
+                if (r < 0) {
+                        if (pass == 0)
+                                killed = r;
+                        break;
+                }
+                for (size_t i = 0; i < procs.count; i++) {
+                        if (kill(procs.items[i].pid, sig) == 0) {
+                                now++;
+                                if (warn)
+                                        hp_log_warn("killed leftover process "
+                                                    "%d (%s) with %s",
+                                                    (int)procs.items[i].pid,
+                                                    procs.items[i].comm,
+                                                    hp_signal_name(sig));
+                        }
+                }
+                killed += now;
+                if (now == 0 || sig != SIGKILL)
+                        break;
+        }
+        hp_procs_free(&procs);
         return killed;
 }

@@ -81,6 +81,39 @@ static void read_error_file(const char *path, struct error_report *rep)
         cJSON_Delete(root);
 }
 
+void hp_worker_start_failure(const struct hp_worker *w, char *buf,
+                             size_t len)
+{
+        const char *err = hp_strerror(w->start_error);
+        const char *name = hp_err_name(w->start_error);
+
+        switch (w->start_step) {
+        case HP_START_LOG_DIR:
+                snprintf(buf, len, "cannot create its log directory '%s': "
+                         "%s (%s)", w->dir, err, name);
+                break;
+        case HP_START_STDOUT_FILE:
+        case HP_START_STDERR_FILE:
+                snprintf(buf, len, "cannot open '%s/%s': %s (%s)", w->dir,
+                         w->start_step == HP_START_STDOUT_FILE ? "stdout.log"
+                                                               : "stderr.log",
+                         err, name);
+                break;
+        case HP_START_PIPE:
+                snprintf(buf, len, "cannot create its output pipes: %s (%s)",
+                         err, name);
+                break;
+        case HP_START_WATCH:
+                snprintf(buf, len, "cannot watch its process: %s (%s)", err,
+                         name);
+                break;
+        default:
+                snprintf(buf, len, "cannot create its process: %s (%s)", err,
+                         name);
+                break;
+        }
+}
+
 static bool worker_failed(const struct hp_worker *w)
 {
         return w->state >= HP_WORKER_EXITED &&
@@ -104,6 +137,14 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
         int n;
 
         read_error_file(w->error_file, &rep);
+        if (w->start_error != 0) {
+                char why[sizeof(rep.message) - 32];
+
+                hp_worker_start_failure(w, why, sizeof(why));
+                snprintf(rep.message, sizeof(rep.message),
+                         "never ran: %s", why);
+                rep.present = false;
+        }
         t = (time_t)failure_time(w, &rep);
         localtime_r(&t, &tm);
         strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
@@ -117,7 +158,7 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                 snprintf(rep.message, sizeof(rep.message),
                          "Signal %d (%s) received by PID %d", w->term_signal,
                          name ? name : "unknown", (int)w->pid);
-        } else if (!rep.present) {
+        } else if (!rep.present && w->start_error == 0) {
                 snprintf(rep.message, sizeof(rep.message),
                          "To enable traceback see: "
                          "https://pytorch.org/docs/stable/elastic/errors.html");
@@ -328,6 +369,19 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                                 continue;
                         if (!worker_failed(w))
                                 continue;
+                        if (w->start_error != 0) {
+                                char why[sizeof(first) - 64];
+
+                                hp_worker_start_failure(w, why, sizeof(why));
+                                r = snprintf(buf + n, len - n,
+                                             "\nLocal Rank %d (rank %d) "
+                                             "never ran: %s",
+                                             w->local_rank, w->rank, why);
+                                if (r < 0 || (size_t)r >= len - n)
+                                        return 0;
+                                n += (size_t)r;
+                                continue;
+                        }
                         read_error_file(w->error_file, &rep);
                         if (!rep.present && w->term_signal) {
                                 const char *name =

@@ -1,6 +1,7 @@
 /* Starting a worker: clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD), the way
  * glibc's posix_spawn starts a process, plus the parent-death signal that
- * posix_spawn cannot set.
+ * posix_spawn cannot set, and, where the group has a cgroup of its own,
+ * clone3 with CLONE_INTO_CGROUP so that the worker starts in it.
  *
  * Not libuv's uv_spawn, which forks: a fork copies the agent's page tables
  * and write-protects its memory, and the child's exec then tears the copy
@@ -36,9 +37,74 @@ struct spawn_child {
         const struct hp_spawn_options *opts;
         pid_t parent;
         /* Written by the child when it fails before or in its exec; the
-         * parent reads it after clone returns, when the child is gone. */
+         * parent reads them after clone returns, when the child is gone. */
         volatile int error;
+        volatile bool at_exec;
 };
+
+/* clone3's arguments up to the cgroup (CLONE_ARGS_SIZE_VER2), spelt out
+ * so that older kernel headers build too. */
+struct spawn_clone_args {
+        uint64_t flags;
+        uint64_t pidfd;
+        uint64_t child_tid;
+        uint64_t parent_tid;
+        uint64_t exit_signal;
+        uint64_t stack;
+        uint64_t stack_size;
+        uint64_t tls;
+        uint64_t set_tid;
+        uint64_t set_tid_size;
+        uint64_t cgroup;
+};
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+#if defined(__x86_64__)
+/*
+ * clone3 with the child running fn(arg) on the stack the arguments give,
+ * then exiting: what glibc's clone() does for clone(2), which glibc does
+ * not offer for clone3 (its own __clone3 is internal). It returns the
+ * child's pid or -errno in the parent. syscall(2) cannot do it: the child
+ * would return from it on a new stack that holds no frame to return to.
+ * The syscall keeps rdx (fn) and r8 (arg); the child aligns its stack,
+ * calls fn and exits with its result. Elsewhere than on x86-64 groups
+ * have no cgroup (scope.c).
+ */
+long hp__clone3_vm(struct spawn_clone_args *args, size_t size,
+                   int (*fn)(void *), void *arg);
+__asm__(".pushsection .text\n"
+        ".globl hp__clone3_vm\n"
+        ".hidden hp__clone3_vm\n"
+        ".type hp__clone3_vm, @function\n"
+        "hp__clone3_vm:\n"
+        "        mov %rcx, %r8\n"
+        "        mov $435, %eax\n" /* SYS_clone3 */
+        "        syscall\n"
+        "        test %rax, %rax\n"
+        "        jz 1f\n"
+        "        ret\n"
+        "1:      xor %ebp, %ebp\n"
+        "        and $-16, %rsp\n"
+        "        mov %r8, %rdi\n"
+        "        call *%rdx\n"
+        "        mov %eax, %edi\n"
+        "        mov $60, %eax\n" /* SYS_exit */
+        "        syscall\n"
+        "        hlt\n"
+        ".size hp__clone3_vm, .-hp__clone3_vm\n"
+        ".popsection\n");
+#define HAVE_CLONE3_VM 1
+#else
+#define HAVE_CLONE3_VM 0
+#endif
+
+bool hp_spawn_can_join_cgroup(void)
+{
+        return HAVE_CLONE3_VM;
+}
 
 static void child_fail(struct spawn_child *c, int err)
 {
@@ -96,6 +162,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);
 
+        c->at_exec = true;
         /* PATH is searched in the agent's environment, which is what the
          * worker's starts from (env.c): setting environ here would set the
          * agent's. */
@@ -111,6 +178,7 @@ int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
                 .opts = opts,
                 .parent = getpid(),
                 .error = 0,
+                .at_exec = false,
         };
         sigset_t all, saved;
         int pidfd = -1, clone_errno;
@@ -118,6 +186,7 @@ int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
         char *stack;
         pid_t pid;
 
+        *pid_out = 0;
         while (opts->argv[argc] != NULL)
                 argc++;
         stack_size = SPAWN_STACK_BASE + (argc + 2) * sizeof(char *);
@@ -131,11 +200,34 @@ int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
         pthread_sigmask(SIG_SETMASK, &all, &saved);
         /* The top, where the stack starts, 16-byte aligned as the ABI
          * wants. */
-        pid = clone(child_main,
-                    (void *)(((uintptr_t)stack + stack_size) & ~(uintptr_t)15),
-                    CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &child,
-                    &pidfd);
-        clone_errno = errno;
+        if (opts->cgroup_fd >= 0) {
+#if HAVE_CLONE3_VM
+                struct spawn_clone_args args = {
+                        .flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD |
+                                 CLONE_INTO_CGROUP,
+                        .pidfd = (uintptr_t)&pidfd,
+                        .exit_signal = SIGCHLD,
+                        .stack = (uintptr_t)stack,
+                        .stack_size = stack_size,
+                        .cgroup = (uint64_t)opts->cgroup_fd,
+                };
+                long r = hp__clone3_vm(&args, sizeof(args), child_main,
+                                       &child);
+
+                pid = r < 0 ? -1 : (pid_t)r;
+                clone_errno = r < 0 ? (int)-r : 0;
+#else
+                pid = -1;
+                clone_errno = ENOSYS;
+#endif
+        } else {
+                pid = clone(child_main,
+                            (void *)(((uintptr_t)stack + stack_size) &
+                                     ~(uintptr_t)15),
+                            CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                            &child, &pidfd);
+                clone_errno = errno;
+        }
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
         free(stack);
         if (pid < 0)
@@ -147,11 +239,56 @@ int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
                  * failure is reported. */
                 (void)waitid(P_PIDFD, (id_t)pidfd, &info, WEXITED);
                 close(pidfd);
+                if (child.at_exec)
+                        *pid_out = pid;
                 return -child.error;
         }
         *pid_out = pid;
         *pidfd_out = pidfd;
         return 0;
+}
+
+#if HAVE_CLONE3_VM
+__attribute__((no_sanitize_address)) static int probe_main(void *arg)
+{
+        (void)arg;
+        return 0;
+}
+#endif
+
+int hp_spawn_probe(int cgroup_fd)
+{
+#if HAVE_CLONE3_VM
+        /* Room for the child's one call, with a sanitizer's frames. */
+        size_t stack_size = 16 * 1024;
+        char *stack = malloc(stack_size);
+        struct spawn_clone_args args = {
+                .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP,
+                .exit_signal = SIGCHLD,
+                .stack = (uintptr_t)stack,
+                .stack_size = stack_size,
+                .cgroup = (uint64_t)cgroup_fd,
+        };
+        sigset_t all, saved;
+        long pid;
+        int status = 0;
+
+        if (stack == NULL)
+                return -ENOMEM;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &saved);
+        pid = hp__clone3_vm(&args, sizeof(args), probe_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        free(stack);
+        if (pid < 0)
+                return (int)pid;
+        if (waitpid((pid_t)pid, &status, 0) < 0)
+                return -errno;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EINVAL;
+#else
+        (void)cgroup_fd;
+        return -ENOSYS;
+#endif
 }
 
 int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal)

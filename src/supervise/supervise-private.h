@@ -5,10 +5,14 @@
 #include "hp-sys.h"
 #include "hyperpod/supervise.h"
 
-/* After SIGKILL, how long a pipe may stay open before we stop waiting for
- * EOF: only a process that left the worker's group (setsid) can hold it
- * then, and it is killed at exit with the other leftovers. */
+/* After SIGKILL to everything a group started, how long a pipe may stay
+ * open before we stop waiting for EOF: only a process out of our reach
+ * (one the pipe was passed to, or one that cannot die) holds it then. */
 #define HP_DRAIN_GRACE_MS 1000
+/* Then how long a process that SIGKILL did not end (uninterruptible
+ * sleep, a GPU driver's teardown) is waited for before the group ends
+ * without it, so that a stop always completes. */
+#define HP_GIVE_UP_MS 10000
 
 int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage);
 /* Sends sig to every process group, SIGKILL after timeout_ms; a second
@@ -17,9 +21,11 @@ void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
 void hp_group_signal(struct hp_group *g, int sig);
 void hp_group_release(struct hp_group *g);
-/* After a child exit: drains workers whose process group is now empty. */
+/* After a child exit: ends the group if nothing of it is left. */
 void hp_group_recheck(struct hp_group *g);
-bool hp_group_owns_pid(const struct hp_group *g, pid_t pid);
+/* A zombie the sweep found: if it is a worker of g that has not been
+ * reaped yet, reaps it (its exit is handled) and returns true. */
+bool hp_group_reap_pid(struct hp_group *g, pid_t pid);
 
 /* What hp_spawn starts: file is searched in PATH like execvp's; the
  * child's stdout and stderr become stdout_fd and stderr_fd, its stdin is
@@ -30,22 +36,103 @@ struct hp_spawn_options {
         char *const *envp;
         int stdout_fd;
         int stderr_fd;
+        int cgroup_fd; /* cloned into this cgroup (CLONE_INTO_CGROUP); -1 */
 };
 
 /* Starts a process in its own session, with every signal at its default
  * action and none blocked, and PR_SET_PDEATHSIG SIGKILL. Returns 0 with
  * its pid and a pidfd (close-on-exec) once it has exec'd, or -errno from
  * the clone, from a step before the exec, or from the exec itself (the
- * child is then reaped already). */
+ * child is then reaped already). *pid is set when the exec itself
+ * failed, and 0 when no process got that far. */
 int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid, int *pidfd);
+/* Whether hp_spawn can clone into a cgroup on this architecture. */
+bool hp_spawn_can_join_cgroup(void);
+/* Clones a child that exits at once into the cgroup: 0 if the kernel and
+ * any seccomp filter allow it, else -errno. */
+int hp_spawn_probe(int cgroup_fd);
 /* 1 and the status once the process has exited (reaped), 0 while it runs,
  * or -errno. exit_status is the exit code, term_signal the signal that
  * killed it (0 when it exited). */
 int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
 
-/* Called by the group after each process exit: reap orphans now that the
- * group has reaped its child. */
+/* Called by the group after a worker exit: reaps what else exited and
+ * checks whether the group is over. */
 void hp_agent__process_exited(struct hp_agent *agent);
+
+/* Reaps every exited child: a worker through its group (reap_managed
+ * returns true for those), anything else (an orphan reparented to the
+ * subreaper) here. Returns how many orphans were reaped. */
+int hp_reaper_sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx);
+
+/* ---- Processes in /proc (reaper.c) ---- */
+
+struct hp_proc {
+        pid_t pid;
+        pid_t ppid;
+        pid_t pgid;
+        char state; /* R, S, D, Z... */
+        char comm[16];
+};
+
+/* A growable list; zero-initialise, then hp_procs_free. */
+struct hp_procs {
+        struct hp_proc *items;
+        size_t count;
+        size_t cap;
+};
+
+/* Reads /proc/PID/stat: 0, or -ESRCH when it is gone. */
+int hp_proc_read(pid_t pid, struct hp_proc *p);
+/* Not a zombie. */
+bool hp_proc_live(const struct hp_proc *p);
+int hp_procs_push(struct hp_procs *list, const struct hp_proc *p);
+void hp_procs_free(struct hp_procs *list);
+/* Every live descendant of this process. */
+int hp_proc_descendants(struct hp_procs *out);
+/* Up to max processes (not this one) that have the pipe with this inode
+ * open: how many were found, or -errno. */
+int hp_proc_pipe_holders(ino_t ino, pid_t *pids, size_t max);
+/* Sends sig to every live descendant of this process, looking again
+ * after SIGKILL until none is left; warn logs each one. Returns how many
+ * were signalled, or -errno. */
+int hp_proc_kill_descendants(int sig, bool warn);
+
+/* ---- Each group's processes (scope.c) ---- */
+
+/* Makes D/hyperpodrun.<pid> when use_cgroup and the cgroup v2 hierarchy
+ * allows it; otherwise (logged at debug level) r->dirfd stays -1. */
+void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup);
+/* Removes the directory (the groups' are gone by then). */
+void hp_scope_root_close(struct hp_scope_root *r);
+/* The group's cgroup root/name when the root has a cgroup, else the
+ * agent's descendants. */
+void hp_scope_open(struct hp_scope_root *r, struct hp_scope *s,
+                   const char *name);
+void hp_scope_close(struct hp_scope *s);
+/* The live processes of the scope. */
+int hp_scope_list(const struct hp_scope *s, struct hp_procs *out);
+/* SIGKILL to all of them: cgroup.kill, or one by one. */
+void hp_scope_kill(const struct hp_scope *s);
+
+/* ---- The watcher (watcher.c) ---- */
+
+/* Forks it (before any thread exists); cgroup_path: the scope root's
+ * directory, "" for none. Nothing is started as PID 1, whose death the
+ * kernel answers by killing its whole PID namespace. */
+int hp_watcher_start(struct hp_watcher *w, const char *cgroup_path);
+/* The workers' process groups, to kill if the agent dies. */
+void hp_watcher_add(struct hp_watcher *w, const pid_t *pgids, size_t count);
+/* The group is over: forget its process groups. */
+void hp_watcher_forget(struct hp_watcher *w);
+/* The agent exits normally: tells it to quit and reaps it. */
+void hp_watcher_stop(struct hp_watcher *w);
+
+/* Why a worker never ran, naming the path and the error: "cannot create
+ * its log directory '/logs/.../attempt_0/3': no space left on device
+ * (ENOSPC)". */
+void hp_worker_start_failure(const struct hp_worker *w, char *buf,
+                             size_t len);
 
 /* The line listener for a worker's stdout, or NULL when no rule watches
  * that stage's rank. */

@@ -54,6 +54,9 @@ SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}
 
 
 def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "soak: a long run that the suite still runs (about a "
+        "minute at most)")
     if not os.access(HYPERPODRUN, os.X_OK):
         raise pytest.UsageError(
             f"hyperpodrun binary not found at {HYPERPODRUN}; "

@@ -27,7 +27,8 @@ class Agent:
     """One hyperpodrun in operator mode, and an HTTP client for it."""
 
     def __init__(self, hpr, tmp_path, args=(), env=None, name="agent",
-                 nproc=2, script=None, resource_dir=None, rdzv_conf=""):
+                 nproc=2, script=None, resource_dir=None, rdzv_conf="",
+                 wrapper=()):
         self.dir = tmp_path / name
         self.dir.mkdir(exist_ok=True)
         self.work = self.dir / "work"
@@ -41,7 +42,7 @@ class Agent:
              f"resource_config_dir={self.resource_dir}{rdzv_conf}",
              "--nproc-per-node", nproc, "--tee", "3", *args,
              script or helper("op_worker.py")],
-            env=full_env, log_dir=False)
+            env=full_env, log_dir=False, wrapper=wrapper)
 
         def listening():
             if self.proc.poll() is not None:

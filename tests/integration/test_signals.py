@@ -187,9 +187,12 @@ def test_orphans_are_reaped(hpr, tmp_path):
 
 
 def test_setsid_daemon_killed_at_end(hpr, tmp_path):
+    """The daemon ignores SIGTERM: it is killed at the stage's end, after
+    --shutdown-timeout."""
     out = tmp_path / "d"
     out.mkdir()
-    proc = hpr.start(["--standalone", "--tee", "3", helper("daemonize.py"), out])
+    proc = hpr.start(["--standalone", "--tee", "3", "--shutdown-timeout", 1,
+                      helper("daemonize.py"), out])
     r = proc.wait(20)
     assert r.rc == 0, r.describe()
     daemon = int((out / "daemon").read_text())
