@@ -21,6 +21,13 @@ enum hp_rdzv_backend {
 };
 
 /* Bits of -r/--redirects and -t/--tee. */
+/* What a node fault asks Slurm for besides stopping (--node-fault-action). */
+enum hp_node_fault_action {
+        HP_NODE_FAULT_NONE = 0,
+        HP_NODE_FAULT_REBOOT, /* scontrol ... reason="Action:Reboot" */
+        HP_NODE_FAULT_REPLACE, /* scontrol ... reason="Action:Replace" */
+};
+
 /* What a hang report collects (--hang-dump). */
 enum hp_hang_dump {
         HP_HANG_DUMP_OFF = 0,
@@ -98,6 +105,12 @@ struct hp_config {
         /* log monitoring */
         const char *log_monitoring_config; /* rules file, or NULL */
         bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
+
+        /* node health: kernel log rules (NPD kernel-monitor configs) */
+        const char *node_problem_config; /* FILE[,FILE...], or NULL */
+        const char *kmsg;                /* --kmsg, or "/dev/kmsg" */
+        bool kmsg_given;
+        enum hp_node_fault_action node_fault_action;
 
         /* --replay: run nothing, replay a recorded log through the rules */
         const char *replay_log;     /* a file or "-", or NULL */

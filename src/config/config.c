@@ -61,6 +61,7 @@ static void config_defaults(struct hp_config *cfg)
         cfg->shutdown_timeout_ms = 15000;
         cfg->hang_dump = HP_HANG_DUMP_STACKS;
         cfg->hang_dump_timeout_ms = 3000;
+        cfg->kmsg = "/dev/kmsg";
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -405,6 +406,43 @@ static int parse_choice(const struct raw_value *v, const char *const *choices,
         }
         ERR("invalid value '%s' for %s: expected one of %s", v->text,
             v->source, list);
+}
+
+/* --node-problem-config and the flags that only mean something with it. */
+static int convert_node_health(struct hp_config *cfg,
+                               const struct raw_value *raw, char *errbuf,
+                               size_t errlen)
+{
+        static const char *const actions[] = { "none", "reboot", "replace" };
+        const struct raw_value *conf = &raw[HP_OPT_NODE_PROBLEM_CONFIG];
+        const struct raw_value *kmsg = &raw[HP_OPT_KMSG];
+        const struct raw_value *action = &raw[HP_OPT_NODE_FAULT_ACTION];
+        int index, r;
+
+        if (conf->text != NULL) {
+                if (conf->text[0] == '\0')
+                        ERR("empty value for %s (node-problem-detector "
+                            "kernel monitor configs, comma-separated)",
+                            conf->source);
+                cfg->node_problem_config = conf->text;
+        }
+        if (kmsg->text != NULL) {
+                if (kmsg->text[0] == '\0')
+                        ERR("empty value for %s", kmsg->source);
+                if (conf->text == NULL)
+                        ERR("%s was given without --node-problem-config, the "
+                            "rules to read it with", kmsg->source);
+                cfg->kmsg = kmsg->text;
+                cfg->kmsg_given = true;
+        }
+        if (action->text != NULL) {
+                r = parse_choice(action, actions, HP_ARRAY_SIZE(actions),
+                                 &index, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                cfg->node_fault_action = (enum hp_node_fault_action)index;
+        }
+        return 0;
 }
 
 /* --replay and its companions. Launch options are still checked but
@@ -826,6 +864,9 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                             v->source);
         }
 
+        r = convert_node_health(cfg, raw, errbuf, errlen);
+        if (r < 0)
+                return r;
         r = convert_replay(cfg, raw, errbuf, errlen);
         if (r < 0)
                 return r;

@@ -57,6 +57,9 @@
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
         XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
         XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
+        XX(NODE_PROBLEM_CONFIG, "node-problem-config", 0, 1, NULL)           \
+        XX(KMSG, "kmsg", 0, 1, NULL)                                          \
+        XX(NODE_FAULT_ACTION, "node-fault-action", 0, 1, NULL)               \
         XX(REPLAY, "replay", 0, 1, NULL)                                      \
         XX(REPLAY_RATE, "replay-rate", 0, 1, NULL)                            \
         XX(EXPECT, "expect", 0, 1, NULL)                                      \

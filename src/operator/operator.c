@@ -106,6 +106,8 @@ static void fault(struct hp_operator *op, const char *reason,
         }
 }
 
+static void node_fault(struct hp_agent *a, void *ctx);
+
 static void start_workers(struct hp_operator *op)
 {
         struct hp_rdzv_info round;
@@ -128,6 +130,9 @@ static void start_workers(struct hp_operator *op)
                 return;
         }
         op->attempts_started++;
+        /* A node that already faulted cannot run the job. */
+        if (op->agent->health.fault[0] != '\0')
+                node_fault(op->agent, op);
 }
 
 static void next_stage(struct hp_operator *op)
@@ -330,10 +335,29 @@ static void rule_verdict(struct hp_agent *a, void *ctx)
         fault(op, a->verdict, msg);
 }
 
+/* Distinct from WorkerCrash and the log rules' reasons: the operator can
+ * replace the node instead of restarting the job in place on it. */
+static void node_fault(struct hp_agent *a, void *ctx)
+{
+        struct hp_operator *op = ctx;
+        char msg[HP_OP_MESSAGE_MAX];
+
+        if (op->plr.state != HP_OP_RUNNING)
+                return; /* reported when the next /start runs */
+        snprintf(msg, sizeof(msg),
+                 "The kernel log reports a hardware fault on this node "
+                 "(%s): %s",
+                 a->cfg->kmsg, a->health.fault_line);
+        op->last_detection_latency_s = (double)wall_us() / 1e6 -
+                                       a->health.fault_wall;
+        fault(op, a->health.fault, msg);
+}
+
 static const struct hp_agent_events events = {
         .stage_ended = stage_ended,
         .rule_verdict = rule_verdict,
         .worker_failed = worker_failed,
+        .node_fault = node_fault,
 };
 
 /* ---- Startup ---- */

@@ -119,6 +119,13 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
                 return;
         }
 
+        /* A node fault stopped the group: no restart on this node. */
+        if (a->health.fault[0] != '\0' && !a->received_signal) {
+                hp_group_release(g);
+                hp_agent__health_finish(a);
+                return;
+        }
+
         /* A rule verdict stopped the group: the attempt failed, whatever
          * the workers' exit statuses say (we killed them). */
         if (a->verdict[0] != '\0' && !a->received_signal) {
@@ -498,15 +505,19 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_agent__monitors_init(a, errbuf, errlen);
         if (r == 0)
                 r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
+        if (r == 0)
+                r = hp_agent__health_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
@@ -535,6 +546,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
@@ -566,6 +578,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
+        hp_agent__health_close(a);
         hp_ipc_server_close(&a->ipc);
         hp_forensics_close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
@@ -604,6 +617,7 @@ void hp_agent_close(struct hp_agent *a)
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
         hp_ipc_server_close(&a->ipc);
+        hp_agent__health_close(a);
         hp_forensics_close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);
