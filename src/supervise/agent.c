@@ -57,6 +57,9 @@ static bool is_managed(pid_t pid, void *ctx)
 {
         const struct hp_agent *a = ctx;
 
+        /* --node-fault-action's scontrol is libuv's to reap. */
+        if (a->health.action_running && a->health.action_proc.pid == pid)
+                return true;
         return a->group_active && hp_group_owns_pid(&a->group, pid);
 }
 

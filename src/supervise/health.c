@@ -7,6 +7,7 @@
  * to reboot or replace the node through scontrol.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,14 @@ static void action_timeout_cb(uv_timer_t *timer)
 
         /* Marked so the exit callback can say why it was killed. */
         snprintf(h->action_result, sizeof(h->action_result), "timed out");
-        uv_process_kill(&h->action_proc, SIGKILL);
+        if (uv_process_kill(&h->action_proc, SIGKILL) < 0) {
+                /* Gone without an exit seen: end the wait all the same. */
+                hp_log_error("--node-fault-action: scontrol timed out after "
+                             "%.3g s",
+                             (double)h->agent->rdzv.opt.scontrol_timeout_ms /
+                                     1000.0);
+                uv_close((uv_handle_t *)&h->action_proc, action_closed_cb);
+        }
 }
 
 /* scontrol update nodename=NODE state=fail reason="Action:Replace": what

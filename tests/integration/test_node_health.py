@@ -269,3 +269,40 @@ def test_dev_kmsg_self_driven(hpr, tmp_path, marker, line, reason):
     assert f"{reason}: the kernel log reports a hardware fault" in r.err
     assert f"{marker} after" in r.err
     assert f"{marker} before" not in r.err
+
+
+@pytest.mark.parametrize("mode,said", [
+    ("fail", "--node-fault-action: scontrol failed with exit status 3"),
+    ("hang", "--node-fault-action: scontrol was killed by SIGKILL (timed out)"),
+])
+def test_node_fault_action_failure_is_reported(hpr, tmp_path, mode, said):
+    """An scontrol that fails or hangs: the failure is logged as one, the
+    hang is cut at scontrol_timeout, and the node fault still ends the run
+    with its own status. (The real scontrol is in test_slurm.py.)"""
+    calls = tmp_path / "calls"
+    scontrol = write_exec(tmp_path / "scontrol", f"""#!/bin/sh
+echo "$@" >> {calls}
+[ "$1" = update ] || exit 1
+[ {mode} = hang ] && exec sleep 60
+exit 3
+""")
+    env = {"SLURM_JOB_ID": 4242, "SLURM_JOBID": 4242, "SLURM_NNODES": 1,
+           "SLURM_JOB_NUM_NODES": 1, "SLURM_JOB_NODELIST": "127.0.0.1",
+           "SLURM_NODELIST": "127.0.0.1", "SLURM_STEP_NUM_NODES": 1,
+           "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NODEID": 0,
+           "SLURMD_NODENAME": "127.0.0.1", "SLURM_PROCID": 0,
+           "SLURM_LOCALID": 0}
+    fifo = Fifo(tmp_path / "kmsg")
+    script, work = worker(tmp_path)
+    proc = hpr.start(["--rdzv-backend", "slurm", "--rdzv-conf",
+                      f"scontrol={scontrol},scontrol_timeout=1",
+                      "--nproc-per-node", 1, "--node-problem-config", NEURON,
+                      "--kmsg", fifo.path, "--node-fault-action", "reboot",
+                      script, work], env=env)
+    wait_for_files([work / "started0"], proc=proc)
+    fifo.write(record(DMA))
+    r = proc.wait(30)
+    assert r.rc == NODE_FAULT_EXIT, r.describe()
+    assert said in r.err, r.err
+    assert "update nodename=127.0.0.1 state=fail reason=Action:Reboot" \
+        in calls.read_text()
