@@ -111,6 +111,12 @@ struct hp_config {
         const char *kmsg;                /* --kmsg, or "/dev/kmsg" */
         bool kmsg_given;
         enum hp_node_fault_action node_fault_action;
+        /* --preflight nccl: an all-reduce over the node's GPUs first */
+        bool preflight_nccl;
+        double preflight_min_busbw;      /* GB/s, 0: no floor */
+        uint64_t preflight_max_bytes;
+        uint64_t preflight_timeout_ms;
+        const char *preflight_library;   /* test hook, or NULL */
 
         /* --replay: run nothing, replay a recorded log through the rules */
         const char *replay_log;     /* a file or "-", or NULL */

@@ -12,6 +12,7 @@
 #include "hyperpod/config.h"
 #include "hyperpod/ipc.h"
 #include "hyperpod/kmsg.h"
+#include "hyperpod/preflight.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
@@ -238,6 +239,8 @@ struct hp_agent_events {
          * ("NodeFault_<reason>"), a->health.fault_line is the kernel's
          * line. The workers keep running. */
         void (*node_fault)(struct hp_agent *a, void *ctx);
+        /* --preflight passed: workers may start. */
+        void (*preflight_passed)(struct hp_agent *a, void *ctx);
 };
 
 /* ---- Node health (health.c): the kernel log and what a fault does ---- */
@@ -257,6 +260,11 @@ struct hp_node_health {
         bool action_timer_ready;
         bool finish_pending;    /* exit once the action has ended */
         char action_result[256]; /* "" until it ran */
+        /* --preflight nccl */
+        struct hp_preflight preflight;
+        bool preflight_running;
+        bool preflight_finished;
+        struct hp_preflight_result preflight_result;
 };
 
 /* Exit status of a self-driven run stopped by a node fault. */
@@ -373,6 +381,12 @@ int hp_agent_failure_message(const struct hp_agent *agent,
                              const struct hp_group *g, char *buf, size_t len);
 /* The exit status the group's first failure asks for. */
 int hp_agent_failure_exit_code(const struct hp_group *g);
+
+/* Operator mode: starts --preflight nccl; workers wait for it
+ * (hp_agent_preflight_pending). Returns 0, or an error in errbuf. */
+int hp_agent_preflight_start(struct hp_agent *agent, char *errbuf,
+                             size_t len);
+bool hp_agent_preflight_pending(const struct hp_agent *agent);
 
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);

@@ -62,6 +62,8 @@ static void config_defaults(struct hp_config *cfg)
         cfg->hang_dump = HP_HANG_DUMP_STACKS;
         cfg->hang_dump_timeout_ms = 3000;
         cfg->kmsg = "/dev/kmsg";
+        cfg->preflight_max_bytes = 64u << 20;
+        cfg->preflight_timeout_ms = 120000;
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -408,6 +410,65 @@ static int parse_choice(const struct raw_value *v, const char *const *choices,
             v->source, list);
 }
 
+/* --preflight and its companions, which need it. */
+static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
+                             char *errbuf, size_t errlen)
+{
+        static const char *const kinds[] = { "none", "nccl" };
+        static const enum hp_option_id needs[] = {
+                HP_OPT_PREFLIGHT_MIN_BUSBW, HP_OPT_PREFLIGHT_MAX_BYTES,
+                HP_OPT_PREFLIGHT_TIMEOUT, HP_OPT_PREFLIGHT_LIBRARY,
+        };
+        const struct raw_value *v;
+        int index = 0, r;
+
+        if (raw[HP_OPT_PREFLIGHT].text != NULL) {
+                r = parse_choice(&raw[HP_OPT_PREFLIGHT], kinds,
+                                 HP_ARRAY_SIZE(kinds), &index, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        cfg->preflight_nccl = index == 1;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(needs); i++)
+                if (raw[needs[i]].text != NULL && !cfg->preflight_nccl)
+                        ERR("%s was given without --preflight nccl",
+                            raw[needs[i]].source);
+        v = &raw[HP_OPT_PREFLIGHT_MIN_BUSBW];
+        if (v->text != NULL) {
+                char *end;
+                errno = 0;
+                cfg->preflight_min_busbw = strtod(v->text, &end);
+                if (errno || end == v->text || *end != '\0' ||
+                    !(cfg->preflight_min_busbw >= 0) ||
+                    cfg->preflight_min_busbw > 1e6)
+                        ERR("invalid value '%s' for %s: expected GB/s, a "
+                            "number from 0 to 1000000",
+                            v->text, v->source);
+        }
+        v = &raw[HP_OPT_PREFLIGHT_MAX_BYTES];
+        if (v->text != NULL &&
+            (hp_parse_u64(v->text, 1ull << 40, &cfg->preflight_max_bytes) < 0 ||
+             cfg->preflight_max_bytes < 4))
+                ERR("invalid value '%s' for %s: expected bytes, 4 to 2^40",
+                    v->text, v->source);
+        if (raw[HP_OPT_PREFLIGHT_TIMEOUT].text != NULL) {
+                r = parse_seconds(&raw[HP_OPT_PREFLIGHT_TIMEOUT],
+                                  &cfg->preflight_timeout_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                if (cfg->preflight_timeout_ms == 0)
+                        ERR("invalid value '0' for %s: the check needs some "
+                            "time", raw[HP_OPT_PREFLIGHT_TIMEOUT].source);
+        }
+        v = &raw[HP_OPT_PREFLIGHT_LIBRARY];
+        if (v->text != NULL) {
+                if (v->text[0] == '\0')
+                        ERR("empty value for %s", v->source);
+                cfg->preflight_library = v->text;
+        }
+        return 0;
+}
+
 /* --node-problem-config and the flags that only mean something with it. */
 static int convert_node_health(struct hp_config *cfg,
                                const struct raw_value *raw, char *errbuf,
@@ -442,7 +503,7 @@ static int convert_node_health(struct hp_config *cfg,
                         return r;
                 cfg->node_fault_action = (enum hp_node_fault_action)index;
         }
-        return 0;
+        return convert_preflight(cfg, raw, errbuf, errlen);
 }
 
 /* --replay and its companions. Launch options are still checked but

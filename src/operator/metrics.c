@@ -221,6 +221,41 @@ static void node_health(FILE *f, const struct hp_agent *a)
                 (unsigned long long)old);
 }
 
+/* --preflight nccl's figures, once it has run. */
+static void preflight(FILE *f, const struct hp_agent *a)
+{
+        const struct hp_preflight_result *r = &a->health.preflight_result;
+
+        if (!a->health.preflight_finished)
+                return;
+        family(f, "hyperpodrun_preflight_passed", "gauge",
+               "1 when the NCCL pre-flight all-reduce passed, 0 when not.");
+        fprintf(f, "hyperpodrun_preflight_passed %d\n", r->passed);
+        family(f, "hyperpodrun_preflight_gpus", "gauge",
+               "GPUs in the pre-flight communicator.");
+        fprintf(f, "hyperpodrun_preflight_gpus %d\n", r->gpus);
+        family(f, "hyperpodrun_preflight_busbw_gbps", "gauge",
+               "Pre-flight all-reduce bus bandwidth in GB/s, by size "
+               "(bytes); without a size, the best.");
+        fprintf(f, "hyperpodrun_preflight_busbw_gbps %.3f\n", r->busbw);
+        for (size_t i = 0; i < r->nsizes; i++)
+                fprintf(f,
+                        "hyperpodrun_preflight_busbw_gbps{bytes=\"%llu\"} "
+                        "%.3f\n",
+                        (unsigned long long)r->sizes[i].bytes,
+                        r->sizes[i].busbw);
+        family(f, "hyperpodrun_preflight_algbw_gbps", "gauge",
+               "Pre-flight all-reduce algorithm bandwidth in GB/s, by size; "
+               "without a size, the best size's.");
+        fprintf(f, "hyperpodrun_preflight_algbw_gbps %.3f\n", r->algbw);
+        for (size_t i = 0; i < r->nsizes; i++)
+                fprintf(f,
+                        "hyperpodrun_preflight_algbw_gbps{bytes=\"%llu\"} "
+                        "%.3f\n",
+                        (unsigned long long)r->sizes[i].bytes,
+                        r->sizes[i].algbw);
+}
+
 static uint64_t console_dropped(struct hp_console *con)
 {
         uint64_t n;
@@ -297,6 +332,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 (unsigned long long)console_dropped(&a->console_err));
         ipc(f, a);
         node_health(f, a);
+        preflight(f, a);
         family(f, "hyperpodrun_http_requests_total", "counter",
                "Requests answered by the control API, by status class.");
         fprintf(f, "hyperpodrun_http_requests_total{code=\"2xx\"} %llu\n",

@@ -57,8 +57,12 @@ static bool is_managed(pid_t pid, void *ctx)
 {
         const struct hp_agent *a = ctx;
 
-        /* --node-fault-action's scontrol is libuv's to reap. */
+        /* --node-fault-action's scontrol and the pre-flight check are
+         * libuv's to reap. */
         if (a->health.action_running && a->health.action_proc.pid == pid)
+                return true;
+        if (a->health.preflight_running &&
+            a->health.preflight.proc.pid == pid)
                 return true;
         return a->group_active && hp_group_owns_pid(&a->group, pid);
 }
@@ -589,10 +593,27 @@ err:
         return r;
 }
 
+void hp_agent__preflight_passed(struct hp_agent *a)
+{
+        if (a->events != NULL) {
+                if (a->events->preflight_passed != NULL)
+                        a->events->preflight_passed(a, a->events_ctx);
+                return;
+        }
+        start_attempt(a);
+}
+
 int hp_agent_run(struct hp_agent *a)
 {
+        char err[1024];
+
         a->state = HP_AGENT_RUNNING;
-        start_attempt(a);
+        if (!a->cfg->preflight_nccl)
+                start_attempt(a);
+        else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
+                hp_log_error("--preflight nccl: %s", err);
+                finish(a, 2);
+        }
         if (a->state != HP_AGENT_FINISHED)
                 uv_run(a->loop, UV_RUN_DEFAULT);
         return a->exit_code;

@@ -150,6 +150,8 @@ static void start_action(struct hp_node_health *h)
                        a->rdzv.opt.scontrol_timeout_ms, 0);
 }
 
+static void node_faulted(struct hp_node_health *h);
+
 static void hit_cb(struct kmsg_watch *w, size_t config,
                    const struct kmsg_hit *hit)
 {
@@ -157,7 +159,6 @@ static void hit_cb(struct kmsg_watch *w, size_t config,
                 (struct hp_node_health *)((char *)w -
                                           offsetof(struct hp_node_health,
                                                    watch));
-        struct hp_agent *a = h->agent;
 
         if (hit->type == KMSG_TEMPORARY) {
                 h->temporary++;
@@ -178,15 +179,24 @@ static void hit_cb(struct kmsg_watch *w, size_t config,
         hp_log_error("%s: the kernel log reports a hardware fault on this "
                      "node (condition %s): %s",
                      h->fault, hit->condition, hit->message);
+        node_faulted(h);
+}
+
+/* What a node fault does, whoever found it. */
+static void node_faulted(struct hp_node_health *h)
+{
+        struct hp_agent *a = h->agent;
+
         start_action(h);
         if (a->events != NULL) {
                 if (a->events->node_fault != NULL)
                         a->events->node_fault(a, a->events_ctx);
                 return;
         }
-        hp_log_error("%s: stopping the workers; no restart on this node "
-                     "(exit status %d)",
-                     h->fault, HP_EXIT_NODE_FAULT);
+        hp_log_error("%s: %sno restart on this node (exit status %d)",
+                     h->fault,
+                     a->group_active ? "stopping the workers; " : "",
+                     HP_EXIT_NODE_FAULT);
         if (a->group_active) {
                 a->group.stop_requested = true;
                 if (!a->group.stopping)
@@ -205,6 +215,82 @@ void hp_agent__health_finish(struct hp_agent *a)
                 h->finish_pending = true;
         else
                 hp_agent_finish(a, HP_EXIT_NODE_FAULT);
+}
+
+static void preflight_cb(struct hp_preflight *pf,
+                         const struct hp_preflight_result *res)
+{
+        struct hp_node_health *h =
+                (struct hp_node_health *)((char *)pf -
+                                          offsetof(struct hp_node_health,
+                                                   preflight));
+        struct hp_agent *a = h->agent;
+
+        h->preflight_running = false;
+        h->preflight_finished = true;
+        h->preflight_result = *res;
+        if (a->state == HP_AGENT_FINISHED)
+                return;
+        for (size_t i = 0; i < res->nsizes; i++)
+                hp_log_info("preflight: all-reduce of %llu bytes: %.1f us, "
+                            "%.3f GB/s algorithm, %.3f GB/s bus bandwidth",
+                            (unsigned long long)res->sizes[i].bytes,
+                            res->sizes[i].time_us, res->sizes[i].algbw,
+                            res->sizes[i].busbw);
+        if (res->passed) {
+                hp_log_info("preflight passed: %s", res->reason);
+                hp_agent__preflight_passed(a);
+                return;
+        }
+        if (res->unavailable && a->events == NULL) {
+                /* Not the node's fault: the image lacks the libraries. */
+                hp_log_error("--preflight nccl: %s", res->reason);
+                hp_agent_finish(a, 2);
+                return;
+        }
+        if (h->fault[0] != '\0')
+                return;
+        snprintf(h->fault, sizeof(h->fault), "NodeFault_NCCLPreflight");
+        snprintf(h->fault_line, sizeof(h->fault_line), "%s", res->reason);
+        h->fault_wall = wall_now();
+        hp_log_error("%s: %s", h->fault, res->reason);
+        node_faulted(h);
+}
+
+int hp_agent_preflight_start(struct hp_agent *a, char *errbuf, size_t len)
+{
+        struct hp_node_health *h = &a->health;
+        const struct hp_config *cfg = a->cfg;
+        struct hp_preflight_opts opts;
+        char helper[4096];
+        int r;
+
+        h->agent = a;
+        r = hp_preflight_find_helper(helper, sizeof(helper), errbuf, len);
+        if (r < 0)
+                return r;
+        opts.helper = helper;
+        opts.library = cfg->preflight_library;
+        opts.max_bytes = cfg->preflight_max_bytes;
+        opts.min_busbw = cfg->preflight_min_busbw;
+        opts.timeout_ms = cfg->preflight_timeout_ms;
+        r = hp_preflight_start(&h->preflight, a->loop, &opts, preflight_cb,
+                               errbuf, len);
+        if (r < 0)
+                return r;
+        h->preflight_running = true;
+        hp_log_info("preflight: NCCL all-reduce over this node's GPUs, up to "
+                    "%llu bytes, at most %.3g s%s%s",
+                    (unsigned long long)opts.max_bytes,
+                    (double)opts.timeout_ms / 1000.0,
+                    opts.library ? ", with " : "",
+                    opts.library ? opts.library : "");
+        return 0;
+}
+
+bool hp_agent_preflight_pending(const struct hp_agent *a)
+{
+        return a->cfg->preflight_nccl && !a->health.preflight_finished;
 }
 
 /* Splits "A,B" into the configs, each loaded and checked. */
@@ -284,6 +370,8 @@ void hp_agent__health_close(struct hp_agent *a)
         if (h->watching)
                 kmsg_watch_close(&h->watch);
         h->watching = false;
+        if (h->preflight_running)
+                hp_preflight_cancel(&h->preflight);
         if (h->action_running) {
                 uv_timer_stop(&h->action_timer);
                 uv_process_kill(&h->action_proc, SIGKILL);

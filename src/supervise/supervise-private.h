@@ -103,6 +103,8 @@ void hp_agent__health_close(struct hp_agent *a);
 /* Ends a self-driven run stopped by a node fault, once --node-fault-action
  * has ended. */
 void hp_agent__health_finish(struct hp_agent *a);
+/* --preflight nccl passed: the first attempt may start. */
+void hp_agent__preflight_passed(struct hp_agent *a);
 
 /* Exit status when a log rule stopped the job and no restart was left
  * (timeout(1)'s status: most verdicts are hangs). */

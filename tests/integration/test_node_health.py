@@ -306,3 +306,90 @@ exit 3
     assert said in r.err, r.err
     assert "update nodename=127.0.0.1 state=fail reason=Action:Reboot" \
         in calls.read_text()
+
+
+# ---- --preflight nccl, with the stand-in library --------------------------
+#
+# No GPU here: the all-reduce runs against libnccl-double.so, a test double
+# for libnccl and libcudart (tests/fakes/), through --preflight-library.
+
+from conftest import HYPERPODRUN  # noqa: E402
+
+NCCL_DOUBLE = os.environ.get("HYPERPODRUN_NCCL_DOUBLE") or str(
+    Path(HYPERPODRUN).resolve().parents[2] / "tests" / "libnccl-double.so")
+PREFLIGHT_FAULT = "NodeFault_NCCLPreflight"
+
+
+def preflight_args(*extra, library=None):
+    return ["--preflight", "nccl", "--preflight-library",
+            library or NCCL_DOUBLE, "--preflight-max-bytes", 1048576, *extra]
+
+
+def run_preflight(hpr, tmp_path, mode, *extra, library=None):
+    script, work = worker(tmp_path)
+    (work / "go").touch()
+    r = hpr.run(["--standalone", "--nproc-per-node", 2,
+                 *preflight_args(*extra, library=library), script, work],
+                env={"NCCL_DOUBLE_MODE": mode}, timeout=60)
+    return r, work
+
+
+def test_preflight_passes_and_workers_start(hpr, tmp_path):
+    if not Path(NCCL_DOUBLE).exists():
+        pytest.fail(f"{NCCL_DOUBLE} is not built (ninja -C build)")
+    r, work = run_preflight(hpr, tmp_path, "ok", "--preflight-min-busbw", 1)
+    assert r.rc == 0, r.describe()
+    assert re.search(r"preflight: all-reduce of 1048576 bytes: [\d.]+ us, "
+                     r"[\d.]+ GB/s algorithm, [\d.]+ GB/s bus bandwidth", r.err)
+    assert "preflight passed: NCCL all-reduce over 2 GPUs" in r.err
+    assert (work / "started0").exists() and (work / "started1").exists()
+    # The check ran before the first stage.
+    assert r.err.index("preflight passed") < r.err.index("attempt 0:")
+
+
+@pytest.mark.parametrize("mode,extra,said", [
+    ("fail", (), "the NCCL all-reduce failed: ncclAllReduce: unhandled "
+                 "system error (libnccl-double)"),
+    ("hang", ("--preflight-timeout", "1"),
+     "the NCCL all-reduce did not finish within 1 s (--preflight-timeout) "
+     "and measured nothing"),
+    ("slow", ("--preflight-min-busbw", "5"),
+     "reached 0.0"),
+    ("nogpu", (), "no GPU visible"),
+])
+def test_preflight_failure_is_a_node_fault(hpr, tmp_path, mode, extra, said):
+    r, work = run_preflight(hpr, tmp_path, mode, *extra)
+    assert r.rc == NODE_FAULT_EXIT, r.describe()
+    assert f"{PREFLIGHT_FAULT}: " in r.err
+    assert said in r.err, r.err
+    # No worker ever started on the node.
+    assert not (work / "started0").exists()
+    assert "attempt 0:" not in r.err
+
+
+def test_preflight_missing_library_is_named(hpr, tmp_path):
+    missing = tmp_path / "libnccl.so.2"
+    r, work = run_preflight(hpr, tmp_path, "ok", library=missing)
+    assert r.rc == 2, r.describe()
+    assert f"--preflight nccl: cannot load {missing}" in r.err
+    assert PREFLIGHT_FAULT not in r.err
+    assert not (work / "started0").exists()
+
+
+def test_preflight_operator_sees_node_fault(hpr, tmp_path):
+    a = Agent(hpr, tmp_path, preflight_args("--preflight-min-busbw", 5),
+              env={"OPW_MODE": "wait_file", "NCCL_DOUBLE_MODE": "slow"})
+    a.start()
+    st = a.wait_status("faulted")
+    assert st["reason"] == PREFLIGHT_FAULT
+    assert "under --preflight-min-busbw 5.000" in st["message"]
+    code, _, body = a.request("GET", "/metrics")
+    m = body.decode()
+    assert "hyperpodrun_preflight_passed 0" in m
+    assert 'hyperpodrun_preflight_busbw_gbps{bytes="1048576"}' in m
+    assert not list(a.work.glob("rank*.json")), "a worker started"
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    a.wait_status("ready")
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
