@@ -393,3 +393,46 @@ def test_preflight_operator_sees_node_fault(hpr, tmp_path):
     a.wait_status("ready")
     r = a.shutdown()
     assert r.rc == 0, r.describe()
+
+
+def test_operator_fault_before_start(hpr, tmp_path):
+    """A fault read while READY: the next /start starts no worker and says
+    FAULTED with the node fault at once."""
+    fifo = Fifo(tmp_path / "kmsg")
+    a = Agent(hpr, tmp_path, ["--node-problem-config", str(NEURON),
+                              "--kmsg", fifo.path],
+              env={"OPW_MODE": "wait_file"})
+    fifo.write(record(DMA))
+
+    def counted():
+        _, _, body = a.request("GET", "/metrics")
+        return 'problem_counter{reason="NeuronHasError_DMA_ERROR"} 1' in \
+            body.decode()
+    deadline_poll(counted, 15, what="the record to be read")
+    assert a.status()["status"] == "ready"
+    a.start()
+    st = a.wait_status("faulted")
+    assert st["reason"] == "NodeFault_NeuronHasError_DMA_ERROR"
+    assert DMA in st["message"]
+    assert not list(a.work.glob("rank*.json")), "a worker started"
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    a.wait_status("ready")
+    assert a.shutdown().rc == 0
+
+
+def test_operator_start_waits_for_preflight(hpr, tmp_path):
+    """A /start that comes while the check runs: the workers start once it
+    has passed."""
+    a = Agent(hpr, tmp_path, preflight_args(),
+              env={"OPW_MODE": "wait_file", "NCCL_DOUBLE_MODE": "slow"})
+    a.start()
+    deadline_poll(lambda: (a.work / "rank0-attempt0.json").exists(), 30,
+                  what="the first worker")
+    err = a.proc.console_err().decode()
+    assert "preflight passed" in err
+    code, _, body = a.request("GET", "/metrics")
+    assert "hyperpodrun_preflight_passed 1" in body.decode()
+    (a.work / "finish").touch()
+    a.wait_status("completed")
+    assert a.shutdown().rc == 0
