@@ -436,3 +436,19 @@ def test_operator_start_waits_for_preflight(hpr, tmp_path):
     (a.work / "finish").touch()
     a.wait_status("completed")
     assert a.shutdown().rc == 0
+
+
+def test_regular_file_is_tailed(hpr, tmp_path):
+    """--kmsg naming a file (a saved kernel log): read from its start,
+    records outside the window ignored, then followed as it grows."""
+    log = tmp_path / "kern.log"
+    old = boot_usec() - 600 * 1000000
+    log.write_text(record(XID79 + " old", usec=old, seq=1)
+                   + "plain text line\n")
+    proc, _ = start_self_driven(hpr, tmp_path, log, [XID])
+    with open(log, "a") as f:
+        f.write(record(XID79 + " new", seq=2))
+    r = proc.wait(30)
+    assert r.rc == NODE_FAULT_EXIT, r.describe()
+    assert r.err.count("NodeFault_Xid79FallenOffTheBus: the kernel log") == 1
+    assert f"{XID79} new" in r.err and f"{XID79} old" not in r.err
