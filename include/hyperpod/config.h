@@ -21,6 +21,13 @@ enum hp_rdzv_backend {
 };
 
 /* Bits of -r/--redirects and -t/--tee. */
+/* What a node fault asks Slurm for besides stopping (--node-fault-action). */
+enum hp_node_fault_action {
+        HP_NODE_FAULT_NONE = 0,
+        HP_NODE_FAULT_REBOOT, /* scontrol ... reason="Action:Reboot" */
+        HP_NODE_FAULT_REPLACE, /* scontrol ... reason="Action:Replace" */
+};
+
 /* What a hang report collects (--hang-dump). */
 enum hp_hang_dump {
         HP_HANG_DUMP_OFF = 0,
@@ -99,6 +106,18 @@ struct hp_config {
         /* log monitoring */
         const char *log_monitoring_config; /* rules file, or NULL */
         bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
+
+        /* node health: kernel log rules (NPD kernel-monitor configs) */
+        const char *node_problem_config; /* FILE[,FILE...], or NULL */
+        const char *kmsg;                /* --kmsg, or "/dev/kmsg" */
+        bool kmsg_given;
+        enum hp_node_fault_action node_fault_action;
+        /* --preflight nccl: an all-reduce over the node's GPUs first */
+        bool preflight_nccl;
+        double preflight_min_busbw;      /* GB/s, 0: no floor */
+        uint64_t preflight_max_bytes;
+        uint64_t preflight_timeout_ms;
+        const char *preflight_library;   /* test hook, or NULL */
 
         /* --replay: run nothing, replay a recorded log through the rules */
         const char *replay_log;     /* a file or "-", or NULL */

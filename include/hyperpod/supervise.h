@@ -11,6 +11,8 @@
 
 #include "hyperpod/config.h"
 #include "hyperpod/ipc.h"
+#include "hyperpod/kmsg.h"
+#include "hyperpod/preflight.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/rendezvous.h"
 #include "hyperpod/stream.h"
@@ -283,7 +285,40 @@ struct hp_agent_events {
          * is being stopped with --shutdown-signal. */
         void (*worker_failed)(struct hp_agent *a, const struct hp_group *g,
                               void *ctx);
+        /* A permanent kernel log rule matched: a->health.fault names it
+         * ("NodeFault_<reason>"), a->health.fault_line is the kernel's
+         * line. The workers keep running. */
+        void (*node_fault)(struct hp_agent *a, void *ctx);
+        /* --preflight passed: workers may start. */
+        void (*preflight_passed)(struct hp_agent *a, void *ctx);
 };
+
+/* ---- Node health (health.c): the kernel log and what a fault does ---- */
+
+struct hp_node_health {
+        struct hp_agent *agent;
+        struct kmsg_watch watch;
+        bool watching;
+        char fault[256];        /* "NodeFault_<reason>", or "" */
+        char fault_line[1024];  /* the kernel's line(s) */
+        double fault_wall;      /* when it was read, wall clock seconds */
+        uint64_t temporary;     /* temporary rules' hits */
+        /* --node-fault-action: scontrol, bounded by scontrol_timeout. */
+        uv_process_t action_proc;
+        uv_timer_t action_timer;
+        bool action_running;
+        bool action_timer_ready;
+        bool finish_pending;    /* exit once the action has ended */
+        char action_result[256]; /* "" until it ran */
+        /* --preflight nccl */
+        struct hp_preflight preflight;
+        bool preflight_running;
+        bool preflight_finished;
+        struct hp_preflight_result preflight_result;
+};
+
+/* Exit status of a self-driven run stopped by a node fault. */
+#define HP_EXIT_NODE_FAULT 123
 
 /* Threads the log rules may use under a flood (see ruleworker.c): one per
  * core, up to this many, and no more than the watched ranks. */
@@ -353,6 +388,7 @@ struct hp_agent {
          * progress outlives every restart of the workers. */
         struct hp_ipc_server ipc;
         struct hp_forensics forensics;          /* --hang-dump */
+        struct hp_node_health health;           /* --node-problem-config */
 };
 
 /* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it
@@ -409,6 +445,12 @@ int hp_agent_failure_message(const struct hp_agent *agent,
                              const struct hp_group *g, char *buf, size_t len);
 /* The exit status the group's first failure asks for. */
 int hp_agent_failure_exit_code(const struct hp_group *g);
+
+/* Operator mode: starts --preflight nccl; workers wait for it
+ * (hp_agent_preflight_pending). Returns 0, or an error in errbuf. */
+int hp_agent_preflight_start(struct hp_agent *agent, char *errbuf,
+                             size_t len);
+bool hp_agent_preflight_pending(const struct hp_agent *agent);
 
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);

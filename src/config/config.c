@@ -62,6 +62,9 @@ static void config_defaults(struct hp_config *cfg)
         cfg->hang_dump = HP_HANG_DUMP_STACKS;
         cfg->hang_dump_timeout_ms = 3000;
         cfg->cgroup = true;
+        cfg->kmsg = "/dev/kmsg";
+        cfg->preflight_max_bytes = 64u << 20;
+        cfg->preflight_timeout_ms = 120000;
         cfg->server_host = "0.0.0.0";
         cfg->server_port = 8080;
         cfg->server_log_level = "info";
@@ -175,6 +178,77 @@ static int count_gpus(void)
         return n;
 }
 
+/* NEURON_RT_VISIBLE_CORES: "0-3,8,10-11" counts 7. -1 when malformed. */
+static int count_core_list(const char *text)
+{
+        const char *p = text;
+        int n = 0;
+
+        while (*p) {
+                char *end;
+                long lo = strtol(p, &end, 10), hi;
+
+                if (end == p || lo < 0)
+                        return -1;
+                hi = lo;
+                p = end;
+                if (*p == '-') {
+                        hi = strtol(p + 1, &end, 10);
+                        if (end == p + 1 || hi < lo)
+                                return -1;
+                        p = end;
+                }
+                if (hi - lo + 1 > HP_MAX_NPROC - n)
+                        return HP_MAX_NPROC;
+                n += (int)(hi - lo + 1);
+                if (*p == ',')
+                        p++;
+                else if (*p != '\0')
+                        return -1;
+        }
+        return n;
+}
+
+#define NEURON_SYSFS "/sys/devices/virtual/neuron_device"
+
+/* NeuronCores: NEURON_RT_VISIBLE_CORES when set (the Neuron runtime's own
+ * narrowing), else each device's core_count under the Neuron driver's
+ * sysfs directory. Returns -1 for a malformed NEURON_RT_VISIBLE_CORES. */
+static int count_neuron_cores(void)
+{
+        const char *visible = getenv("NEURON_RT_VISIBLE_CORES");
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        if (visible != NULL && *visible != '\0')
+                return count_core_list(visible);
+        dir = opendir(NEURON_SYSFS);
+        if (dir == NULL)
+                return 0;
+        while ((de = readdir(dir)) != NULL) {
+                char path[512];
+                FILE *f;
+                int cores = 0;
+
+                if (strncmp(de->d_name, "neuron", 6) != 0)
+                        continue;
+                snprintf(path, sizeof(path), NEURON_SYSFS "/%s/core_count",
+                         de->d_name);
+                f = fopen(path, "r");
+                if (f == NULL)
+                        continue;
+                if (fscanf(f, "%d", &cores) == 1 && cores > 0 &&
+                    cores <= HP_MAX_NPROC)
+                        n += cores;
+                fclose(f);
+                if (n >= HP_MAX_NPROC)
+                        break;
+        }
+        closedir(dir);
+        return n;
+}
+
 static int count_cpus(void)
 {
         cpu_set_t set;
@@ -195,15 +269,34 @@ static int parse_nproc(const struct raw_value *v, int *out, char *errbuf,
                         ERR("%s gpu: no NVIDIA GPU found (CUDA_VISIBLE_DEVICES "
                             "and /proc/driver/nvidia/gpus are empty)",
                             v->source);
+        } else if (strcmp(v->text, "neuron") == 0) {
+                n = count_neuron_cores();
+                if (n < 0)
+                        ERR("%s neuron: NEURON_RT_VISIBLE_CORES='%s' is not a "
+                            "list of cores such as 0-3,8",
+                            v->source, getenv("NEURON_RT_VISIBLE_CORES"));
+                if (n == 0)
+                        ERR("%s neuron: no NeuronCore found "
+                            "(NEURON_RT_VISIBLE_CORES is unset and no "
+                            NEURON_SYSFS "/neuron*/core_count)",
+                            v->source);
         } else if (strcmp(v->text, "cpu") == 0) {
                 n = count_cpus();
         } else if (strcmp(v->text, "auto") == 0) {
                 n = count_gpus();
+                if (n == 0) {
+                        n = count_neuron_cores();
+                        if (n < 0)
+                                ERR("%s auto: NEURON_RT_VISIBLE_CORES='%s' "
+                                    "is not a list of cores such as 0-3,8",
+                                    v->source,
+                                    getenv("NEURON_RT_VISIBLE_CORES"));
+                }
                 if (n == 0)
                         n = count_cpus();
         } else if (hp_parse_int(v->text, 1, HP_MAX_NPROC, &n) < 0) {
                 ERR("invalid value '%s' for %s: expected a number from 1 to "
-                    "%d, or gpu, cpu, auto",
+                    "%d, or gpu, neuron, cpu, auto",
                     v->text, v->source, HP_MAX_NPROC);
         }
         if (n > HP_MAX_NPROC)
@@ -414,6 +507,102 @@ static int parse_choice(const struct raw_value *v, const char *const *choices,
         }
         ERR("invalid value '%s' for %s: expected one of %s", v->text,
             v->source, list);
+}
+
+/* --preflight and its companions, which need it. */
+static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
+                             char *errbuf, size_t errlen)
+{
+        static const char *const kinds[] = { "none", "nccl" };
+        static const enum hp_option_id needs[] = {
+                HP_OPT_PREFLIGHT_MIN_BUSBW, HP_OPT_PREFLIGHT_MAX_BYTES,
+                HP_OPT_PREFLIGHT_TIMEOUT, HP_OPT_PREFLIGHT_LIBRARY,
+        };
+        const struct raw_value *v;
+        int index = 0, r;
+
+        if (raw[HP_OPT_PREFLIGHT].text != NULL) {
+                r = parse_choice(&raw[HP_OPT_PREFLIGHT], kinds,
+                                 HP_ARRAY_SIZE(kinds), &index, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
+        cfg->preflight_nccl = index == 1;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(needs); i++)
+                if (raw[needs[i]].text != NULL && !cfg->preflight_nccl)
+                        ERR("%s was given without --preflight nccl",
+                            raw[needs[i]].source);
+        v = &raw[HP_OPT_PREFLIGHT_MIN_BUSBW];
+        if (v->text != NULL) {
+                char *end;
+                errno = 0;
+                cfg->preflight_min_busbw = strtod(v->text, &end);
+                if (errno || end == v->text || *end != '\0' ||
+                    !(cfg->preflight_min_busbw >= 0) ||
+                    cfg->preflight_min_busbw > 1e6)
+                        ERR("invalid value '%s' for %s: expected GB/s, a "
+                            "number from 0 to 1000000",
+                            v->text, v->source);
+        }
+        v = &raw[HP_OPT_PREFLIGHT_MAX_BYTES];
+        if (v->text != NULL &&
+            (hp_parse_u64(v->text, 1ull << 40, &cfg->preflight_max_bytes) < 0 ||
+             cfg->preflight_max_bytes < 4))
+                ERR("invalid value '%s' for %s: expected bytes, 4 to 2^40",
+                    v->text, v->source);
+        if (raw[HP_OPT_PREFLIGHT_TIMEOUT].text != NULL) {
+                r = parse_seconds(&raw[HP_OPT_PREFLIGHT_TIMEOUT],
+                                  &cfg->preflight_timeout_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                if (cfg->preflight_timeout_ms == 0)
+                        ERR("invalid value '0' for %s: the check needs some "
+                            "time", raw[HP_OPT_PREFLIGHT_TIMEOUT].source);
+        }
+        v = &raw[HP_OPT_PREFLIGHT_LIBRARY];
+        if (v->text != NULL) {
+                if (v->text[0] == '\0')
+                        ERR("empty value for %s", v->source);
+                cfg->preflight_library = v->text;
+        }
+        return 0;
+}
+
+/* --node-problem-config and the flags that only mean something with it. */
+static int convert_node_health(struct hp_config *cfg,
+                               const struct raw_value *raw, char *errbuf,
+                               size_t errlen)
+{
+        static const char *const actions[] = { "none", "reboot", "replace" };
+        const struct raw_value *conf = &raw[HP_OPT_NODE_PROBLEM_CONFIG];
+        const struct raw_value *kmsg = &raw[HP_OPT_KMSG];
+        const struct raw_value *action = &raw[HP_OPT_NODE_FAULT_ACTION];
+        int index, r;
+
+        if (conf->text != NULL) {
+                if (conf->text[0] == '\0')
+                        ERR("empty value for %s (node-problem-detector "
+                            "kernel monitor configs, comma-separated)",
+                            conf->source);
+                cfg->node_problem_config = conf->text;
+        }
+        if (kmsg->text != NULL) {
+                if (kmsg->text[0] == '\0')
+                        ERR("empty value for %s", kmsg->source);
+                if (conf->text == NULL)
+                        ERR("%s was given without --node-problem-config, the "
+                            "rules to read it with", kmsg->source);
+                cfg->kmsg = kmsg->text;
+                cfg->kmsg_given = true;
+        }
+        if (action->text != NULL) {
+                r = parse_choice(action, actions, HP_ARRAY_SIZE(actions),
+                                 &index, errbuf, errlen);
+                if (r < 0)
+                        return r;
+                cfg->node_fault_action = (enum hp_node_fault_action)index;
+        }
+        return convert_preflight(cfg, raw, errbuf, errlen);
 }
 
 /* --replay and its companions. Launch options are still checked but
@@ -886,6 +1075,9 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                             v->source);
         }
 
+        r = convert_node_health(cfg, raw, errbuf, errlen);
+        if (r < 0)
+                return r;
         r = convert_replay(cfg, raw, errbuf, errlen);
         if (r < 0)
                 return r;

@@ -58,6 +58,14 @@
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
         XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
         XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
+        XX(NODE_PROBLEM_CONFIG, "node-problem-config", 0, 1, NULL)           \
+        XX(KMSG, "kmsg", 0, 1, NULL)                                          \
+        XX(NODE_FAULT_ACTION, "node-fault-action", 0, 1, NULL)               \
+        XX(PREFLIGHT, "preflight", 0, 1, NULL)                                \
+        XX(PREFLIGHT_MIN_BUSBW, "preflight-min-busbw", 0, 1, NULL)           \
+        XX(PREFLIGHT_MAX_BYTES, "preflight-max-bytes", 0, 1, NULL)           \
+        XX(PREFLIGHT_TIMEOUT, "preflight-timeout", 0, 1, NULL)               \
+        XX(PREFLIGHT_LIBRARY, "preflight-library", 0, 1, NULL)               \
         XX(REPLAY, "replay", 0, 1, NULL)                                      \
         XX(REPLAY_RATE, "replay-rate", 0, 1, NULL)                            \
         XX(EXPECT, "expect", 0, 1, NULL)                                      \

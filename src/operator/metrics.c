@@ -192,6 +192,93 @@ static void ipc(FILE *f, const struct hp_agent *a)
                 (unsigned long long)s->stats.rejected_frames);
 }
 
+/* The kernel log rules under node-problem-detector's own metric names, so
+ * dashboards built for NPD read them unchanged. */
+static void node_health(FILE *f, const struct hp_agent *a)
+{
+        const struct kmsg_watch *w = &a->health.watch;
+        uint64_t old = 0;
+
+        if (!a->health.watching)
+                return;
+        family(f, "problem_counter", "counter",
+               "Kernel log rule matches, by reason (temporary and "
+               "permanent).");
+        for (size_t c = 0; c < w->nconfigs; c++)
+                for (size_t r = 0; r < kmsg_rules_count(w->rules[c]); r++) {
+                        fputs("problem_counter{reason=\"", f);
+                        label_value(f, kmsg_rules_reason(w->rules[c], r));
+                        fprintf(f, "\"} %llu\n",
+                                (unsigned long long)kmsg_matcher_count(
+                                        w->matchers[c], r));
+                }
+        family(f, "problem_gauge", "gauge",
+               "1 while a permanent rule's condition holds with its reason.");
+        for (size_t c = 0; c < w->nconfigs; c++) {
+                old += kmsg_matcher_old(w->matchers[c]);
+                for (size_t r = 0; r < kmsg_rules_count(w->rules[c]); r++) {
+                        if (kmsg_rules_type(w->rules[c], r) != KMSG_PERMANENT)
+                                continue;
+                        fputs("problem_gauge{type=\"", f);
+                        label_value(f, kmsg_rules_condition(w->rules[c], r));
+                        fputs("\",reason=\"", f);
+                        label_value(f, kmsg_rules_reason(w->rules[c], r));
+                        fprintf(f, "\"} %d\n",
+                                kmsg_matcher_active(w->matchers[c], r));
+                }
+        }
+        family(f, "hyperpodrun_kmsg_records_total", "counter",
+               "Kernel log records: read, overwritten before they were read "
+               "(EPIPE), not in the record format, older than the window "
+               "(per config).");
+        fprintf(f, "hyperpodrun_kmsg_records_total{result=\"read\"} %llu\n",
+                (unsigned long long)w->records);
+        fprintf(f,
+                "hyperpodrun_kmsg_records_total{result=\"overwritten\"} "
+                "%llu\n",
+                (unsigned long long)w->overwritten);
+        fprintf(f,
+                "hyperpodrun_kmsg_records_total{result=\"malformed\"} %llu\n",
+                (unsigned long long)w->malformed);
+        fprintf(f, "hyperpodrun_kmsg_records_total{result=\"old\"} %llu\n",
+                (unsigned long long)old);
+}
+
+/* --preflight nccl's figures, once it has run. */
+static void preflight(FILE *f, const struct hp_agent *a)
+{
+        const struct hp_preflight_result *r = &a->health.preflight_result;
+
+        if (!a->health.preflight_finished)
+                return;
+        family(f, "hyperpodrun_preflight_passed", "gauge",
+               "1 when the NCCL pre-flight all-reduce passed, 0 when not.");
+        fprintf(f, "hyperpodrun_preflight_passed %d\n", r->passed);
+        family(f, "hyperpodrun_preflight_gpus", "gauge",
+               "GPUs in the pre-flight communicator.");
+        fprintf(f, "hyperpodrun_preflight_gpus %d\n", r->gpus);
+        family(f, "hyperpodrun_preflight_busbw_gbps", "gauge",
+               "Pre-flight all-reduce bus bandwidth in GB/s, by size "
+               "(bytes); without a size, the best.");
+        fprintf(f, "hyperpodrun_preflight_busbw_gbps %.3f\n", r->busbw);
+        for (size_t i = 0; i < r->nsizes; i++)
+                fprintf(f,
+                        "hyperpodrun_preflight_busbw_gbps{bytes=\"%llu\"} "
+                        "%.3f\n",
+                        (unsigned long long)r->sizes[i].bytes,
+                        r->sizes[i].busbw);
+        family(f, "hyperpodrun_preflight_algbw_gbps", "gauge",
+               "Pre-flight all-reduce algorithm bandwidth in GB/s, by size; "
+               "without a size, the best size's.");
+        fprintf(f, "hyperpodrun_preflight_algbw_gbps %.3f\n", r->algbw);
+        for (size_t i = 0; i < r->nsizes; i++)
+                fprintf(f,
+                        "hyperpodrun_preflight_algbw_gbps{bytes=\"%llu\"} "
+                        "%.3f\n",
+                        (unsigned long long)r->sizes[i].bytes,
+                        r->sizes[i].algbw);
+}
+
 static uint64_t console_dropped(struct hp_console *con)
 {
         int error;
@@ -227,7 +314,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
         fprintf(f, "hyperpodrun_attempts_total %llu\n",
                 (unsigned long long)op->attempts_started);
         family(f, "hyperpodrun_faults_total", "counter",
-               "Times the agent went FAULTED (worker crash or log rule).");
+               "Times the agent went FAULTED (worker crash, log rule or node fault).");
         fprintf(f, "hyperpodrun_faults_total %llu\n",
                 (unsigned long long)op->faults);
         family(f, "hyperpodrun_fault_count", "gauge",
@@ -270,6 +357,8 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "%llu\n",
                 (unsigned long long)console_dropped(&a->console_err));
         ipc(f, a);
+        node_health(f, a);
+        preflight(f, a);
         family(f, "hyperpodrun_http_requests_total", "counter",
                "Requests answered by the control API, by status class.");
         fprintf(f, "hyperpodrun_http_requests_total{code=\"2xx\"} %llu\n",

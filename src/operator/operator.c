@@ -106,6 +106,8 @@ static void fault(struct hp_operator *op, const char *reason,
         }
 }
 
+static void node_fault(struct hp_agent *a, void *ctx);
+
 static void start_workers(struct hp_operator *op)
 {
         struct hp_rdzv_info round;
@@ -113,6 +115,12 @@ static void start_workers(struct hp_operator *op)
 
         op->start_pending = false;
         op->rules_changed = false;
+        /* A node that already faulted (kernel log, pre-flight) cannot run
+         * the job: the operator is told instead. */
+        if (op->agent->health.fault[0] != '\0') {
+                node_fault(op->agent, op);
+                return;
+        }
         hp_op__round_from_job(op, &round);
         r = hp_agent_use_rules(op->agent, op->job.ruleset);
         if (r == 0) {
@@ -192,7 +200,8 @@ static void kick_cb(uv_timer_t *timer)
         switch (op->plr.state) {
         case HP_OP_RUNNING:
                 if (op->start_pending && op->can_start &&
-                    !hp_agent_workers_active(a))
+                    !hp_agent_workers_active(a) &&
+                    !hp_agent_preflight_pending(a))
                         start_workers(op);
                 else if (op->next_stage_pending && !hp_agent_workers_active(a))
                         next_stage(op);
@@ -338,10 +347,35 @@ static void rule_verdict(struct hp_agent *a, void *ctx)
         fault(op, a->verdict, msg);
 }
 
+/* Distinct from WorkerCrash and the log rules' reasons: the operator can
+ * replace the node instead of restarting the job in place on it. */
+static void node_fault(struct hp_agent *a, void *ctx)
+{
+        struct hp_operator *op = ctx;
+        char msg[HP_OP_MESSAGE_MAX];
+
+        if (op->plr.state != HP_OP_RUNNING)
+                return; /* reported when the next /start runs */
+        snprintf(msg, sizeof(msg),
+                 "The kernel log reports a hardware fault on this node "
+                 "(%s): %s",
+                 a->cfg->kmsg, a->health.fault_line);
+        op->last_detection_latency_s = (double)wall_us() / 1e6 -
+                                       a->health.fault_wall;
+        fault(op, a->health.fault, msg);
+}
+
+static void preflight_passed(struct hp_agent *a, void *ctx)
+{
+        hp_op__kick(ctx);
+}
+
 static const struct hp_agent_events events = {
         .stage_ended = stage_ended,
         .rule_verdict = rule_verdict,
         .worker_failed = worker_failed,
+        .node_fault = node_fault,
+        .preflight_passed = preflight_passed,
 };
 
 /* ---- Startup ---- */
@@ -558,6 +592,14 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
         }
 
         hp_agent_set_events(agent, &events, op);
+        if (cfg->preflight_nccl) {
+                char why[1024];
+                r = hp_agent_preflight_start(agent, why, sizeof(why));
+                if (r < 0) {
+                        snprintf(errbuf, len, "--preflight nccl: %s", why);
+                        return r;
+                }
+        }
         hp_op__set_state(op, HP_OP_READY, NULL, NULL);
         hp_log_info("operator mode (--rdzv-backend hyperpod, the default): "
                     "no worker starts until the HyperPod operator sends "

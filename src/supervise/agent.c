@@ -57,6 +57,13 @@ static bool reap_managed(pid_t pid, void *ctx)
 {
         struct hp_agent *a = ctx;
 
+        /* --node-fault-action's scontrol and the pre-flight check are
+         * libuv's to reap. */
+        if (a->health.action_running && a->health.action_proc.pid == pid)
+                return true;
+        if (a->health.preflight_running &&
+            a->health.preflight.proc.pid == pid)
+                return true;
         return a->group_active && hp_group_reap_pid(&a->group, pid);
 }
 
@@ -140,6 +147,13 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
                         hp_agent__print_failure_summary(a, g);
                 a->events->stage_ended(a, stage, result, g, a->events_ctx);
                 hp_group_release(g);
+                return;
+        }
+
+        /* A node fault stopped the group: no restart on this node. */
+        if (a->health.fault[0] != '\0' && !a->received_signal) {
+                hp_group_release(g);
+                hp_agent__health_finish(a);
                 return;
         }
 
@@ -552,15 +566,19 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_agent__monitors_init(a, errbuf, errlen);
         if (r == 0)
                 r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
+        if (r == 0)
+                r = hp_agent__health_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
@@ -598,6 +616,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {
+                hp_watcher_stop(&a->watcher);
+                hp_scope_root_close(&a->scopes);
+                hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
                 hp_agent__monitors_close(a);
                 return r;
@@ -637,6 +658,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 err:
         hp_watcher_stop(&a->watcher);
         hp_scope_root_close(&a->scopes);
+        hp_agent__health_close(a);
         hp_ipc_server_close(&a->ipc);
         hp_forensics_close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
@@ -644,10 +666,27 @@ err:
         return r;
 }
 
+void hp_agent__preflight_passed(struct hp_agent *a)
+{
+        if (a->events != NULL) {
+                if (a->events->preflight_passed != NULL)
+                        a->events->preflight_passed(a, a->events_ctx);
+                return;
+        }
+        start_attempt(a);
+}
+
 int hp_agent_run(struct hp_agent *a)
 {
+        char err[1024];
+
         a->state = HP_AGENT_RUNNING;
-        start_attempt(a);
+        if (!a->cfg->preflight_nccl)
+                start_attempt(a);
+        else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
+                hp_log_error("--preflight nccl: %s", err);
+                finish(a, 2);
+        }
         if (a->state != HP_AGENT_FINISHED)
                 uv_run(a->loop, UV_RUN_DEFAULT);
         return a->exit_code;
@@ -675,6 +714,7 @@ void hp_agent_close(struct hp_agent *a)
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
         hp_ipc_server_close(&a->ipc);
+        hp_agent__health_close(a);
         hp_forensics_close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
         hp_agent__monitors_close(a);

@@ -196,6 +196,17 @@ void hp_agent__rule_verdict(struct hp_agent *a);
 /* The group's first failure was just recorded. */
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g);
 
+/* Node health (health.c): loads the --node-problem-config rules and
+ * starts the kernel log watcher; a config error is HP_ECONFIG with errbuf
+ * naming it, an unreadable /dev/kmsg only a warning. */
+int hp_agent__health_init(struct hp_agent *a, char *errbuf, size_t len);
+void hp_agent__health_close(struct hp_agent *a);
+/* Ends a self-driven run stopped by a node fault, once --node-fault-action
+ * has ended. */
+void hp_agent__health_finish(struct hp_agent *a);
+/* --preflight nccl passed: the first attempt may start. */
+void hp_agent__preflight_passed(struct hp_agent *a);
+
 /* Exit status when a log rule stopped the job and no restart was left
  * (timeout(1)'s status: most verdicts are hangs). */
 #define HP_EXIT_RULE_VERDICT 124

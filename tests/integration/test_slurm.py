@@ -353,3 +353,56 @@ def test_sbatch_example_allreduce(cluster, hpr, marker, tmp_path):
     assert re.search(rf"rendezvous: slurm: node 0 of 1, master "
                      rf"{re.escape(cluster.node)}:(\d+), from scontrol show "
                      rf"job (\d+)", text), text
+
+
+def test_node_fault_asks_slurm_for_a_new_node(cluster, hpr, marker, tmp_path):
+    """--node-fault-action replace: a permanent kernel log record makes
+    hyperpodrun run scontrol update ... state=fail reason=Action:Replace,
+    which HyperPod reads as a request for a new node. The node is resumed
+    afterwards, for the tests that follow."""
+    import threading
+
+    from test_node_health import DMA, NEURON, WORKER as HEALTH_WORKER
+    from test_node_health import Fifo, record
+
+    fifo = Fifo(tmp_path / "kmsg")
+    work = tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "worker.py"
+    script.write_text(HEALTH_WORKER)
+    script.chmod(0o755)
+
+    def inject():
+        end = time.monotonic() + 60
+        while not (work / "started0").exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        fifo.write(record(DMA))
+
+    def node_info():
+        q = subprocess.run([find("scontrol"), "--oneliner", "show", "node",
+                            cluster.node], env=cluster.env,
+                           capture_output=True, text=True, timeout=10)
+        return q.stdout
+
+    t = threading.Thread(target=inject, daemon=True)
+    t.start()
+    try:
+        r = srun_hyperpodrun(cluster, marker, tmp_path, "--nproc-per-node",
+                             "1", "--node-problem-config", NEURON, "--kmsg",
+                             fifo.path, "--node-fault-action", "replace",
+                             script, work)
+        t.join(10)
+        assert r.returncode == 123, describe(r, cluster)
+        assert (f"--node-fault-action: scontrol update nodename="
+                f"{cluster.node} state=fail reason=Action:Replace") in r.stderr
+        assert "--node-fault-action: scontrol succeeded" in r.stderr, \
+            describe(r, cluster)
+        info = node_info()
+        assert "Reason=Action:Replace" in info, info
+        assert re.search(r"State=\S*FAIL", info), info
+    finally:
+        subprocess.run([find("scontrol"), "update",
+                        f"nodename={cluster.node}", "state=resume"],
+                       env=cluster.env, capture_output=True, timeout=10)
+        wait_until(lambda: re.search(r"State=IDLE ", node_info()), 60,
+                   f"node {cluster.node} to be idle again", cluster.logs)
