@@ -48,6 +48,17 @@ static int replay(const struct hp_config *cfg)
         return r > 0 ? EXIT_EXPECTATION_NOT_MET : 0;
 }
 
+/* The operator's server could not start: nothing was spawned yet. */
+static int server_failed(struct hp_operator *op, struct hp_agent *agent,
+                         uv_loop_t *loop, const char *err)
+{
+        fprintf(stderr, "hyperpodrun: error: %s\n", err);
+        hp_operator_close(op);
+        hp_agent_close(agent);
+        uv_loop_close(loop);
+        return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
         /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
@@ -135,25 +146,15 @@ int main(int argc, char **argv)
                 /* Operator mode: the HyperPod operator starts, stops and
                  * watches the job over HTTP. */
                 r = hp_operator_init(&op, &agent, &cfg, err, sizeof(err));
-                if (r < 0) {
-                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
-                        hp_operator_close(&op);
-                        hp_agent_close(&agent);
-                        uv_loop_close(&loop);
-                        return EXIT_USAGE;
-                }
+                if (r < 0)
+                        return server_failed(&op, &agent, &loop, err);
                 code = hp_operator_run(&op);
                 hp_operator_close(&op);
         } else if (cfg.server_port_given) {
                 /* Self-driven, with the read-only routes for monitoring. */
                 r = hp_operator_observe(&op, &agent, &cfg, err, sizeof(err));
-                if (r < 0) {
-                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
-                        hp_operator_close(&op);
-                        hp_agent_close(&agent);
-                        uv_loop_close(&loop);
-                        return EXIT_USAGE;
-                }
+                if (r < 0)
+                        return server_failed(&op, &agent, &loop, err);
                 code = hp_agent_run(&agent);
                 hp_operator_close(&op);
         } else {

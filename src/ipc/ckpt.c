@@ -10,6 +10,8 @@
 #include "hyperpod/common.h"
 #include "hyperpod/ipc.h"
 
+#include "ipc-private.h"
+
 /* Integers above 2^53 do not survive a JSON double. */
 #define JSON_INT_MAX 9007199254740992.0
 
@@ -102,8 +104,7 @@ static int set_max(struct hp_ckpt *t, int64_t step, const char *path,
         return 0;
 }
 
-/* A JSON number that is an integer a double holds exactly. */
-static bool json_int(const cJSON *v, int64_t *out)
+bool hp_ipc__json_int(const cJSON *v, int64_t *out)
 {
         double d;
 
@@ -144,7 +145,7 @@ int hp_ckpt_set_progress(struct hp_ckpt *t, const cJSON *progress)
                     hp_parse_u64(count->valuestring, INT64_MAX,
                                  (uint64_t *)&step) == 0) {
                         /* parsed */
-                } else if (!json_int(count, &step)) {
+                } else if (!hp_ipc__json_int(count, &step)) {
                         hp_log_warn("/start progress[\"%s\"]: progressCount "
                                     "is not an integer; entry ignored",
                                     entry->string);

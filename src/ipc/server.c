@@ -16,6 +16,8 @@
 #include "hyperpod/common.h"
 #include "hyperpod/ipc.h"
 
+#include "ipc-private.h"
+
 /* Client objects one connection may register (the reference's clients
  * use one or two per process). */
 #define CLIENTS_PER_CONN_MAX 64
@@ -237,21 +239,6 @@ int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
         return 0;
 }
 
-/* A JSON number that is an integer a double holds exactly. */
-static bool json_int(const cJSON *v, int64_t *out)
-{
-        double d;
-
-        if (!cJSON_IsNumber(v))
-                return false;
-        d = v->valuedouble;
-        if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) ||
-            d != (double)(int64_t)d)
-                return false;
-        *out = (int64_t)d;
-        return true;
-}
-
 /* A value for a log line: its JSON text, cut short, or "missing". */
 static const char *show(const cJSON *v, char *buf, size_t len)
 {
@@ -336,7 +323,8 @@ static int on_frame(void *ctx, const char *body, size_t len)
         rank_item = cJSON_GetObjectItemCaseSensitive(msg, "local_rank");
         if (!cJSON_IsObject(msg) || !cJSON_IsString(type) ||
             type->valuestring[0] == '\0' || !cJSON_IsString(id) ||
-            id->valuestring[0] == '\0' || !json_int(rank_item, &rank)) {
+            id->valuestring[0] == '\0' ||
+            !hp_ipc__json_int(rank_item, &rank)) {
                 char shown[80];
                 const char *field = !cJSON_IsObject(msg) ? "the message"
                                     : !cJSON_IsString(type) ||
@@ -512,7 +500,8 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                         goto bad;
                 }
                 if (!cJSON_IsNull(v) &&
-                    (!json_int(v, &count) || count < 0 || count > INT32_MAX)) {
+                    (!hp_ipc__json_int(v, &count) || count < 0 ||
+                     count > INT32_MAX)) {
                         snprintf(err, sizeof(err),
                                  "checkpoint_types[\"%.64s\"] is not a "
                                  "count or null",
@@ -549,7 +538,7 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         int64_t step;
         int r;
 
-        if (!json_int(step_item, &step)) {
+        if (!hp_ipc__json_int(step_item, &step)) {
                 snprintf(err, sizeof(err), "\"step\" is not an integer: %s",
                          show(step_item, shown, sizeof(shown)));
                 goto bad;

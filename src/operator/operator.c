@@ -482,6 +482,50 @@ static void retry_cb(uv_timer_t *timer)
         hp_agent_finish(op->agent, 2);
 }
 
+/* What both ways of serving start from: nothing stopping, no fault yet. */
+static void init_fields(struct hp_operator *op, struct hp_agent *agent,
+                        const struct hp_config *cfg, int64_t now)
+{
+        memset(op, 0, sizeof(*op));
+        op->agent = agent;
+        op->cfg = cfg;
+        op->stop_graceful = -1;
+        op->stop_timeout_s = -1;
+        op->last_detection_latency_s = -1;
+        op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
+                           strcmp(cfg->server_log_level, "trace") == 0;
+        hp_plr_init(&op->plr, now);
+}
+
+/* The per-rank stream totals, the HTTP server and the timers, not yet
+ * listening. */
+static int init_server(struct hp_operator *op, char *errbuf, size_t len)
+{
+        struct hp_httpd_limits limits;
+        int r;
+
+        op->stream_totals = calloc((size_t)op->cfg->nproc,
+                                   sizeof(*op->stream_totals));
+        if (op->stream_totals == NULL)
+                return -ENOMEM;
+        hp_httpd_limits_default(&limits);
+        r = hp_httpd_init(&op->httpd, op->agent->loop, &limits,
+                          hp_operator_handle, op);
+        if (r < 0) {
+                snprintf(errbuf, len, "cannot start the HTTP server: %s",
+                         hp_strerror(r));
+                free(op->stream_totals);
+                op->stream_totals = NULL;
+                return r;
+        }
+        op->httpd_ready = true;
+        uv_timer_init(op->agent->loop, &op->kick);
+        uv_timer_init(op->agent->loop, &op->retry);
+        uv_timer_init(op->agent->loop, &op->remind);
+        op->timers_ready = true;
+        return 0;
+}
+
 /* Self-driven mode with --server-port: the read-only routes for whoever
  * watches the job (Prometheus, a liveness probe). Nothing drives the
  * state machine, which says RUNNING for as long as the agent runs; the
@@ -490,60 +534,28 @@ static void retry_cb(uv_timer_t *timer)
 int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
                         const struct hp_config *cfg, char *errbuf, size_t len)
 {
-        struct hp_httpd_limits limits;
         int64_t now = wall_us();
         int r;
 
-        memset(op, 0, sizeof(*op));
-        op->agent = agent;
-        op->cfg = cfg;
+        init_fields(op, agent, cfg, now);
         op->observer = true;
         op->assigned_rank = agent->round.node_rank;
-        op->stop_graceful = -1;
-        op->stop_timeout_s = -1;
-        op->last_detection_latency_s = -1;
-        op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
-                           strcmp(cfg->server_log_level, "trace") == 0;
-        hp_plr_init(&op->plr, now);
         hp_plr_transition(&op->plr, HP_OP_READY, now, NULL, NULL);
         hp_plr_transition(&op->plr, HP_OP_RUNNING, now, NULL, NULL);
-        op->stream_totals = calloc((size_t)cfg->nproc,
-                                   sizeof(*op->stream_totals));
-        if (op->stream_totals == NULL)
-                return -ENOMEM;
-        hp_httpd_limits_default(&limits);
-        r = hp_httpd_init(&op->httpd, agent->loop, &limits,
-                          hp_operator_handle, op);
-        if (r < 0) {
-                snprintf(errbuf, len, "cannot start the HTTP server: %s",
-                         hp_strerror(r));
+        r = init_server(op, errbuf, len);
+        if (r < 0)
                 return r;
-        }
-        op->httpd_ready = true;
-        uv_timer_init(agent->loop, &op->kick);
-        uv_timer_init(agent->loop, &op->retry);
-        uv_timer_init(agent->loop, &op->remind);
-        op->timers_ready = true;
         return try_listen(op, errbuf, len);
 }
 
 int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                      const struct hp_config *cfg, char *errbuf, size_t len)
 {
-        struct hp_httpd_limits limits;
         const char *delay;
         int r;
 
-        memset(op, 0, sizeof(*op));
-        op->agent = agent;
-        op->cfg = cfg;
+        init_fields(op, agent, cfg, wall_us());
         op->assigned_rank = -1;
-        op->stop_graceful = -1;
-        op->stop_timeout_s = -1;
-        op->last_detection_latency_s = -1;
-        op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
-                           strcmp(cfg->server_log_level, "trace") == 0;
-        hp_plr_init(&op->plr, wall_us());
 
         r = env_int("HYPERPOD_ELASTICAGENT_SERVER_MAX_RETRY", 5, 1, 1000,
                     &op->listen_max_tries, errbuf, len);
@@ -560,26 +572,9 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                 return HP_ECONFIG;
         }
         read_saved_ip_table(op);
-        op->stream_totals = calloc((size_t)cfg->nproc,
-                                   sizeof(*op->stream_totals));
-        if (op->stream_totals == NULL)
-                return -ENOMEM;
-
-        hp_httpd_limits_default(&limits);
-        r = hp_httpd_init(&op->httpd, agent->loop, &limits,
-                          hp_operator_handle, op);
-        if (r < 0) {
-                snprintf(errbuf, len, "cannot start the HTTP server: %s",
-                         hp_strerror(r));
-                free(op->stream_totals);
-                op->stream_totals = NULL;
+        r = init_server(op, errbuf, len);
+        if (r < 0)
                 return r;
-        }
-        op->httpd_ready = true;
-        uv_timer_init(agent->loop, &op->kick);
-        uv_timer_init(agent->loop, &op->retry);
-        uv_timer_init(agent->loop, &op->remind);
-        op->timers_ready = true;
 
         r = try_listen(op, errbuf, len);
         if (r == -EADDRINUSE && op->listen_max_tries > 1) {

@@ -137,27 +137,37 @@ static size_t padded(size_t len)
 }
 
 /* The records (lines) in [from, to) of the ring. */
+/* The record at *from, past the padding at the ring's end, with *from
+ * moved past it; NULL when none starts before to. */
+static const struct record *next_record(const struct hp_rule_worker *w,
+                                        size_t *from, size_t to)
+{
+        while (*from < to) {
+                size_t pos = *from % RING_SIZE;
+                const struct record *r;
+
+                if (RING_SIZE - pos < sizeof(*r)) {
+                        *from += RING_SIZE - pos;
+                        continue;
+                }
+                r = (const struct record *)(w->ring + pos);
+                if (r->rank == RECORD_WRAP) {
+                        *from += RING_SIZE - pos;
+                        continue;
+                }
+                *from += padded(r->len);
+                return r;
+        }
+        return NULL;
+}
+
 static uint64_t count_records(const struct hp_rule_worker *w, size_t from,
                               size_t to)
 {
         uint64_t n = 0;
 
-        while (from < to) {
-                size_t pos = from % RING_SIZE;
-                const struct record *r;
-
-                if (RING_SIZE - pos < sizeof(*r)) {
-                        from += RING_SIZE - pos;
-                        continue;
-                }
-                r = (const struct record *)(w->ring + pos);
-                if (r->rank == RECORD_WRAP) {
-                        from += RING_SIZE - pos;
-                        continue;
-                }
-                from += padded(r->len);
+        while (next_record(w, &from, to) != NULL)
                 n++;
-        }
         return n;
 }
 
@@ -173,20 +183,11 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
 
         while (from < to && from < limit &&
                !atomic_load_explicit(&w->discard_flag, memory_order_relaxed)) {
-                size_t pos = from % RING_SIZE;
-                const struct record *r;
+                const struct record *r = next_record(w, &from, to);
                 struct logmon_stream *s;
 
-                if (RING_SIZE - pos < sizeof(*r)) {
-                        from += RING_SIZE - pos;
-                        continue;
-                }
-                r = (const struct record *)(w->ring + pos);
-                if (r->rank == RECORD_WRAP) {
-                        from += RING_SIZE - pos;
-                        continue;
-                }
-                from += padded(r->len);
+                if (r == NULL)
+                        break;
                 s = a->monitors[r->rank].rules;
                 if (s == NULL)
                         continue;
