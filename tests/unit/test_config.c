@@ -24,16 +24,10 @@
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
 
+#include "table.h"
+
 extern char **environ;
 
-/* Table loops report every failing case, then fail once at the end, so
- * that one broken case does not hide the others. */
-#define CASE_FAILED(failures, ...)                                          \
-        do {                                                                \
-                print_error(__VA_ARGS__);                                   \
-                print_error("\n");                                          \
-                (failures)++;                                               \
-        } while (0)
 
 struct env_var {
         const char *name; /* NULL ends the list */

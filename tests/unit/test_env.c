@@ -14,15 +14,10 @@
 #include "hyperpod/config.h"
 #include "hyperpod/supervise.h"
 
-/* Table loops report every failing case and fail once at the end, after
- * freeing what the code under test allocated: a failed check then leaves
- * no leak behind to blur the valgrind run. */
-#define CASE_FAILED(failures, ...)                                          \
-        do {                                                                \
-                print_error(__VA_ARGS__);                                   \
-                print_error("\n");                                          \
-                (failures)++;                                               \
-        } while (0)
+/* Table loops (table.h) fail once at the end, after freeing what the
+ * code under test allocated: a failed check then leaves no leak behind to
+ * blur the valgrind run. */
+#include "table.h"
 
 /* ---- The environment ---- */
 

@@ -20,12 +20,7 @@
 #include "hyperpod/common.h"
 #include "hyperpod/ipc.h"
 
-#define CASE_FAILED(failures, ...)                                          \
-        do {                                                                \
-                print_error(__VA_ARGS__);                                   \
-                print_error("\n");                                          \
-                (failures)++;                                               \
-        } while (0)
+#include "table.h"
 
 /* ---- The framer ---- */
 
