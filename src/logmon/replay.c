@@ -337,11 +337,18 @@ static void text_change(struct logmon_replay *r, size_t stream,
                 text_time(r, r->now);
                 fputs(": ", r->out);
         }
+        if (e->kind == LOGMON_EVENT_STATE) {
+                char what[LOGMON_NAME_MAX + 128];
+
+                (void)logmon_change_format(r->rs, e,
+                                           r->streams[stream].local_rank,
+                                           r->now, wall_offset(r), what,
+                                           sizeof(what));
+                fprintf(r->out, "log rule state change %s\n", what);
+                return;
+        }
         fprintf(r->out, "%s: ", logmon_ruleset_rule_name(r->rs, e->rule));
-        if (e->kind == LOGMON_EVENT_STATE)
-                fprintf(r->out, "%s -> %s\n", logmon_state_name(e->from),
-                        logmon_state_name(e->to));
-        else if (e->kind == LOGMON_EVENT_NONNUMERIC)
+        if (e->kind == LOGMON_EVENT_NONNUMERIC)
                 fputs("the captured metric is not a number\n", r->out);
         else
                 fputs("a match was given up at a PCRE2 limit\n", r->out);
