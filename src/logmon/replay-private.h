@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "hyperpod/linesplit.h"
+
 #include "logmon-private.h"
 
 struct replay_stream {
@@ -60,10 +62,10 @@ struct logmon_replay {
         const struct logmon_replay_opts *opts;
         FILE *out;
         int error;
-        /* The splitter's partial line. */
+        /* The live splitter, its partial line and the chunk it reads. */
+        struct hp_linesplit split;
         char *buf;
-        size_t len;
-        bool after_cr;
+        char *chunk;
         /* While the layout is undecided: the lines so far, each a size_t
          * length and its bytes, numbered from pending_first. */
         char *pending;
