@@ -381,7 +381,10 @@ struct logmon_replay;
  * ("time" in seconds since the start, line_no 1-based, null for a
  * deadline; stream null in a plain log; nonnumeric captures and regex
  * limits appear with an "event" key instead of "state"), then one
- * {"summary":{...}} object. *result (may be NULL) receives what
+ * {"summary":{...}} object. Each "log rules: clock started" line of the
+ * agent after the first starts a new attempt: every stream starts
+ * afresh, as live, and the summary's "verdicts" has each attempt's first
+ * verdict. *result (may be NULL) receives what
  * happened, for logmon_expect_check. opts may be NULL. Returns 0 or
  * -errno.
  */

@@ -98,6 +98,15 @@ struct logmon_replay {
         uint64_t v_time, v_line_no;
         char v_message[1024];
         char v_line[LOGMON_LAST_LINE_MAX + 1];
+        /* The first verdict of each attempt (each "clock started" line of
+         * the agent starts one, as live), in the live agent's words. */
+        bool attempt_verdict;
+        struct replay_verdict {
+                int64_t wall_ms; /* LOGMON_NO_WALL_CLOCK: none */
+                uint64_t time;
+                char message[1024];
+        } *verdicts;
+        size_t nverdicts;
 };
 
 /* JSON string or null. */

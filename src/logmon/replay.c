@@ -410,6 +410,33 @@ static int record(struct logmon_replay *r, size_t stream,
         return 0;
 }
 
+/* The attempt's first verdict, kept for the summary and, in text, printed
+ * as the live agent logs it. */
+static int attempt_verdict(struct logmon_replay *r, size_t stream)
+{
+        const struct logmon_stream *mon = r->streams[stream].mon;
+        struct replay_verdict *v;
+        void *p;
+
+        r->attempt_verdict = true;
+        p = realloc(r->verdicts, (r->nverdicts + 1) * sizeof(*r->verdicts));
+        if (p == NULL)
+                return -ENOMEM;
+        r->verdicts = p;
+        v = &r->verdicts[r->nverdicts++];
+        v->time = logmon_verdict_time(mon);
+        v->wall_ms = wall_offset(r);
+        if (v->wall_ms != LOGMON_NO_WALL_CLOCK && v->time != UINT64_MAX)
+                v->wall_ms += (int64_t)v->time;
+        if (logmon_verdict_format(mon, r->streams[stream].local_rank,
+                                  wall_offset(r), v->message,
+                                  sizeof(v->message)) != 0)
+                v->message[0] = '\0';
+        if (r->out != NULL && r->opts->text)
+                fprintf(r->out, "log rule verdict %s\n", v->message);
+        return 0;
+}
+
 static int record_all(struct logmon_replay *r, size_t stream,
                       const struct logmon_events *ev, uint64_t line_no,
                       const char *line, size_t len)
@@ -439,10 +466,9 @@ static int record_all(struct logmon_replay *r, size_t stream,
                                           wall_offset(r), r->v_message,
                                           sizeof(r->v_message)) != 0)
                         r->v_message[0] = '\0';
-                if (r->out != NULL && r->opts->text)
-                        fprintf(r->out, "log rule verdict %s\n",
-                                r->v_message);
         }
+        if (!r->attempt_verdict && logmon_stream_state(mon) >= LOGMON_SLOW)
+                return attempt_verdict(r, stream);
         return 0;
 }
 
@@ -607,6 +633,25 @@ static int placeholders(struct logmon_replay *r)
         return 0;
 }
 
+/* A later attempt: live, its rules start afresh (the agent clears them
+ * when an attempt ends and starts them with the next one's first stage),
+ * so every stream does here, once what the last attempt's deadlines did
+ * up to now is recorded. */
+static int restart(struct logmon_replay *r)
+{
+        int err = catch_up(r, r->now);
+
+        if (err != 0)
+                return err;
+        r->start_ms = r->now;
+        r->attempt_verdict = false;
+        for (size_t i = 0; i < r->nstreams; i++) {
+                logmon_stream_clear(r->streams[i].mon);
+                logmon_stream_start(r->streams[i].mon, r->now);
+        }
+        return 0;
+}
+
 /* The agent's own line: never a rule's input (live, the rules read the
  * workers' output only), but its start and verdict lines say when the
  * live rules started and when they judged. */
@@ -643,13 +688,18 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
         }
         if (past_until(r))
                 return 0;
-        if (!r->started && r->nstreams == 0 &&
-            contains(h->body, h->body_len, "log rules: clock started at ")) {
+        if (contains(h->body, h->body_len, "log rules: clock started at ")) {
+                if (r->started) {
+                        err = restart(r);
+                        if (err != 0)
+                                return err;
+                } else if (r->nstreams == 0) {
+                        r->start_ms = r->now;
+                        err = placeholders(r);
+                        if (err != 0)
+                                return err;
+                }
                 r->started = true;
-                r->start_ms = r->now;
-                err = placeholders(r);
-                if (err != 0)
-                        return err;
         }
         if (!r->live_verdict && verdict) {
                 r->live_verdict = true;
@@ -1026,7 +1076,30 @@ static void summary(struct logmon_replay *r)
                 r->live_verdict ? "true" : "false", r->after_stop,
                 logmon_state_name(logmon_replay_state(r)));
         summary_verdict(r);
-        fputs(",\"never_matched\":[", f);
+        fputs(",\"verdicts\":[", f);
+        for (i = 0; i < r->nverdicts; i++) {
+                char wall[HP_ISO8601_MS_LEN + 1];
+
+                fprintf(f, "%s{\"time\":", i > 0 ? "," : "");
+                if (r->verdicts[i].time == UINT64_MAX)
+                        fputs("null", f);
+                else
+                        fprintf(f, "%" PRIu64 ".%03" PRIu64,
+                                r->verdicts[i].time / 1000,
+                                r->verdicts[i].time % 1000);
+                fputs(",\"wall\":", f);
+                if (r->verdicts[i].wall_ms != LOGMON_NO_WALL_CLOCK &&
+                    r->verdicts[i].time != UINT64_MAX) {
+                        hp_iso8601_ms(r->verdicts[i].wall_ms, wall);
+                        logmon__json_cstr(f, wall);
+                } else {
+                        fputs("null", f);
+                }
+                fputs(",\"message\":", f);
+                logmon__json_cstr(f, r->verdicts[i].message);
+                fputc('}', f);
+        }
+        fputs("],\"never_matched\":[", f);
         for (j = 0, k = 0; j < logmon_ruleset_count(r->rs); j++) {
                 if (logmon_replay_rule_matched(r, j))
                         continue;
@@ -1425,6 +1498,7 @@ void logmon_replay_free(struct logmon_replay *r)
         }
         free(r->streams);
         free(r->changes);
+        free(r->verdicts);
         free(r->buf);
         free(r->chunk);
         free(r->pending);

@@ -334,3 +334,34 @@ def test_state_changes_are_logged_live_as_a_replay_prints_them(hpr,
     # iteration's HP_RULE_INLINE_MAX lines, in the line logged with it.
     assert any(m.group(2) and "flood line 18000 " in m.group(2)
                for m in map(LIVE_CHANGE.search, text.splitlines()) if m)
+
+
+def test_each_attempt_of_a_restarted_job_replays_to_its_live_verdict(
+        hpr, tmp_path):
+    # Three attempts (--max-restarts 2), each hung after a few steps: live,
+    # every attempt starts its rules afresh and ends in its own verdict;
+    # the replay of the console must start afresh at each attempt's
+    # "clock started" line too, and reach the same verdicts, to the ms.
+    script = write_exec(tmp_path / "worker.py", (
+        "#!/usr/bin/python3\nimport os, time\n"
+        "rank = os.environ['LOCAL_RANK']\n" + BANNER +
+        PROGRESS.format(n=3, rate=99) +
+        "if rank == '0':\n    time.sleep(30)\n"))
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--max-restarts", "2", "--tee", "3",
+                 "--log-line-prefix-template",
+                 TEMPLATE, "--log-monitoring-config", rules, script],
+                timeout=90, wrapper=("/bin/sh", "-c", 'exec "$@" 2>&1', "sh"))
+    console = r.stdout.decode(errors="replace")
+    live = [m.group(1) for m in map(LIVE_VERDICT.search,
+                                    console.splitlines()) if m]
+    assert len(live) == 3, r.describe()
+    assert console.count("log rules: clock started at ") == 3, console
+    log = tmp_path / "console.log"
+    log.write_text(console)
+    _, summary, _ = replay(hpr, rules, log)
+    assert [v["message"] for v in summary["verdicts"]] == live, (
+        summary, live)
+    assert summary["verdict"]["message"] == live[0]
