@@ -246,6 +246,19 @@ int logmon_verdict_format(const struct logmon_stream *s, int local_rank,
 /* When the verdict's state change happened on the stream's clock: a
  * hang's deadline, or the line that made it; UINT64_MAX when none. */
 uint64_t logmon_verdict_time(const struct logmon_stream *s);
+/*
+ * A rule's state change in words, as the live agent logs it at debug and
+ * a replay's text output prints it:
+ *   rule Hang on local rank 0: HEALTHY -> HANGING at
+ *   2025-06-17T05:51:29.300Z
+ * t_ms on the stream's clock, wall_offset_ms and local_rank as for
+ * logmon_verdict_format. Formats e only when it is a state change;
+ * returns 0, or -EINVAL for another event.
+ */
+int logmon_change_format(const struct logmon_ruleset *rs,
+                         const struct logmon_event *e, int local_rank,
+                         uint64_t t_ms, int64_t wall_offset_ms, char *buf,
+                         size_t len);
 /* Fills *out for rule i. Returns 0 or -EINVAL for a bad index. */
 int logmon_stream_rule_info(const struct logmon_stream *s, size_t i,
                             struct logmon_rule_info *out);
@@ -368,7 +381,10 @@ struct logmon_replay;
  * ("time" in seconds since the start, line_no 1-based, null for a
  * deadline; stream null in a plain log; nonnumeric captures and regex
  * limits appear with an "event" key instead of "state"), then one
- * {"summary":{...}} object. *result (may be NULL) receives what
+ * {"summary":{...}} object. Each "log rules: clock started" line of the
+ * agent after the first starts a new attempt: every stream starts
+ * afresh, as live, and the summary's "verdicts" has each attempt's first
+ * verdict. *result (may be NULL) receives what
  * happened, for logmon_expect_check. opts may be NULL. Returns 0 or
  * -errno.
  */

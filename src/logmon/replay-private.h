@@ -5,6 +5,8 @@
 
 #include <stdio.h>
 
+#include "hyperpod/linesplit.h"
+
 #include "logmon-private.h"
 
 struct replay_stream {
@@ -60,10 +62,10 @@ struct logmon_replay {
         const struct logmon_replay_opts *opts;
         FILE *out;
         int error;
-        /* The splitter's partial line. */
+        /* The live splitter, its partial line and the chunk it reads. */
+        struct hp_linesplit split;
         char *buf;
-        size_t len;
-        bool after_cr;
+        char *chunk;
         /* While the layout is undecided: the lines so far, each a size_t
          * length and its bytes, numbered from pending_first. */
         char *pending;
@@ -96,6 +98,15 @@ struct logmon_replay {
         uint64_t v_time, v_line_no;
         char v_message[1024];
         char v_line[LOGMON_LAST_LINE_MAX + 1];
+        /* The first verdict of each attempt (each "clock started" line of
+         * the agent starts one, as live), in the live agent's words. */
+        bool attempt_verdict;
+        struct replay_verdict {
+                int64_t wall_ms; /* LOGMON_NO_WALL_CLOCK: none */
+                uint64_t time;
+                char message[1024];
+        } *verdicts;
+        size_t nverdicts;
 };
 
 /* JSON string or null. */

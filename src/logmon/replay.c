@@ -12,12 +12,13 @@
 #include <string.h>
 
 #include "hyperpod/common.h"
+#include "hyperpod/linesplit.h"
 #include "replay-private.h"
 
-/* Lines longer than this are cut and continued as a new line, like the
- * live splitter does (HP_LINE_MAX in stream.h). */
-#define REPLAY_LINE_MAX (64 * 1024)
 #define REPLAY_CHUNK (64 * 1024)
+/* Zero bytes after every buffer a line is matched in: the JIT reads
+ * words past a line's end. */
+#define REPLAY_PAD 64
 #define PREFIX_MAX 64
 /* Replay time saturates here (about 285 000 years), so that a tiny
  * --replay-rate cannot overflow a deadline. */
@@ -337,11 +338,18 @@ static void text_change(struct logmon_replay *r, size_t stream,
                 text_time(r, r->now);
                 fputs(": ", r->out);
         }
+        if (e->kind == LOGMON_EVENT_STATE) {
+                char what[LOGMON_NAME_MAX + 128];
+
+                (void)logmon_change_format(r->rs, e,
+                                           r->streams[stream].local_rank,
+                                           r->now, wall_offset(r), what,
+                                           sizeof(what));
+                fprintf(r->out, "log rule state change %s\n", what);
+                return;
+        }
         fprintf(r->out, "%s: ", logmon_ruleset_rule_name(r->rs, e->rule));
-        if (e->kind == LOGMON_EVENT_STATE)
-                fprintf(r->out, "%s -> %s\n", logmon_state_name(e->from),
-                        logmon_state_name(e->to));
-        else if (e->kind == LOGMON_EVENT_NONNUMERIC)
+        if (e->kind == LOGMON_EVENT_NONNUMERIC)
                 fputs("the captured metric is not a number\n", r->out);
         else
                 fputs("a match was given up at a PCRE2 limit\n", r->out);
@@ -402,6 +410,33 @@ static int record(struct logmon_replay *r, size_t stream,
         return 0;
 }
 
+/* The attempt's first verdict, kept for the summary and, in text, printed
+ * as the live agent logs it. */
+static int attempt_verdict(struct logmon_replay *r, size_t stream)
+{
+        const struct logmon_stream *mon = r->streams[stream].mon;
+        struct replay_verdict *v;
+        void *p;
+
+        r->attempt_verdict = true;
+        p = realloc(r->verdicts, (r->nverdicts + 1) * sizeof(*r->verdicts));
+        if (p == NULL)
+                return -ENOMEM;
+        r->verdicts = p;
+        v = &r->verdicts[r->nverdicts++];
+        v->time = logmon_verdict_time(mon);
+        v->wall_ms = wall_offset(r);
+        if (v->wall_ms != LOGMON_NO_WALL_CLOCK && v->time != UINT64_MAX)
+                v->wall_ms += (int64_t)v->time;
+        if (logmon_verdict_format(mon, r->streams[stream].local_rank,
+                                  wall_offset(r), v->message,
+                                  sizeof(v->message)) != 0)
+                v->message[0] = '\0';
+        if (r->out != NULL && r->opts->text)
+                fprintf(r->out, "log rule verdict %s\n", v->message);
+        return 0;
+}
+
 static int record_all(struct logmon_replay *r, size_t stream,
                       const struct logmon_events *ev, uint64_t line_no,
                       const char *line, size_t len)
@@ -431,10 +466,9 @@ static int record_all(struct logmon_replay *r, size_t stream,
                                           wall_offset(r), r->v_message,
                                           sizeof(r->v_message)) != 0)
                         r->v_message[0] = '\0';
-                if (r->out != NULL && r->opts->text)
-                        fprintf(r->out, "log rule verdict %s\n",
-                                r->v_message);
         }
+        if (!r->attempt_verdict && logmon_stream_state(mon) >= LOGMON_SLOW)
+                return attempt_verdict(r, stream);
         return 0;
 }
 
@@ -599,6 +633,25 @@ static int placeholders(struct logmon_replay *r)
         return 0;
 }
 
+/* A later attempt: live, its rules start afresh (the agent clears them
+ * when an attempt ends and starts them with the next one's first stage),
+ * so every stream does here, once what the last attempt's deadlines did
+ * up to now is recorded. */
+static int restart(struct logmon_replay *r)
+{
+        int err = catch_up(r, r->now);
+
+        if (err != 0)
+                return err;
+        r->start_ms = r->now;
+        r->attempt_verdict = false;
+        for (size_t i = 0; i < r->nstreams; i++) {
+                logmon_stream_clear(r->streams[i].mon);
+                logmon_stream_start(r->streams[i].mon, r->now);
+        }
+        return 0;
+}
+
 /* The agent's own line: never a rule's input (live, the rules read the
  * workers' output only), but its start and verdict lines say when the
  * live rules started and when they judged. */
@@ -635,13 +688,18 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
         }
         if (past_until(r))
                 return 0;
-        if (!r->started && r->nstreams == 0 &&
-            contains(h->body, h->body_len, "log rules: clock started at ")) {
+        if (contains(h->body, h->body_len, "log rules: clock started at ")) {
+                if (r->started) {
+                        err = restart(r);
+                        if (err != 0)
+                                return err;
+                } else if (r->nstreams == 0) {
+                        r->start_ms = r->now;
+                        err = placeholders(r);
+                        if (err != 0)
+                                return err;
+                }
                 r->started = true;
-                r->start_ms = r->now;
-                err = placeholders(r);
-                if (err != 0)
-                        return err;
         }
         if (!r->live_verdict && verdict) {
                 r->live_verdict = true;
@@ -854,10 +912,13 @@ static int hold_line(struct logmon_replay *r, const char *line, size_t len,
         return decide_layout(r);
 }
 
-static void line_cb(struct logmon_replay *r, const char *line, size_t len)
+static void line_cb(void *ctx, const char *line, size_t len,
+                    enum hp_line_end end)
 {
+        struct logmon_replay *r = ctx;
         uint64_t line_no;
 
+        (void)end;
         if (r->error != 0)
                 return;
         line_no = ++r->lines;
@@ -867,31 +928,24 @@ static void line_cb(struct logmon_replay *r, const char *line, size_t len)
                 r->error = process_line(r, line, len, line_no);
 }
 
-/* The same splitting as the live stream: \n, \r and \r\n end a line, and
- * an overlong line is cut and continued. */
+/* Splits the n bytes in r->chunk with the live splitter, so that a line
+ * is the same line live and in replay; the padding after them is zeroed
+ * first, for the lines matched in place. */
+static void split_chunk(struct logmon_replay *r, size_t n)
+{
+        memset(r->chunk + n, 0, REPLAY_PAD);
+        hp_linesplit_feed(&r->split, r->chunk, n, line_cb, r);
+}
+
 static void split(struct logmon_replay *r, const char *data, size_t n)
 {
-        size_t i;
+        while (n > 0 && r->error == 0) {
+                size_t take = n < REPLAY_CHUNK ? n : REPLAY_CHUNK;
 
-        for (i = 0; i < n; i++) {
-                char c = data[i];
-
-                if (r->after_cr) {
-                        r->after_cr = false;
-                        if (c == '\n')
-                                continue;
-                }
-                if (c == '\n' || c == '\r') {
-                        line_cb(r, r->buf, r->len);
-                        r->len = 0;
-                        r->after_cr = c == '\r';
-                        continue;
-                }
-                if (r->len == REPLAY_LINE_MAX) {
-                        line_cb(r, r->buf, r->len);
-                        r->len = 0;
-                }
-                r->buf[r->len++] = c;
+                memcpy(r->chunk, data, take);
+                split_chunk(r, take);
+                data += take;
+                n -= take;
         }
 }
 
@@ -905,11 +959,15 @@ static int replay_begin(struct logmon_ruleset *rs,
         if (r == NULL)
                 return -ENOMEM;
         /* Zeroed for the JIT's word-sized reads past a line's end. */
-        r->buf = calloc(1, REPLAY_LINE_MAX);
-        if (r->buf == NULL) {
+        r->buf = calloc(1, HP_LINE_MAX + REPLAY_PAD);
+        r->chunk = malloc(REPLAY_CHUNK + REPLAY_PAD);
+        if (r->buf == NULL || r->chunk == NULL) {
+                free(r->buf);
+                free(r->chunk);
                 free(r);
                 return -ENOMEM;
         }
+        hp_linesplit_init(&r->split, r->buf, HP_LINE_MAX);
         r->rs = logmon_ruleset_ref(rs);
         r->opts = opts != NULL ? opts : &defaults;
         r->out = out;
@@ -1018,7 +1076,30 @@ static void summary(struct logmon_replay *r)
                 r->live_verdict ? "true" : "false", r->after_stop,
                 logmon_state_name(logmon_replay_state(r)));
         summary_verdict(r);
-        fputs(",\"never_matched\":[", f);
+        fputs(",\"verdicts\":[", f);
+        for (i = 0; i < r->nverdicts; i++) {
+                char wall[HP_ISO8601_MS_LEN + 1];
+
+                fprintf(f, "%s{\"time\":", i > 0 ? "," : "");
+                if (r->verdicts[i].time == UINT64_MAX)
+                        fputs("null", f);
+                else
+                        fprintf(f, "%" PRIu64 ".%03" PRIu64,
+                                r->verdicts[i].time / 1000,
+                                r->verdicts[i].time % 1000);
+                fputs(",\"wall\":", f);
+                if (r->verdicts[i].wall_ms != LOGMON_NO_WALL_CLOCK &&
+                    r->verdicts[i].time != UINT64_MAX) {
+                        hp_iso8601_ms(r->verdicts[i].wall_ms, wall);
+                        logmon__json_cstr(f, wall);
+                } else {
+                        fputs("null", f);
+                }
+                fputs(",\"message\":", f);
+                logmon__json_cstr(f, r->verdicts[i].message);
+                fputc('}', f);
+        }
+        fputs("],\"never_matched\":[", f);
         for (j = 0, k = 0; j < logmon_ruleset_count(r->rs); j++) {
                 if (logmon_replay_rule_matched(r, j))
                         continue;
@@ -1167,9 +1248,8 @@ static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
         size_t idx;
         int err;
 
-        if (r->error == 0 && r->len > 0)
-                line_cb(r, r->buf, r->len);
-        r->len = 0;
+        if (r->error == 0)
+                hp_linesplit_finish(&r->split, line_cb, r);
         err = r->error;
         /* A log shorter than the lookahead is decided at its end. */
         if (err == 0 && r->layout == LOGMON_LAYOUT_AUTO)
@@ -1194,6 +1274,8 @@ static int replay_end(struct logmon_replay *r, struct logmon_replay **result)
         }
         free(r->buf);
         r->buf = NULL;
+        free(r->chunk);
+        r->chunk = NULL;
         *result = r;
         return 0;
 }
@@ -1217,21 +1299,15 @@ int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
                       struct logmon_replay **result)
 {
         struct logmon_replay *r;
-        char *chunk;
         size_t got;
         int err;
 
         err = replay_begin(rs, opts, out, &r);
         if (err != 0)
                 return err;
-        chunk = malloc(REPLAY_CHUNK);
-        if (chunk == NULL) {
-                logmon_replay_free(r);
-                return -ENOMEM;
-        }
-        while ((got = fread(chunk, 1, REPLAY_CHUNK, in)) > 0 && r->error == 0)
-                split(r, chunk, got);
-        free(chunk);
+        while (r->error == 0 &&
+               (got = fread(r->chunk, 1, REPLAY_CHUNK, in)) > 0)
+                split_chunk(r, got);
         if (ferror(in)) {
                 logmon_replay_free(r);
                 return -EIO;
@@ -1239,20 +1315,44 @@ int logmon_replay_run(struct logmon_ruleset *rs, FILE *in,
         return replay_end(r, result);
 }
 
-/* One per-rank file, read whole, split as the live splitter splits. */
+/* One per-rank file, read whole, split by the live splitter. */
 struct rank_file {
         const char *name;
         char *data;        /* zero-padded for the JIT's reads past a line */
+        size_t size;
         size_t *off, *len; /* its lines */
         size_t n, next;
+        size_t at;         /* while splitting: where the next line starts */
         int64_t ts;        /* its clock: the last timestamp in it */
         bool have_ts;
 };
 
+/* The splitter hands each line over in place or, when it held it (one
+ * longer than HP_LINE_MAX), from its buffer; either way the lines come in
+ * order and cover the file, so each is where the last one's terminator
+ * ended, and is matched there. */
+static void rank_line_cb(void *ctx, const char *line, size_t len,
+                         enum hp_line_end end)
+{
+        struct rank_file *f = ctx;
+
+        (void)line;
+        f->off[f->n] = f->at;
+        f->len[f->n++] = len;
+        f->at += len;
+        if (end != HP_LINE_EOL || f->at >= f->size)
+                return;
+        if (f->data[f->at] == '\r' && f->at + 1 < f->size &&
+            f->data[f->at + 1] == '\n')
+                f->at++;
+        f->at++;
+}
+
 static int read_rank_file(FILE *in, struct rank_file *f)
 {
-        size_t size = 0, cap = 0, got, i, start, cut;
-        char *p;
+        size_t size = 0, cap = 0, got;
+        struct hp_linesplit ls;
+        char *p, *line;
 
         for (;;) {
                 if (cap - size < REPLAY_CHUNK + 64) {
@@ -1275,24 +1375,15 @@ static int read_rank_file(FILE *in, struct rank_file *f)
         f->len = malloc((size + 1) * sizeof(*f->len));
         if (f->off == NULL || f->len == NULL)
                 return -ENOMEM;
-        for (i = 0, start = 0; i <= size; i++) {
-                cut = i - start == REPLAY_LINE_MAX;
-                if (i < size && !cut && f->data[i] != '\n' &&
-                    f->data[i] != '\r')
-                        continue;
-                if (i == size && i == start)
-                        break;
-                f->off[f->n] = start;
-                f->len[f->n++] = i - start;
-                if (cut) {
-                        start = i--;
-                        continue;
-                }
-                if (i < size && f->data[i] == '\r' && i + 1 < size &&
-                    f->data[i + 1] == '\n')
-                        i++;
-                start = i + 1;
-        }
+        f->size = size;
+        f->at = 0;
+        line = malloc(HP_LINE_MAX);
+        if (line == NULL)
+                return -ENOMEM;
+        hp_linesplit_init(&ls, line, HP_LINE_MAX);
+        hp_linesplit_feed(&ls, f->data, size, rank_line_cb, f);
+        hp_linesplit_finish(&ls, rank_line_cb, f);
+        free(line);
         return 0;
 }
 
@@ -1407,7 +1498,9 @@ void logmon_replay_free(struct logmon_replay *r)
         }
         free(r->streams);
         free(r->changes);
+        free(r->verdicts);
         free(r->buf);
+        free(r->chunk);
         free(r->pending);
         logmon_ruleset_unref(r->rs);
         free(r);

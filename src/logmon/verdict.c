@@ -105,3 +105,26 @@ uint64_t logmon_verdict_time(const struct logmon_stream *s)
                 return UINT64_MAX;
         return info.state == LOGMON_HANGING ? info.due_ms : info.last_match_ms;
 }
+
+int logmon_change_format(const struct logmon_ruleset *rs,
+                         const struct logmon_event *e, int local_rank,
+                         uint64_t t_ms, int64_t wall_offset_ms, char *buf,
+                         size_t len)
+{
+        char at[48];
+
+        if (e->kind != LOGMON_EVENT_STATE)
+                return -EINVAL;
+        when(t_ms, wall_offset_ms, at, sizeof(at));
+        if (local_rank >= 0)
+                snprintf(buf, len, "rule %s on local rank %d: %s -> %s at %s",
+                         logmon_ruleset_rule_name(rs, e->rule), local_rank,
+                         logmon_state_name(e->from), logmon_state_name(e->to),
+                         at);
+        else
+                snprintf(buf, len, "rule %s: %s -> %s at %s",
+                         logmon_ruleset_rule_name(rs, e->rule),
+                         logmon_state_name(e->from), logmon_state_name(e->to),
+                         at);
+        return 0;
+}

@@ -97,6 +97,45 @@ static void log_verdict(struct hp_agent *a, struct hp_monitor *m,
                             late > 0 ? late / 1e3 : 0.0);
 }
 
+void hp_agent__log_rule_change(struct hp_agent *a, int rank,
+                               const struct logmon_event *e, uint64_t t_ms,
+                               const char *line, size_t len)
+{
+        char what[LOGMON_NAME_MAX + 128];
+
+        if (logmon_change_format(a->ruleset, e, rank, t_ms,
+                                 a->stream_hub.wall_offset_ms, what,
+                                 sizeof(what)) != 0)
+                return;
+        if (line != NULL)
+                hp_log_debug("log rule state change %s; line: %.*s", what,
+                             (int)(len > 400 ? 400 : len), line);
+        else
+                hp_log_debug("log rule state change %s", what);
+}
+
+/* The state changes one feed or tick brought, at debug. A rule that a
+ * tick turned HANGING changed at its deadline, which is the time a replay
+ * gives it, not when the timer happened to run. */
+static void log_changes(struct hp_agent *a, const struct hp_monitor *m,
+                        const struct logmon_events *ev, uint64_t now,
+                        const char *line, size_t len)
+{
+        for (size_t i = 0; i < ev->n; i++) {
+                const struct logmon_event *e = &ev->ev[i];
+                struct logmon_rule_info info;
+                uint64_t t = now;
+
+                if (e->kind != LOGMON_EVENT_STATE)
+                        continue;
+                if (line == NULL && e->to == LOGMON_HANGING &&
+                    logmon_stream_rule_info(m->rules, e->rule, &info) == 0 &&
+                    info.due_ms < now)
+                        t = info.due_ms;
+                hp_agent__log_rule_change(a, m->local_rank, e, t, line, len);
+        }
+}
+
 /* deadline: the timer's deadline when a tick found the verdict, or
  * UINT64_MAX when a line did (no lateness then). */
 static void check_verdict(struct hp_monitor *m, uint64_t deadline)
@@ -217,7 +256,19 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
                 }
         }
         a->rule_inline++;
-        logmon_stream_feed(m->rules, line, len, uv_now(a->loop), NULL);
+        if (hp_log_get_level() >= HP_LOG_DEBUG) {
+                struct logmon_events ev;
+
+                /* What the thread's lines changed comes first. */
+                if (w != NULL)
+                        hp_rule_worker_log_changes(w);
+
+                logmon_stream_feed(m->rules, line, len, uv_now(a->loop), &ev);
+                log_changes(a, m, &ev, uv_now(a->loop), line, len);
+        } else {
+                logmon_stream_feed(m->rules, line, len, uv_now(a->loop),
+                                   NULL);
+        }
         check_verdict(m, UINT64_MAX);
         arm(a, logmon_stream_next_deadline(m->rules));
 }
@@ -344,7 +395,14 @@ static void rule_timer_cb(uv_timer_t *timer)
                 struct hp_monitor *m = &a->monitors[i];
                 if (m->rules == NULL)
                         continue;
-                logmon_stream_tick(m->rules, now, NULL);
+                if (hp_log_get_level() >= HP_LOG_DEBUG) {
+                        struct logmon_events ev;
+
+                        logmon_stream_tick(m->rules, now, &ev);
+                        log_changes(a, m, &ev, now, NULL, 0);
+                } else {
+                        logmon_stream_tick(m->rules, now, NULL);
+                }
                 check_verdict(m, deadline);
         }
         rearm_all(a);

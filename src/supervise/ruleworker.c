@@ -86,6 +86,20 @@ struct record {
  * that share of its time. */
 #define WAIT_SHARE 16
 #define WAIT_BURST_NS (100 * 1000 * 1000ull)
+/* With debug logging, the state changes a thread's lines bring are
+ * carried back to the loop, which logs them (the agent's log is the
+ * loop's): up to CHANGES_MAX at once, each with this much of its line.
+ * A thread that could not hold one more line's worth stops, as for a
+ * verdict, until the loop has logged them. */
+#define CHANGES_MAX (4 * LOGMON_RULES_MAX)
+#define CHANGE_LINE_MAX 400
+struct change {
+        struct logmon_event e;
+        int rank;
+        uint64_t now;
+        uint32_t len;
+        char line[CHANGE_LINE_MAX];
+};
 
 struct hp_rule_worker {
         struct hp_agent *agent;
@@ -129,6 +143,11 @@ struct hp_rule_worker {
 
         /* The thread's: what each line fed did. */
         struct logmon_events events;
+        /* State changes not logged yet (NULL without debug logging):
+         * written by the thread while it feeds, read by the loop while the
+         * thread is stopped or idle, as the streams are. */
+        struct change *changes;
+        size_t nchanges;
 };
 
 static size_t padded(size_t len)
@@ -137,8 +156,8 @@ static size_t padded(size_t len)
 }
 
 /* The records (lines) in [from, to) of the ring. */
-/* The record at *from, past the padding at the ring's end, with *from
- * moved past it; NULL when none starts before to. */
+/* The record that starts at *from, or after the padding at the ring's
+ * end, with *from moved to its start; NULL when none starts before to. */
 static const struct record *next_record(const struct hp_rule_worker *w,
                                         size_t *from, size_t to)
 {
@@ -155,7 +174,6 @@ static const struct record *next_record(const struct hp_rule_worker *w,
                         *from += RING_SIZE - pos;
                         continue;
                 }
-                *from += padded(r->len);
                 return r;
         }
         return NULL;
@@ -164,11 +182,45 @@ static const struct record *next_record(const struct hp_rule_worker *w,
 static uint64_t count_records(const struct hp_rule_worker *w, size_t from,
                               size_t to)
 {
+        const struct record *r;
         uint64_t n = 0;
 
-        while (next_record(w, &from, to) != NULL)
+        while ((r = next_record(w, &from, to)) != NULL) {
+                from += padded(r->len);
                 n++;
+        }
         return n;
+}
+
+static void keep_changes(struct hp_rule_worker *w,
+                         const struct logmon_events *ev,
+                         const struct record *r)
+{
+        for (size_t i = 0; i < ev->n; i++) {
+                struct change *c;
+
+                if (ev->ev[i].kind != LOGMON_EVENT_STATE)
+                        continue;
+                c = &w->changes[w->nchanges++];
+                c->e = ev->ev[i];
+                c->rank = r->rank;
+                c->now = r->now;
+                c->len = r->len < CHANGE_LINE_MAX ? r->len : CHANGE_LINE_MAX;
+                memcpy(c->line, r + 1, c->len);
+        }
+}
+
+/* Logs the state changes the thread kept, on the loop thread while the
+ * thread is stopped or idle. */
+static void log_changes(struct hp_rule_worker *w)
+{
+        for (size_t i = 0; i < w->nchanges; i++) {
+                const struct change *c = &w->changes[i];
+
+                hp_agent__log_rule_change(w->agent, c->rank, &c->e, c->now,
+                                          c->line, c->len);
+        }
+        w->nchanges = 0;
 }
 
 /* Feeds [from, to) of the ring; stops after a line that needs a verdict
@@ -189,10 +241,21 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                 if (r == NULL)
                         break;
                 s = a->monitors[r->rank].rules;
+                /* No room for what this line could change: the loop logs
+                 * what is there first. */
+                if (s != NULL && w->changes != NULL &&
+                    w->nchanges > CHANGES_MAX - LOGMON_RULES_MAX) {
+                        *verdict = true;
+                        *verdict_rank = -1;
+                        break;
+                }
+                from += padded(r->len);
                 if (s == NULL)
                         continue;
                 logmon_stream_feed(s, (const char *)(r + 1), r->len, r->now,
                                    ev);
+                if (w->changes != NULL)
+                        keep_changes(w, ev, r);
                 /* The loop's timer is armed no later than every stream's
                  * deadline (monitor.c), and a line moves a deadline
                  * earlier only when a rule changes state (its first match
@@ -286,7 +349,7 @@ static void worker_main(void *arg)
                 atomic_store_explicit(&w->done, end, memory_order_release);
                 if (w->loop_waiting)
                         uv_cond_signal(&w->progress);
-                if (verdict || earlier)
+                if (verdict || earlier || w->nchanges > 0)
                         uv_async_send(w->wake);
         }
         uv_mutex_unlock(&w->mu);
@@ -305,6 +368,14 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
         if (w->ring == NULL) {
                 free(w);
                 return -ENOMEM;
+        }
+        if (hp_log_get_level() >= HP_LOG_DEBUG) {
+                w->changes = calloc(CHANGES_MAX, sizeof(*w->changes));
+                if (w->changes == NULL) {
+                        free(w->ring);
+                        free(w);
+                        return -ENOMEM;
+                }
         }
         w->agent = a;
         w->wake = wake;
@@ -336,6 +407,7 @@ fail_progress:
 fail_work:
         uv_mutex_destroy(&w->mu);
 fail_mutex:
+        free(w->changes);
         free(w->ring);
         free(w);
         return r;
@@ -348,6 +420,12 @@ bool hp_rule_worker_idle(const struct hp_rule_worker *w)
         return atomic_load_explicit(&w->done, memory_order_acquire) ==
                        w->staged &&
                !atomic_load_explicit(&w->paused_flag, memory_order_relaxed);
+}
+
+void hp_rule_worker_log_changes(struct hp_rule_worker *w)
+{
+        if (w->nchanges > 0)
+                log_changes(w);
 }
 
 void hp_rule_worker_publish(struct hp_rule_worker *w)
@@ -372,7 +450,9 @@ static void take_verdict(struct hp_rule_worker *w,
         int rank = w->paused_rank;
 
         uv_mutex_unlock(&w->mu);
-        on_verdict(w->agent, rank);
+        log_changes(w);
+        if (rank >= 0)
+                on_verdict(w->agent, rank);
         uv_mutex_lock(&w->mu);
         w->verdict_taken = w->agent->verdict[0] != '\0';
         w->paused = false;
@@ -517,6 +597,7 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
         w->skipped += w->discarded;
         w->discarded = 0;
         uv_mutex_unlock(&w->mu);
+        log_changes(w);
         w->budget_ns -= (int64_t)(uv_hrtime() - start);
         w->settling = false;
 }
@@ -547,9 +628,11 @@ void hp_rule_worker_free(struct hp_rule_worker *w)
         uv_cond_signal(&w->work);
         uv_mutex_unlock(&w->mu);
         uv_thread_join(&w->thread);
+        log_changes(w);
         uv_cond_destroy(&w->progress);
         uv_cond_destroy(&w->work);
         uv_mutex_destroy(&w->mu);
+        free(w->changes);
         free(w->ring);
         free(w);
 }

@@ -169,6 +169,9 @@ bool hp_rule_worker_idle(const struct hp_rule_worker *w);
 void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
                          const char *line, size_t len, uint64_t now,
                          void (*on_verdict)(struct hp_agent *a, int rank));
+/* Logs the state changes the thread's lines brought; only while it is
+ * idle, before the loop feeds that rank a line itself. */
+void hp_rule_worker_log_changes(struct hp_rule_worker *w);
 /* Hands the thread what was queued since the last call. */
 void hp_rule_worker_publish(struct hp_rule_worker *w);
 /* Waits until every queued line is fed, taking each verdict on the way;
@@ -186,6 +189,12 @@ uint64_t hp_rule_worker_skipped(const struct hp_rule_worker *w);
 void hp_rule_worker_free(struct hp_rule_worker *w);
 
 int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen);
+/* Logs a rule's state change on local rank rank at debug (loop thread
+ * only), at t_ms on the loop's clock, with the line that made it (NULL
+ * for a deadline). */
+void hp_agent__log_rule_change(struct hp_agent *a, int rank,
+                               const struct logmon_event *e, uint64_t t_ms,
+                               const char *line, size_t len);
 void hp_agent__monitors_resume(struct hp_agent *a);
 void hp_agent__monitors_suspend(struct hp_agent *a);
 void hp_agent__monitors_clear(struct hp_agent *a);

@@ -254,3 +254,114 @@ def test_recorded_expectations_are_met_and_emitted_again(hpr, tmp_path,
     assert p.returncode == 0, p.stderr.decode()
     assert f"{d / 'expect.json'}: expectation met by " in p.stderr.decode()
     assert emitted.read_text() == (d / "expect.json").read_text()
+
+
+# ---- State changes: at debug, the live agent logs each one in the words
+# a text replay prints it, for lines the rule threads judged as well. ------
+
+LIVE_CHANGE = re.compile(r"hyperpodrun\[\d+\]: debug: log rule state change "
+                         r"(rule .+? on local rank \d+: \w+ -> \w+ at \S+)"
+                         r"(?:; line: (.*))?$")
+REPLAY_CHANGE = re.compile(r"^  log rule state change (rule .+? on local "
+                           r"rank \d+: \w+ -> \w+ at \S+)$")
+FLOOD_RULES = [
+    {"name": "Progress", "logPattern": r".*flood line \d+.*"},
+    {"name": "Mark", "logPattern": r".*mark here.*"},
+    {"name": "Tput", "logPattern": r".*rate (\d+).*",
+     "metricThreshold": 10, "operator": "lteq",
+     "metricEvaluationDataPoints": 1},
+]
+
+
+def by_rule(changes):
+    out = {}
+    for text in changes:
+        m = re.match(r"rule (.+?) on local rank (\d+):", text)
+        out.setdefault((m.group(1), int(m.group(2))), []).append(text)
+    return out
+
+
+def test_state_changes_are_logged_live_as_a_replay_prints_them(hpr,
+                                                               tmp_path):
+    # 20,000 lines in one write on each rank: past the first iteration's
+    # lines the rules run on their own threads, which must carry each
+    # state change back to the loop's log. Rank 0's rate drops to 5 for
+    # one line deep in the flood (HEALTHY -> SLOW -> HEALTHY there), and
+    # a mark comes late on both ranks (WAITING -> HEALTHY).
+    n = 20000
+    script = write_exec(tmp_path / "worker.py", (
+        "#!/usr/bin/python3\nimport os, sys\n"
+        "rank = os.environ['LOCAL_RANK']\n"
+        f"lines = [f'flood line {{i}} rate ' + ('5' if i == 15000 and "
+        f"rank == '0' else '50') + (' mark here' if i == 18000 else '')"
+        f" for i in range({n})]\n"
+        "sys.stdout.write('\\n'.join(lines) + '\\n')\n"
+        "sys.stdout.flush()\n"))
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(FLOOD_RULES))
+    console = tmp_path / "console.log"
+    # A file takes every line, where a pipe nobody drains fast enough
+    # could drop some from the console.
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--tee", "3", "--log-line-prefix-template", TEMPLATE,
+                 "--log-monitor-ranks", "all",
+                 "--log-monitoring-config", rules, script],
+                env={"LOGLEVEL": "DEBUG"}, timeout=60,
+                wrapper=("/bin/sh", "-c", f'exec "$@" >{console} 2>&1',
+                         "sh"))
+    text = console.read_text(errors="replace")
+    assert "console lines dropped" not in text, text[-2000:]
+    live = [m.group(1) for m in map(LIVE_CHANGE.search, text.splitlines())
+            if m]
+    p = subprocess.run([HYPERPODRUN, "--replay", console,
+                        "--log-monitoring-config", rules,
+                        "--log-monitor-ranks", "all",
+                        "--replay-format", "text"],
+                       capture_output=True, timeout=60, env=hpr.env)
+    assert p.returncode in (0, 1), p.stderr.decode()
+    replayed = [m.group(1) for m in
+                map(REPLAY_CHANGE.match, p.stdout.decode().splitlines())
+                if m]
+    assert by_rule(live) == by_rule(replayed), (r.describe(), live,
+                                                replayed)
+    got = by_rule(live)
+    assert [c.split(": ")[1].split(" at ")[0]
+            for c in got[("Tput", 0)]] == [
+        "WAITING -> HEALTHY", "HEALTHY -> SLOW", "SLOW -> HEALTHY"], got
+    assert [c.split(": ")[1].split(" at ")[0]
+            for c in got[("Mark", 1)]] == ["WAITING -> HEALTHY"], got
+    # The mark came on a rule thread: its line is far past the first
+    # iteration's HP_RULE_INLINE_MAX lines, in the line logged with it.
+    assert any(m.group(2) and "flood line 18000 " in m.group(2)
+               for m in map(LIVE_CHANGE.search, text.splitlines()) if m)
+
+
+def test_each_attempt_of_a_restarted_job_replays_to_its_live_verdict(
+        hpr, tmp_path):
+    # Three attempts (--max-restarts 2), each hung after a few steps: live,
+    # every attempt starts its rules afresh and ends in its own verdict;
+    # the replay of the console must start afresh at each attempt's
+    # "clock started" line too, and reach the same verdicts, to the ms.
+    script = write_exec(tmp_path / "worker.py", (
+        "#!/usr/bin/python3\nimport os, time\n"
+        "rank = os.environ['LOCAL_RANK']\n" + BANNER +
+        PROGRESS.format(n=3, rate=99) +
+        "if rank == '0':\n    time.sleep(30)\n"))
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+    r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
+                 "--max-restarts", "2", "--tee", "3",
+                 "--log-line-prefix-template",
+                 TEMPLATE, "--log-monitoring-config", rules, script],
+                timeout=90, wrapper=("/bin/sh", "-c", 'exec "$@" 2>&1', "sh"))
+    console = r.stdout.decode(errors="replace")
+    live = [m.group(1) for m in map(LIVE_VERDICT.search,
+                                    console.splitlines()) if m]
+    assert len(live) == 3, r.describe()
+    assert console.count("log rules: clock started at ") == 3, console
+    log = tmp_path / "console.log"
+    log.write_text(console)
+    _, summary, _ = replay(hpr, rules, log)
+    assert [v["message"] for v in summary["verdicts"]] == live, (
+        summary, live)
+    assert summary["verdict"]["message"] == live[0]

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "hyperpod/common.h"
+#include "hyperpod/linesplit.h"
 #include "hyperpod/logmon.h"
 
 static char scratch_dir[] = "/tmp/hp-test-replay-XXXXXX";
@@ -173,6 +174,116 @@ static const struct clock_case clock_cases[] = {
         { "I061705:51:29.3 x\nI1317 05:51:29.3 x\n123456789 x\n",
           "none", 0 },
 };
+
+/* Lines as the live splitter cuts them: \r of a progress bar, a line of
+ * exactly HP_LINE_MAX bytes (one line), a longer one (cut and continued),
+ * \r\n. The line numbers the replay gives the rules' first matches must
+ * be the splitter's own, from the console reader and the per-rank file
+ * reader alike. */
+static const char split_rules[] =
+        "[{\"name\":\"Bar\",\"logPattern\":\"^c 3$\"},"
+        " {\"name\":\"Rest\",\"logPattern\":\"^y{4464}$\"},"
+        " {\"name\":\"End\",\"logPattern\":\"^end$\"}]";
+
+struct split_count {
+        uint64_t lines, bar, rest, end;
+};
+
+static void count_cb(void *ctx, const char *line, size_t len,
+                     enum hp_line_end end)
+{
+        struct split_count *c = ctx;
+
+        (void)end;
+        c->lines++;
+        if (len == 3 && memcmp(line, "c 3", 3) == 0)
+                c->bar = c->lines;
+        if (len == 4464 && line[0] == 'y')
+                c->rest = c->lines;
+        if (len == 3 && memcmp(line, "end", 3) == 0)
+                c->end = c->lines;
+}
+
+static char *split_log(size_t *n)
+{
+        size_t cap = HP_LINE_MAX + 70000 + 64, len = 0;
+        char *log = malloc(cap);
+
+        assert_non_null(log);
+        len += (size_t)sprintf(log, "a 1\rb 2\rc 3\r\n");
+        memset(log + len, 'x', HP_LINE_MAX);
+        len += HP_LINE_MAX;
+        log[len++] = '\n';
+        memset(log + len, 'y', 70000);
+        len += 70000;
+        len += (size_t)sprintf(log + len, "\r\nend\n");
+        *n = len;
+        return log;
+}
+
+static uint64_t first_line_no(const char *out, size_t len, const char *rule)
+{
+        char needle[64];
+        const char *p;
+
+        snprintf(needle, sizeof(needle), "\"rule\":\"%s\"", rule);
+        p = memmem(out, len, needle, strlen(needle));
+        assert_non_null(p);
+        p = strstr(p, "\"line_no\":");
+        assert_non_null(p);
+        return strtoull(p + strlen("\"line_no\":"), NULL, 10);
+}
+
+static void test_split_as_live(void **state)
+{
+        struct logmon_replay_opts opts = { .layout = LOGMON_LAYOUT_PLAIN };
+        struct split_count c = { 0 };
+        struct hp_linesplit ls;
+        size_t n, len;
+        char *log = split_log(&n), *buf = malloc(HP_LINE_MAX), *out;
+        struct logmon_ruleset *rs = ruleset(split_rules);
+        struct logmon_replay *r;
+        const char *names[] = { "0" };
+        FILE *in, *f;
+
+        (void)state;
+        assert_non_null(buf);
+        /* The live splitter, fed in reads of odd sizes. */
+        hp_linesplit_init(&ls, buf, HP_LINE_MAX);
+        for (size_t off = 0; off < n; off += 4099)
+                hp_linesplit_feed(&ls, log + off, n - off < 4099 ? n - off :
+                                  4099, count_cb, &c);
+        hp_linesplit_finish(&ls, count_cb, &c);
+        assert_int_equal(c.bar, 3);
+        assert_int_equal(c.rest, 6);
+        assert_int_equal(c.end, 7);
+
+        for (int reader = 0; reader < 2; reader++) {
+                f = open_memstream(&out, &len);
+                assert_non_null(f);
+                if (reader == 0) {
+                        assert_int_equal(logmon_replay_buffer(rs, log, n,
+                                                              &opts, f, &r),
+                                         0);
+                } else {
+                        in = fmemopen(log, n, "r");
+                        assert_non_null(in);
+                        assert_int_equal(logmon_replay_files(rs, &in, names,
+                                                             1, &opts, f, &r),
+                                         0);
+                        fclose(in);
+                }
+                fclose(f);
+                assert_int_equal(first_line_no(out, len, "Bar"), c.bar);
+                assert_int_equal(first_line_no(out, len, "Rest"), c.rest);
+                assert_int_equal(first_line_no(out, len, "End"), c.end);
+                free(out);
+                logmon_replay_free(r);
+        }
+        logmon_ruleset_unref(rs);
+        free(buf);
+        free(log);
+}
 
 static void test_clock_formats(void **state)
 {
@@ -721,6 +832,7 @@ static void test_check_errors(void **state)
 int main(void)
 {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_split_as_live),
                 cmocka_unit_test(test_clock_formats),
                 cmocka_unit_test(test_clock_glog_deadline),
                 cmocka_unit_test(test_clock_rate),

@@ -1,7 +1,7 @@
 /* Splitting a byte stream into lines without copying complete lines. */
 #include <string.h>
 
-#include "hyperpod/stream.h"
+#include "hyperpod/linesplit.h"
 
 void hp_linesplit_init(struct hp_linesplit *ls, char *buf, size_t cap)
 {
