@@ -50,6 +50,11 @@ struct hp_env_params {
          * sitecustomize, and the signal it registers; NULL: not set. */
         const char *python_path;
         const char *stacks_signal;
+        /* --hang-dump full: torch's NCCL flight recorder variables;
+         * NULL: not set (the user's own, if any, are kept). */
+        const char *fr_buffer_size;
+        const char *fr_pipe_file;
+        const char *fr_dump_file;
 };
 
 /* A whole envp, owned by the struct: the inherited environment with every
@@ -235,6 +240,7 @@ struct hp_forensics {
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
         char *python_path;      /* the workers' PYTHONPATH, or NULL */
         char stacks_signal[16]; /* its number, for the workers' env */
+        struct hp_forensics_ras *ras; /* the NCCL RAS query, or NULL */
         enum hp_stage stage;    /* of the group being reported on */
         int attempt;
         struct hp_forensics_target *targets;

@@ -1,0 +1,209 @@
+"""Hang reports, the NCCL parts (--hang-dump full): torch's NCCL flight
+recorder and NCCL's RAS report. No GPU here: the other side of each
+protocol is a stand-in (helpers/fake_flight_recorder.py plays
+ProcessGroupNCCL's dump pipe, helpers/fake_nccl_ras.py NCCL's RAS
+thread), written from the protocols in torch's and NCCL's sources."""
+
+import json
+import pickle
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import deadline_poll, helper
+
+HANG_RULE = {
+    "name": "JobHangingDetection",
+    "logPattern": r".*\[Epoch 0 Batch \d+.*'training_loss_step': "
+                  r"(\d+(\.\d+)?).*",
+    "expectedRecurringFrequencyInSeconds": 2,
+    "expectedStartCutOffInSeconds": 120,
+}
+
+
+FR_VARS = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_RAS_ENABLE")
+
+
+def rules(tmp_path):
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps([HANG_RULE]))
+    return path
+
+
+def report_of(hpr):
+    with open(hpr.only_train_dir() / "attempt_0" / "hang-report.json",
+              encoding="utf-8") as f:
+        return json.load(f)
+
+
+def refused_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def ras_server(tmp_path):
+    procs = []
+
+    def start(mode, size=0):
+        port_file = tmp_path / f"ras-port-{len(procs)}"
+        p = subprocess.Popen([sys.executable, helper("fake_nccl_ras.py"),
+                              str(port_file), mode, str(size)])
+        procs.append(p)
+        deadline_poll(lambda: port_file.exists() or p.poll() is not None,
+                      timeout=10, what="the RAS stand-in's port")
+        assert p.poll() is None
+        return int(port_file.read_text())
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def run_fr(hpr, tmp_path, mode, extra=(), env=None, nproc=2):
+    env = dict(env or {})
+    env.setdefault("NCCL_RAS_ADDR", f"127.0.0.1:{refused_port()}")
+    return hpr.run(["--standalone", "--nproc-per-node", str(nproc),
+                    "--tee", "3", "--hang-dump", "full", *extra,
+                    "--log-monitoring-config", rules(tmp_path),
+                    helper("fake_flight_recorder.py"), mode],
+                   env=env, unset=[v for v in FR_VARS if v not in env],
+                   timeout=60)
+
+
+def test_flight_recorder_dump_of_every_rank_is_in_the_report(hpr, tmp_path):
+    r = run_fr(hpr, tmp_path, "serve")
+    assert r.rc == 124, r.describe()
+    # The workers were given the variables torch reads.
+    assert "buffer=2000" in r.out, r.out
+    report = report_of(hpr)
+    attempt = hpr.only_train_dir() / "attempt_0"
+    for x in report["ranks"]:
+        fr = x["nccl_flight_recorder"]
+        assert fr["status"] == "complete", x
+        assert fr["pipe"].endswith(f"nccl-fr-{x['rank']}.pipe")
+        assert fr["path"] == \
+            str(attempt / f"nccl-flight-recorder-rank-{x['rank']}")
+        with open(fr["path"], "rb") as f:
+            data = f.read()
+        assert fr["size"] == len(data)
+        assert pickle.loads(data)["rank"] == x["rank"]
+    # Collected in the window, well before --hang-dump-timeout (10 s).
+    assert report["collect_ms"] < 5000, report
+    # Never on the console.
+    assert "nccl:all_reduce" not in r.out + r.err
+
+
+@pytest.mark.parametrize("mode,status", [("deaf", "no reader"),
+                                         ("none", "no pipe")])
+def test_a_missing_flight_recorder_costs_nothing(hpr, tmp_path, mode,
+                                                 status):
+    r = run_fr(hpr, tmp_path, mode, extra=("--hang-dump-timeout", "20"))
+    assert r.rc == 124, r.describe()
+    report = report_of(hpr)
+    for x in report["ranks"]:
+        fr = x["nccl_flight_recorder"]
+        assert fr["status"] == status, x
+        assert "path" not in fr
+        assert x["python"]["status"] == "complete"
+    # Nothing waited on the absent reader: the stacks' time only.
+    assert report["collect_ms"] < 5000, report
+
+
+def test_the_users_flight_recorder_variables_are_kept(hpr, tmp_path):
+    own = tmp_path / "fr"
+    own.mkdir()
+    r = run_fr(hpr, tmp_path, "serve", nproc=1, env={
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "7",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{own}/pipe-",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{own}/dump-"})
+    assert r.rc == 124, r.describe()
+    assert f"fifo stem={own}/pipe- buffer=7 dump={own}/dump-0" in r.out
+    fr = report_of(hpr)["ranks"][0]["nccl_flight_recorder"]
+    assert fr["status"] == "complete", fr
+    assert fr["pipe"] == f"{own}/pipe-0.pipe"
+    assert fr["path"] == f"{own}/dump-0"
+
+
+def test_stacks_mode_leaves_the_flight_recorder_alone(hpr, tmp_path):
+    r = hpr.run(["--standalone", "--tee", "3", "--log-monitoring-config",
+                 rules(tmp_path), helper("fake_flight_recorder.py"), "serve"],
+                unset=("TORCH_NCCL_TRACE_BUFFER_SIZE",
+                       "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), timeout=60)
+    assert r.rc == 124, r.describe()
+    assert "fifo stem=unset buffer=0" in r.out
+    report = report_of(hpr)
+    assert "nccl_flight_recorder" not in report["ranks"][0]
+    assert "nccl_ras" not in report
+
+
+def test_the_nccl_ras_report_is_in_the_report(hpr, tmp_path, ras_server):
+    port = ras_server("answer")
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               env={"NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+    assert r.rc == 124, r.describe()
+    ras = report_of(hpr)["nccl_ras"]
+    assert ras["address"] == f"127.0.0.1:{port}"
+    assert ras["status"] == "complete", ras
+    assert ras["report"].startswith("Job summary\n")
+    assert "RUNNING" in ras["report"]
+    assert "Job summary" not in r.out + r.err
+
+
+def test_a_long_nccl_ras_report_is_cut_at_1_mib(hpr, tmp_path, ras_server):
+    port = ras_server("answer", size=3 * 1024 * 1024)
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               env={"NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+    assert r.rc == 124, r.describe()
+    ras = report_of(hpr)["nccl_ras"]
+    assert ras["status"] == "cut at 1 MiB", ras
+    assert len(ras["report"]) == 1024 * 1024
+
+
+def test_a_silent_nccl_ras_is_bounded_by_the_timeout(hpr, tmp_path,
+                                                     ras_server):
+    port = ras_server("silent")
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               extra=("--hang-dump-timeout", "2"),
+               env={"NCCL_RAS_ADDR": f"127.0.0.1:{port}"})
+    assert r.rc == 124, r.describe()
+    report = report_of(hpr)
+    assert report["nccl_ras"]["status"] == "no answer", report["nccl_ras"]
+    assert "report" not in report["nccl_ras"]
+    assert 2000 <= report["collect_ms"] < 4000, report
+
+
+def test_no_nccl_ras_is_not_available(hpr, tmp_path):
+    port = refused_port()
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               env={"NCCL_RAS_ADDR": f"localhost:{port}"})
+    assert r.rc == 124, r.describe()
+    report = report_of(hpr)
+    assert report["nccl_ras"]["status"] == "not available", report
+    assert report["collect_ms"] < 5000, report
+
+
+def test_a_bad_nccl_ras_addr_is_named(hpr, tmp_path):
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               env={"NCCL_RAS_ADDR": "nowhere"})
+    assert r.rc == 124, r.describe()
+    ras = report_of(hpr)["nccl_ras"]
+    assert ras["status"] == "error"
+    assert ras["detail"] == ("NCCL_RAS_ADDR 'nowhere' (from the environment) "
+                             "is not <ip>:<port>")
+
+
+def test_nccl_ras_enable_0_is_respected(hpr, tmp_path, ras_server):
+    port = ras_server("answer")
+    r = run_fr(hpr, tmp_path, "none", nproc=1,
+               env={"NCCL_RAS_ADDR": f"127.0.0.1:{port}",
+                    "NCCL_RAS_ENABLE": "0"})
+    assert r.rc == 124, r.describe()
+    assert "nccl_ras" not in report_of(hpr)
