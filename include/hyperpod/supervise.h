@@ -395,6 +395,11 @@ int hp_agent_next_stage(struct hp_agent *agent);
 bool hp_agent_stop_workers(struct hp_agent *agent, int sig,
                            uint64_t timeout_ms);
 bool hp_agent_workers_active(const struct hp_agent *agent);
+/* GET /debug/stacks: starts the report SIGUSR2 starts, without signalling
+ * the workers; 0 with the file it will be written to in path. -ENOTSUP
+ * with --hang-dump off, -ENOENT without log files, -ESRCH when no group
+ * runs, -EBUSY while a report is collected. */
+int hp_agent_stacks_report(struct hp_agent *agent, char *path, size_t len);
 /* Ends the loop; hp_agent_run or the driver returns exit_code. */
 void hp_agent_finish(struct hp_agent *agent, int exit_code);
 /* Watches the next attempt with rs (a reference is taken), or with the

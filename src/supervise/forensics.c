@@ -1088,6 +1088,28 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
         return 0;
 }
 
+int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
+{
+        struct hp_forensics *f = &a->forensics;
+        const char *dir = a->attempt_dir[a->stage];
+        int r;
+
+        if (a->cfg->hang_dump == HP_HANG_DUMP_OFF)
+                return -ENOTSUP;
+        if (f->busy)
+                return -EBUSY;
+        if (!a->group_active || a->group.count == 0)
+                return -ESRCH;
+        if (a->no_files || dir[0] == '\0')
+                return -ENOENT;
+        /* finish() numbers it the same way: one report at a time. */
+        r = hp_snprintf(path, len, "%s/stacks-report-%u.json", dir,
+                        f->requests + 1);
+        if (r < 0)
+                return r;
+        return hp_forensics_begin(f, true);
+}
+
 bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms)
 {

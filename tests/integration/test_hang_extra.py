@@ -2,10 +2,15 @@
 recorder and NCCL's RAS report. No GPU here: the other side of each
 protocol is a stand-in (helpers/fake_flight_recorder.py plays
 ProcessGroupNCCL's dump pipe, helpers/fake_nccl_ras.py NCCL's RAS
-thread), written from the protocols in torch's and NCCL's sources."""
+thread), written from the protocols in torch's and NCCL's sources.
+Then GET /debug/stacks, the SIGUSR2 report asked over HTTP."""
 
+import http.client
 import json
+import os
 import pickle
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -207,3 +212,121 @@ def test_nccl_ras_enable_0_is_respected(hpr, tmp_path, ras_server):
                     "NCCL_RAS_ENABLE": "0"})
     assert r.rc == 124, r.describe()
     assert "nccl_ras" not in report_of(hpr)
+
+
+# ---- GET /debug/stacks ----
+
+READONLY_RE = re.compile(rb"read-only API \(/status, /metrics, /healthz\) "
+                         rb"listening on http://127\.0\.0\.1:(\d+)")
+
+
+def http_get(port, path, method="GET"):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+    conn.request(method, path)
+    resp = conn.getresponse()
+    out = resp.status, resp.read()
+    conn.close()
+    return out
+
+
+def start_with_api(hpr, tmp_path, extra=(), script=None):
+    if script is None:
+        script = tmp_path / "w.py"
+        script.write_text(
+            "import os, time\n"
+            "print('up', flush=True)\n"
+            "while not os.path.exists(os.environ['DONE']):\n"
+            "    time.sleep(0.02)\n")
+    p = hpr.start(["--standalone", "--nproc-per-node", "2", "--tee", "3",
+                   "--server-host", "127.0.0.1", "--server-port", "0",
+                   *extra, script],
+                  env={"DONE": tmp_path / "done"})
+    m = deadline_poll(lambda: READONLY_RE.search(p.console_err()), 15,
+                      what="the read-only API")
+    deadline_poll(lambda: p.console_out().count(b"up\n") == 2 or p.poll(),
+                  timeout=30, what="both workers")
+    return p, int(m.group(1))
+
+
+def test_debug_stacks_writes_a_report_and_stops_nothing(hpr, tmp_path):
+    p, port = start_with_api(hpr, tmp_path)
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 202, body
+    path = json.loads(body)["report"]
+    assert path.endswith("/attempt_0/stacks-report-1.json"), path
+    deadline_poll(lambda: os.path.exists(path) or p.poll() is not None,
+                  timeout=30, what=path)
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    assert report["reason"] == "request"
+    assert sorted(x["rank"] for x in report["ranks"]) == [0, 1]
+    for x in report["ranks"]:
+        assert x["python"]["status"] == "complete", x
+    # The next one is numbered on.
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 202 and json.loads(body)["report"].endswith(
+        "stacks-report-2.json"), body
+    # The job ran on and ends as it would have.
+    assert p.poll() is None
+    (tmp_path / "done").write_text("")
+    r = p.wait(60)
+    assert r.rc == 0, r.describe()
+    assert "most recent call first" not in r.out + r.err
+
+
+def test_a_second_debug_stacks_while_one_is_collected_is_429(hpr, tmp_path):
+    # A worker that never answers keeps the first collection open for the
+    # whole --hang-dump-timeout.
+    script = tmp_path / "deaf.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN + 6])\n"
+        "print('up', flush=True)\n"
+        "while not os.path.exists(os.environ['DONE']):\n"
+        "    time.sleep(0.02)\n")
+    p, port = start_with_api(hpr, tmp_path, ("--hang-dump-timeout", "5"),
+                             script=script)
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 202, body
+    path = json.loads(body)["report"]
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 429, body
+    assert b"being collected" in body
+    deadline_poll(lambda: os.path.exists(path) or p.poll() is not None,
+                  timeout=30, what=path)
+    # Once written, a new one is taken.
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 202 and body.endswith(b'stacks-report-2.json"}'), body
+    (tmp_path / "done").write_text("")
+    assert p.wait(60).rc == 0
+
+
+@pytest.mark.parametrize("extra,detail", [
+    (("--hang-dump", "off"), b"--hang-dump off"),
+    (("--log-dir", "/dev/null"), b"no log files"),
+])
+def test_debug_stacks_is_409_where_it_makes_no_sense(hpr, tmp_path, extra,
+                                                     detail):
+    p, port = start_with_api(hpr, tmp_path, extra)
+    code, body = http_get(port, "/debug/stacks")
+    assert code == 409 and detail in body, body
+    code, body = http_get(port, "/debug/stacks", method="POST")
+    assert code == 405, body
+    (tmp_path / "done").write_text("")
+    assert p.wait(60).rc == 0
+    assert not list(hpr.log_dir.rglob("stacks-report-*.json"))
+
+
+def test_debug_stacks_without_a_group_is_409(hpr, tmp_path):
+    # Operator mode before /start: no worker group runs.
+    rc = tmp_path / "rc"
+    p = hpr.start(["--server-host", "127.0.0.1", "--server-port", "0",
+                   "--rdzv-conf", f"resource_config_dir={rc}",
+                   "--no-python", "true"])
+    m = deadline_poll(lambda: re.search(
+        rb"operator API listening on http://127\.0\.0\.1:(\d+)",
+        p.console_err()), 15, what="the API")
+    code, body = http_get(int(m.group(1)), "/debug/stacks")
+    assert code == 409 and b"no worker group" in body, body
+    p.signal(signal.SIGTERM)
+    p.wait(30)
