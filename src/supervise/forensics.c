@@ -525,7 +525,7 @@ static void fr_ask(struct hp_forensics_target *t, const char *pipe_prefix,
                 /* EAGAIN: a full pipe holds an ask not yet read. */
                 t->fr_status = "no answer";
                 t->fr_waiting = true;
-                t->fr_seen = t->fr_size;
+                t->fr_seen = -1; /* two looks at the new size */
         }
         close(fd);
 }

@@ -17,7 +17,9 @@ import sys
 
 import pytest
 
-from conftest import deadline_poll, helper
+from conftest import SOURCE_ROOT, deadline_poll, helper
+
+TOOLS = SOURCE_ROOT / "tools"
 
 HANG_RULE = {
     "name": "JobHangingDetection",
@@ -100,6 +102,20 @@ def test_flight_recorder_dump_of_every_rank_is_in_the_report(hpr, tmp_path):
             data = f.read()
         assert fr["size"] == len(data)
         assert pickle.loads(data)["rank"] == x["rank"]
+    # tools/fr_dump.py shows it, refusing anything but plain data.
+    shown = subprocess.run([sys.executable, TOOLS / "fr_dump.py", fr["path"],
+                            "--last", "2"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "version 2.4, 64 entries",
+        "    62 pg 0 seq 62 nccl:all_reduce scheduled in [[1024]]",
+        "    63 pg 0 seq 63 nccl:all_reduce scheduled in [[1024]]"]
+    evil = tmp_path / "evil"
+    evil.write_bytes(pickle.dumps(subprocess.Popen))
+    shown = subprocess.run([sys.executable, TOOLS / "fr_dump.py", evil],
+                           capture_output=True, text=True)
+    assert shown.returncode == 1
+    assert "refusing subprocess.Popen" in shown.stderr
     # Collected in the window, well before --hang-dump-timeout (10 s).
     assert report["collect_ms"] < 5000, report
     # Never on the console.
