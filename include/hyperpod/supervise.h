@@ -52,6 +52,11 @@ struct hp_env_params {
          * sitecustomize, and the signal it registers; NULL: not set. */
         const char *python_path;
         const char *stacks_signal;
+        /* --hang-dump full: torch's NCCL flight recorder variables;
+         * NULL: not set (the user's own, if any, are kept). */
+        const char *fr_buffer_size;
+        const char *fr_pipe_file;
+        const char *fr_dump_file;
 };
 
 /* A whole envp, owned by the struct: the inherited environment with every
@@ -237,6 +242,7 @@ struct hp_forensics {
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
         char *python_path;      /* the workers' PYTHONPATH, or NULL */
         char stacks_signal[16]; /* its number, for the workers' env */
+        struct hp_forensics_ras *ras; /* the NCCL RAS query, or NULL */
         enum hp_stage stage;    /* of the group being reported on */
         int attempt;
         struct hp_forensics_target *targets;
@@ -425,6 +431,11 @@ int hp_agent_next_stage(struct hp_agent *agent);
 bool hp_agent_stop_workers(struct hp_agent *agent, int sig,
                            uint64_t timeout_ms);
 bool hp_agent_workers_active(const struct hp_agent *agent);
+/* GET /debug/stacks: starts the report SIGUSR2 starts, without signalling
+ * the workers; 0 with the file it will be written to in path. -ENOTSUP
+ * with --hang-dump off, -ENOENT without log files, -ESRCH when no group
+ * runs, -EBUSY while a report is collected. */
+int hp_agent_stacks_report(struct hp_agent *agent, char *path, size_t len);
 /* Ends the loop; hp_agent_run or the driver returns exit_code. */
 void hp_agent_finish(struct hp_agent *agent, int exit_code);
 /* Watches the next attempt with rs (a reference is taken), or with the

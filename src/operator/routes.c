@@ -242,8 +242,53 @@ static void handle_shutdown(struct hp_operator *op,
         respond(op, res, 200, NULL, NULL);
 }
 
+/* GET /debug/stacks: the SIGUSR2 report, asked over HTTP. It only reads
+ * (/proc, the workers' stack files) and signals nothing but the stack
+ * handler, so self-driven modes serve it too. */
+static void handle_stacks(struct hp_operator *op,
+                          struct hp_httpd_response *res)
+{
+        char path[PATH_MAX];
+        cJSON *doc;
+        char *body;
+        int r = hp_agent_stacks_report(op->agent, path, sizeof(path));
+
+        if (r == -EBUSY) {
+                respond_static(op, res, 429, JSON_TYPE,
+                               "{\"detail\":\"a hang report is being "
+                               "collected; ask again once it is written\"}");
+                return;
+        }
+        if (r < 0) {
+                respond_static(op, res, 409, JSON_TYPE,
+                               r == -ENOTSUP
+                               ? "{\"detail\":\"--hang-dump off: no "
+                                 "reports\"}"
+                               : r == -ENOENT
+                               ? "{\"detail\":\"no log files (--log-dir "
+                                 "/dev/null): no report file\"}"
+                               : r == -ESRCH
+                               ? "{\"detail\":\"no worker group is "
+                                 "running\"}"
+                               : "{\"detail\":\"the report could not "
+                                 "start\"}");
+                return;
+        }
+        hp_log_info("GET /debug/stacks: stacks report to %s", path);
+        doc = cJSON_CreateObject();
+        if (doc == NULL || cJSON_AddStringToObject(doc, "report", path) ==
+                                   NULL ||
+            (body = cJSON_PrintUnformatted(doc)) == NULL) {
+                cJSON_Delete(doc);
+                respond_500(op, res, "out of memory");
+                return;
+        }
+        cJSON_Delete(doc);
+        respond(op, res, 202, JSON_TYPE, body);
+}
+
 enum route_id { R_START, R_UPDATE, R_STOP, R_STATUS, R_SHUTDOWN, R_METRICS,
-                R_HEALTHZ };
+                R_HEALTHZ, R_STACKS };
 
 static const struct route {
         const char *path;
@@ -257,6 +302,7 @@ static const struct route {
         { "/shutdown", HTTP_POST, R_SHUTDOWN },
         { "/metrics", HTTP_GET, R_METRICS },
         { "/healthz", HTTP_GET, R_HEALTHZ },
+        { "/debug/stacks", HTTP_GET, R_STACKS },
 };
 
 static void route_request(struct hp_operator *op,
@@ -340,6 +386,9 @@ static void route_request(struct hp_operator *op,
                 }
                 respond(op, res, 200, "text/plain; version=0.0.4; "
                                       "charset=utf-8", text);
+                return;
+        case R_STACKS:
+                handle_stacks(op, res);
                 return;
         case R_HEALTHZ:
                 /* Answered from the loop thread: a reply proves the loop

@@ -18,7 +18,7 @@ const char *hp_env_get(char *const *envp, const char *name)
         return NULL;
 }
 
-#define ENV_VARS 22
+#define ENV_VARS 25
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
@@ -50,6 +50,9 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 /* Optional (NULL: not set, an inherited one is kept). */
                 { "PYTHONPATH", p->python_path },
                 { "HYPERPODRUN_STACKS_SIGNAL", p->stacks_signal },
+                { "TORCH_NCCL_TRACE_BUFFER_SIZE", p->fr_buffer_size },
+                { "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", p->fr_pipe_file },
+                { "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", p->fr_dump_file },
         };
         size_t n_inherited = 0, bytes = 0, n = 0;
         char *w;

@@ -16,7 +16,14 @@
  * Everything runs on the loop: the /proc files read here (stat, wchan,
  * stack, fd links) never wait on the process they describe, unlike
  * cmdline or environ, which take its memory lock. The stacks are waited
- * for on a timer, at most --hang-dump-timeout. */
+ * for on a timer, at most --hang-dump-timeout.
+ *
+ * With --hang-dump full, two NCCL views join the report in the same
+ * window: torch's NCCL flight recorder, which ProcessGroupNCCL dumps to
+ * TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank> when a byte arrives on its pipe
+ * TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe (the dump, a pickle, is
+ * recorded by path and size, not parsed); and the text report of NCCL's
+ * RAS thread, asked over TCP the way the ncclras client asks. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +57,29 @@
 #define MAX_THREADS_PER_PROC 512
 #define MAX_STACK_BYTES (256 * 1024)
 #define MAX_PROC_FDS 4096
+
+/* NCCL's RAS client protocol (src/ras/client.cc): "CLIENT PROTOCOL 2",
+ * answered by "SERVER PROTOCOL n"; then "STATUS", answered by the text
+ * report and the end of the connection. */
+#define RAS_DEFAULT_ADDR "127.0.0.1:28028"
+#define RAS_HELLO "CLIENT PROTOCOL 2\n"
+#define RAS_HELLO_ANSWER "SERVER PROTOCOL "
+#define RAS_STATUS "STATUS\n"
+#define RAS_MAX_REPORT (1024 * 1024)
+
+struct hp_forensics_ras {
+        struct hp_forensics *f; /* NULL once the report is written */
+        uv_tcp_t tcp;
+        uv_connect_t connect;
+        uv_write_t write;
+        char address[300];
+        char *text;
+        size_t len;
+        bool greeted;  /* the server's protocol line came */
+        bool done;
+        const char *status;
+        char detail[256];
+};
 
 static const char memfd_name[] = "/memfd:hyperpodrun-stacks";
 static const char stacks_header[] = "hyperpodrun-stacks 1\n";
@@ -108,6 +139,14 @@ struct hp_forensics_target {
         off_t stacks_seen;
         bool signalled;
         bool complete;
+        /* torch's NCCL flight recorder (--hang-dump full) */
+        const char *fr_status; /* NULL: not asked for */
+        char *fr_pipe;
+        char *fr_dump;
+        struct timespec fr_mtime; /* the dump as it was before the ask */
+        off_t fr_size;
+        off_t fr_seen;
+        bool fr_waiting;
 };
 
 static double wall_now(void)
@@ -413,12 +452,354 @@ static void main_thread_state(const struct hp_forensics_target *t, char *buf,
                  wchan && *wchan ? " in " : "", wchan ? wchan : "");
 }
 
+/* ---- torch's NCCL flight recorder ---- */
+
+bool hp_forensics_fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
+                              char *pipe, char *dump, size_t len)
+{
+        const struct hp_agent *a = f->agent;
+        const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
+        const char *user_dump = getenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+
+        /* The dumps go beside the report, the pipes in our private
+         * directory: both need log files. */
+        if (a == NULL || a->cfg->hang_dump != HP_HANG_DUMP_FULL ||
+            f->python_dir[0] == '\0' || a->attempt_dir[stage][0] == '\0')
+                return false;
+        if (user_pipe && *user_pipe)
+                snprintf(pipe, len, "%s", user_pipe);
+        else if (hp_snprintf(pipe, len, "%s/nccl-fr-", f->python_dir) < 0)
+                return false;
+        if (user_dump && *user_dump)
+                snprintf(dump, len, "%s", user_dump);
+        else if (hp_snprintf(dump, len, "%s/nccl-flight-recorder-rank-",
+                             a->attempt_dir[stage]) < 0)
+                return false;
+        return true;
+}
+
+static char *path_of(const char *prefix, int rank, const char *suffix)
+{
+        size_t len = strlen(prefix) + strlen(suffix) + 16;
+        char *path = malloc(len);
+
+        if (path != NULL)
+                snprintf(path, len, "%s%d%s", prefix, rank, suffix);
+        return path;
+}
+
+/* Asks one rank's ProcessGroupNCCL for its flight recorder. The pipe is
+ * opened without waiting: with no reader (no flight recorder in that
+ * process) the open fails at once, which is only recorded. */
+static void fr_ask(struct hp_forensics_target *t, const char *pipe_prefix,
+                   const char *dump_prefix)
+{
+        struct stat st;
+        int fd;
+
+        t->fr_pipe = path_of(pipe_prefix, t->rank, ".pipe");
+        t->fr_dump = path_of(dump_prefix, t->rank, "");
+        if (t->fr_pipe == NULL || t->fr_dump == NULL) {
+                t->fr_status = "out of memory";
+                return;
+        }
+        if (stat(t->fr_dump, &st) == 0) {
+                t->fr_mtime = st.st_mtim;
+                t->fr_size = st.st_size;
+        } else {
+                t->fr_size = -1;
+        }
+        fd = open(t->fr_pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+                t->fr_status = errno == ENXIO    ? "no reader"
+                               : errno == ENOENT ? "no pipe"
+                                                 : "cannot open the pipe";
+                return;
+        }
+        /* Never write into a file that only has the pipe's name. */
+        if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
+                t->fr_status = "not a pipe";
+        } else if (write(fd, "1\n", 2) < 0 && errno != EAGAIN) {
+                t->fr_status = "cannot write to the pipe";
+        } else {
+                /* EAGAIN: a full pipe holds an ask not yet read. */
+                t->fr_status = "no answer";
+                t->fr_waiting = true;
+                t->fr_seen = -1; /* two looks at the new size */
+        }
+        close(fd);
+}
+
+/* True while the dump is still awaited: it must have changed since the
+ * ask and then kept its size for one poll period. */
+static bool fr_poll(struct hp_forensics_target *t)
+{
+        struct stat st;
+        bool changed;
+
+        if (!t->fr_waiting)
+                return false;
+        if (stat(t->fr_dump, &st) < 0)
+                return true;
+        changed = t->fr_size < 0 || st.st_size != t->fr_size ||
+                  st.st_mtim.tv_sec != t->fr_mtime.tv_sec ||
+                  st.st_mtim.tv_nsec != t->fr_mtime.tv_nsec;
+        if (!changed)
+                return true;
+        if (st.st_size > 0 && st.st_size == t->fr_seen) {
+                t->fr_waiting = false;
+                t->fr_status = "complete";
+                return false;
+        }
+        t->fr_seen = st.st_size;
+        t->fr_status = "cut at the timeout";
+        return true;
+}
+
+static void fr_report(const struct hp_forensics_target *t, cJSON *o)
+{
+        cJSON *fr;
+        struct stat st;
+
+        if (t->fr_status == NULL)
+                return;
+        fr = cJSON_AddObjectToObject(o, "nccl_flight_recorder");
+        if (fr == NULL)
+                return;
+        cJSON_AddStringToObject(fr, "status", t->fr_status);
+        if (t->fr_pipe != NULL)
+                cJSON_AddStringToObject(fr, "pipe", t->fr_pipe);
+        if (t->fr_dump != NULL && strcmp(t->fr_status, "complete") == 0 &&
+            stat(t->fr_dump, &st) == 0) {
+                cJSON_AddStringToObject(fr, "path", t->fr_dump);
+                cJSON_AddNumberToObject(fr, "size", (double)st.st_size);
+        }
+}
+
+/* ---- NCCL's RAS ---- */
+
+static void ras_finish(struct hp_forensics_ras *q, const char *status,
+                       int err)
+{
+        if (q->done)
+                return;
+        q->done = true;
+        q->status = status;
+        if (err < 0)
+                snprintf(q->detail, sizeof(q->detail), "%s",
+                         uv_strerror(err));
+        uv_read_stop((uv_stream_t *)&q->tcp);
+}
+
+static void ras_free(uv_handle_t *h)
+{
+        struct hp_forensics_ras *q = h->data;
+
+        free(q->text);
+        free(q);
+}
+
+static void ras_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+        struct hp_forensics_ras *q = h->data;
+        /* One byte is kept for the NUL. */
+        size_t room = RAS_MAX_REPORT - q->len;
+
+        (void)suggested;
+        buf->base = q->text + q->len;
+        buf->len = room > 65536 ? 65536 : room;
+}
+
+static void ras_written(uv_write_t *req, int status)
+{
+        struct hp_forensics_ras *q = req->data;
+
+        if (status < 0 && q->f != NULL)
+                ras_finish(q, "error", status);
+}
+
+static void ras_send(struct hp_forensics_ras *q, const char *text)
+{
+        uv_buf_t buf = uv_buf_init((char *)text, (unsigned)strlen(text));
+        int r;
+
+        q->write.data = q;
+        r = uv_write(&q->write, (uv_stream_t *)&q->tcp, &buf, 1, ras_written);
+        if (r < 0)
+                ras_finish(q, "error", r);
+}
+
+static void ras_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+        struct hp_forensics_ras *q = s->data;
+        char *nl;
+
+        (void)buf;
+        if (q->f == NULL || q->done)
+                return;
+        if (n == UV_EOF) {
+                ras_finish(q, q->greeted ? "complete" : "closed", 0);
+                return;
+        }
+        if (n < 0) {
+                ras_finish(q, "error", (int)n);
+                return;
+        }
+        q->len += (size_t)n;
+        q->text[q->len] = '\0';
+        if (!q->greeted && (nl = memchr(q->text, '\n', q->len)) != NULL) {
+                size_t rest = q->len - (size_t)(nl + 1 - q->text);
+
+                if (strncmp(q->text, RAS_HELLO_ANSWER,
+                            sizeof(RAS_HELLO_ANSWER) - 1) != 0) {
+                        *nl = '\0';
+                        snprintf(q->detail, sizeof(q->detail), "%.150s",
+                                 q->text);
+                        ras_finish(q, "unexpected answer", 0);
+                        return;
+                }
+                memmove(q->text, nl + 1, rest);
+                q->len = rest;
+                q->text[q->len] = '\0';
+                q->greeted = true;
+                ras_send(q, RAS_STATUS);
+        } else if (!q->greeted && q->len >= 1024) {
+                ras_finish(q, "unexpected answer", 0);
+        }
+        if (q->len >= RAS_MAX_REPORT)
+                ras_finish(q, "cut at 1 MiB", 0);
+}
+
+static void ras_connected(uv_connect_t *req, int status)
+{
+        struct hp_forensics_ras *q = req->data;
+        int r;
+
+        if (q->f == NULL || q->done)
+                return;
+        if (status < 0) {
+                ras_finish(q, status == UV_ECONNREFUSED ? "not available"
+                                                        : "error",
+                           status);
+                return;
+        }
+        r = uv_read_start((uv_stream_t *)&q->tcp, ras_alloc, ras_read);
+        if (r < 0) {
+                ras_finish(q, "error", r);
+                return;
+        }
+        ras_send(q, RAS_HELLO);
+}
+
+/* "127.0.0.1:28028", "[::1]:28028" or "localhost:28028". */
+static int ras_parse(const char *text, struct sockaddr_storage *sa)
+{
+        char host[256];
+        const char *colon = strrchr(text, ':');
+        char *end;
+        long port;
+        size_t n;
+
+        if (colon == NULL || colon == text)
+                return -EINVAL;
+        port = strtol(colon + 1, &end, 10);
+        if (colon[1] == '\0' || *end != '\0' || port <= 0 || port > 65535)
+                return -EINVAL;
+        n = (size_t)(colon - text);
+        if (text[0] == '[' && n >= 2 && text[n - 1] == ']') {
+                text++;
+                n -= 2;
+        }
+        if (n >= sizeof(host))
+                return -EINVAL;
+        memcpy(host, text, n);
+        host[n] = '\0';
+        if (strcmp(host, "localhost") == 0)
+                snprintf(host, sizeof(host), "127.0.0.1");
+        if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)sa) == 0 ||
+            uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)sa) == 0)
+                return 0;
+        return -EINVAL;
+}
+
+/* Starts the RAS query: NCCL_RAS_ADDR from our environment (which the
+ * workers inherit), else NCCL's default port on this host. Not asked
+ * when the environment turns RAS off. */
+static void ras_begin(struct hp_forensics *f)
+{
+        const char *enable = getenv("NCCL_RAS_ENABLE");
+        const char *addr = getenv("NCCL_RAS_ADDR");
+        struct hp_forensics_ras *q;
+        struct sockaddr_storage sa;
+        int r;
+
+        if (enable != NULL && strcmp(enable, "0") == 0)
+                return;
+        q = calloc(1, sizeof(*q));
+        if (q == NULL)
+                return;
+        q->text = malloc(RAS_MAX_REPORT + 1);
+        if (q->text == NULL) {
+                free(q);
+                return;
+        }
+        q->text[0] = '\0';
+        q->f = f;
+        f->ras = q;
+        snprintf(q->address, sizeof(q->address), "%s",
+                 addr && *addr ? addr : RAS_DEFAULT_ADDR);
+        uv_tcp_init(f->agent->loop, &q->tcp);
+        q->tcp.data = q;
+        q->connect.data = q;
+        if (ras_parse(q->address, &sa) < 0) {
+                snprintf(q->detail, sizeof(q->detail),
+                         "NCCL_RAS_ADDR '%.150s' (from the environment) is "
+                         "not <ip>:<port>", q->address);
+                ras_finish(q, "error", 0);
+                return;
+        }
+        r = uv_tcp_connect(&q->connect, &q->tcp, (struct sockaddr *)&sa,
+                           ras_connected);
+        if (r < 0)
+                ras_finish(q, r == UV_ECONNREFUSED ? "not available"
+                                                   : "error",
+                           r);
+}
+
+/* Puts the RAS answer in the report and lets the query go. */
+static void ras_end(struct hp_forensics *f, cJSON *doc)
+{
+        struct hp_forensics_ras *q = f->ras;
+        cJSON *o;
+
+        if (q == NULL)
+                return;
+        f->ras = NULL;
+        if (!q->done)
+                ras_finish(q, q->greeted && q->len > 0 ? "cut at the timeout"
+                                                       : "no answer",
+                           0);
+        o = doc ? cJSON_AddObjectToObject(doc, "nccl_ras") : NULL;
+        if (o != NULL) {
+                cJSON_AddStringToObject(o, "address", q->address);
+                cJSON_AddStringToObject(o, "status", q->status);
+                if (q->detail[0] != '\0')
+                        cJSON_AddStringToObject(o, "detail", q->detail);
+                if (q->greeted)
+                        cJSON_AddStringToObject(o, "report", q->text);
+        }
+        q->f = NULL;
+        uv_close((uv_handle_t *)&q->tcp, ras_free);
+}
+
 static void free_targets(struct hp_forensics *f)
 {
         for (int i = 0; i < f->count; i++) {
                 if (f->targets[i].stacks_fd >= 0)
                         close(f->targets[i].stacks_fd);
                 cJSON_Delete(f->targets[i].processes);
+                free(f->targets[i].fr_pipe);
+                free(f->targets[i].fr_dump);
         }
         free(f->targets);
         f->targets = NULL;
@@ -521,6 +902,7 @@ static void finish(struct hp_forensics *f)
                         innermost_frame(dump, frame, sizeof(frame));
                 }
                 free(dump);
+                fr_report(t, o);
                 main_thread_state(t, state, sizeof(state));
                 cJSON_AddItemToObject(o, "processes", t->processes);
                 hp_log_warn("hang report: rank %d (local %d, pid %d): %s%s%s",
@@ -530,6 +912,7 @@ static void finish(struct hp_forensics *f)
                 t->processes = NULL;
                 cJSON_AddItemToArray(ranks, o);
         }
+        ras_end(f, doc);
         if (dir[0] != '\0') {
                 if (f->on_request)
                         r = hp_snprintf(path, sizeof(path),
@@ -556,6 +939,7 @@ static void finish(struct hp_forensics *f)
         else
                 hp_log_warn("hang report in %s: %s", path, line);
 out:
+        ras_end(f, NULL);
         free(text);
         cJSON_Delete(doc);
         free_targets(f);
@@ -581,6 +965,8 @@ static void poll_cb(uv_timer_t *timer)
                 struct hp_forensics_target *t = &f->targets[i];
                 off_t size;
 
+                if (fr_poll(t))
+                        waiting = true;
                 if (!t->signalled || t->complete)
                         continue;
                 size = file_size(t->stacks_fd);
@@ -590,6 +976,8 @@ static void poll_cb(uv_timer_t *timer)
                         waiting = true;
                 t->stacks_seen = size;
         }
+        if (f->ras != NULL && !f->ras->done)
+                waiting = true;
         if (!waiting || uv_now(f->agent->loop) >= f->deadline)
                 finish(f);
 }
@@ -632,6 +1020,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
         const struct hp_group *g = &a->group;
         bool python = f->python_path != NULL;
         int sig = SIGRTMIN + STACKS_SIGNAL_OFFSET;
+        char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
 
         if (a->cfg->hang_dump == HP_HANG_DUMP_OFF)
                 return -ENOTSUP;
@@ -689,8 +1078,36 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 if (t->stacks_from >= 0 && kill(t->stacks_pid, sig) == 0)
                         t->signalled = true;
         }
+        if (hp_forensics_fr_prefixes(f, f->stage, fr_pipe, fr_dump,
+                                     sizeof(fr_pipe)))
+                for (int i = 0; i < f->count; i++)
+                        fr_ask(&f->targets[i], fr_pipe, fr_dump);
+        if (a->cfg->hang_dump == HP_HANG_DUMP_FULL)
+                ras_begin(f);
         uv_timer_start(&f->timer, poll_cb, POLL_MS, POLL_MS);
         return 0;
+}
+
+int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
+{
+        struct hp_forensics *f = &a->forensics;
+        const char *dir = a->attempt_dir[a->stage];
+        int r;
+
+        if (a->cfg->hang_dump == HP_HANG_DUMP_OFF)
+                return -ENOTSUP;
+        if (f->busy)
+                return -EBUSY;
+        if (!a->group_active || a->group.count == 0)
+                return -ESRCH;
+        if (a->no_files || dir[0] == '\0')
+                return -ENOENT;
+        /* finish() numbers it the same way: one report at a time. */
+        r = hp_snprintf(path, len, "%s/stacks-report-%u.json", dir,
+                        f->requests + 1);
+        if (r < 0)
+                return r;
+        return hp_forensics_begin(f, true);
 }
 
 bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
@@ -773,6 +1190,7 @@ void hp_forensics_close(struct hp_forensics *f)
         f->agent = NULL;
         uv_timer_stop(&f->timer);
         uv_close((uv_handle_t *)&f->timer, NULL);
+        ras_end(f, NULL);
         free_targets(f);
         f->busy = false;
         free(f->python_path);

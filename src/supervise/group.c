@@ -666,7 +666,17 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         struct hp_spawn_options opts;
         int child_fd[2] = { -1, -1 };
         int pidfd = -1, r;
+        char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
 
+        if (hp_forensics_fr_prefixes(&a->forensics, g->stage, fr_pipe,
+                                     fr_dump, sizeof(fr_pipe))) {
+                params.fr_buffer_size =
+                        getenv("TORCH_NCCL_TRACE_BUFFER_SIZE")
+                                ? NULL
+                                : HP_FR_BUFFER_SIZE;
+                params.fr_pipe_file = fr_pipe;
+                params.fr_dump_file = fr_dump;
+        }
         r = hp_env_build(&params, environ, &env);
         if (r < 0) {
                 worker_fail_to_start(w, r, HP_START_PROCESS, NULL);

@@ -250,6 +250,15 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request);
  * when the stop was taken to be sent then. */
 bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms);
+/* With --hang-dump full and log files: the prefixes of torch's flight
+ * recorder trigger pipes and dump files for stage's workers (the user's
+ * TORCH_NCCL_DEBUG_INFO_PIPE_FILE / _TEMP_FILE where set, else ours), each
+ * of len bytes; false when the flight recorder is not asked for. */
+bool hp_forensics_fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
+                              char *pipe, char *dump, size_t len);
+/* The flight recorder's ring size we give the workers, unless they have
+ * their own TORCH_NCCL_TRACE_BUFFER_SIZE: torch's documented example. */
+#define HP_FR_BUFFER_SIZE "2000"
 /* Stops collecting, removes the sitecustomize directory. */
 void hp_forensics_close(struct hp_forensics *f);
 

@@ -123,6 +123,30 @@ static const struct env_case env_cases[] = {
                 .total = CONTRACT_VARS,
         },
         {
+                /* The user's ring size is kept (NULL), the pipe and dump
+                 * prefixes are set as given. */
+                .name = "--hang-dump full: torch's flight recorder",
+                .params = {
+                        .local_rank = 0, .rank = 4, .group_rank = 1,
+                        .local_world_size = 4, .world_size = 8,
+                        .group_world_size = 2, .role = "default",
+                        .master_addr = "127.0.0.1", .master_port = 29500,
+                        .restart_count = 0, .max_restarts = 0,
+                        .run_id = "none", .error_file = "",
+                        .fr_pipe_file = "/tmp/py/nccl-fr-",
+                        .fr_dump_file = "/logs/attempt_0/fr-rank-",
+                },
+                .inherited = { "TORCH_NCCL_TRACE_BUFFER_SIZE=7",
+                               "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/old-" },
+                .expect = { { "RANK", "4" },
+                            { "TORCH_NCCL_TRACE_BUFFER_SIZE", "7" },
+                            { "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+                              "/tmp/py/nccl-fr-" },
+                            { "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                              "/logs/attempt_0/fr-rank-" } },
+                .total = CONTRACT_VARS + 3,
+        },
+        {
                 .name = "rank 0 of a single node without log files",
                 .params = {
                         .local_rank = 0, .rank = 0, .group_rank = 0,
