@@ -244,6 +244,17 @@ static void node_health(FILE *f, const struct hp_agent *a)
                 (unsigned long long)old);
 }
 
+/* One pre-flight bandwidth, bus or algorithm: the best, then by size. */
+static void bandwidths(FILE *f, const char *metric,
+                       const struct hp_preflight_result *r, bool bus)
+{
+        fprintf(f, "%s %.3f\n", metric, bus ? r->busbw : r->algbw);
+        for (size_t i = 0; i < r->nsizes; i++)
+                fprintf(f, "%s{bytes=\"%llu\"} %.3f\n", metric,
+                        (unsigned long long)r->sizes[i].bytes,
+                        bus ? r->sizes[i].busbw : r->sizes[i].algbw);
+}
+
 /* --preflight nccl's figures, once it has run. */
 static void preflight(FILE *f, const struct hp_agent *a)
 {
@@ -260,23 +271,11 @@ static void preflight(FILE *f, const struct hp_agent *a)
         family(f, "hyperpodrun_preflight_busbw_gbps", "gauge",
                "Pre-flight all-reduce bus bandwidth in GB/s, by size "
                "(bytes); without a size, the best.");
-        fprintf(f, "hyperpodrun_preflight_busbw_gbps %.3f\n", r->busbw);
-        for (size_t i = 0; i < r->nsizes; i++)
-                fprintf(f,
-                        "hyperpodrun_preflight_busbw_gbps{bytes=\"%llu\"} "
-                        "%.3f\n",
-                        (unsigned long long)r->sizes[i].bytes,
-                        r->sizes[i].busbw);
+        bandwidths(f, "hyperpodrun_preflight_busbw_gbps", r, true);
         family(f, "hyperpodrun_preflight_algbw_gbps", "gauge",
                "Pre-flight all-reduce algorithm bandwidth in GB/s, by size; "
                "without a size, the best size's.");
-        fprintf(f, "hyperpodrun_preflight_algbw_gbps %.3f\n", r->algbw);
-        for (size_t i = 0; i < r->nsizes; i++)
-                fprintf(f,
-                        "hyperpodrun_preflight_algbw_gbps{bytes=\"%llu\"} "
-                        "%.3f\n",
-                        (unsigned long long)r->sizes[i].bytes,
-                        r->sizes[i].algbw);
+        bandwidths(f, "hyperpodrun_preflight_algbw_gbps", r, false);
 }
 
 static uint64_t console_dropped(struct hp_console *con)
