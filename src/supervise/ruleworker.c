@@ -4,9 +4,10 @@
  * The loop thread reads the workers' pipes, splits lines and writes the
  * log files and the console; running the rules there as well would make
  * a flood of monitored lines cost the I/O path several times what it
- * costs without rules. When a loop iteration brings more monitored lines than
- * HP_RULE_INLINE_MAX, monitor.c hands the rest to worker threads (one
- * per core, up to HP_RULE_WORKERS_MAX; local rank r to worker r % count):
+ * costs without rules. When a loop iteration brings more monitored lines
+ * than HP_RULE_INLINE_MAX, the rule watch (rulewatch.c) hands the rest to
+ * rule threads (one per core, up to HP_RULE_WORKERS_MAX; local rank r to
+ * thread r % count):
  * each line is copied, with its rank and its loop time, into the
  * worker's ring, and the thread feeds them to the streams in order. With
  * the loop thread that makes more busy threads than cores, which lets the
@@ -16,7 +17,7 @@
  *
  * Ownership is simple and checked by one rule: the loop thread touches
  * a rank's rule stream only when its worker is idle (every queued line fed,
- * no verdict waiting), which monitor.c ensures by calling
+ * no verdict waiting), which rulewatch.c ensures by calling
  * hp_rule_worker_settle() first. The worker touches them only while it
  * holds queued lines. So no stream is ever shared, and the engine stays
  * single-threaded code.
@@ -102,7 +103,7 @@ struct change {
 };
 
 struct hp_rule_worker {
-        struct hp_agent *agent;
+        struct hp_rulewatch *watch;
         uv_thread_t thread;
         uv_mutex_t mu;
         uv_cond_t work;     /* the thread waits for lines, or to go on */
@@ -116,7 +117,7 @@ struct hp_rule_worker {
         size_t consumed;  /* fed */
         bool paused;      /* stopped after a verdict line */
         int paused_rank;
-        bool verdict_taken; /* a->verdict is set: no need to stop */
+        bool verdict_taken; /* the watch judged: no need to stop */
         uint64_t armed;     /* the loop's timer deadline */
         bool deadline_earlier;
         bool stop;
@@ -217,8 +218,8 @@ static void log_changes(struct hp_rule_worker *w)
         for (size_t i = 0; i < w->nchanges; i++) {
                 const struct change *c = &w->changes[i];
 
-                hp_agent__log_rule_change(w->agent, c->rank, &c->e, c->now,
-                                          c->line, c->len);
+                hp_rulewatch__log_change(w->watch, c->rank, &c->e, c->now,
+                                         c->line, c->len);
         }
         w->nchanges = 0;
 }
@@ -229,7 +230,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                    bool verdict_taken, uint64_t armed, bool *verdict,
                    int *verdict_rank, bool *earlier)
 {
-        struct hp_agent *a = w->agent;
+        const struct hp_rulewatch *watch = w->watch;
         size_t limit = from + HANDOVER_BYTES;
         struct logmon_events *ev = &w->events;
 
@@ -240,7 +241,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
 
                 if (r == NULL)
                         break;
-                s = a->monitors[r->rank].rules;
+                s = watch->ranks[r->rank].stream;
                 /* No room for what this line could change: the loop logs
                  * what is there first. */
                 if (s != NULL && w->changes != NULL &&
@@ -257,7 +258,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                 if (w->changes != NULL)
                         keep_changes(w, ev, r);
                 /* The loop's timer is armed no later than every stream's
-                 * deadline (monitor.c), and a line moves a deadline
+                 * deadline (rulewatch.c), and a line moves a deadline
                  * earlier only when a rule changes state (its first match
                  * trades the start cut-off for the recurring frequency; a
                  * match out of HANGING gives it a deadline again). Other
@@ -355,7 +356,7 @@ static void worker_main(void *arg)
         uv_mutex_unlock(&w->mu);
 }
 
-int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
+int hp_rule_worker_new(struct hp_rulewatch *watch, uv_async_t *wake,
                        struct hp_rule_worker **out)
 {
         struct hp_rule_worker *w;
@@ -377,7 +378,7 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
                         return -ENOMEM;
                 }
         }
-        w->agent = a;
+        w->watch = watch;
         w->wake = wake;
         w->armed = UINT64_MAX;
         atomic_init(&w->done, 0);
@@ -445,16 +446,17 @@ void hp_rule_worker_publish(struct hp_rule_worker *w)
 /* Runs the loop's side of a verdict while the thread is stopped after it:
  * the streams are the loop's until it goes on. */
 static void take_verdict(struct hp_rule_worker *w,
-                         void (*on_verdict)(struct hp_agent *a, int rank))
+                         void (*on_verdict)(struct hp_rulewatch *watch,
+                                            int rank))
 {
         int rank = w->paused_rank;
 
         uv_mutex_unlock(&w->mu);
         log_changes(w);
         if (rank >= 0)
-                on_verdict(w->agent, rank);
+                on_verdict(w->watch, rank);
         uv_mutex_lock(&w->mu);
-        w->verdict_taken = w->agent->verdict[0] != '\0';
+        w->verdict_taken = w->watch->judged;
         w->paused = false;
         atomic_store_explicit(&w->paused_flag, false, memory_order_relaxed);
         if (w->thread_waiting)
@@ -475,7 +477,8 @@ static int64_t budget_left(struct hp_rule_worker *w, uint64_t now)
  * a verdict the thread stopped for meanwhile; false when they still do
  * not fit. */
 static bool make_room(struct hp_rule_worker *w, size_t n,
-                      void (*on_verdict)(struct hp_agent *a, int rank))
+                      void (*on_verdict)(struct hp_rulewatch *watch,
+                                         int rank))
 {
         uint64_t start = uv_hrtime(), now = start, deadline;
         bool room;
@@ -511,7 +514,8 @@ static bool make_room(struct hp_rule_worker *w, size_t n,
 
 void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
                          const char *line, size_t len, uint64_t now,
-                         void (*on_verdict)(struct hp_agent *a, int rank))
+                         void (*on_verdict)(struct hp_rulewatch *watch,
+                                            int rank))
 {
         size_t need = padded(len), pos = w->staged % RING_SIZE;
         size_t skip = RING_SIZE - pos < need ? RING_SIZE - pos : 0;
@@ -549,7 +553,8 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
 }
 
 void hp_rule_worker_settle(struct hp_rule_worker *w,
-                           void (*on_verdict)(struct hp_agent *a, int rank),
+                           void (*on_verdict)(struct hp_rulewatch *watch,
+                                              int rank),
                            bool *deadline_earlier)
 {
         uint64_t start, deadline;
