@@ -384,6 +384,10 @@ void hp_rulewatch_clear(struct hp_rulewatch *w);
 void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank);
 /* Between stages and while stopped, time does not count. */
 void hp_rulewatch_suspend(struct hp_rulewatch *w);
+/* Applies the rules' deadlines at now (loop ms), as the watch's timer
+ * does once it has read the pipes: a verdict it brings is reported with
+ * its lateness past the armed deadline. */
+void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now);
 /* Waits until every line read so far has been through the rules, or was
  * skipped and counted once the wait's budget ran out. */
 void hp_rulewatch_settle(struct hp_rulewatch *w);

@@ -158,20 +158,19 @@ static void log_changes(struct hp_rulewatch *w,
 }
 
 /* deadline: the timer's deadline when a tick found the verdict, or
- * UINT64_MAX when a line did (no lateness then). */
-static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline)
+ * UINT64_MAX when a line did (no lateness then); now: the loop's time. */
+static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline,
+                          uint64_t now)
 {
         struct hp_rulewatch *w = m->watch;
         struct hp_verdict *v = &w->verdict;
         struct logmon_rule_info info;
         bool have_info;
-        uint64_t now;
         int rule;
 
         if (logmon_stream_state(m->stream) < LOGMON_SLOW || w->judged)
                 return;
         rule = logmon_stream_reason_rule(m->stream);
-        now = uv_now(w->loop);
         memset(v, 0, sizeof(*v));
         v->state = logmon_stream_state(m->stream);
         if (rule >= 0)
@@ -200,7 +199,7 @@ static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline)
 
 static void take_verdict(struct hp_rulewatch *w, int rank)
 {
-        check_verdict(&w->ranks[rank], UINT64_MAX);
+        check_verdict(&w->ranks[rank], UINT64_MAX, uv_now(w->loop));
 }
 
 /* Makes the streams the loop's: every line queued for a rule thread fed
@@ -252,6 +251,7 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
         struct hp_rulewatch *w = m->watch;
         struct hp_rule_worker *t = w->worker_count > 0 ?
                 w->workers[m->worker_slot] : NULL;
+        uint64_t now;
 
         /* A line that takes the iteration past HP_RULE_INLINE_NS sends
          * the rest to the thread. The clock is read on the 1st, 2nd, 4th
@@ -279,6 +279,7 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
                 }
         }
         w->inline_lines++;
+        now = uv_now(w->loop);
         if (hp_log_get_level() >= HP_LOG_DEBUG) {
                 struct logmon_events ev;
 
@@ -286,13 +287,12 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
                 if (t != NULL)
                         hp_rule_worker_log_changes(t);
 
-                logmon_stream_feed(m->stream, line, len, uv_now(w->loop), &ev);
-                log_changes(w, m, &ev, uv_now(w->loop), line, len);
+                logmon_stream_feed(m->stream, line, len, now, &ev);
+                log_changes(w, m, &ev, now, line, len);
         } else {
-                logmon_stream_feed(m->stream, line, len, uv_now(w->loop),
-                                   NULL);
+                logmon_stream_feed(m->stream, line, len, now, NULL);
         }
-        check_verdict(m, UINT64_MAX);
+        check_verdict(m, UINT64_MAX, now);
         arm(w, logmon_stream_next_deadline(m->stream));
 }
 
@@ -395,22 +395,12 @@ static void wake_cb(uv_async_t *wake)
         hp_rulewatch_settle(hp_container_of(wake, struct hp_rulewatch, wake));
 }
 
-static void timer_cb(uv_timer_t *timer)
+/* Applies the deadlines at now; deadline: the one the timer was armed
+ * for, which a late verdict is measured from. */
+static void tick(struct hp_rulewatch *w, uint64_t deadline, uint64_t now)
 {
-        struct hp_rulewatch *w = hp_container_of(timer, struct hp_rulewatch,
-                                                 timer);
-        uint64_t now, deadline = w->deadline;
-
-        /* Reads are paced (up to HP_READ_PACE_MS): a progress line that
-         * came in before the deadline may still sit in its pipe. The lines
-         * read now are fed at now, after the deadline, which still counts
-         * them as in time: a matching line is recorded before any tick. */
-        if (w->read_now != NULL)
-                w->read_now(w->ctx);
-        uv_update_time(w->loop);
-        now = uv_now(w->loop);
         hp_rulewatch_settle(w);
-        for (int i = 0; i < w->nproc; i++) {
+        for (int i = 0; w->ranks && i < w->nproc; i++) {
                 struct hp_rulewatch_rank *m = &w->ranks[i];
                 if (m->stream == NULL)
                         continue;
@@ -422,9 +412,30 @@ static void timer_cb(uv_timer_t *timer)
                 } else {
                         logmon_stream_tick(m->stream, now, NULL);
                 }
-                check_verdict(m, deadline);
+                check_verdict(m, deadline, now);
         }
         rearm_all(w);
+}
+
+void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now)
+{
+        tick(w, w->deadline, now);
+}
+
+static void timer_cb(uv_timer_t *timer)
+{
+        struct hp_rulewatch *w = hp_container_of(timer, struct hp_rulewatch,
+                                                 timer);
+        uint64_t deadline = w->deadline;
+
+        /* Reads are paced (up to HP_READ_PACE_MS): a progress line that
+         * came in before the deadline may still sit in its pipe. The lines
+         * read now are fed at now, after the deadline, which still counts
+         * them as in time: a matching line is recorded before any tick. */
+        if (w->read_now != NULL)
+                w->read_now(w->ctx);
+        uv_update_time(w->loop);
+        tick(w, deadline, uv_now(w->loop));
 }
 
 /* Gives every watched rank a fresh rule stream on w->ruleset. */
