@@ -285,10 +285,10 @@ struct hp_forensics {
 
 /* Threads the log rules may use under a flood (see ruleworker.c): one per
  * core, up to this many, and no more than the watched ranks. */
-#define HP_RULE_WORKERS_MAX 4
+#define HP_RULE_THREADS_MAX 4
 
 struct hp_rulewatch;
-struct hp_rule_worker;
+struct hp_rule_thread;
 
 /* One local rank's stdout under the rules: the context of its line
  * listener. The same rank is watched in every stage (pre-train and
@@ -298,9 +298,9 @@ struct hp_rulewatch_rank {
         struct hp_rulewatch *watch;
         struct logmon_stream *stream; /* NULL: this rank is not watched */
         int local_rank;
-        /* Its rule thread in a flood: watch->workers[worker_slot]. Kept
+        /* Its rule thread in a flood: watch->threads[thread_slot]. Kept
          * rather than computed per line, which takes a division. */
-        int worker_slot;
+        int thread_slot;
 };
 
 /* What the watch is started with; the callbacks run on the loop thread. */
@@ -346,10 +346,10 @@ struct hp_rulewatch {
         uv_timer_t timer;                 /* the earliest deadline */
         uint64_t deadline;                /* armed for, or UINT64_MAX */
         bool fresh;                       /* cleared, not yet started */
-        /* Rule threads for floods, local rank r on worker r % count; each
+        /* Rule threads for floods, local rank r on thread r % count; each
          * NULL until its first flood. */
-        struct hp_rule_worker *workers[HP_RULE_WORKERS_MAX];
-        int worker_count;
+        struct hp_rule_thread *threads[HP_RULE_THREADS_MAX];
+        int thread_count;
         uv_async_t wake;                  /* from the rule threads */
         uv_check_t check;                 /* once per loop iteration */
         unsigned inline_lines;            /* lines this iteration */
@@ -358,7 +358,7 @@ struct hp_rulewatch {
         uint64_t report_at;               /* loop ms: next look */
         uint64_t skipped_reported;        /* lines the rules missed */
         uint64_t limit_reported;          /* PCRE2 limit hits */
-        bool worker_failed;               /* could not start one */
+        bool thread_failed;               /* could not start one */
         bool judged;                      /* verdict holds this attempt's */
         struct hp_verdict verdict;
 };

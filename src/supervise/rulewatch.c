@@ -44,12 +44,12 @@ void hp_rulewatch_set_wall_offset(struct hp_rulewatch *w,
 
 static void timer_cb(uv_timer_t *timer);
 
-/* What every rule thread compares with (hp_rule_worker_set). */
-static void workers_set(struct hp_rulewatch *w, uint64_t armed, bool taken)
+/* What every rule thread compares with (hp_rulewatch__thread_set). */
+static void threads_set(struct hp_rulewatch *w, uint64_t armed, bool taken)
 {
-        for (int i = 0; i < w->worker_count; i++)
-                if (w->workers[i] != NULL)
-                        hp_rule_worker_set(w->workers[i], armed, taken);
+        for (int i = 0; i < w->thread_count; i++)
+                if (w->threads[i] != NULL)
+                        hp_rulewatch__thread_set(w->threads[i], armed, taken);
 }
 
 /* Arms the timer for deadline if it is earlier than the armed one. A later
@@ -65,14 +65,14 @@ static void arm(struct hp_rulewatch *w, uint64_t deadline)
         w->deadline = deadline;
         uv_timer_start(&w->timer, timer_cb,
                        deadline > now ? deadline - now : 0, 0);
-        workers_set(w, deadline, w->judged);
+        threads_set(w, deadline, w->judged);
 }
 
 static void rearm_all(struct hp_rulewatch *w)
 {
         w->deadline = UINT64_MAX;
         uv_timer_stop(&w->timer);
-        workers_set(w, UINT64_MAX, w->judged);
+        threads_set(w, UINT64_MAX, w->judged);
         for (int i = 0; w->ranks && i < w->nproc; i++)
                 if (w->ranks[i].stream != NULL)
                         arm(w, logmon_stream_next_deadline(
@@ -209,10 +209,11 @@ void hp_rulewatch_settle(struct hp_rulewatch *w)
 {
         bool earlier, any = false;
 
-        for (int i = 0; i < w->worker_count; i++) {
-                if (w->workers[i] == NULL)
+        for (int i = 0; i < w->thread_count; i++) {
+                if (w->threads[i] == NULL)
                         continue;
-                hp_rule_worker_settle(w->workers[i], take_verdict, &earlier);
+                hp_rulewatch__thread_settle(w->threads[i], take_verdict,
+                                            &earlier);
                 any = any || earlier;
         }
         if (any)
@@ -222,25 +223,25 @@ void hp_rulewatch_settle(struct hp_rulewatch *w)
 /* The rule thread of a local rank, started on its first flood; NULL when
  * none can be started (its lines are then evaluated on the loop
  * thread). */
-static struct hp_rule_worker *worker_for(struct hp_rulewatch *w,
+static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
                                          const struct hp_rulewatch_rank *m)
 {
-        struct hp_rule_worker **t;
+        struct hp_rule_thread **t;
         int r;
 
-        if (w->worker_count == 0)
+        if (w->thread_count == 0)
                 return NULL;
-        t = &w->workers[m->worker_slot];
-        if (*t != NULL || w->worker_failed)
+        t = &w->threads[m->thread_slot];
+        if (*t != NULL || w->thread_failed)
                 return *t;
-        r = hp_rule_worker_new(w, &w->wake, t);
+        r = hp_rulewatch__thread_new(w, &w->wake, t);
         if (r < 0) {
-                w->worker_failed = true;
+                w->thread_failed = true;
                 hp_log_warn("cannot start a thread for the log rules (%s); "
                             "they run on the main thread", hp_strerror(r));
                 return NULL;
         }
-        hp_rule_worker_set(*t, w->deadline, w->judged);
+        hp_rulewatch__thread_set(*t, w->deadline, w->judged);
         return *t;
 }
 
@@ -249,8 +250,8 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
 {
         struct hp_rulewatch_rank *m = ctx;
         struct hp_rulewatch *w = m->watch;
-        struct hp_rule_worker *t = w->worker_count > 0 ?
-                w->workers[m->worker_slot] : NULL;
+        struct hp_rule_thread *t = w->thread_count > 0 ?
+                w->threads[m->thread_slot] : NULL;
         uint64_t now;
 
         /* A line that takes the iteration past HP_RULE_INLINE_NS sends
@@ -269,12 +270,13 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
         /* A rank's lines stay in order: once one is queued, the ones after
          * it are too, until its thread has caught up. */
         if (w->inline_lines >= HP_RULE_INLINE_MAX ||
-            (t != NULL && !hp_rule_worker_idle(t))) {
+            (t != NULL && !hp_rulewatch__thread_idle(t))) {
                 if (t == NULL)
-                        t = worker_for(w, m);
+                        t = thread_for(w, m);
                 if (t != NULL) {
-                        hp_rule_worker_push(t, m->local_rank, line, len,
-                                            uv_now(w->loop), take_verdict);
+                        hp_rulewatch__thread_push(t, m->local_rank, line,
+                                                  len, uv_now(w->loop),
+                                                  take_verdict);
                         return;
                 }
         }
@@ -285,7 +287,7 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
 
                 /* What the thread's lines changed comes first. */
                 if (t != NULL)
-                        hp_rule_worker_log_changes(t);
+                        hp_rulewatch__thread_log_changes(t);
 
                 logmon_stream_feed(m->stream, line, len, now, &ev);
                 log_changes(w, m, &ev, now, line, len);
@@ -300,9 +302,9 @@ uint64_t hp_rulewatch_lines_skipped(const struct hp_rulewatch *w)
 {
         uint64_t n = 0;
 
-        for (int i = 0; i < w->worker_count; i++)
-                if (w->workers[i] != NULL)
-                        n += hp_rule_worker_skipped(w->workers[i]);
+        for (int i = 0; i < w->thread_count; i++)
+                if (w->threads[i] != NULL)
+                        n += hp_rulewatch__thread_skipped(w->threads[i]);
         return n;
 }
 
@@ -314,13 +316,13 @@ static bool limit_hits(const struct hp_rulewatch *w, uint64_t *out)
 
         for (int i = 0; w->ranks && i < w->nproc; i++) {
                 const struct hp_rulewatch_rank *m = &w->ranks[i];
-                const struct hp_rule_worker *t =
-                        w->worker_count > 0 ? w->workers[m->worker_slot]
+                const struct hp_rule_thread *t =
+                        w->thread_count > 0 ? w->threads[m->thread_slot]
                                             : NULL;
 
                 if (m->stream == NULL)
                         continue;
-                if (t != NULL && !hp_rule_worker_idle(t))
+                if (t != NULL && !hp_rulewatch__thread_idle(t))
                         return false;
                 for (size_t r = 0; r < logmon_ruleset_count(w->ruleset);
                      r++) {
@@ -382,9 +384,9 @@ static void check_cb(uv_check_t *check)
         uint64_t now = uv_now(w->loop);
 
         w->inline_lines = now < w->inline_off_until ? HP_RULE_INLINE_MAX : 0;
-        for (int i = 0; i < w->worker_count; i++)
-                if (w->workers[i] != NULL)
-                        hp_rule_worker_publish(w->workers[i]);
+        for (int i = 0; i < w->thread_count; i++)
+                if (w->threads[i] != NULL)
+                        hp_rulewatch__thread_publish(w->threads[i]);
         if (now >= w->report_at)
                 w->report_at = now + (report_rules(w) ? HP_RULE_WARN_MS
                                                       : HP_RULE_REPORT_MS);
@@ -454,7 +456,7 @@ static int make_streams(struct hp_rulewatch *w)
         }
         w->fresh = true;
         w->judged = false;
-        workers_set(w, w->deadline, false);
+        threads_set(w, w->deadline, false);
         return 0;
 }
 
@@ -495,16 +497,16 @@ int hp_rulewatch_init(struct hp_rulewatch *w,
         }
         /* One rule thread per core (with the loop thread, the scheduler
          * then balances the reads and the rules over all of them), up to
-         * HP_RULE_WORKERS_MAX and the ranks watched. None starts before a
+         * HP_RULE_THREADS_MAX and the ranks watched. None starts before a
          * flood. */
-        w->worker_count = (int)uv_available_parallelism();
-        if (w->worker_count > HP_RULE_WORKERS_MAX)
-                w->worker_count = HP_RULE_WORKERS_MAX;
-        if (w->worker_count > watched)
-                w->worker_count = watched;
+        w->thread_count = (int)uv_available_parallelism();
+        if (w->thread_count > HP_RULE_THREADS_MAX)
+                w->thread_count = HP_RULE_THREADS_MAX;
+        if (w->thread_count > watched)
+                w->thread_count = watched;
         for (int i = 0; i < w->nproc; i++)
-                w->ranks[i].worker_slot =
-                        w->worker_count > 0 ? i % w->worker_count : 0;
+                w->ranks[i].thread_slot =
+                        w->thread_count > 0 ? i % w->thread_count : 0;
         if (p->rules_path == NULL)
                 return 0;
         r = logmon_config_load_ruleset(p->rules_path,
@@ -590,16 +592,16 @@ void hp_rulewatch_clear(struct hp_rulewatch *w)
         w->judged = false;
         w->deadline = UINT64_MAX;
         uv_timer_stop(&w->timer);
-        workers_set(w, UINT64_MAX, false);
+        threads_set(w, UINT64_MAX, false);
 }
 
 void hp_rulewatch_close(struct hp_rulewatch *w)
 {
         hp_rulewatch_settle(w);
         (void)report_rules(w);
-        for (int i = 0; i < w->worker_count; i++) {
-                hp_rule_worker_free(w->workers[i]);
-                w->workers[i] = NULL;
+        for (int i = 0; i < w->thread_count; i++) {
+                hp_rulewatch__thread_free(w->threads[i]);
+                w->threads[i] = NULL;
         }
         for (int i = 0; w->ranks && i < w->nproc; i++)
                 if (w->ranks[i].stream != NULL)

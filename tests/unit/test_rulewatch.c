@@ -406,8 +406,8 @@ static bool check_verdict(const struct fixture *f, const struct watch_case *c,
                 snprintf(why, len, "wall %.3f", v->wall);
         else if (hp_verdict_reason(v, reason, sizeof(reason)) < 0 ||
                  strcmp(reason, f->stream_reason) != 0)
-                snprintf(why, len, "reason '%.100s', the engine's '%.100s'", reason,
-                         f->stream_reason);
+                snprintf(why, len, "reason '%.100s', the engine's '%.100s'",
+                         reason, f->stream_reason);
         else if (f->commits != 1)
                 snprintf(why, len, "consoles committed %d times", f->commits);
         else
