@@ -157,10 +157,11 @@ static void log_changes(struct hp_rulewatch *w,
         }
 }
 
-/* deadline: the timer's deadline when a tick found the verdict, or
- * UINT64_MAX when a line did (no lateness then); now: the loop's time. */
-static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline,
-                          uint64_t now)
+/* The attempt's verdict, from rank m's stream, which is SLOW or worse.
+ * deadline: the timer's deadline when a tick found it, or UINT64_MAX when
+ * a line did (no lateness then); now: the loop's time. */
+static void judge(struct hp_rulewatch_rank *m, uint64_t deadline,
+                  uint64_t now)
 {
         struct hp_rulewatch *w = m->watch;
         struct hp_verdict *v = &w->verdict;
@@ -168,8 +169,6 @@ static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline,
         bool have_info;
         int rule;
 
-        if (logmon_stream_state(m->stream) < LOGMON_SLOW || w->judged)
-                return;
         rule = logmon_stream_reason_rule(m->stream);
         memset(v, 0, sizeof(*v));
         v->state = logmon_stream_state(m->stream);
@@ -195,6 +194,14 @@ static void check_verdict(struct hp_rulewatch_rank *m, uint64_t deadline,
         log_verdict(w, m, have_info ? &info : NULL);
         if (w->on_verdict != NULL)
                 w->on_verdict(w->ctx, v);
+}
+
+/* Kept inline: every line evaluated on the loop thread comes here. */
+static inline void check_verdict(struct hp_rulewatch_rank *m,
+                                 uint64_t deadline, uint64_t now)
+{
+        if (!m->watch->judged && logmon_stream_state(m->stream) >= LOGMON_SLOW)
+                judge(m, deadline, now);
 }
 
 static void take_verdict(struct hp_rulewatch *w, int rank)
