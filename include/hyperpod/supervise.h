@@ -194,6 +194,36 @@ struct hp_group {
         void (*done_cb)(struct hp_group *group, enum hp_group_result result);
 };
 
+/* ---- Log rule verdicts (verdict.c) ---- */
+
+/* A log rule that turned SLOW, HANGING or FAULTED on one watched rank: the
+ * attempt's first such change, as the rule watch reports it. */
+struct hp_verdict {
+        enum logmon_state state; /* SLOW, HANGING or FAULTED; WAITING: none */
+        char rule[LOGMON_NAME_MAX + 1];
+        int local_rank;
+        int rank;           /* global */
+        char line[512];     /* the rule's last matching line, "" for none */
+        uint64_t deadline_ms; /* loop ms: the deadline a tick found passed,
+                               * UINT64_MAX when a line made it */
+        uint64_t seen_ms;   /* loop ms: when the watch judged */
+        uint64_t latency_ms; /* seen_ms past the deadline, 0 for a line */
+        double wall;        /* wall clock at seen_ms, seconds since epoch */
+};
+
+/* Room for any verdict's reason code and its NUL. */
+#define HP_VERDICT_REASON_MAX (sizeof("LogFault_") + LOGMON_NAME_MAX)
+
+/* The reason code the operator reports: "LogSlow_<rule>",
+ * "LogHang_<rule>" or "LogFault_<rule>", as logmon_stream_reason gives
+ * it. Cut to fit buf and terminated whenever len > 0. Returns the length
+ * of the whole code (as snprintf), or -EINVAL when v holds no verdict. */
+int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len);
+/* What it means, in the operator's fault message: "Log rule <rule> is
+ * HANGING on local rank <r>; last matching line: <line>" (or "; no line
+ * matched it yet"). Cut and returned as hp_verdict_reason. */
+int hp_verdict_describe(const struct hp_verdict *v, char *buf, size_t len);
+
 /* ---- Hang forensics (silence.c, forensics.c) ---- */
 
 /* One rank's last output, for the silence line. */
@@ -237,7 +267,7 @@ struct hp_forensics {
         uint64_t deadline;      /* loop ms */
         bool on_request;        /* SIGUSR2, not a verdict */
         unsigned requests;      /* reports written on request */
-        char verdict[512];      /* a copy of the agent's, or "" */
+        struct hp_verdict verdict; /* the agent's; state WAITING: none */
         char silence[512];      /* the latest silence line, or "" */
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
         char *python_path;      /* the workers' PYTHONPATH, or NULL */
@@ -251,17 +281,133 @@ struct hp_forensics {
 
 /* ---- The agent ---- */
 
-/* The rules watching one local rank's stdout. The same monitor sees that
- * rank in every stage (pre-train and post-train count as rank 0), so the
- * stages share rule state, as in the reference. */
-struct hp_monitor {
-        struct hp_agent *agent;
-        struct logmon_stream *rules; /* NULL: this rank is not watched */
+/* ---- The log rule watch (rulewatch.c, ruleworker.c) ---- */
+
+/* Threads the log rules may use under a flood (see ruleworker.c): one per
+ * core, up to this many, and no more than the watched ranks. */
+#define HP_RULE_THREADS_MAX 4
+
+struct hp_rulewatch;
+struct hp_rule_thread;
+
+/* One local rank's stdout under the rules: the context of its line
+ * listener. The same rank is watched in every stage (pre-train and
+ * post-train count as rank 0), so the stages share rule state, as in the
+ * reference. */
+struct hp_rulewatch_rank {
+        struct hp_rulewatch *watch;
+        struct logmon_stream *stream; /* NULL: this rank is not watched */
         int local_rank;
-        /* Its rule thread in a flood: agent->rule_workers[worker_slot].
-         * Kept rather than computed per line, which took a division. */
-        int worker_slot;
+        /* Its rule thread in a flood: watch->threads[thread_slot]. Kept
+         * rather than computed per line, which takes a division. */
+        int thread_slot;
 };
+
+/* What the watch is started with; the callbacks run on the loop thread. */
+struct hp_rulewatch_params {
+        uv_loop_t *loop;
+        int nproc;               /* local ranks */
+        const bool *monitored;   /* nproc flags, borrowed for the watch's
+                                  * life: --log-monitor-ranks */
+        const char *rules_path;  /* --log-monitoring-config, or NULL */
+        bool strict;             /* --strict, for rules_path */
+        /* Reads what the workers' pipes hold now: a line written before a
+         * deadline must not be judged missing for sitting in a pipe. */
+        void (*read_now)(void *ctx);
+        /* Writes out the console lines queued so far, so that the line
+         * that made a verdict comes before the verdict's log line. */
+        void (*commit_output)(void *ctx);
+        /* The attempt's verdict; v is borrowed for the call. The workers
+         * keep running; the rules keep watching. */
+        void (*on_verdict)(void *ctx, const struct hp_verdict *v);
+        void *ctx;
+};
+
+/*
+ * The log rules on the workers' stdout: the glue between the pure rule
+ * engine (src/logmon) and the loop. It feeds each watched rank's lines to
+ * its rule stream with the loop's time (on the loop thread, or on a rule
+ * thread under a flood), keeps one timer armed at the earliest deadline,
+ * and reports the first verdict of an attempt through on_verdict.
+ */
+struct hp_rulewatch {
+        uv_loop_t *loop;
+        int nproc;
+        const bool *monitored;
+        void (*read_now)(void *ctx);
+        void (*commit_output)(void *ctx);
+        void (*on_verdict)(void *ctx, const struct hp_verdict *v);
+        void *ctx;
+        int64_t wall_offset_ms;           /* epoch ms minus loop ms */
+        int base_rank;                    /* global rank of local rank 0 */
+        struct logmon_ruleset *cli_ruleset; /* --log-monitoring-config */
+        struct logmon_ruleset *ruleset;   /* in use; NULL: no rules */
+        struct hp_rulewatch_rank *ranks;  /* one per local rank */
+        uv_timer_t timer;                 /* the earliest deadline */
+        uint64_t deadline;                /* armed for, or UINT64_MAX */
+        bool fresh;                       /* cleared, not yet started */
+        /* Rule threads for floods, local rank r on thread r % count; each
+         * NULL until its first flood. */
+        struct hp_rule_thread *threads[HP_RULE_THREADS_MAX];
+        int thread_count;
+        uv_async_t wake;                  /* from the rule threads */
+        uv_check_t check;                 /* once per loop iteration */
+        unsigned inline_lines;            /* lines this iteration */
+        uint64_t inline_start;            /* uv_hrtime() of the first */
+        uint64_t inline_off_until;        /* loop ms: none inline */
+        uint64_t report_at;               /* loop ms: next look */
+        uint64_t skipped_reported;        /* lines the rules missed */
+        uint64_t limit_reported;          /* PCRE2 limit hits */
+        bool thread_failed;               /* could not start one */
+        bool judged;                      /* verdict holds this attempt's */
+        struct hp_verdict verdict;
+};
+
+/* Loads the rules file if any and prepares one rank slot per local rank
+ * (the operator may send rules later). On failure errbuf says why; the
+ * watch must be closed either way. */
+int hp_rulewatch_init(struct hp_rulewatch *w,
+                      const struct hp_rulewatch_params *p, char *errbuf,
+                      size_t errlen);
+/* The wall clock for the watch's log lines and verdicts: epoch ms minus
+ * loop ms, the consoles' own (hp_stream_hub.wall_offset_ms). */
+void hp_rulewatch_set_wall_offset(struct hp_rulewatch *w,
+                                  int64_t wall_offset_ms);
+/* Watches the next attempt with rs (a reference is taken), or with the
+ * rules file's when rs is NULL. Rule state starts fresh. */
+int hp_rulewatch_use(struct hp_rulewatch *w, struct logmon_ruleset *rs);
+/* Forgets all rule state and the verdict (the attempt is over). */
+void hp_rulewatch_clear(struct hp_rulewatch *w);
+/* A stage's processes run: the first stage after a clear starts the rule
+ * clocks, later ones resume them. base_rank: the global rank of local
+ * rank 0 in this round. */
+void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank);
+/* Between stages and while stopped, time does not count. */
+void hp_rulewatch_suspend(struct hp_rulewatch *w);
+/* Applies the rules' deadlines at now (loop ms), as the watch's timer
+ * does once it has read the pipes: a verdict it brings is reported with
+ * its lateness past the armed deadline. */
+void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now);
+/* Waits until every line read so far has been through the rules, or was
+ * skipped and counted once the wait's budget ran out. */
+void hp_rulewatch_settle(struct hp_rulewatch *w);
+/* Monitored lines the rules never saw because they fell behind. */
+uint64_t hp_rulewatch_lines_skipped(const struct hp_rulewatch *w);
+/* The listener context for local rank's stdout, or NULL when no rule
+ * watches it. */
+struct hp_rulewatch_rank *hp_rulewatch_rank(struct hp_rulewatch *w,
+                                            int local_rank);
+/* The line listener (struct hp_stream's) for a hp_rulewatch_rank. */
+void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
+                          enum hp_line_end end);
+/* The rules in use, or NULL; and local rank's rule stream, or NULL. Read
+ * them only after hp_rulewatch_settle, on the loop thread. */
+const struct logmon_ruleset *hp_rulewatch_ruleset(const struct hp_rulewatch *w);
+const struct logmon_stream *hp_rulewatch_stream(const struct hp_rulewatch *w,
+                                                int local_rank);
+/* Reports what the rules missed, stops the threads, frees everything and
+ * closes the handles (the loop must run once for them). */
+void hp_rulewatch_close(struct hp_rulewatch *w);
 
 enum hp_agent_state {
         HP_AGENT_IDLE = 0,
@@ -282,10 +428,11 @@ struct hp_agent_events {
         void (*stage_ended)(struct hp_agent *a, enum hp_stage stage,
                             enum hp_group_result result,
                             const struct hp_group *g, void *ctx);
-        /* A log rule turned SLOW, HANGING or FAULTED: a->verdict names it,
-         * a->verdict_latency_ms says how long after its deadline. The
+        /* A log rule turned SLOW, HANGING or FAULTED (v, borrowed for the
+         * call; a->verdict holds a copy until the rules are cleared). The
          * workers keep running. */
-        void (*rule_verdict)(struct hp_agent *a, void *ctx);
+        void (*rule_verdict)(struct hp_agent *a, const struct hp_verdict *v,
+                             void *ctx);
         /* A process of the running group exited non-zero on its own: the
          * group's first failure (g->first_failure). The rest of the group
          * is being stopped with --shutdown-signal. */
@@ -326,10 +473,6 @@ struct hp_node_health {
 /* Exit status of a self-driven run stopped by a node fault. */
 #define HP_EXIT_NODE_FAULT 123
 
-/* Threads the log rules may use under a flood (see ruleworker.c): one per
- * core, up to this many, and no more than the watched ranks. */
-#define HP_RULE_WORKERS_MAX 4
-
 struct hp_agent {
         uv_loop_t *loop;
         const struct hp_config *cfg;
@@ -359,29 +502,8 @@ struct hp_agent {
         char log_root[PATH_MAX];
         const struct hp_agent_events *events;   /* NULL: self-driven */
         void *events_ctx;
-        struct logmon_ruleset *cli_ruleset;     /* --log-monitoring-config */
-        struct logmon_ruleset *ruleset;         /* in use; NULL: no rules */
-        struct hp_monitor *monitors;            /* one per local rank */
-        uv_timer_t rule_timer;                  /* the earliest deadline */
-        uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
-        bool monitors_fresh;                    /* cleared, not yet started */
-        /* Rule threads for floods, local rank r on worker r % count; each
-         * NULL until its first flood. */
-        struct hp_rule_worker *rule_workers[HP_RULE_WORKERS_MAX];
-        int rule_worker_count;
-        uv_async_t rule_wake;                   /* from the rule worker */
-        uv_check_t rule_check;                  /* once per loop iteration */
-        unsigned rule_inline;                   /* lines this iteration */
-        uint64_t rule_inline_start;             /* uv_hrtime() of the first */
-        uint64_t rule_inline_off_until;         /* loop ms: none inline */
-        uint64_t rule_report_at;                /* loop ms: next look */
-        uint64_t rule_skipped_reported;         /* lines the rules missed */
-        uint64_t rule_limit_reported;           /* PCRE2 limit hits */
-        bool rule_worker_failed;                /* could not start one */
-        char verdict[512];                      /* "LogHang_<rule>", or "" */
-        char verdict_line[512];                 /* its last matching line */
-        uint64_t verdict_latency_ms;            /* past the deadline */
-        int verdict_rank;                       /* local rank it is on */
+        struct hp_rulewatch rules;              /* the log rules */
+        struct hp_verdict verdict; /* this attempt's; state WAITING: none */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
         /* The last failure's root cause, for TORCHELASTIC_ERROR_FILE: its

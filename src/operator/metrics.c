@@ -59,23 +59,25 @@ static void rules(FILE *f, const struct hp_agent *a)
                 "match or depth limit (counted as no match).",
         };
         uint64_t now = uv_now(a->loop);
+        const struct logmon_ruleset *rs = hp_rulewatch_ruleset(&a->rules);
 
-        if (a->ruleset == NULL || a->monitors == NULL)
+        if (rs == NULL)
                 return;
         for (size_t m = 0; m < HP_ARRAY_SIZE(metrics); m++) {
                 family(f, metrics[m], types[m], help[m]);
                 for (int i = 0; i < a->round.nproc; i++) {
-                        const struct logmon_stream *s = a->monitors[i].rules;
+                        const struct logmon_stream *s =
+                                hp_rulewatch_stream(&a->rules, i);
                         if (s == NULL)
                                 continue;
-                        for (size_t r = 0; r < logmon_ruleset_count(a->ruleset);
+                        for (size_t r = 0; r < logmon_ruleset_count(rs);
                              r++) {
                                 struct logmon_rule_info info;
                                 if (logmon_stream_rule_info(s, r, &info) < 0)
                                         continue;
                                 rule_series(f, metrics[m], i,
-                                            logmon_ruleset_rule_name(
-                                                    a->ruleset, r));
+                                            logmon_ruleset_rule_name(rs,
+                                                                     r));
                                 if (m == 0)
                                         fprintf(f, "%d\n", (int)info.state);
                                 else if (m == 1)

@@ -313,38 +313,25 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         (void)stage;
 }
 
-static void rule_verdict(struct hp_agent *a, void *ctx)
+static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
+                         void *ctx)
 {
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
-        const char *rule = strchr(a->verdict, '_');
-        const char *what = strncmp(a->verdict, "LogHang_", 8) == 0
-                                   ? "HANGING"
-                           : strncmp(a->verdict, "LogSlow_", 8) == 0
-                                   ? "SLOW"
-                                   : "FAULTED";
+        char reason[HP_VERDICT_REASON_MAX];
 
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        if (a->verdict_line[0] != '\0')
-                snprintf(msg, sizeof(msg),
-                         "Log rule %s is %s on local rank %d; last matching "
-                         "line: %s",
-                         rule ? rule + 1 : a->verdict, what, a->verdict_rank,
-                         a->verdict_line);
-        else
-                snprintf(msg, sizeof(msg),
-                         "Log rule %s is %s on local rank %d; no line matched "
-                         "it yet",
-                         rule ? rule + 1 : a->verdict, what, a->verdict_rank);
+        (void)hp_verdict_reason(v, reason, sizeof(reason));
+        (void)hp_verdict_describe(v, msg, sizeof(msg));
         if (a->forensics.silence[0] != '\0') {
                 size_t used = strlen(msg);
                 snprintf(msg + used, sizeof(msg) - used, "; %s",
                          a->forensics.silence);
         }
-        op->last_detection_latency_s = (double)a->verdict_latency_ms / 1000.0;
+        op->last_detection_latency_s = (double)v->latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
-        fault(op, a->verdict, msg);
+        fault(op, reason, msg);
 }
 
 /* Distinct from WorkerCrash and the log rules' reasons: the operator can

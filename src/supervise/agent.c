@@ -82,6 +82,9 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
 
 static void start_attempt(struct hp_agent *a);
 static void start_stage(struct hp_agent *a, enum hp_stage stage);
+static void rules_read_now_cb(void *ctx);
+static void rules_commit_cb(void *ctx);
+static void rules_verdict_cb(void *ctx, const struct hp_verdict *v);
 
 /* Whether two fds lead to the same file, pipe or terminal (2>&1). */
 static bool same_file(int a, int b)
@@ -134,7 +137,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         int code;
 
         a->group_active = false;
-        hp_agent__monitors_suspend(a);
+        hp_rulewatch_suspend(&a->rules);
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
@@ -159,20 +162,23 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
 
         /* A rule verdict stopped the group: the attempt failed, whatever
          * the workers' exit statuses say (we killed them). */
-        if (a->verdict[0] != '\0' && !a->received_signal) {
+        if (a->verdict.state != LOGMON_WAITING && !a->received_signal) {
+                char reason[HP_VERDICT_REASON_MAX];
+
+                (void)hp_verdict_reason(&a->verdict, reason, sizeof(reason));
                 hp_group_release(g);
                 if (a->restart_count < a->cfg->max_restarts) {
                         a->restart_count++;
                         hp_log_warn("%s: restarting the worker group "
                                     "(restart %d of %d)",
-                                    a->verdict, a->restart_count,
+                                    reason, a->restart_count,
                                     a->cfg->max_restarts);
-                        hp_agent__monitors_clear(a);
+                        hp_agent_clear_rules(a);
                         start_attempt(a);
                 } else {
                         hp_log_error("%s ended the job: no restarts left "
                                      "(--max-restarts %d); exit status %d",
-                                     a->verdict, a->cfg->max_restarts,
+                                     reason, a->cfg->max_restarts,
                                      HP_EXIT_RULE_VERDICT);
                         finish(a, HP_EXIT_RULE_VERDICT);
                 }
@@ -187,7 +193,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
                         finish(a, 128 + a->received_signal);
                 } else if (a->restart_count < a->cfg->max_restarts) {
                         a->restart_count++;
-                        hp_agent__monitors_clear(a);
+                        hp_agent_clear_rules(a);
                         hp_log_warn("%s failed; restarting the worker group "
                                     "(restart %d of %d)",
                                     hp_stage_name(stage), a->restart_count,
@@ -256,7 +262,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 return r;
         }
         a->group_active = true;
-        hp_agent__monitors_resume(a);
+        hp_rulewatch_resume(&a->rules, a->round.base_rank);
         return 0;
 }
 
@@ -266,14 +272,18 @@ static void start_stage(struct hp_agent *a, enum hp_stage stage)
                 finish(a, 1);
 }
 
-void hp_agent__rule_verdict(struct hp_agent *a)
+void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 {
+        int report;
+
+        a->verdict = *v;
+        /* Which rank went quiet first, before anything is stopped. */
+        hp_forensics_note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        int report = hp_forensics_begin(&a->forensics, false);
-
+        report = hp_forensics_begin(&a->forensics, false);
         if (a->events != NULL) {
-                a->events->rule_verdict(a, a->events_ctx);
+                a->events->rule_verdict(a, &a->verdict, a->events_ctx);
                 return;
         }
         /* The workers are told with --shutdown-signal, as after a worker
@@ -350,7 +360,7 @@ int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                 return -EBUSY;
         a->round = *round;
         a->restart_count = restart_count;
-        a->verdict[0] = '\0';
+        memset(&a->verdict, 0, sizeof(a->verdict));
         log_attempt(a);
         return try_start_stage(a, first_stage(a));
 }
@@ -563,7 +573,18 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         }
         /* The rules first: a start refused for its rules file leaves no
          * log directory behind. */
-        r = hp_agent__monitors_init(a, errbuf, errlen);
+        r = hp_rulewatch_init(&a->rules,
+                              &(struct hp_rulewatch_params){
+                                      .loop = loop,
+                                      .nproc = a->round.nproc,
+                                      .monitored = cfg->monitored,
+                                      .rules_path = cfg->log_monitoring_config,
+                                      .strict = cfg->strict,
+                                      .read_now = rules_read_now_cb,
+                                      .commit_output = rules_commit_cb,
+                                      .on_verdict = rules_verdict_cb,
+                                      .ctx = a },
+                              errbuf, errlen);
         if (r == 0)
                 r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
         if (r == 0)
@@ -573,14 +594,14 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                         snprintf(errbuf, errlen, "out of memory");
                 hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_rulewatch_close(&a->rules);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
                 hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_rulewatch_close(&a->rules);
                 return r;
         }
 
@@ -620,7 +641,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_scope_root_close(&a->scopes);
                 hp_agent__health_close(a);
                 hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_rulewatch_close(&a->rules);
                 return r;
         }
         r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
@@ -638,6 +659,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        hp_rulewatch_set_wall_offset(&a->rules,
+                                     a->stream_hub.wall_offset_ms);
         a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
                                      ? &a->console_out
                                      : &a->console_err;
@@ -717,7 +740,7 @@ void hp_agent_close(struct hp_agent *a)
         hp_agent__health_close(a);
         hp_forensics_close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
-        hp_agent__monitors_close(a);
+        hp_rulewatch_close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
         /* Each group ended with everything it started; anything alive
@@ -742,4 +765,52 @@ void hp_agent_close(struct hp_agent *a)
                 hp_log_warn("%llu of the agent's messages were dropped: "
                             "stderr was not read",
                             (unsigned long long)hp_log_dropped());
+}
+
+/* ---- The log rule watch's callbacks, and its driver-facing calls ---- */
+
+static void rules_read_now_cb(void *ctx)
+{
+        struct hp_agent *a = ctx;
+
+        hp_stream_hub_read_now(&a->stream_hub);
+}
+
+static void rules_commit_cb(void *ctx)
+{
+        struct hp_agent *a = ctx;
+
+        for (size_t i = 0; i < a->stream_hub.console_count; i++)
+                hp_console_commit_ordered(a->stream_hub.consoles[i]);
+}
+
+static void rules_verdict_cb(void *ctx, const struct hp_verdict *v)
+{
+        hp_agent__rule_verdict(ctx, v);
+}
+
+/* The verdict copy goes after the watch's settle, which may still bring
+ * one from a rule thread. */
+int hp_agent_use_rules(struct hp_agent *a, struct logmon_ruleset *rs)
+{
+        int r = hp_rulewatch_use(&a->rules, rs);
+
+        memset(&a->verdict, 0, sizeof(a->verdict));
+        return r;
+}
+
+void hp_agent_clear_rules(struct hp_agent *a)
+{
+        hp_rulewatch_clear(&a->rules);
+        memset(&a->verdict, 0, sizeof(a->verdict));
+}
+
+void hp_agent_settle_rules(struct hp_agent *a)
+{
+        hp_rulewatch_settle(&a->rules);
+}
+
+uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
+{
+        return hp_rulewatch_lines_skipped(&a->rules);
 }

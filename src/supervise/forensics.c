@@ -833,7 +833,7 @@ static void finish(struct hp_forensics *f)
         struct hp_agent *a = f->agent;
         uint64_t now = uv_now(a->loop);
         cJSON *doc = cJSON_CreateObject(), *ranks;
-        const char *rule = strchr(f->verdict, '_');
+        char reason[HP_VERDICT_REASON_MAX] = "";
         char path[PATH_MAX] = "", when[40], line[600];
         const char *dir = a->attempt_dir[f->stage];
         double wall = wall_now();
@@ -844,12 +844,11 @@ static void finish(struct hp_forensics *f)
         iso_time(wall, when, sizeof(when));
         cJSON_AddStringToObject(doc, "reason",
                                 f->on_request ? "request" : "verdict");
-        if (f->verdict[0] != '\0') {
-                cJSON_AddStringToObject(doc, "verdict", f->verdict);
-                cJSON_AddStringToObject(doc, "rule",
-                                        rule ? rule + 1 : f->verdict);
+        if (hp_verdict_reason(&f->verdict, reason, sizeof(reason)) >= 0) {
+                cJSON_AddStringToObject(doc, "verdict", reason);
+                cJSON_AddStringToObject(doc, "rule", f->verdict.rule);
                 cJSON_AddNumberToObject(doc, "verdict_local_rank",
-                                        a->verdict_rank);
+                                        f->verdict.local_rank);
         }
         cJSON_AddStringToObject(doc, "stage", hp_stage_name(f->stage));
         cJSON_AddNumberToObject(doc, "attempt", f->attempt);
@@ -927,7 +926,7 @@ static void finish(struct hp_forensics *f)
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
-                 f->verdict[0] ? f->verdict : "on request", stacks, python,
+                 reason[0] ? reason : "on request", stacks, python,
                  python == 1 ? "" : "s",
                  (unsigned long long)(now - f->started));
         if (dir[0] == '\0')
@@ -1038,8 +1037,10 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
         f->stage = a->stage;
         f->attempt = a->restart_count;
         f->deadline = f->started + a->cfg->hang_dump_timeout_ms;
-        snprintf(f->verdict, sizeof(f->verdict), "%s",
-                 on_request ? "" : a->verdict);
+        if (on_request)
+                memset(&f->verdict, 0, sizeof(f->verdict));
+        else
+                f->verdict = a->verdict;
         if (on_request || f->silence[0] == '\0')
                 hp_forensics_note_silence(a, on_request ? "the request"
                                                         : "the verdict");

@@ -530,10 +530,10 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
                         return r;
         }
         if (bit == HP_STD_OUT) {
-                struct hp_monitor *m = hp_agent__monitor_for(
-                        g->agent, g->stage, w->local_rank);
+                struct hp_rulewatch_rank *m =
+                        hp_rulewatch_rank(&g->agent->rules, rank);
                 if (m != NULL) {
-                        s->listener = hp_agent__monitor_line_cb;
+                        s->listener = hp_rulewatch_line_cb;
                         s->listener_ctx = m;
                 }
         }

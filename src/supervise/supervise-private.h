@@ -134,19 +134,13 @@ void hp_watcher_stop(struct hp_watcher *w);
 void hp_worker_start_failure(const struct hp_worker *w, char *buf,
                              size_t len);
 
-/* The line listener for a worker's stdout, or NULL when no rule watches
- * that stage's rank. */
-struct hp_monitor *hp_agent__monitor_for(struct hp_agent *a,
-                                         enum hp_stage stage, int local_rank);
-void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
-                               enum hp_line_end end);
-
 /* Monitored lines evaluated on the loop thread per loop iteration; past
- * that, in the same iteration, they go to the rule worker (ruleworker.c). */
+ * that, in the same iteration, they go to the rank's rule thread
+ * (ruleworker.c). */
 #define HP_RULE_INLINE_MAX 1024
 /* Nor more than this long per iteration: past it (a slow rule) the rest
  * of the iteration, and every line of the next HP_RULE_INLINE_OFF_MS, go
- * to the rule worker, where a rule that cannot keep up skips lines
+ * to the rule threads, where a rule that cannot keep up skips lines
  * instead of holding up the reads. */
 #define HP_RULE_INLINE_NS (2 * 1000 * 1000ull)
 #define HP_RULE_INLINE_OFF_MS 1000
@@ -155,53 +149,49 @@ void hp_agent__monitor_line_cb(void *ctx, const char *line, size_t len,
 #define HP_RULE_REPORT_MS 1000
 #define HP_RULE_WARN_MS 10000
 
-struct hp_rule_worker;
 /* Starts the thread; wake is the loop's handle for verdicts and earlier
  * deadlines. */
-int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
-                       struct hp_rule_worker **out);
+int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             struct hp_rule_thread **out);
 /* Every queued line fed and no verdict waiting: the streams are the
  * loop's. */
-bool hp_rule_worker_idle(const struct hp_rule_worker *w);
+bool hp_rulewatch__thread_idle(const struct hp_rule_thread *w);
 /* Queues a line. When the ring is full it waits for room out of a
  * budget of the loop's time, taking a verdict the thread stopped for
  * meanwhile; past the budget the line is skipped and counted. */
-void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
-                         const char *line, size_t len, uint64_t now,
-                         void (*on_verdict)(struct hp_agent *a, int rank));
+void hp_rulewatch__thread_push(struct hp_rule_thread *w, int rank,
+                               const char *line, size_t len, uint64_t now,
+                               void (*on_verdict)(struct hp_rulewatch *watch,
+                                                  int rank));
 /* Logs the state changes the thread's lines brought; only while it is
  * idle, before the loop feeds that rank a line itself. */
-void hp_rule_worker_log_changes(struct hp_rule_worker *w);
+void hp_rulewatch__thread_log_changes(struct hp_rule_thread *w);
 /* Hands the thread what was queued since the last call. */
-void hp_rule_worker_publish(struct hp_rule_worker *w);
+void hp_rulewatch__thread_publish(struct hp_rule_thread *w);
 /* Waits until every queued line is fed, taking each verdict on the way;
  * says whether a line moved a deadline before the armed one. Past the
  * wait budget the lines not fed yet are skipped and counted instead. */
-void hp_rule_worker_settle(struct hp_rule_worker *w,
-                           void (*on_verdict)(struct hp_agent *a, int rank),
-                           bool *deadline_earlier);
+void hp_rulewatch__thread_settle(struct hp_rule_thread *w,
+                                 void (*on_verdict)(struct hp_rulewatch *watch,
+                                                    int rank),
+                                 bool *deadline_earlier);
 /* What the thread compares with: the armed deadline, and whether a verdict
  * is already taken. Call while idle or settled. */
-void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
-                        bool verdict_taken);
+void hp_rulewatch__thread_set(struct hp_rule_thread *w, uint64_t armed,
+                              bool verdict_taken);
 /* Lines queued for the thread that the rules never saw. */
-uint64_t hp_rule_worker_skipped(const struct hp_rule_worker *w);
-void hp_rule_worker_free(struct hp_rule_worker *w);
+uint64_t hp_rulewatch__thread_skipped(const struct hp_rule_thread *w);
+void hp_rulewatch__thread_free(struct hp_rule_thread *w);
 
-int hp_agent__monitors_init(struct hp_agent *a, char *errbuf, size_t errlen);
 /* Logs a rule's state change on local rank rank at debug (loop thread
  * only), at t_ms on the loop's clock, with the line that made it (NULL
  * for a deadline). */
-void hp_agent__log_rule_change(struct hp_agent *a, int rank,
-                               const struct logmon_event *e, uint64_t t_ms,
-                               const char *line, size_t len);
-void hp_agent__monitors_resume(struct hp_agent *a);
-void hp_agent__monitors_suspend(struct hp_agent *a);
-void hp_agent__monitors_clear(struct hp_agent *a);
-void hp_agent__monitors_close(struct hp_agent *a);
-/* A rule turned SLOW, HANGING or FAULTED (a->verdict names it): stop the
- * group; the attempt then counts as failed. */
-void hp_agent__rule_verdict(struct hp_agent *a);
+void hp_rulewatch__log_change(struct hp_rulewatch *w, int rank,
+                              const struct logmon_event *e, uint64_t t_ms,
+                              const char *line, size_t len);
+/* The watch's verdict (copied into a->verdict): stop the group; the
+ * attempt then counts as failed. */
+void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v);
 /* The group's first failure was just recorded. */
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g);
 
