@@ -30,6 +30,11 @@ enum hp_stage {
 };
 
 const char *hp_stage_name(enum hp_stage stage);
+/* A hook (pre-train, post-train) is one process that counts as local rank
+ * 0 of one: the rank its output, rules and environment are known by, and
+ * how many processes the stage runs out of the round's nproc. */
+int hp_stage_local_rank(enum hp_stage stage, int local_rank);
+int hp_stage_processes(enum hp_stage stage, int nproc);
 
 /* ---- The worker environment (pure, for tests) ---- */
 
@@ -175,7 +180,6 @@ enum hp_kill_phase {
 
 /* The processes of one stage: nproc workers, or the one hook process. */
 struct hp_group {
-        struct hp_agent *agent;
         enum hp_stage stage;
         struct hp_worker *workers;
         int count;
@@ -191,7 +195,14 @@ struct hp_group {
         struct hp_worker *first_failure;
         bool pipe_limits; /* the user's pipe memory limits apply to us */
         uv_timer_t timer;
-        void (*done_cb)(struct hp_group *group, enum hp_group_result result);
+        /* From hp_group_params; see there. */
+        const struct hp_config *cfg;
+        struct hp_watcher *watcher;
+        void (*exited_cb)(void *ctx);
+        void (*failed_cb)(struct hp_group *group, void *ctx);
+        void (*done_cb)(struct hp_group *group, enum hp_group_result result,
+                        void *ctx);
+        void *ctx;
 };
 
 /* ---- Hang forensics (silence.c, forensics.c) ---- */

@@ -24,16 +24,6 @@
 static const int forwarded_signals[] = { SIGTERM, SIGINT,  SIGHUP,
                                          SIGQUIT, SIGUSR1, SIGUSR2 };
 
-const char *hp_stage_name(enum hp_stage stage)
-{
-        static const char *const names[] = {
-                [HP_STAGE_PRE_TRAIN] = "pre_train",
-                [HP_STAGE_TRAIN] = "train",
-                [HP_STAGE_POST_TRAIN] = "post_train",
-        };
-        return names[stage];
-}
-
 static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
 {
         switch (stage) {
@@ -67,7 +57,9 @@ static bool reap_managed(pid_t pid, void *ctx)
         return a->group_active && hp_group_reap_pid(&a->group, pid);
 }
 
-void hp_agent__process_exited(struct hp_agent *a)
+/* After a child exit: reaps what else exited and checks whether the
+ * group is over. */
+static void process_exited(struct hp_agent *a)
 {
         (void)hp_reaper_sweep(reap_managed, a);
         /* A reaped process may have been the last of the group. */
@@ -77,7 +69,26 @@ void hp_agent__process_exited(struct hp_agent *a)
 
 static void sigchld_cb(uv_signal_t *handle, int signum)
 {
-        hp_agent__process_exited(handle->data);
+        process_exited(handle->data);
+}
+
+static void group_exited_cb(void *ctx)
+{
+        process_exited(ctx);
+}
+
+static hp_line_cb listener_for_cb(void *ctx, enum hp_stage stage,
+                                  int local_rank, void **listener_ctx)
+{
+        struct hp_monitor *m = hp_agent__monitor_for(ctx, stage, local_rank);
+
+        *listener_ctx = m;
+        return m != NULL ? hp_agent__monitor_line_cb : NULL;
+}
+
+static void group_failed_cb(struct hp_group *g, void *ctx)
+{
+        hp_agent__worker_failed(ctx, g);
 }
 
 static void start_attempt(struct hp_agent *a);
@@ -127,9 +138,10 @@ static void report_console_drops(struct hp_agent *a)
         report_console(a, 1);
 }
 
-static void group_done_cb(struct hp_group *g, enum hp_group_result result)
+static void group_done_cb(struct hp_group *g, enum hp_group_result result,
+                          void *ctx)
 {
-        struct hp_agent *a = g->agent;
+        struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
         int code;
 
@@ -244,12 +256,42 @@ static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
 
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 {
+        char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
+        struct hp_group_params p = {
+                .stage = stage,
+                .count = hp_stage_processes(stage, a->round.nproc),
+                .cfg = a->cfg,
+                .round = &a->round,
+                .restart_count = a->restart_count,
+                .run_id = a->rdzv.run_id,
+                .hostname = a->hostname,
+                .attempt_dir = a->attempt_dir[stage],
+                .ipc_path = a->ipc.path,
+                .python_path = a->forensics.python_path,
+                .stacks_signal = a->forensics.stacks_signal,
+                .loop = a->loop,
+                .console_out = &a->console_out,
+                .console_err = a->console_for_err,
+                .hub = &a->stream_hub,
+                .scopes = &a->scopes,
+                .watcher = &a->watcher,
+                .listener_for = listener_for_cb,
+                .exited_cb = group_exited_cb,
+                .failed_cb = group_failed_cb,
+                .done_cb = group_done_cb,
+                .ctx = a,
+        };
         int r;
 
         a->stage = stage;
-        a->group.done_cb = group_done_cb;
         prepare_attempt_dir(a, stage);
-        r = hp_group_start(&a->group, a, stage);
+        /* The flight recorder's files go in the attempt directory. */
+        if (hp_forensics_fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
+                                     sizeof(fr_pipe))) {
+                p.fr_pipe = fr_pipe;
+                p.fr_dump = fr_dump;
+        }
+        r = hp_group_start(&a->group, &p);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
                              hp_strerror(r));

@@ -14,7 +14,48 @@
  * without it, so that a stop always completes. */
 #define HP_GIVE_UP_MS 10000
 
-int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage);
+/* What a group is started with. The strings and the round are read while
+ * hp_group_start runs; the rest must outlive the group. */
+struct hp_group_params {
+        enum hp_stage stage;
+        int count; /* processes: the round's nproc, or 1 for a hook */
+        const struct hp_config *cfg;
+        const struct hp_rdzv_info *round;
+        int restart_count;
+        const char *run_id;
+        const char *hostname;
+        const char *attempt_dir; /* its ranks' directories go in; "": none */
+        const char *ipc_path;    /* the worker socket */
+        /* --hang-dump: the workers' PYTHONPATH and stacks signal, and the
+         * flight recorder's file prefixes; NULL when not set. */
+        const char *python_path;
+        const char *stacks_signal;
+        const char *fr_pipe;
+        const char *fr_dump;
+        uv_loop_t *loop;
+        struct hp_console *console_out;
+        struct hp_console *console_err; /* where stderr goes */
+        struct hp_stream_hub *hub;
+        struct hp_scope_root *scopes;
+        struct hp_watcher *watcher;
+        /* The listener for a rank's stdout lines, or NULL (no rules). */
+        hp_line_cb (*listener_for)(void *ctx, enum hp_stage stage,
+                                   int local_rank, void **listener_ctx);
+        /* A process of the group exited (it is reaped already): reap what
+         * else exited, then hp_group_recheck. */
+        void (*exited_cb)(void *ctx);
+        /* The group's first failure was just recorded (g->first_failure);
+         * the group stops the rest itself. */
+        void (*failed_cb)(struct hp_group *g, void *ctx);
+        /* The group is over; g may be released from inside. */
+        void (*done_cb)(struct hp_group *g, enum hp_group_result result,
+                        void *ctx);
+        void *ctx;
+};
+
+/* Spawns the group's processes. A process that cannot start fails the
+ * group through done_cb, from the loop; the return is 0 or -ENOMEM. */
+int hp_group_start(struct hp_group *g, const struct hp_group_params *p);
 /* Sends sig to every process group, SIGKILL after timeout_ms; a second
  * call escalates to SIGKILL at once. */
 void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
@@ -55,10 +96,6 @@ int hp_spawn_probe(int cgroup_fd);
  * or -errno. exit_status is the exit code, term_signal the signal that
  * killed it (0 when it exited). */
 int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
-
-/* Called by the group after a worker exit: reaps what else exited and
- * checks whether the group is over. */
-void hp_agent__process_exited(struct hp_agent *agent);
 
 /* Reaps every exited child: a worker through its group (reap_managed
  * returns true for those), anything else (an orphan reparented to the
