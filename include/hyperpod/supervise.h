@@ -274,12 +274,30 @@ struct hp_monitor {
         int worker_slot;
 };
 
+/*
+ * The agent's lifecycle (agent.c; every change is logged at debug):
+ *
+ *   IDLE ─preflight─▶ PREFLIGHT ─ended─▶ IDLE
+ *   IDLE ─stage started─▶ RUNNING ─group ended─▶ IDLE
+ *                           │
+ *                           └─signal─▶ STOPPING ─group ended─▶ FINISHED
+ *   any ─finish─▶ FINISHED
+ *
+ * IDLE: no group runs (before the first attempt, between stages, or the
+ * operator waiting for /start). RUNNING: a stage's group runs. STOPPING:
+ * a signal to the agent stops the group; the agent then exits 128+N.
+ * FINISHED: the loop is ending with the exit status.
+ */
 enum hp_agent_state {
         HP_AGENT_IDLE = 0,
+        HP_AGENT_PREFLIGHT,
         HP_AGENT_RUNNING,
         HP_AGENT_STOPPING,
         HP_AGENT_FINISHED,
+        HP_AGENT_STATE_COUNT
 };
+
+const char *hp_agent_state_name(enum hp_agent_state state);
 
 /*
  * How an outside driver (the operator API) follows the agent instead of
@@ -363,8 +381,7 @@ struct hp_agent {
         enum hp_stage stage;
         int restart_count;
         int exit_code;
-        int received_signal;
-        bool group_active;
+        int received_signal; /* the signal that stops it (STOPPING) */
         bool no_files;
         char hostname[256];
         char log_root[PATH_MAX];

@@ -126,7 +126,7 @@ static void streams(FILE *f, const struct hp_operator *op)
                                              : m == 1 ? t->bytes
                                                       : t->file_lost;
                                 /* Plus the running group's live counts. */
-                                for (int w = 0; a->group_active &&
+                                for (int w = 0; hp_agent_workers_active(a) &&
                                                 w < a->group.count;
                                      w++) {
                                         const struct hp_worker *wk =
@@ -332,7 +332,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
         family(f, "hyperpodrun_workers_running", "gauge",
                "Processes of the current stage that have not exited.");
         fprintf(f, "hyperpodrun_workers_running %d\n",
-                a->group_active ? a->group.count - a->group.exited : 0);
+                hp_agent_workers_active(a) ? a->group.count - a->group.exited : 0);
         /* Under a flood the rules may run on their own thread: the streams
          * are read once every line read so far has been through them. */
         hp_agent_settle_rules(a);

@@ -612,7 +612,6 @@ int hp_operator_run(struct hp_operator *op)
 {
         struct hp_agent *a = op->agent;
 
-        a->state = HP_AGENT_RUNNING;
         uv_run(a->loop, UV_RUN_DEFAULT);
         return a->exit_code;
 }

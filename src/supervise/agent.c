@@ -36,9 +36,56 @@ static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
         }
 }
 
+const char *hp_agent_state_name(enum hp_agent_state state)
+{
+        static const char *const names[] = {
+                [HP_AGENT_IDLE] = "IDLE",
+                [HP_AGENT_PREFLIGHT] = "PREFLIGHT",
+                [HP_AGENT_RUNNING] = "RUNNING",
+                [HP_AGENT_STOPPING] = "STOPPING",
+                [HP_AGENT_FINISHED] = "FINISHED",
+        };
+        return state < HP_AGENT_STATE_COUNT ? names[state] : "?";
+}
+
+bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to)
+{
+        enum { I = 1 << HP_AGENT_IDLE, P = 1 << HP_AGENT_PREFLIGHT,
+               R = 1 << HP_AGENT_RUNNING, S = 1 << HP_AGENT_STOPPING,
+               F = 1 << HP_AGENT_FINISHED };
+        /* Where each state may go. Finishing is allowed from anywhere:
+         * a node fault, a failed rendezvous or the operator's /shutdown
+         * may end the agent in any state. */
+        static const unsigned next[HP_AGENT_STATE_COUNT] = {
+                [HP_AGENT_IDLE] = P | R | F,
+                [HP_AGENT_PREFLIGHT] = I | F,
+                [HP_AGENT_RUNNING] = I | S | F,
+                [HP_AGENT_STOPPING] = F,
+                [HP_AGENT_FINISHED] = F,
+        };
+
+        if (from >= HP_AGENT_STATE_COUNT || to >= HP_AGENT_STATE_COUNT)
+                return false;
+        return (next[from] & (1u << to)) != 0;
+}
+
+void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
+                         const char *why)
+{
+        if (!hp_agent__state_allowed(a->state, to))
+                hp_log_error("bug: agent: %s → %s → %s is not a transition",
+                             hp_agent_state_name(a->state), why,
+                             hp_agent_state_name(to));
+        else if (a->state != to)
+                hp_log_debug("agent: %s → %s → %s",
+                             hp_agent_state_name(a->state), why,
+                             hp_agent_state_name(to));
+        a->state = to;
+}
+
 static void finish(struct hp_agent *a, int exit_code)
 {
-        a->state = HP_AGENT_FINISHED;
+        hp_agent__set_state(a, HP_AGENT_FINISHED, "finish");
         a->exit_code = exit_code;
         uv_stop(a->loop);
 }
@@ -54,7 +101,8 @@ static bool reap_managed(pid_t pid, void *ctx)
         if (a->health.preflight_running &&
             a->health.preflight.proc.pid == pid)
                 return true;
-        return a->group_active && hp_group_reap_pid(&a->group, pid);
+        return hp_group_active(&a->group) &&
+               hp_group_reap_pid(&a->group, pid);
 }
 
 /* After a child exit: reaps what else exited and checks whether the
@@ -63,7 +111,7 @@ static void process_exited(struct hp_agent *a)
 {
         (void)hp_reaper_sweep(reap_managed, a);
         /* A reaped process may have been the last of the group. */
-        if (a->group_active)
+        if (hp_group_active(&a->group))
                 hp_group_recheck(&a->group);
 }
 
@@ -143,9 +191,15 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
 {
         struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
+        bool signalled = a->state == HP_AGENT_STOPPING;
         int code;
 
-        a->group_active = false;
+        /* A signal to the agent ends it with the group, as torchrun's
+         * does; otherwise the driver decides what comes next. */
+        if (signalled)
+                finish(a, 128 + a->received_signal);
+        else
+                hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
         hp_agent__monitors_suspend(a);
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
@@ -154,7 +208,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         hp_console_commit_ordered(&a->console_err);
         report_console_drops(a);
 
-        if (a->events != NULL && !a->received_signal) {
+        if (a->events != NULL && !signalled) {
                 if (result == HP_GROUP_FAILED)
                         hp_agent__print_failure_summary(a, g);
                 a->events->stage_ended(a, stage, result, g, a->events_ctx);
@@ -163,7 +217,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         }
 
         /* A node fault stopped the group: no restart on this node. */
-        if (a->health.fault[0] != '\0' && !a->received_signal) {
+        if (a->health.fault[0] != '\0' && !signalled) {
                 hp_group_release(g);
                 hp_agent__health_finish(a);
                 return;
@@ -171,7 +225,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
 
         /* A rule verdict stopped the group: the attempt failed, whatever
          * the workers' exit statuses say (we killed them). */
-        if (a->verdict[0] != '\0' && !a->received_signal) {
+        if (a->verdict[0] != '\0' && !signalled) {
                 hp_group_release(g);
                 if (a->restart_count < a->cfg->max_restarts) {
                         a->restart_count++;
@@ -195,8 +249,8 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                 hp_agent__print_failure_summary(a, g);
                 code = hp_agent__root_cause_exit_code(g);
                 hp_group_release(g);
-                if (a->received_signal) {
-                        finish(a, 128 + a->received_signal);
+                if (signalled) {
+                        /* finished above */
                 } else if (a->restart_count < a->cfg->max_restarts) {
                         a->restart_count++;
                         hp_agent__monitors_clear(a);
@@ -215,10 +269,11 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                 return;
         }
         hp_group_release(g);
-        if (result == HP_GROUP_STOPPED || a->received_signal) {
+        if (result == HP_GROUP_STOPPED || signalled) {
                 hp_log_info("stopped by %s",
                             hp_signal_name(a->received_signal));
-                finish(a, 128 + a->received_signal);
+                if (!signalled)
+                        finish(a, 128);
                 return;
         }
         for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++) {
@@ -297,7 +352,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                              hp_strerror(r));
                 return r;
         }
-        a->group_active = true;
+        hp_agent__set_state(a, HP_AGENT_RUNNING, hp_stage_name(stage));
         hp_agent__monitors_resume(a);
         return 0;
 }
@@ -320,7 +375,7 @@ void hp_agent__rule_verdict(struct hp_agent *a)
         }
         /* The workers are told with --shutdown-signal, as after a worker
          * failure; the group's end then restarts or ends the job. */
-        if (a->group_active && !a->group.stopping &&
+        if (hp_group_active(&a->group) && !a->group.stopping &&
             !(report == 0 &&
               hp_forensics_defer_stop(&a->forensics, a->cfg->shutdown_signal,
                                       a->cfg->shutdown_timeout_ms)))
@@ -333,10 +388,10 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
         a->forensics.silence[0] = '\0';
-        if (a->group_active && g == &a->group && g->count > 1)
+        if (hp_group_active(&a->group) && g == &a->group && g->count > 1)
                 hp_forensics_note_silence(a, "the failure");
         if (a->events != NULL && a->events->worker_failed != NULL &&
-            !a->received_signal)
+            a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
 
@@ -388,7 +443,7 @@ void hp_agent_set_events(struct hp_agent *a,
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                    int restart_count)
 {
-        if (a->group_active)
+        if (hp_group_active(&a->group))
                 return -EBUSY;
         a->round = *round;
         a->restart_count = restart_count;
@@ -399,7 +454,7 @@ int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
 
 int hp_agent_next_stage(struct hp_agent *a)
 {
-        if (a->group_active)
+        if (hp_group_active(&a->group))
                 return -EBUSY;
         for (int next = (int)a->stage + 1; next < HP_STAGE_COUNT; next++) {
                 if (stage_enabled(a, (enum hp_stage)next)) {
@@ -412,7 +467,7 @@ int hp_agent_next_stage(struct hp_agent *a)
 
 bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
 {
-        if (!a->group_active)
+        if (!hp_group_active(&a->group))
                 return false;
         a->group.stop_requested = true;
         if (!hp_forensics_defer_stop(&a->forensics, sig, timeout_ms))
@@ -422,7 +477,7 @@ bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
 
 bool hp_agent_workers_active(const struct hp_agent *a)
 {
-        return a->group_active;
+        return hp_group_active(&a->group);
 }
 
 void hp_agent_finish(struct hp_agent *a, int exit_code)
@@ -441,7 +496,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
 
         if (signum == SIGUSR1 || signum == SIGUSR2) {
                 /* SIGUSR2 also asks for a report, the job running on. */
-                if (signum == SIGUSR2 && a->group_active) {
+                if (signum == SIGUSR2 && hp_group_active(&a->group)) {
                         int r = hp_forensics_begin(&a->forensics, true);
                         if (r < 0 && r != -ENOTSUP)
                                 hp_log_warn("SIGUSR2: no stacks report: %s",
@@ -449,16 +504,18 @@ static void signal_cb(uv_signal_t *handle, int signum)
                                                     ? "one is being collected"
                                                     : hp_strerror(r));
                 }
-                if (a->group_active)
+                if (hp_group_active(&a->group))
                         hp_group_signal(&a->group, signum);
                 return;
         }
-        if (!a->group_active) {
+        if (!hp_group_active(&a->group)) {
                 finish(a, 128 + signum);
                 return;
         }
-        if (a->received_signal == 0) {
+        if (a->state == HP_AGENT_RUNNING) {
                 a->received_signal = signum;
+                hp_agent__set_state(a, HP_AGENT_STOPPING,
+                                    hp_signal_name(signum));
                 hp_log_warn("received %s: stopping the workers (%s, then "
                             "SIGKILL after %.3g s; send it again to kill "
                             "at once)",
@@ -722,7 +779,6 @@ int hp_agent_run(struct hp_agent *a)
 {
         char err[1024];
 
-        a->state = HP_AGENT_RUNNING;
         if (!a->cfg->preflight_nccl)
                 start_attempt(a);
         else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {

@@ -90,22 +90,55 @@ static double wall_now(void)
         return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char *kill_phase_name(enum hp_kill_phase phase)
+const char *hp_group__phase_name(enum hp_kill_phase phase)
 {
         static const char *const names[] = {
                 [HP_KILL_NONE] = "NONE",       [HP_KILL_SIGNALLED] = "SIGNALLED",
                 [HP_KILL_KILLED] = "KILLED",   [HP_KILL_FORCED] = "FORCED",
                 [HP_KILL_GAVE_UP] = "GAVE_UP",
         };
-        return names[phase];
+        return phase <= HP_KILL_GAVE_UP ? names[phase] : "?";
 }
 
+enum hp_kill_phase hp_group__phase_after_timeout(enum hp_kill_phase phase)
+{
+        switch (phase) {
+        case HP_KILL_SIGNALLED:
+                return HP_KILL_KILLED;
+        case HP_KILL_KILLED:
+                return HP_KILL_FORCED;
+        case HP_KILL_FORCED:
+                return HP_KILL_GAVE_UP;
+        default:
+                return phase;
+        }
+}
+
+bool hp_group__phase_allowed(enum hp_kill_phase from, enum hp_kill_phase to)
+{
+        /* A new group starts over from any phase; a stop only goes
+         * forward, one step at a time. */
+        if (to == HP_KILL_NONE)
+                return from <= HP_KILL_GAVE_UP;
+        if (from == HP_KILL_NONE)
+                return to == HP_KILL_SIGNALLED;
+        return from != to && hp_group__phase_after_timeout(from) == to;
+}
+
+/* The one way the kill phase changes. */
 static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
                             const char *event)
 {
-        hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
-                     kill_phase_name(g->kill_phase), event,
-                     kill_phase_name(phase));
+        if (!hp_group__phase_allowed(g->kill_phase, phase))
+                hp_log_error("bug: %s group: %s → %s → %s is not a step of "
+                             "a stop",
+                             hp_stage_name(g->stage),
+                             hp_group__phase_name(g->kill_phase), event,
+                             hp_group__phase_name(phase));
+        else
+                hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
+                             hp_group__phase_name(g->kill_phase), event,
+                             hp_group__phase_name(phase));
         g->kill_phase = phase;
 }
 
@@ -785,8 +818,10 @@ static void timer_cb(uv_timer_t *timer)
 {
         struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
 
-        switch (g->kill_phase) {
-        case HP_KILL_SIGNALLED:
+        enum hp_kill_phase next = hp_group__phase_after_timeout(g->kill_phase);
+
+        switch (next) {
+        case HP_KILL_KILLED:
                 /* The grace period is over: everything the group started
                  * goes, wherever it went. */
                 group_set_phase(g, HP_KILL_KILLED, "timeout");
@@ -803,7 +838,7 @@ static void timer_cb(uv_timer_t *timer)
                 uv_timer_start(&g->timer, timer_cb, HP_DRAIN_GRACE_MS, 0);
                 group_check_done(g); /* a rank that never started */
                 return;
-        case HP_KILL_KILLED:
+        case HP_KILL_FORCED:
                 /* Whatever holds a pipe now is out of reach (or stuck):
                  * the group does not wait for it. */
                 group_set_phase(g, HP_KILL_FORCED, "grace over");
@@ -814,7 +849,7 @@ static void timer_cb(uv_timer_t *timer)
                 uv_timer_start(&g->timer, timer_cb, HP_GIVE_UP_MS, 0);
                 group_check_done(g); /* last: it may end the group */
                 return;
-        case HP_KILL_FORCED:
+        case HP_KILL_GAVE_UP:
                 group_set_phase(g, HP_KILL_GAVE_UP, "give up");
                 report_survivors(g, true);
                 for (int i = 0; i < g->count; i++)
@@ -900,7 +935,7 @@ int hp_group_start(struct hp_group *g, const struct hp_group_params *p)
         g->stop_requested = false;
         g->reported = false;
         g->escaped_logged = false;
-        g->kill_phase = HP_KILL_NONE;
+        group_set_phase(g, HP_KILL_NONE, "start");
         g->first_failure = NULL;
         g->pipe_limits = pipe_limits_apply();
         g->workers = calloc((size_t)count, sizeof(*g->workers));
@@ -957,6 +992,11 @@ int hp_group_start(struct hp_group *g, const struct hp_group_params *p)
         if (r < 0)
                 hp_group_stop(g, SIGKILL, 0);
         return 0;
+}
+
+bool hp_group_active(const struct hp_group *g)
+{
+        return g->workers != NULL && !g->reported;
 }
 
 void hp_group_release(struct hp_group *g)

@@ -195,14 +195,16 @@ static void node_faulted(struct hp_node_health *h)
         }
         hp_log_error("%s: %sno restart on this node (exit status %d)",
                      h->fault,
-                     a->group_active ? "stopping the workers; " : "",
+                     hp_group_active(&a->group) ? "stopping the workers; "
+                                                : "",
                      HP_EXIT_NODE_FAULT);
-        if (a->group_active) {
+        if (hp_group_active(&a->group)) {
                 a->group.stop_requested = true;
                 if (!a->group.stopping)
                         hp_group_stop(&a->group, a->cfg->shutdown_signal,
                                       a->cfg->shutdown_timeout_ms);
-        } else if (a->state == HP_AGENT_RUNNING) {
+        } else if (a->state == HP_AGENT_IDLE ||
+                   a->state == HP_AGENT_PREFLIGHT) {
                 hp_agent__health_finish(a);
         }
 }
@@ -231,6 +233,8 @@ static void preflight_cb(struct hp_preflight *pf,
         h->preflight_result = *res;
         if (a->state == HP_AGENT_FINISHED)
                 return;
+        if (a->state == HP_AGENT_PREFLIGHT)
+                hp_agent__set_state(a, HP_AGENT_IDLE, "preflight ended");
         for (size_t i = 0; i < res->nsizes; i++)
                 hp_log_info("preflight: all-reduce of %llu bytes: %.1f us, "
                             "%.3f GB/s algorithm, %.3f GB/s bus bandwidth",
@@ -279,6 +283,7 @@ int hp_agent_preflight_start(struct hp_agent *a, char *errbuf, size_t len)
         if (r < 0)
                 return r;
         h->preflight_running = true;
+        hp_agent__set_state(a, HP_AGENT_PREFLIGHT, "preflight started");
         hp_log_info("preflight: NCCL all-reduce over this node's GPUs, up to "
                     "%llu bytes, at most %.3g s%s%s",
                     (unsigned long long)opts.max_bytes,

@@ -62,6 +62,14 @@ void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
 void hp_group_signal(struct hp_group *g, int sig);
 void hp_group_release(struct hp_group *g);
+/* From hp_group_start until the group reports its end. */
+bool hp_group_active(const struct hp_group *g);
+/* The kill phase a stop goes through (pure): whether from → to is a
+ * step of it, and the step a timeout takes from phase (phase itself
+ * when none). */
+bool hp_group__phase_allowed(enum hp_kill_phase from, enum hp_kill_phase to);
+enum hp_kill_phase hp_group__phase_after_timeout(enum hp_kill_phase phase);
+const char *hp_group__phase_name(enum hp_kill_phase phase);
 /* After a child exit: ends the group if nothing of it is left. */
 void hp_group_recheck(struct hp_group *g);
 /* A zombie the sweep found: if it is a worker of g that has not been
@@ -96,6 +104,13 @@ int hp_spawn_probe(int cgroup_fd);
  * or -errno. exit_status is the exit code, term_signal the signal that
  * killed it (0 when it exited). */
 int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
+
+/* Whether the lifecycle allows from → to (pure; see enum hp_agent_state). */
+bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
+/* The one way the agent's state changes: logs from → why → to at debug,
+ * and a transition the table does not allow as a bug. */
+void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
+                         const char *why);
 
 /* Reaps every exited child: a worker through its group (reap_managed
  * returns true for those), anything else (an orphan reparented to the
