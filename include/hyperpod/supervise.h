@@ -326,6 +326,11 @@ struct hp_agent_events {
         void (*node_fault)(struct hp_agent *a, void *ctx);
         /* --preflight passed: workers may start. */
         void (*preflight_passed)(struct hp_agent *a, void *ctx);
+        /* --preflight nccl could not run at all (the image lacks the
+         * libraries; reason says what): true when the driver ended the
+         * agent for it. NULL, or false: it counts as a node fault. */
+        bool (*preflight_unavailable)(struct hp_agent *a, const char *reason,
+                                      void *ctx);
 };
 
 /* ---- Node health (health.c): the kernel log and what a fault does ---- */
@@ -382,10 +387,11 @@ struct hp_agent {
         int restart_count;
         int exit_code;
         int received_signal; /* the signal that stops it (STOPPING) */
+        bool verdict_report; /* a hang report was started for the verdict */
         bool no_files;
         char hostname[256];
         char log_root[PATH_MAX];
-        const struct hp_agent_events *events;   /* NULL: self-driven */
+        const struct hp_agent_events *events;   /* the driver's; never NULL */
         void *events_ctx;
         struct logmon_ruleset *cli_ruleset;     /* --log-monitoring-config */
         struct logmon_ruleset *ruleset;         /* in use; NULL: no rules */
@@ -439,8 +445,9 @@ void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
 int hp_agent_init(struct hp_agent *agent, uv_loop_t *loop,
                   const struct hp_config *cfg, char *errbuf, size_t errlen);
 
-/* Self-driven mode: run attempts until success, a failure with no restarts
- * left, or a stop signal. Returns the process exit status. */
+/* Self-driven mode (selfdriven.c): run attempts until success, a failure
+ * with no restarts left, or a stop signal. Returns the process exit
+ * status. */
 int hp_agent_run(struct hp_agent *agent);
 
 /* ---- Driving the agent from outside (operator mode) ---- */
@@ -484,6 +491,11 @@ int hp_agent_failure_message(const struct hp_agent *agent,
                              const struct hp_group *g, char *buf, size_t len);
 /* The exit status the group's first failure asks for. */
 int hp_agent_failure_exit_code(const struct hp_group *g);
+/* Prints torchrun's failure summary for a failed group where the agent's
+ * messages go, and notes its root cause for hp_agent_pass_error_file. A
+ * driver calls it from stage_ended when the failure is the workers'. */
+void hp_agent_print_failure_summary(struct hp_agent *agent,
+                                    const struct hp_group *g);
 
 /* Operator mode: starts --preflight nccl; workers wait for it
  * (hp_agent_preflight_pending). Returns 0, or an error in errbuf. */

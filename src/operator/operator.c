@@ -285,6 +285,8 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 {
         struct hp_operator *op = ctx;
 
+        if (result == HP_GROUP_FAILED)
+                hp_agent_print_failure_summary(a, g);
         accumulate_stats(op, g);
         if (result == HP_GROUP_FAILED) {
                 op->last_failure_code = hp_agent_failure_exit_code(g);

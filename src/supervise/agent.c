@@ -139,8 +139,6 @@ static void group_failed_cb(struct hp_group *g, void *ctx)
         hp_agent__worker_failed(ctx, g);
 }
 
-static void start_attempt(struct hp_agent *a);
-static void start_stage(struct hp_agent *a, enum hp_stage stage);
 
 /* Whether two fds lead to the same file, pipe or terminal (2>&1). */
 static bool same_file(int a, int b)
@@ -192,12 +190,14 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
         bool signalled = a->state == HP_AGENT_STOPPING;
-        int code;
 
         /* A signal to the agent ends it with the group, as torchrun's
-         * does; otherwise the driver decides what comes next. */
+         * does, whichever driver follows it; otherwise the driver decides
+         * what comes next. */
         if (signalled)
-                finish(a, 128 + a->received_signal);
+                finish(a, hp_selfdriven__next(&(struct hp_attempt_end){
+                                  .signal = a->received_signal })
+                                  .exit_code);
         else
                 hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
         hp_agent__monitors_suspend(a);
@@ -208,82 +208,28 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         hp_console_commit_ordered(&a->console_err);
         report_console_drops(a);
 
-        if (a->events != NULL && !signalled) {
+        if (signalled) {
                 if (result == HP_GROUP_FAILED)
                         hp_agent__print_failure_summary(a, g);
-                a->events->stage_ended(a, stage, result, g, a->events_ctx);
+                else
+                        hp_log_info("stopped by %s",
+                                    hp_signal_name(a->received_signal));
                 hp_group_release(g);
                 return;
         }
+        a->events->stage_ended(a, stage, result, g, a->events_ctx);
+        /* Unless the driver started the next group from the callback
+         * (which released this one first). */
+        if (!hp_group_active(g))
+                hp_group_release(g);
+}
 
-        /* A node fault stopped the group: no restart on this node. */
-        if (a->health.fault[0] != '\0' && !signalled) {
-                hp_group_release(g);
-                hp_agent__health_finish(a);
-                return;
-        }
-
-        /* A rule verdict stopped the group: the attempt failed, whatever
-         * the workers' exit statuses say (we killed them). */
-        if (a->verdict[0] != '\0' && !signalled) {
-                hp_group_release(g);
-                if (a->restart_count < a->cfg->max_restarts) {
-                        a->restart_count++;
-                        hp_log_warn("%s: restarting the worker group "
-                                    "(restart %d of %d)",
-                                    a->verdict, a->restart_count,
-                                    a->cfg->max_restarts);
-                        hp_agent__monitors_clear(a);
-                        start_attempt(a);
-                } else {
-                        hp_log_error("%s ended the job: no restarts left "
-                                     "(--max-restarts %d); exit status %d",
-                                     a->verdict, a->cfg->max_restarts,
-                                     HP_EXIT_RULE_VERDICT);
-                        finish(a, HP_EXIT_RULE_VERDICT);
-                }
-                return;
-        }
-
-        if (result == HP_GROUP_FAILED) {
-                hp_agent__print_failure_summary(a, g);
-                code = hp_agent__root_cause_exit_code(g);
-                hp_group_release(g);
-                if (signalled) {
-                        /* finished above */
-                } else if (a->restart_count < a->cfg->max_restarts) {
-                        a->restart_count++;
-                        hp_agent__monitors_clear(a);
-                        hp_log_warn("%s failed; restarting the worker group "
-                                    "(restart %d of %d)",
-                                    hp_stage_name(stage), a->restart_count,
-                                    a->cfg->max_restarts);
-                        start_attempt(a);
-                } else {
-                        if (a->cfg->max_restarts > 0)
-                                hp_log_error("no restarts left (--max-restarts "
-                                             "%d)",
-                                             a->cfg->max_restarts);
-                        finish(a, code);
-                }
-                return;
-        }
-        hp_group_release(g);
-        if (result == HP_GROUP_STOPPED || signalled) {
-                hp_log_info("stopped by %s",
-                            hp_signal_name(a->received_signal));
-                if (!signalled)
-                        finish(a, 128);
-                return;
-        }
-        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++) {
-                if (stage_enabled(a, (enum hp_stage)next)) {
-                        start_stage(a, (enum hp_stage)next);
-                        return;
-                }
-        }
-        hp_log_info("all stages succeeded");
-        finish(a, 0);
+int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage)
+{
+        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++)
+                if (stage_enabled(a, (enum hp_stage)next))
+                        return next;
+        return -1;
 }
 
 /* A stage's attempt directory is made when the stage starts, so that an
@@ -338,6 +284,9 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         };
         int r;
 
+        /* The last group, if the driver starts this one from the
+         * callback that reported its end. */
+        hp_group_release(&a->group);
         a->stage = stage;
         prepare_attempt_dir(a, stage);
         /* The flight recorder's files go in the attempt directory. */
@@ -357,30 +306,12 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         return 0;
 }
 
-static void start_stage(struct hp_agent *a, enum hp_stage stage)
-{
-        if (try_start_stage(a, stage) < 0)
-                finish(a, 1);
-}
-
 void hp_agent__rule_verdict(struct hp_agent *a)
 {
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        int report = hp_forensics_begin(&a->forensics, false);
-
-        if (a->events != NULL) {
-                a->events->rule_verdict(a, a->events_ctx);
-                return;
-        }
-        /* The workers are told with --shutdown-signal, as after a worker
-         * failure; the group's end then restarts or ends the job. */
-        if (hp_group_active(&a->group) && !a->group.stopping &&
-            !(report == 0 &&
-              hp_forensics_defer_stop(&a->forensics, a->cfg->shutdown_signal,
-                                      a->cfg->shutdown_timeout_ms)))
-                hp_group_stop(&a->group, a->cfg->shutdown_signal,
-                              a->cfg->shutdown_timeout_ms);
+        a->verdict_report = hp_forensics_begin(&a->forensics, false) == 0;
+        a->events->rule_verdict(a, a->events_ctx);
 }
 
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
@@ -390,8 +321,7 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         a->forensics.silence[0] = '\0';
         if (hp_group_active(&a->group) && g == &a->group && g->count > 1)
                 hp_forensics_note_silence(a, "the failure");
-        if (a->events != NULL && a->events->worker_failed != NULL &&
-            a->state != HP_AGENT_STOPPING)
+        if (a->events->worker_failed != NULL && a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
 
@@ -413,31 +343,11 @@ static enum hp_stage first_stage(const struct hp_agent *a)
                                                     : HP_STAGE_TRAIN;
 }
 
-static void start_attempt(struct hp_agent *a)
-{
-        char err[512];
-        int r;
-
-        /* The first round was run by hp_agent_init, to fail before any
-         * process starts; each later attempt asks again, so a replaced
-         * node's address is picked up. */
-        if (a->restart_count > 0) {
-                r = hp_rdzv_next(&a->rdzv, &a->round, err, sizeof(err));
-                if (r < 0) {
-                        hp_log_error("rendezvous: %s", err);
-                        finish(a, 1);
-                        return;
-                }
-        }
-        log_attempt(a);
-        start_stage(a, first_stage(a));
-}
-
 void hp_agent_set_events(struct hp_agent *a,
                          const struct hp_agent_events *events, void *ctx)
 {
-        a->events = events;
-        a->events_ctx = ctx;
+        a->events = events != NULL ? events : &hp_selfdriven__events;
+        a->events_ctx = events != NULL ? ctx : NULL;
 }
 
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
@@ -445,7 +355,8 @@ int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
 {
         if (hp_group_active(&a->group))
                 return -EBUSY;
-        a->round = *round;
+        if (round != &a->round)
+                a->round = *round;
         a->restart_count = restart_count;
         a->verdict[0] = '\0';
         log_attempt(a);
@@ -454,15 +365,15 @@ int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
 
 int hp_agent_next_stage(struct hp_agent *a)
 {
+        int next = hp_agent__next_enabled(a, a->stage);
+        int r;
+
         if (hp_group_active(&a->group))
                 return -EBUSY;
-        for (int next = (int)a->stage + 1; next < HP_STAGE_COUNT; next++) {
-                if (stage_enabled(a, (enum hp_stage)next)) {
-                        int r = try_start_stage(a, (enum hp_stage)next);
-                        return r < 0 ? r : 1;
-                }
-        }
-        return 0;
+        if (next < 0)
+                return 0;
+        r = try_start_stage(a, (enum hp_stage)next);
+        return r < 0 ? r : 1;
 }
 
 bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
@@ -635,6 +546,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         int r;
 
         memset(a, 0, sizeof(*a));
+        a->events = &hp_selfdriven__events;
         a->loop = loop;
         a->cfg = cfg;
         a->scopes.dirfd = -1;
@@ -767,27 +679,14 @@ err:
 
 void hp_agent__preflight_passed(struct hp_agent *a)
 {
-        if (a->events != NULL) {
-                if (a->events->preflight_passed != NULL)
-                        a->events->preflight_passed(a, a->events_ctx);
-                return;
-        }
-        start_attempt(a);
+        if (a->events->preflight_passed != NULL)
+                a->events->preflight_passed(a, a->events_ctx);
 }
 
-int hp_agent_run(struct hp_agent *a)
+void hp_agent_print_failure_summary(struct hp_agent *a,
+                                    const struct hp_group *g)
 {
-        char err[1024];
-
-        if (!a->cfg->preflight_nccl)
-                start_attempt(a);
-        else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
-                hp_log_error("--preflight nccl: %s", err);
-                finish(a, 2);
-        }
-        if (a->state != HP_AGENT_FINISHED)
-                uv_run(a->loop, UV_RUN_DEFAULT);
-        return a->exit_code;
+        hp_agent__print_failure_summary(a, g);
 }
 
 static void reap_leftovers(void)

@@ -188,25 +188,8 @@ static void node_faulted(struct hp_node_health *h)
         struct hp_agent *a = h->agent;
 
         start_action(h);
-        if (a->events != NULL) {
-                if (a->events->node_fault != NULL)
-                        a->events->node_fault(a, a->events_ctx);
-                return;
-        }
-        hp_log_error("%s: %sno restart on this node (exit status %d)",
-                     h->fault,
-                     hp_group_active(&a->group) ? "stopping the workers; "
-                                                : "",
-                     HP_EXIT_NODE_FAULT);
-        if (hp_group_active(&a->group)) {
-                a->group.stop_requested = true;
-                if (!a->group.stopping)
-                        hp_group_stop(&a->group, a->cfg->shutdown_signal,
-                                      a->cfg->shutdown_timeout_ms);
-        } else if (a->state == HP_AGENT_IDLE ||
-                   a->state == HP_AGENT_PREFLIGHT) {
-                hp_agent__health_finish(a);
-        }
+        if (a->events->node_fault != NULL)
+                a->events->node_fault(a, a->events_ctx);
 }
 
 void hp_agent__health_finish(struct hp_agent *a)
@@ -246,12 +229,9 @@ static void preflight_cb(struct hp_preflight *pf,
                 hp_agent__preflight_passed(a);
                 return;
         }
-        if (res->unavailable && a->events == NULL) {
-                /* Not the node's fault: the image lacks the libraries. */
-                hp_log_error("--preflight nccl: %s", res->reason);
-                hp_agent_finish(a, 2);
+        if (res->unavailable && a->events->preflight_unavailable != NULL &&
+            a->events->preflight_unavailable(a, res->reason, a->events_ctx))
                 return;
-        }
         if (h->fault[0] != '\0')
                 return;
         snprintf(h->fault, sizeof(h->fault), "NodeFault_NCCLPreflight");

@@ -112,6 +112,41 @@ bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
 void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
                          const char *why);
 
+/* The enabled stage after stage, or -1. */
+int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage);
+
+/* ---- Self-driven mode (selfdriven.c) ---- */
+
+/* What ended an attempt's stage, for the restart policy. */
+struct hp_attempt_end {
+        enum hp_group_result result;
+        int signal;        /* a signal to the agent stopped it; 0: none */
+        bool node_fault;   /* the node is faulty (kernel log, pre-flight) */
+        bool verdict;      /* a log rule stopped the group */
+        bool more_stages;  /* a later stage is enabled */
+        int restart_count; /* this attempt's */
+        int max_restarts;  /* --max-restarts */
+        int failure_exit;  /* the root cause's exit status, when FAILED */
+};
+
+enum hp_next {
+        HP_NEXT_STAGE,      /* start the next enabled stage */
+        HP_NEXT_RESTART,    /* a new attempt, restart_count + 1 */
+        HP_NEXT_EXIT,       /* exit with exit_code */
+        HP_NEXT_NODE_FAULT, /* exit 123 once --node-fault-action ended */
+};
+
+struct hp_next_step {
+        enum hp_next what;
+        int exit_code; /* HP_NEXT_EXIT, HP_NEXT_NODE_FAULT */
+};
+
+/* The restart policy (pure): what comes after a stage ended. */
+struct hp_next_step hp_selfdriven__next(const struct hp_attempt_end *e);
+const char *hp_next_name(enum hp_next what);
+/* The driver hp_agent_run starts; also the agent's default. */
+extern const struct hp_agent_events hp_selfdriven__events;
+
 /* Reaps every exited child: a worker through its group (reap_managed
  * returns true for those), anything else (an orphan reparented to the
  * subreaper) here. Returns how many orphans were reaped. */
