@@ -5,6 +5,255 @@
 #include "hp-sys.h"
 #include "hyperpod/supervise.h"
 
+/* ---- The types only supervise sees ---- */
+
+/* ---- Processes ---- */
+
+enum hp_worker_state {
+        HP_WORKER_RUNNING = 0, /* spawned, not yet exited */
+        HP_WORKER_STOPPING,    /* the stop signal was sent */
+        HP_WORKER_KILLING,     /* SIGKILL was sent */
+        HP_WORKER_EXITED,      /* exit seen; waiting for EOF on its pipes */
+        HP_WORKER_DONE,        /* exited, pipes drained, handles closed */
+};
+
+const char *hp_worker_state_name(enum hp_worker_state state);
+
+/* Where a worker that never ran failed (its failure names the path and
+ * the error). */
+enum hp_start_step {
+        HP_START_NONE = 0,
+        HP_START_LOG_DIR,     /* its log directory, attempt_N/<rank> */
+        HP_START_STDOUT_FILE, /* stdout.log */
+        HP_START_STDERR_FILE, /* stderr.log */
+        HP_START_PIPE,        /* its output pipes */
+        HP_START_PROCESS,     /* its environment, argv or process */
+        HP_START_WATCH,       /* watching its process */
+        HP_START_EXEC,        /* the program's exec: it exits 126 or 127 */
+};
+
+struct hp_group;
+
+struct hp_worker {
+        struct hp_group *group;
+        uv_poll_t exit_poll; /* on pidfd, readable once the process exited */
+        int pidfd;
+        struct hp_stream out;
+        struct hp_stream err;
+        enum hp_worker_state state;
+        int refs; /* the exit watch plus each open pipe */
+        int local_rank;
+        int rank;
+        pid_t pid;
+        int64_t exit_status;
+        int term_signal;
+        bool signalled; /* we signalled it before it exited */
+        int start_error; /* -errno when it never ran, else 0 */
+        enum hp_start_step start_step;
+        double exit_time; /* wall clock, seconds */
+        char dir[PATH_MAX];
+        char error_file[PATH_MAX];
+};
+
+
+
+/* Where the processes of the agent's groups are kept track of (scope.c):
+ * D/hyperpodrun.<pid>, a cgroup v2 child of the agent's cgroup D, when
+ * the hierarchy is writable; otherwise among the agent's descendants. */
+struct hp_scope_root {
+        int dirfd;           /* D/hyperpodrun.<pid>, or -1: no cgroup */
+        char path[PATH_MAX]; /* "" without one */
+};
+
+/* One group's processes: its cgroup under the root, or (dirfd -1) the
+ * agent's descendants. */
+struct hp_scope {
+        struct hp_scope_root *root;
+        int dirfd;
+        char name[64];
+};
+
+/* What kills the job if the agent is killed (watcher.c). */
+struct hp_watcher {
+        pid_t pid; /* 0: none (PID 1, or it could not start) */
+        int fd;    /* the agent's end of its pipe */
+        int pidfd; /* to wait for its exit; -1 */
+};
+
+/* How far a stop has gone; see group.c. */
+enum hp_kill_phase {
+        HP_KILL_NONE = 0,
+        HP_KILL_SIGNALLED, /* the stop signal was sent */
+        HP_KILL_KILLED,    /* SIGKILL to everything the group started */
+        HP_KILL_FORCED,    /* held pipes closed; survivors named */
+        HP_KILL_GAVE_UP,   /* not waiting for survivors any more */
+};
+
+/* The processes of one stage: nproc workers, or the one hook process. */
+struct hp_group {
+        enum hp_stage stage;
+        struct hp_worker *workers;
+        int count;
+        int exited;
+        int done;
+        bool stopping;
+        bool stop_requested; /* hp_group_stop, not a failure */
+        bool reported;       /* done_cb was called */
+        bool escaped_logged;
+        int stop_signal;
+        enum hp_kill_phase kill_phase;
+        struct hp_scope scope;
+        struct hp_worker *first_failure;
+        bool pipe_limits; /* the user's pipe memory limits apply to us */
+        uv_timer_t timer;
+        /* From hp_group_params; see there. */
+        const struct hp_config *cfg;
+        struct hp_watcher *watcher;
+        void (*exited_cb)(void *ctx);
+        void (*failed_cb)(struct hp_group *group, void *ctx);
+        void (*done_cb)(struct hp_group *group, enum hp_group_result result,
+                        void *ctx);
+        void *ctx;
+};
+
+
+struct hp_forensics_target;
+
+/* A hang report being collected: the /proc states are read at once, the
+ * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
+struct hp_forensics {
+        struct hp_agent *agent;
+        uv_timer_t timer;
+        bool busy;
+        bool stop_pending;      /* stop the group once the report is out */
+        int stop_signal;
+        uint64_t stop_timeout_ms;
+        uint64_t started;       /* loop ms */
+        uint64_t deadline;      /* loop ms */
+        bool on_request;        /* SIGUSR2, not a verdict */
+        unsigned requests;      /* reports written on request */
+        char verdict[512];      /* a copy of the agent's, or "" */
+        char silence[512];      /* the latest silence line, or "" */
+        char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
+        char *python_path;      /* the workers' PYTHONPATH, or NULL */
+        char stacks_signal[16]; /* its number, for the workers' env */
+        struct hp_forensics_ras *ras; /* the NCCL RAS query, or NULL */
+        enum hp_stage stage;    /* of the group being reported on */
+        int attempt;
+        struct hp_forensics_target *targets;
+        int count;
+};
+
+
+/* The rules watching one local rank's stdout. The same monitor sees that
+ * rank in every stage (pre-train and post-train count as rank 0), so the
+ * stages share rule state, as in the reference. */
+struct hp_monitor {
+        struct hp_agent *agent;
+        struct logmon_stream *rules; /* NULL: this rank is not watched */
+        int local_rank;
+        /* Its rule thread in a flood: agent->rule_workers[worker_slot].
+         * Kept rather than computed per line, which took a division. */
+        int worker_slot;
+};
+
+
+/* ---- Node health (health.c): the kernel log and what a fault does ---- */
+
+struct hp_node_health {
+        struct hp_agent *agent;
+        struct kmsg_watch watch;
+        bool watching;
+        char fault[256];        /* "NodeFault_<reason>", or "" */
+        char fault_line[1024];  /* the kernel's line(s) */
+        double fault_wall;      /* when it was read, wall clock seconds */
+        uint64_t temporary;     /* temporary rules' hits */
+        /* --node-fault-action: scontrol, bounded by scontrol_timeout. */
+        uv_process_t action_proc;
+        uv_timer_t action_timer;
+        bool action_running;
+        bool action_timer_ready;
+        bool finish_pending;    /* exit once the action has ended */
+        char action_result[256]; /* "" until it ran */
+        /* --preflight nccl */
+        struct hp_preflight preflight;
+        bool preflight_running;
+        bool preflight_finished;
+        struct hp_preflight_result preflight_result;
+};
+
+
+/* Threads the log rules may use under a flood (see ruleworker.c): one per
+ * core, up to this many, and no more than the watched ranks. */
+#define HP_RULE_WORKERS_MAX 4
+
+struct hp_agent {
+        uv_loop_t *loop;
+        const struct hp_config *cfg;
+        struct hp_rdzv rdzv;
+        struct hp_rdzv_info round;
+        struct hp_console console_out;
+        struct hp_console console_err;
+        /* Where workers' stderr and the agent's messages go: console_out
+         * when fds 1 and 2 are one file or pipe, whose two writer threads
+         * could otherwise cut each other's lines. */
+        struct hp_console *console_for_err;
+        uint64_t console_reported[2];           /* lines lost, as logged */
+        struct hp_stream_hub stream_hub; /* batches the streams' writes */
+        uv_signal_t signals[6];
+        uv_signal_t sigchld;
+        struct hp_group group;
+        struct hp_scope_root scopes;
+        struct hp_watcher watcher;
+        enum hp_agent_state state;
+        enum hp_stage stage;
+        int restart_count;
+        int exit_code;
+        int received_signal; /* the signal that stops it (STOPPING) */
+        bool verdict_report; /* a hang report was started for the verdict */
+        bool no_files;
+        char hostname[256];
+        char log_root[PATH_MAX];
+        const struct hp_agent_events *events;   /* the driver's; never NULL */
+        void *events_ctx;
+        struct logmon_ruleset *cli_ruleset;     /* --log-monitoring-config */
+        struct logmon_ruleset *ruleset;         /* in use; NULL: no rules */
+        struct hp_monitor *monitors;            /* one per local rank */
+        uv_timer_t rule_timer;                  /* the earliest deadline */
+        uint64_t rule_deadline;                 /* armed for, or UINT64_MAX */
+        bool monitors_fresh;                    /* cleared, not yet started */
+        /* Rule threads for floods, local rank r on worker r % count; each
+         * NULL until its first flood. */
+        struct hp_rule_worker *rule_workers[HP_RULE_WORKERS_MAX];
+        int rule_worker_count;
+        uv_async_t rule_wake;                   /* from the rule worker */
+        uv_check_t rule_check;                  /* once per loop iteration */
+        unsigned rule_inline;                   /* lines this iteration */
+        uint64_t rule_inline_start;             /* uv_hrtime() of the first */
+        uint64_t rule_inline_off_until;         /* loop ms: none inline */
+        uint64_t rule_report_at;                /* loop ms: next look */
+        uint64_t rule_skipped_reported;         /* lines the rules missed */
+        uint64_t rule_limit_reported;           /* PCRE2 limit hits */
+        bool rule_worker_failed;                /* could not start one */
+        char verdict[512];                      /* "LogHang_<rule>", or "" */
+        char verdict_line[512];                 /* its last matching line */
+        uint64_t verdict_latency_ms;            /* past the deadline */
+        int verdict_rank;                       /* local rank it is on */
+        char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
+        char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
+        /* The last failure's root cause, for TORCHELASTIC_ERROR_FILE: its
+         * error file ("" when it wrote none), torch's exitcode (-N for a
+         * signal) and the exit status it gives the agent. */
+        char root_error_file[PATH_MAX];
+        int root_exitcode;
+        int root_exit_status;
+        /* The worker socket: lives as long as the agent, so checkpoint
+         * progress outlives every restart of the workers. */
+        struct hp_ipc_server ipc;
+        struct hp_forensics forensics;          /* --hang-dump */
+        struct hp_node_health health;           /* --node-problem-config */
+};
+
 /* After SIGKILL to everything a group started, how long a pipe may stay
  * open before we stop waiting for EOF: only a process out of our reach
  * (one the pipe was passed to, or one that cannot die) holds it then. */
