@@ -774,7 +774,7 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
         w->pidfd = pidfd;
         w->refs++;
         (void)uv_poll_start(&w->exit_poll, UV_READABLE, exit_poll_cb);
-        w->state = HP_WORKER_RUNNING;
+        worker_set_state(w, HP_WORKER_RUNNING, "spawned");
 
         /* The prefix may name the pid, known only now. */
         set_prefix(p, w, &w->out);
