@@ -72,6 +72,12 @@ bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to)
 void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
                          const char *why)
 {
+        /* The loop is ending: what still happens on the way out (a group
+         * that ends while the handles close) leaves the agent finished. */
+        if (a->state == HP_AGENT_FINISHED && to != HP_AGENT_FINISHED) {
+                hp_log_debug("agent: FINISHED: %s, stays FINISHED", why);
+                return;
+        }
         if (!hp_agent__state_allowed(a->state, to))
                 hp_log_error("bug: agent: %s → %s → %s is not a transition",
                              hp_agent_state_name(a->state), why,

@@ -357,7 +357,8 @@ int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
 /* Whether the lifecycle allows from → to (pure; see enum hp_agent_state). */
 bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
 /* The one way the agent's state changes: logs from → why → to at debug,
- * and a transition the table does not allow as a bug. */
+ * and a transition the table does not allow as a bug. FINISHED is
+ * final: a change asked for after it is ignored. */
 void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
                          const char *why);
 

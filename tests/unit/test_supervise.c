@@ -132,6 +132,44 @@ static void test_lifecycle_paths(void **state)
         assert_int_equal(failures, 0);
 }
 
+/* hp_agent__set_state on an agent: each step from the state the last left,
+ * FINISHED staying final. */
+static void test_lifecycle_setter(void **state)
+{
+        static const struct {
+                const char *name;
+                int steps[6];
+                int nsteps;
+                int end;
+        } runs[] = {
+                { "a stage, then the next", { R, I, R, I }, 4, I },
+                { "a signal, then the group's end", { R, S, F }, 3, F },
+                { "a group ending after finish leaves it finished",
+                  { R, F, I }, 3, F },
+                { "a stage started after finish leaves it finished",
+                  { F, R }, 2, F },
+                { "the pre-flight, then a stage", { P, I, R }, 3, R },
+        };
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(runs); k++) {
+                struct hp_agent *a = hp_agent_new();
+
+                assert_non_null(a);
+                assert_int_equal(hp_agent_state(a), HP_AGENT_IDLE);
+                for (int i = 0; i < runs[k].nsteps; i++)
+                        hp_agent__set_state(a, runs[k].steps[i], "test");
+                if ((int)hp_agent_state(a) != runs[k].end)
+                        CASE_FAILED(failures, "%s: ended %s, expected %s",
+                                    runs[k].name,
+                                    hp_agent_state_name(hp_agent_state(a)),
+                                    hp_agent_state_name(runs[k].end));
+                hp_agent_free(a);
+        }
+        assert_int_equal(failures, 0);
+}
+
 /* A stop: each timeout takes the next step, and GAVE_UP is the last. */
 static void test_kill_phase_sequence(void **state)
 {
@@ -198,6 +236,7 @@ int main(void)
                 cmocka_unit_test(test_lifecycle_table),
                 cmocka_unit_test(test_lifecycle_names),
                 cmocka_unit_test(test_lifecycle_paths),
+                cmocka_unit_test(test_lifecycle_setter),
                 cmocka_unit_test(test_kill_phase_sequence),
                 cmocka_unit_test(test_kill_phase_table),
         };
