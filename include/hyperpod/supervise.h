@@ -136,7 +136,7 @@ struct hp_agent;
 struct hp_group;
 
 /*
- * The agent's lifecycle (agent.c; every change is logged at debug):
+ * The agent's lifecycle (lifecycle.c; every change is logged at debug):
  *
  *   IDLE ─preflight─▶ PREFLIGHT ─ended─▶ IDLE
  *   IDLE ─stage started─▶ RUNNING ─group ended─▶ IDLE
