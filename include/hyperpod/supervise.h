@@ -92,11 +92,6 @@ int hp_argv_build_hook(const char *script, const char *args,
                        struct hp_argv *out);
 void hp_argv_free(struct hp_argv *a);
 
-enum hp_group_result {
-        HP_GROUP_SUCCEEDED = 0,
-        HP_GROUP_FAILED,  /* a process exited non-zero on its own */
-        HP_GROUP_STOPPED, /* hp_group_stop was called first */
-};
 /* ---- Hang forensics (silence.c, forensics.c) ---- */
 
 /* One rank's last output, for the silence line. */
@@ -134,6 +129,13 @@ struct hp_agent;
 /* One stage's processes (opaque), valid during the callback that passes
  * it. */
 struct hp_group;
+
+/* How a stage's group ended. */
+enum hp_group_result {
+        HP_GROUP_SUCCEEDED = 0,
+        HP_GROUP_FAILED,  /* a process exited non-zero on its own */
+        HP_GROUP_STOPPED, /* a stop was asked for first (not a failure) */
+};
 
 /*
  * The agent's lifecycle (lifecycle.c; every change is logged at debug):

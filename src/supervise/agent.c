@@ -92,7 +92,6 @@ static void group_failed_cb(struct hp_group *g, void *ctx)
         hp_agent__worker_failed(ctx, g);
 }
 
-
 /* Whether two fds lead to the same file, pipe or terminal (2>&1). */
 static bool same_file(int a, int b)
 {

@@ -5,8 +5,6 @@
 #include "hp-sys.h"
 #include "hyperpod/supervise.h"
 
-/* ---- The types only supervise sees ---- */
-
 /* ---- Processes ---- */
 
 enum hp_worker_state {
@@ -54,8 +52,6 @@ struct hp_worker {
         char dir[PATH_MAX];
         char error_file[PATH_MAX];
 };
-
-
 
 /* Where the processes of the agent's groups are kept track of (scope.c):
  * D/hyperpodrun.<pid>, a cgroup v2 child of the agent's cgroup D, when
@@ -116,7 +112,6 @@ struct hp_group {
         void *ctx;
 };
 
-
 struct hp_forensics_target;
 
 /* A hang report being collected: the /proc states are read at once, the
@@ -144,7 +139,6 @@ struct hp_forensics {
         int count;
 };
 
-
 /* The rules watching one local rank's stdout. The same monitor sees that
  * rank in every stage (pre-train and post-train count as rank 0), so the
  * stages share rule state, as in the reference. */
@@ -156,7 +150,6 @@ struct hp_monitor {
          * Kept rather than computed per line, which took a division. */
         int worker_slot;
 };
-
 
 /* ---- Node health (health.c): the kernel log and what a fault does ---- */
 
@@ -181,7 +174,6 @@ struct hp_node_health {
         bool preflight_finished;
         struct hp_preflight_result preflight_result;
 };
-
 
 /* Threads the log rules may use under a flood (see ruleworker.c): one per
  * core, up to this many, and no more than the watched ranks. */
