@@ -30,6 +30,11 @@ enum hp_stage {
 };
 
 const char *hp_stage_name(enum hp_stage stage);
+/* A hook (pre-train, post-train) is one process that counts as local rank
+ * 0 of one: the rank its output, rules and environment are known by, and
+ * how many processes the stage runs out of the round's nproc. */
+int hp_stage_local_rank(enum hp_stage stage, int local_rank);
+int hp_stage_processes(enum hp_stage stage, int nproc);
 
 /* ---- The worker environment (pure, for tests) ---- */
 
@@ -86,113 +91,6 @@ int hp_argv_build_worker(const struct hp_config *cfg, int local_rank,
 int hp_argv_build_hook(const char *script, const char *args,
                        struct hp_argv *out);
 void hp_argv_free(struct hp_argv *a);
-
-/* ---- Processes ---- */
-
-enum hp_worker_state {
-        HP_WORKER_RUNNING = 0, /* spawned, not yet exited */
-        HP_WORKER_STOPPING,    /* the stop signal was sent */
-        HP_WORKER_KILLING,     /* SIGKILL was sent */
-        HP_WORKER_EXITED,      /* exit seen; waiting for EOF on its pipes */
-        HP_WORKER_DONE,        /* exited, pipes drained, handles closed */
-};
-
-const char *hp_worker_state_name(enum hp_worker_state state);
-
-/* Where a worker that never ran failed (its failure names the path and
- * the error). */
-enum hp_start_step {
-        HP_START_NONE = 0,
-        HP_START_LOG_DIR,     /* its log directory, attempt_N/<rank> */
-        HP_START_STDOUT_FILE, /* stdout.log */
-        HP_START_STDERR_FILE, /* stderr.log */
-        HP_START_PIPE,        /* its output pipes */
-        HP_START_PROCESS,     /* its environment, argv or process */
-        HP_START_WATCH,       /* watching its process */
-        HP_START_EXEC,        /* the program's exec: it exits 126 or 127 */
-};
-
-struct hp_group;
-
-struct hp_worker {
-        struct hp_group *group;
-        uv_poll_t exit_poll; /* on pidfd, readable once the process exited */
-        int pidfd;
-        struct hp_stream out;
-        struct hp_stream err;
-        enum hp_worker_state state;
-        int refs; /* the exit watch plus each open pipe */
-        int local_rank;
-        int rank;
-        pid_t pid;
-        int64_t exit_status;
-        int term_signal;
-        bool signalled; /* we signalled it before it exited */
-        int start_error; /* -errno when it never ran, else 0 */
-        enum hp_start_step start_step;
-        double exit_time; /* wall clock, seconds */
-        char dir[PATH_MAX];
-        char error_file[PATH_MAX];
-};
-
-enum hp_group_result {
-        HP_GROUP_SUCCEEDED = 0,
-        HP_GROUP_FAILED,  /* a process exited non-zero on its own */
-        HP_GROUP_STOPPED, /* hp_group_stop was called first */
-};
-
-/* Where the processes of the agent's groups are kept track of (scope.c):
- * D/hyperpodrun.<pid>, a cgroup v2 child of the agent's cgroup D, when
- * the hierarchy is writable; otherwise among the agent's descendants. */
-struct hp_scope_root {
-        int dirfd;           /* D/hyperpodrun.<pid>, or -1: no cgroup */
-        char path[PATH_MAX]; /* "" without one */
-};
-
-/* One group's processes: its cgroup under the root, or (dirfd -1) the
- * agent's descendants. */
-struct hp_scope {
-        struct hp_scope_root *root;
-        int dirfd;
-        char name[64];
-};
-
-/* What kills the job if the agent is killed (watcher.c). */
-struct hp_watcher {
-        pid_t pid; /* 0: none (PID 1, or it could not start) */
-        int fd;    /* the agent's end of its pipe */
-        int pidfd; /* to wait for its exit; -1 */
-};
-
-/* How far a stop has gone; see group.c. */
-enum hp_kill_phase {
-        HP_KILL_NONE = 0,
-        HP_KILL_SIGNALLED, /* the stop signal was sent */
-        HP_KILL_KILLED,    /* SIGKILL to everything the group started */
-        HP_KILL_FORCED,    /* held pipes closed; survivors named */
-        HP_KILL_GAVE_UP,   /* not waiting for survivors any more */
-};
-
-/* The processes of one stage: nproc workers, or the one hook process. */
-struct hp_group {
-        struct hp_agent *agent;
-        enum hp_stage stage;
-        struct hp_worker *workers;
-        int count;
-        int exited;
-        int done;
-        bool stopping;
-        bool stop_requested; /* hp_group_stop, not a failure */
-        bool reported;       /* done_cb was called */
-        bool escaped_logged;
-        int stop_signal;
-        enum hp_kill_phase kill_phase;
-        struct hp_scope scope;
-        struct hp_worker *first_failure;
-        bool pipe_limits; /* the user's pipe memory limits apply to us */
-        uv_timer_t timer;
-        void (*done_cb)(struct hp_group *group, enum hp_group_result result);
-};
 
 /* ---- Log rule verdicts (verdict.c) ---- */
 
@@ -252,278 +150,98 @@ int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
                       double now_wall, const char *event, char *buf,
                       size_t len);
 
-struct hp_forensics_target;
-
-/* A hang report being collected: the /proc states are read at once, the
- * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
-struct hp_forensics {
-        struct hp_agent *agent;
-        uv_timer_t timer;
-        bool busy;
-        bool stop_pending;      /* stop the group once the report is out */
-        int stop_signal;
-        uint64_t stop_timeout_ms;
-        uint64_t started;       /* loop ms */
-        uint64_t deadline;      /* loop ms */
-        bool on_request;        /* SIGUSR2, not a verdict */
-        unsigned requests;      /* reports written on request */
-        struct hp_verdict verdict; /* the agent's; state WAITING: none */
-        char silence[512];      /* the latest silence line, or "" */
-        char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
-        char *python_path;      /* the workers' PYTHONPATH, or NULL */
-        char stacks_signal[16]; /* its number, for the workers' env */
-        struct hp_forensics_ras *ras; /* the NCCL RAS query, or NULL */
-        enum hp_stage stage;    /* of the group being reported on */
-        int attempt;
-        struct hp_forensics_target *targets;
-        int count;
-};
-
 /* ---- The agent ---- */
 
-/* ---- The log rule watch (rulewatch.c, ruleworker.c) ---- */
+/* The agent (opaque): the job's processes, its consoles, rules and
+ * signals; driven by self-driven mode (hp_agent_run) or by an outside
+ * driver through struct hp_agent_events. */
+struct hp_agent;
+/* One stage's processes (opaque), valid during the callback that passes
+ * it. */
+struct hp_group;
 
-/* Threads the log rules may use under a flood (see ruleworker.c): one per
- * core, up to this many, and no more than the watched ranks. */
-#define HP_RULE_THREADS_MAX 4
-
-struct hp_rulewatch;
-struct hp_rule_thread;
-
-/* One local rank's stdout under the rules: the context of its line
- * listener. The same rank is watched in every stage (pre-train and
- * post-train count as rank 0), so the stages share rule state, as in the
- * reference. */
-struct hp_rulewatch_rank {
-        struct hp_rulewatch *watch;
-        struct logmon_stream *stream; /* NULL: this rank is not watched */
-        int local_rank;
-        /* Its rule thread in a flood: watch->threads[thread_slot]. Kept
-         * rather than computed per line, which takes a division. */
-        int thread_slot;
-};
-
-/* What the watch is started with; the callbacks run on the loop thread. */
-struct hp_rulewatch_params {
-        uv_loop_t *loop;
-        int nproc;               /* local ranks */
-        const bool *monitored;   /* nproc flags, borrowed for the watch's
-                                  * life: --log-monitor-ranks */
-        const char *rules_path;  /* --log-monitoring-config, or NULL */
-        bool strict;             /* --strict, for rules_path */
-        /* Reads what the workers' pipes hold now: a line written before a
-         * deadline must not be judged missing for sitting in a pipe. */
-        void (*read_now)(void *ctx);
-        /* Writes out the console lines queued so far, so that the line
-         * that made a verdict comes before the verdict's log line. */
-        void (*commit_output)(void *ctx);
-        /* The attempt's verdict; v is borrowed for the call. The workers
-         * keep running; the rules keep watching. */
-        void (*on_verdict)(void *ctx, const struct hp_verdict *v);
-        void *ctx;
+/* How a stage's group ended. */
+enum hp_group_result {
+        HP_GROUP_SUCCEEDED = 0,
+        HP_GROUP_FAILED,  /* a process exited non-zero on its own */
+        HP_GROUP_STOPPED, /* a stop was asked for first (not a failure) */
 };
 
 /*
- * The log rules on the workers' stdout: the glue between the pure rule
- * engine (src/logmon) and the loop. It feeds each watched rank's lines to
- * its rule stream with the loop's time (on the loop thread, or on a rule
- * thread under a flood), keeps one timer armed at the earliest deadline,
- * and reports the first verdict of an attempt through on_verdict.
+ * The agent's lifecycle (lifecycle.c; every change is logged at debug):
+ *
+ *   IDLE ─preflight─▶ PREFLIGHT ─ended─▶ IDLE
+ *   IDLE ─stage started─▶ RUNNING ─group ended─▶ IDLE
+ *                           │
+ *                           └─signal─▶ STOPPING ─group ended─▶ FINISHED
+ *   any ─finish─▶ FINISHED
+ *
+ * IDLE: no group runs (before the first attempt, between stages, or the
+ * operator waiting for /start). RUNNING: a stage's group runs. STOPPING:
+ * a signal to the agent stops the group; the agent then exits 128+N.
+ * FINISHED: the loop is ending with the exit status.
  */
-struct hp_rulewatch {
-        uv_loop_t *loop;
-        int nproc;
-        const bool *monitored;
-        void (*read_now)(void *ctx);
-        void (*commit_output)(void *ctx);
-        void (*on_verdict)(void *ctx, const struct hp_verdict *v);
-        void *ctx;
-        int64_t wall_offset_ms;           /* epoch ms minus loop ms */
-        int base_rank;                    /* global rank of local rank 0 */
-        struct logmon_ruleset *cli_ruleset; /* --log-monitoring-config */
-        struct logmon_ruleset *ruleset;   /* in use; NULL: no rules */
-        struct hp_rulewatch_rank *ranks;  /* one per local rank */
-        uv_timer_t timer;                 /* the earliest deadline */
-        uint64_t deadline;                /* armed for, or UINT64_MAX */
-        bool fresh;                       /* cleared, not yet started */
-        /* Rule threads for floods, local rank r on thread r % count; each
-         * NULL until its first flood. */
-        struct hp_rule_thread *threads[HP_RULE_THREADS_MAX];
-        int thread_count;
-        uv_async_t wake;                  /* from the rule threads */
-        uv_check_t check;                 /* once per loop iteration */
-        unsigned inline_lines;            /* lines this iteration */
-        uint64_t inline_start;            /* uv_hrtime() of the first */
-        uint64_t inline_off_until;        /* loop ms: none inline */
-        uint64_t report_at;               /* loop ms: next look */
-        uint64_t skipped_reported;        /* lines the rules missed */
-        uint64_t limit_reported;          /* PCRE2 limit hits */
-        bool thread_failed;               /* could not start one */
-        bool judged;                      /* verdict holds this attempt's */
-        struct hp_verdict verdict;
-};
-
-/* Loads the rules file if any and prepares one rank slot per local rank
- * (the operator may send rules later). On failure errbuf says why; the
- * watch must be closed either way. */
-int hp_rulewatch_init(struct hp_rulewatch *w,
-                      const struct hp_rulewatch_params *p, char *errbuf,
-                      size_t errlen);
-/* The wall clock for the watch's log lines and verdicts: epoch ms minus
- * loop ms, the consoles' own (hp_stream_hub.wall_offset_ms). */
-void hp_rulewatch_set_wall_offset(struct hp_rulewatch *w,
-                                  int64_t wall_offset_ms);
-/* Watches the next attempt with rs (a reference is taken), or with the
- * rules file's when rs is NULL. Rule state starts fresh. */
-int hp_rulewatch_use(struct hp_rulewatch *w, struct logmon_ruleset *rs);
-/* Forgets all rule state and the verdict (the attempt is over). */
-void hp_rulewatch_clear(struct hp_rulewatch *w);
-/* A stage's processes run: the first stage after a clear starts the rule
- * clocks, later ones resume them. base_rank: the global rank of local
- * rank 0 in this round. */
-void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank);
-/* Between stages and while stopped, time does not count. */
-void hp_rulewatch_suspend(struct hp_rulewatch *w);
-/* Applies the rules' deadlines at now (loop ms), as the watch's timer
- * does once it has read the pipes: a verdict it brings is reported with
- * its lateness past the armed deadline. */
-void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now);
-/* Waits until every line read so far has been through the rules, or was
- * skipped and counted once the wait's budget ran out. */
-void hp_rulewatch_settle(struct hp_rulewatch *w);
-/* Monitored lines the rules never saw because they fell behind. */
-uint64_t hp_rulewatch_lines_skipped(const struct hp_rulewatch *w);
-/* The listener context for local rank's stdout, or NULL when no rule
- * watches it. */
-struct hp_rulewatch_rank *hp_rulewatch_rank(struct hp_rulewatch *w,
-                                            int local_rank);
-/* The line listener (struct hp_stream's) for a hp_rulewatch_rank. */
-void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
-                          enum hp_line_end end);
-/* The rules in use, or NULL; and local rank's rule stream, or NULL. Read
- * them only after hp_rulewatch_settle, on the loop thread. */
-const struct logmon_ruleset *hp_rulewatch_ruleset(const struct hp_rulewatch *w);
-const struct logmon_stream *hp_rulewatch_stream(const struct hp_rulewatch *w,
-                                                int local_rank);
-/* Reports what the rules missed, stops the threads, frees everything and
- * closes the handles (the loop must run once for them). */
-void hp_rulewatch_close(struct hp_rulewatch *w);
-
 enum hp_agent_state {
         HP_AGENT_IDLE = 0,
+        HP_AGENT_PREFLIGHT,
         HP_AGENT_RUNNING,
         HP_AGENT_STOPPING,
         HP_AGENT_FINISHED,
+        HP_AGENT_STATE_COUNT
 };
 
+const char *hp_agent_state_name(enum hp_agent_state state);
+
 /*
- * How an outside driver (the operator API) follows the agent instead of
- * the self-driven attempt loop. Both run on the loop thread.
+ * How a driver (self-driven mode, the operator API) follows the agent.
+ * Every callback runs on the loop thread.
  */
 struct hp_agent_events {
         /* A stage's group ended. g is valid for the call only (it is
-         * released after); start nothing from inside the callback. Not
+         * released after, unless the driver starts the next stage or
+         * attempt from inside the callback, which releases it first). Not
          * called when a signal to the agent stopped the group: the agent
          * then exits with 128+N. */
         void (*stage_ended)(struct hp_agent *a, enum hp_stage stage,
                             enum hp_group_result result,
                             const struct hp_group *g, void *ctx);
-        /* A log rule turned SLOW, HANGING or FAULTED (v, borrowed for the
-         * call; a->verdict holds a copy until the rules are cleared). The
+        /* A log rule turned SLOW, HANGING or FAULTED: v (borrowed for the
+         * call; hp_agent_verdict keeps a copy until the rules are
+         * cleared) names it and says how long after its deadline. The
          * workers keep running. */
         void (*rule_verdict)(struct hp_agent *a, const struct hp_verdict *v,
                              void *ctx);
         /* A process of the running group exited non-zero on its own: the
-         * group's first failure (g->first_failure). The rest of the group
+         * group's first failure (hp_group_failure). The rest of the group
          * is being stopped with --shutdown-signal. */
         void (*worker_failed)(struct hp_agent *a, const struct hp_group *g,
                               void *ctx);
-        /* A permanent kernel log rule matched: a->health.fault names it
-         * ("NodeFault_<reason>"), a->health.fault_line is the kernel's
-         * line. The workers keep running. */
+        /* A permanent kernel log rule matched, or the pre-flight failed:
+         * hp_agent_node_fault names it ("NodeFault_<reason>") with the
+         * kernel's line. The workers keep running. */
         void (*node_fault)(struct hp_agent *a, void *ctx);
         /* --preflight passed: workers may start. */
         void (*preflight_passed)(struct hp_agent *a, void *ctx);
-};
-
-/* ---- Node health (health.c): the kernel log and what a fault does ---- */
-
-struct hp_node_health {
-        struct hp_agent *agent;
-        struct kmsg_watch watch;
-        bool watching;
-        char fault[256];        /* "NodeFault_<reason>", or "" */
-        char fault_line[1024];  /* the kernel's line(s) */
-        double fault_wall;      /* when it was read, wall clock seconds */
-        uint64_t temporary;     /* temporary rules' hits */
-        /* --node-fault-action: scontrol, bounded by scontrol_timeout. */
-        uv_process_t action_proc;
-        uv_timer_t action_timer;
-        bool action_running;
-        bool action_timer_ready;
-        bool finish_pending;    /* exit once the action has ended */
-        char action_result[256]; /* "" until it ran */
-        /* --preflight nccl */
-        struct hp_preflight preflight;
-        bool preflight_running;
-        bool preflight_finished;
-        struct hp_preflight_result preflight_result;
+        /* --preflight nccl could not run at all (the image lacks the
+         * libraries; reason says what): true when the driver ended the
+         * agent for it. NULL, or false: it counts as a node fault. */
+        bool (*preflight_unavailable)(struct hp_agent *a, const char *reason,
+                                      void *ctx);
 };
 
 /* Exit status of a self-driven run stopped by a node fault. */
 #define HP_EXIT_NODE_FAULT 123
-
-struct hp_agent {
-        uv_loop_t *loop;
-        const struct hp_config *cfg;
-        struct hp_rdzv rdzv;
-        struct hp_rdzv_info round;
-        struct hp_console console_out;
-        struct hp_console console_err;
-        /* Where workers' stderr and the agent's messages go: console_out
-         * when fds 1 and 2 are one file or pipe, whose two writer threads
-         * could otherwise cut each other's lines. */
-        struct hp_console *console_for_err;
-        uint64_t console_reported[2];           /* lines lost, as logged */
-        struct hp_stream_hub stream_hub; /* batches the streams' writes */
-        uv_signal_t signals[6];
-        uv_signal_t sigchld;
-        struct hp_group group;
-        struct hp_scope_root scopes;
-        struct hp_watcher watcher;
-        enum hp_agent_state state;
-        enum hp_stage stage;
-        int restart_count;
-        int exit_code;
-        int received_signal;
-        bool group_active;
-        bool no_files;
-        char hostname[256];
-        char log_root[PATH_MAX];
-        const struct hp_agent_events *events;   /* NULL: self-driven */
-        void *events_ctx;
-        struct hp_rulewatch rules;              /* the log rules */
-        struct hp_verdict verdict; /* this attempt's; state WAITING: none */
-        char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
-        char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
-        /* The last failure's root cause, for TORCHELASTIC_ERROR_FILE: its
-         * error file ("" when it wrote none), torch's exitcode (-N for a
-         * signal) and the exit status it gives the agent. */
-        char root_error_file[PATH_MAX];
-        int root_exitcode;
-        int root_exit_status;
-        /* The worker socket: lives as long as the agent, so checkpoint
-         * progress outlives every restart of the workers. */
-        struct hp_ipc_server ipc;
-        struct hp_forensics forensics;          /* --hang-dump */
-        struct hp_node_health health;           /* --node-problem-config */
-};
 
 /* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it
  * exits with exit_code because a worker failed, copies the root cause's
  * error file there with message.errorCode set to its exit code, as
  * torchrun's @record does for nested launchers and schedulers. */
 void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
+
+/* A zeroed agent for hp_agent_init, or NULL with errno set; freed with
+ * hp_agent_free after hp_agent_close. */
+struct hp_agent *hp_agent_new(void);
+void hp_agent_free(struct hp_agent *agent);
 
 /*
  * Prepares everything that can fail before a process is spawned: the log
@@ -533,8 +251,9 @@ void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
 int hp_agent_init(struct hp_agent *agent, uv_loop_t *loop,
                   const struct hp_config *cfg, char *errbuf, size_t errlen);
 
-/* Self-driven mode: run attempts until success, a failure with no restarts
- * left, or a stop signal. Returns the process exit status. */
+/* Self-driven mode (selfdriven.c): run attempts until success, a failure
+ * with no restarts left, or a stop signal. Returns the process exit
+ * status. */
 int hp_agent_run(struct hp_agent *agent);
 
 /* ---- Driving the agent from outside (operator mode) ---- */
@@ -578,6 +297,11 @@ int hp_agent_failure_message(const struct hp_agent *agent,
                              const struct hp_group *g, char *buf, size_t len);
 /* The exit status the group's first failure asks for. */
 int hp_agent_failure_exit_code(const struct hp_group *g);
+/* Prints torchrun's failure summary for a failed group where the agent's
+ * messages go, and notes its root cause for hp_agent_pass_error_file. A
+ * driver calls it from stage_ended when the failure is the workers'. */
+void hp_agent_print_failure_summary(struct hp_agent *agent,
+                                    const struct hp_group *g);
 
 /* Operator mode: starts --preflight nccl; workers wait for it
  * (hp_agent_preflight_pending). Returns 0, or an error in errbuf. */
@@ -587,5 +311,80 @@ bool hp_agent_preflight_pending(const struct hp_agent *agent);
 
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);
+
+/* ---- What a driver reads (access.c); borrowed, valid while the agent
+ * is ---- */
+
+uv_loop_t *hp_agent_loop(const struct hp_agent *agent);
+enum hp_agent_state hp_agent_state(const struct hp_agent *agent);
+/* What hp_agent_finish was given. */
+int hp_agent_exit_code(const struct hp_agent *agent);
+/* The rendezvous round: nproc, node rank, world size, master. */
+const struct hp_rdzv_info *hp_agent_round(const struct hp_agent *agent);
+/* Replaces the round for the next stage (copied). */
+void hp_agent_set_round(struct hp_agent *agent,
+                        const struct hp_rdzv_info *round);
+const struct hp_rdzv_options *hp_agent_rdzv_options(
+        const struct hp_agent *agent);
+/* The stage running, or the last one that ran. */
+enum hp_stage hp_agent_stage(const struct hp_agent *agent);
+/* Whether the running group is being stopped. */
+bool hp_agent_workers_stopping(const struct hp_agent *agent);
+/* Processes of the running group that have not exited; 0 when none
+ * runs. */
+int hp_agent_workers_running(const struct hp_agent *agent);
+/* The latest silence line (who went quiet first, at a failure or a
+ * verdict), or "". */
+const char *hp_agent_silence(const struct hp_agent *agent);
+/* The attempt's log rule verdict, or NULL when none. */
+const struct hp_verdict *hp_agent_verdict(const struct hp_agent *agent);
+/* The node fault ("NodeFault_<reason>"), or NULL when none; line is the
+ * kernel's (or the pre-flight's) line, wall when it was read (seconds
+ * since the epoch). Any out pointer may be NULL. */
+const char *hp_agent_node_fault(const struct hp_agent *agent,
+                                const char **line, double *wall);
+/* --preflight nccl's result once it has run, else NULL. */
+const struct hp_preflight_result *hp_agent_preflight_result(
+        const struct hp_agent *agent);
+/* The kernel log watch, or NULL when the kernel log is not watched. */
+const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *agent);
+/* The worker socket, and its checkpoint progress (which outlives every
+ * restart of the workers). */
+const struct hp_ipc_server *hp_agent_ipc(const struct hp_agent *agent);
+struct hp_ckpt *hp_agent_ckpt(struct hp_agent *agent);
+/* Lines console fd (1 or 2) lost so far: dropped or failed writes. */
+uint64_t hp_agent_console_dropped(struct hp_agent *agent, int fd);
+
+/* One rank's stream counts; local_rank counts a hook as 0. */
+typedef void (*hp_stream_stats_cb)(void *ctx, int local_rank,
+                                   const struct hp_stream_stats *out,
+                                   const struct hp_stream_stats *err);
+/* Calls visit for each process of the running group, if one runs. */
+void hp_agent_stream_stats(const struct hp_agent *agent,
+                           hp_stream_stats_cb visit, void *ctx);
+/* Calls visit (unless NULL) for each watched local rank with its rule
+ * state, once the rules are settled (hp_agent_settle_rules). Returns
+ * false, visiting nothing, when the agent has no rules. */
+bool hp_agent_rule_streams(const struct hp_agent *agent,
+                           void (*visit)(void *ctx, int local_rank,
+                                         const struct logmon_stream *rules,
+                                         const struct logmon_ruleset *rs),
+                           void *ctx);
+
+/* ---- A group, in a callback ---- */
+
+/* A group's first failure. */
+struct hp_failure {
+        int local_rank;
+        int rank;
+        bool start_failed; /* it never ran (its directory, pipes, process) */
+        double exit_time;  /* wall clock seconds; 0 when unknown */
+};
+
+/* The group's first failure in *out: false when it has none. */
+bool hp_group_failure(const struct hp_group *g, struct hp_failure *out);
+/* Calls visit for each of the group's processes. */
+void hp_group_stream_stats(const struct hp_group *g, hp_stream_stats_cb visit,
+                           void *ctx);
 
 #endif

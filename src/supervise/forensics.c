@@ -947,7 +947,7 @@ out:
         /* The stop that waited for the report, if its group still runs. */
         if (f->stop_pending) {
                 f->stop_pending = false;
-                if (a->group_active && !a->group.stopping &&
+                if (hp_group_active(&a->group) && !a->group.stopping &&
                     a->stage == f->stage && a->restart_count == f->attempt)
                         hp_group_stop(&a->group, f->stop_signal,
                                       f->stop_timeout_ms);
@@ -994,7 +994,7 @@ void hp_forensics_note_silence(struct hp_agent *a, const char *event)
         int n = 0;
 
         f->silence[0] = '\0';
-        if (!a->group_active || a->group.count == 0)
+        if (!hp_group_active(&a->group) || a->group.count == 0)
                 return;
         ranks = calloc((size_t)a->group.count, sizeof(*ranks));
         if (ranks == NULL)
@@ -1025,7 +1025,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!a->group_active || g->count == 0)
+        if (!hp_group_active(&a->group) || g->count == 0)
                 return -ESRCH;
         f->targets = calloc((size_t)g->count, sizeof(*f->targets));
         if (f->targets == NULL)
@@ -1099,7 +1099,7 @@ int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!a->group_active || a->group.count == 0)
+        if (!hp_group_active(&a->group) || a->group.count == 0)
                 return -ESRCH;
         if (a->no_files || dir[0] == '\0')
                 return -ENOENT;

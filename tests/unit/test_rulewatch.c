@@ -17,6 +17,7 @@
 #include "hyperpod/common.h"
 #include "hyperpod/logmon.h"
 #include "hyperpod/supervise.h"
+#include "supervise-private.h"
 
 #include "table.h"
 
