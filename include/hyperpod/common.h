@@ -118,6 +118,17 @@ bool hp_utf8_valid(const char *s, size_t n);
  * between characters. Returns the length written. */
 size_t hp_utf8_repair(const char *src, char *out, size_t len);
 
+/*
+ * Reads the whole regular file at path, at most max bytes, into *out:
+ * NUL-terminated, *len bytes before the NUL, ownership passes to the
+ * caller. A FIFO cannot hang the open. Returns 0, -EISDIR for a
+ * directory, -ENODEV for anything else that is not a regular file (a
+ * FIFO, a device, a socket), -EFBIG when the file holds more than max
+ * bytes, or another -errno (-ENOENT, -EACCES, -ENOMEM, a read's). *out
+ * is NULL and *len 0 on every failure.
+ */
+int hp_read_file(const char *path, size_t max, char **out, size_t *len);
+
 /* mkdir -p with the given mode. Returns 0 or -errno. */
 int hp_mkdir_p(const char *path, unsigned mode);
 /* rm -rf that does not follow symlinks. A missing path is not an error. */
