@@ -118,6 +118,11 @@ bool hp_utf8_valid(const char *s, size_t n);
  * between characters. Returns the length written. */
 size_t hp_utf8_repair(const char *src, char *out, size_t len);
 
+/* The value of name in an environ-style array (borrowed, NULL-terminated;
+ * NULL: an empty one), or NULL when it is not set. For a worker's or a
+ * test's environment; the agent's own is getenv()'s. */
+const char *hp_env_get(char *const *envp, const char *name);
+
 /*
  * Reads the whole regular file at path, at most max bytes, into *out:
  * NUL-terminated, *len bytes before the NUL, ownership passes to the

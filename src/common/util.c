@@ -139,6 +139,16 @@ int hp_write_all(int fd, const void *buf, size_t len)
         return 0;
 }
 
+const char *hp_env_get(char *const *envp, const char *name)
+{
+        size_t len = strlen(name);
+
+        for (char *const *e = envp; e != NULL && *e != NULL; e++)
+                if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+                        return *e + len + 1;
+        return NULL;
+}
+
 int hp_read_file(const char *path, size_t max, char **out, size_t *len)
 {
         struct stat st;

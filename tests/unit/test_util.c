@@ -1,6 +1,6 @@
-/* Unit tests for hp_read_file (src/common/util.c), the one whole-file
- * reader with a ceiling: real files, a directory and a FIFO in a fresh
- * temporary directory. */
+/* Unit tests for helpers of src/common/util.c: hp_read_file, the one
+ * whole-file reader with a ceiling (real files, a directory and a FIFO
+ * in a fresh temporary directory), and hp_env_get. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -111,10 +111,39 @@ static void test_read_file(void **state)
         assert_int_equal(failures, 0);
 }
 
+static void test_env_get(void **state)
+{
+        static char *const envp[] = { "A=1", "AB=2", "C=", "D", "E==x",
+                                      NULL };
+        static const struct {
+                const char *name;
+                const char *value; /* NULL: not set */
+        } env_cases[] = {
+                { "A", "1" },  { "AB", "2" }, { "C", "" }, { "D", NULL },
+                { "E", "=x" }, { "B", NULL }, { "", NULL },
+        };
+        int failures = 0;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]); i++) {
+                const char *got = hp_env_get(envp, env_cases[i].name);
+
+                if ((got == NULL) != (env_cases[i].value == NULL) ||
+                    (got != NULL && strcmp(got, env_cases[i].value) != 0))
+                        CASE_FAILED(failures, "%s: got %s, want %s",
+                                    env_cases[i].name, got ? got : "(unset)",
+                                    env_cases[i].value ? env_cases[i].value
+                                                   : "(unset)");
+        }
+        assert_null(hp_env_get(NULL, "A"));
+        assert_int_equal(failures, 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_read_file),
+                cmocka_unit_test(test_env_get),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
