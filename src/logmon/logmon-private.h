@@ -1,6 +1,6 @@
 /* Internals shared by the files of the log-rule engine: the compiled
  * rules (rule.c), the per-stream state (rulestate.c), and what the
- * loaders and replay share. The matcher has its own header, match.h. */
+ * loaders and replay share. The matcher has its own header, matcher.h. */
 #ifndef LOGMON_PRIVATE_H
 #define LOGMON_PRIVATE_H
 
@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "hyperpod/logmon.h"
-#include "match.h"
+#include "matcher.h"
 
 enum logmon_op {
         LOGMON_OP_NONE = 0,

@@ -11,7 +11,7 @@
  * group can be optional or repeated, a class is a choice), and so is an
  * item's quantifier. Callers have already refused what changes the
  * meaning of the text around it: "|", "(?" other than "(?:", verbs,
- * "\Q", "\G" and "\K" (match.c, searchable()).
+ * "\Q", "\G" and "\K" (matcher.c, searchable()).
  */
 #include <string.h>
 

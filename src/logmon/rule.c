@@ -1,5 +1,5 @@
 /* Rule validation: JSON rule objects to a shared, read-only ruleset,
- * each pattern compiled by the matcher (match.c). All or nothing, with
+ * each pattern compiled by the matcher (matcher.c). All or nothing, with
  * an error that says which rule, which field and what is wrong with
  * it. */
 #include <ctype.h>
@@ -234,7 +234,7 @@ static int seconds(struct validator *v, const cJSON *rule, const char *key,
         return 0;
 }
 
-/* A pattern compiled through the matcher (match.c); a PCRE2 error is
+/* A pattern compiled through the matcher (matcher.c); a PCRE2 error is
  * reported with the pattern it concerns. */
 static int regex(struct validator *v, const char *key, const cJSON *item,
                  const struct logmon_ruleset_opts *opts,

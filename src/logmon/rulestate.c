@@ -1,6 +1,6 @@
 /* The per-stream rule state machine (§4.2): a logmon_stream, driven by
  * lines and by the caller's clock. Whether a line matches a pattern is
- * the matcher's answer (match.h); what a match or its absence does to a
+ * the matcher's answer (matcher.h); what a match or its absence does to a
  * rule is decided here. Nothing here allocates after logmon_stream_new. */
 #include <errno.h>
 #include <math.h>

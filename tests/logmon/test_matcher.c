@@ -1,4 +1,4 @@
-/* The matcher on its own (src/logmon/match.c), with no rule around it: a
+/* The matcher on its own (src/logmon/matcher.c), with no rule around it: a
  * table of patterns and lines with the answer and the number group 1
  * captured, each case with JIT and without, with the pattern as written
  * only and with every form the matcher derives, the literal looked for

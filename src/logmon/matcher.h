@@ -2,10 +2,10 @@
  * the engine picks from, and a line matched against one of them. It
  * knows nothing of rules, states or time: rule.c compiles each rule's
  * patterns through it, and rulestate.c asks it, line by line, whether a
- * pattern matches and what number its first group captured. match.c
+ * pattern matches and what number its first group captured. matcher.c
  * holds the PCRE2 code; pattern.c reads a pattern's text without PCRE2. */
-#ifndef LOGMON_MATCH_H
-#define LOGMON_MATCH_H
+#ifndef LOGMON_MATCHER_H
+#define LOGMON_MATCHER_H
 
 #include <locale.h>
 #include <stdbool.h>
@@ -33,7 +33,7 @@ struct logmon_literal {
 };
 
 /* One pattern in the forms the matcher picks from, line by line. Only
- * full is always there; each other form is kept where match.c proves it
+ * full is always there; each other form is kept where matcher.c proves it
  * gives full's answer for the lines it is used on, and compiled. */
 struct logmon_regex {
         /* As written, anchored, UTF: the reference's answer and captures
@@ -292,11 +292,11 @@ bool logmon__parse_float(const char *text, size_t n, locale_t loc,
                          double *out);
 
 /* ---------------------------------------------------------------------
- * What pattern.c reads from a pattern's text, for match.c
+ * What pattern.c reads from a pattern's text, for matcher.c
  */
 
 /* The longest run of literal bytes at the top level of a pattern (one
- * that match.c's searchable() accepts), which every match contains; its
+ * that matcher.c's searchable() accepts), which every match contains; its
  * first cap bytes (at most LOGMON_LITERAL_MAX) go to out. 0 when there
  * is none or the text holds something the reader does not know. */
 size_t logmon__required_literal(const char *pattern, size_t len, char *out,

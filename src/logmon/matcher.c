@@ -1,5 +1,5 @@
 /* The matcher: a pattern's text compiled into the forms that answer a
- * line soonest (struct logmon_regex, match.h), and a line matched with
+ * line soonest (struct logmon_regex, matcher.h), and a line matched with
  * the cheapest form that gives the pattern's own answer. Pure and, once
  * a matcher is made, allocation-free. */
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 
 #include "hyperpod/common.h"
-#include "match.h"
+#include "matcher.h"
 
 /* ---------------------------------------------------------------------
  * Compilation
