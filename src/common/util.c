@@ -297,41 +297,6 @@ const char *hp_signal_name(int signum)
         return NULL;
 }
 
-size_t hp_utf8_seq_len(const unsigned char *s, size_t n)
-{
-        unsigned c = s[0];
-        size_t len;
-        uint32_t cp;
-
-        if (n == 0)
-                return 0;
-        if (c < 0x80)
-                return 1;
-        if (c >= 0xc2 && c <= 0xdf) {
-                len = 2;
-                cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-                len = 3;
-                cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-                len = 4;
-                cp = c & 0x07;
-        } else {
-                return 0;
-        }
-        if (n < len)
-                return 0;
-        for (size_t i = 1; i < len; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = cp << 6 | (s[i] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                return 0;
-        return len;
-}
-
 bool hp_utf8_valid(const char *s, size_t n)
 {
         const unsigned char *p = (const unsigned char *)s;

@@ -634,34 +634,6 @@ int logmon__match_forms(struct logmon_matcher *m,
  * Lines
  */
 
-/* Length of the valid UTF-8 sequence at p, or 0 (overlongs, surrogates
- * and code points past U+10FFFF are invalid, as for Python's decoder). */
-size_t logmon__utf8_len(const unsigned char *p, size_t n)
-{
-        size_t len, i;
-        uint32_t cp;
-
-        if (p[0] >= 0xc2 && p[0] <= 0xdf)
-                len = 2, cp = p[0] & 0x1fu;
-        else if (p[0] >= 0xe0 && p[0] <= 0xef)
-                len = 3, cp = p[0] & 0x0fu;
-        else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-                len = 4, cp = p[0] & 0x07u;
-        else
-                return 0;
-        if (len > n)
-                return 0;
-        for (i = 1; i < len; i++) {
-                if ((p[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = (cp << 6) | (p[i] & 0x3fu);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-                return 0;
-        return len;
-}
-
 /*
  * The reference read logs as text; we see bytes. A line with invalid
  * UTF-8 is matched as if decoded with errors="replace": each bad byte
@@ -711,7 +683,7 @@ static const char *sanitize(struct logmon_matcher *m, const char *line,
         for (; i < len; i += k) {
                 if (p[i] < 0x80)
                         k = 1;
-                else if ((k = logmon__utf8_len(p + i, len - i)) == 0)
+                else if ((k = hp_utf8_seq_len(p + i, len - i)) == 0)
                         break;
         }
         if (i == len) {
@@ -721,7 +693,7 @@ static const char *sanitize(struct logmon_matcher *m, const char *line,
         memcpy(m->fixed, line, i);
         o = i;
         while (i < len) {
-                k = p[i] < 0x80 ? 1 : logmon__utf8_len(p + i, len - i);
+                k = p[i] < 0x80 ? 1 : hp_utf8_seq_len(p + i, len - i);
                 if (o + (k == 0 ? 3 : k) > LOGMON_FIXED_MAX)
                         break;
                 if (k == 0) {

@@ -187,10 +187,6 @@ int logmon__match_forms(struct logmon_matcher *m,
 bool logmon__match_number(const struct logmon_matcher *m,
                           const char *subject, double *out);
 
-/* Length of the valid UTF-8 sequence starting with a byte >= 0x80 at p,
- * or 0 when it is invalid (overlong, surrogate, past U+10FFFF, cut). */
-size_t logmon__utf8_len(const unsigned char *p, size_t n);
-
 /* Occurrences of a literal's anchor byte looked at before a search for
  * the literal gives up and lets PCRE2 answer: a bound on the cost of a
  * line made of that byte. */

@@ -15,6 +15,7 @@
  */
 #include <string.h>
 
+#include "hyperpod/common.h"
 #include "logmon-private.h"
 
 enum item_kind {
@@ -145,7 +146,7 @@ static struct item read_item(const char *p, size_t len, size_t i)
                 return it;
         }
         if (c >= 0x80) {
-                end = logmon__utf8_len((const unsigned char *)p + i, len - i);
+                end = hp_utf8_seq_len((const unsigned char *)p + i, len - i);
                 it.kind = ITEM_OTHER;
                 it.len = end == 0 ? 1 : end;
                 return it;
