@@ -73,11 +73,11 @@ struct logmon_rule_state {
 
 /* Matches in a row after which a rule's literal is no longer looked for
  * before its pattern runs. A guess that fails costs one run of the
- * pattern on a line the literal search would have turned down (up to
- * ~50 ns on a 110-byte line); a guess that holds saves the search (~3 ns).
- * After 16 matches the guess pays off on a run of about 33 matching lines
- * and more, which a flood of progress lines is; a log where other lines
- * come between progress lines never makes the run and keeps the search. */
+ * pattern on a line the literal search would have turned down, many
+ * times what the search costs; a guess that holds saves the search. So
+ * the guess pays off only on long runs of matching lines, which a flood
+ * of progress lines is; a log where other lines come between progress
+ * lines never makes the run and keeps the search. */
 #define LOGMON_MATCH_STREAK 16
 
 struct logmon_stream {

@@ -391,7 +391,7 @@ static int run(const struct logmon_matcher *m, const pcre2_code *code,
 {
         /* With every pattern of the set compiled (a form other than full
          * is kept only if it compiled too), PCRE2's JIT fast path skips
-         * the checks pcre2_match makes on each call: a quarter of the
+         * the checks pcre2_match makes on each call, a good part of the
          * cost of a line that no pattern matches. The line was made valid
          * UTF-8 by sanitize(). */
         if (m->jit)
@@ -668,8 +668,7 @@ static const char *sanitize(struct logmon_matcher *m, const char *line,
         }
         /* Fewer than eight bytes left unchecked (the loops ran out, no
          * word had its top bit set): the last eight as one word that
-         * overlaps the ones checked, rather than one at a time (a quarter
-         * of this scan on a 110-byte line). */
+         * overlaps the ones checked, rather than one at a time. */
         if (len - i < 8 && len >= 8) {
                 uint64_t word;
 

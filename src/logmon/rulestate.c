@@ -236,8 +236,8 @@ static void record(struct logmon_rule_state *st, const char *line,
         size_t keep = len < sizeof(st->last_line) ? len : sizeof(st->last_line);
 
         /* memmove: GCC expands a memcpy of unknown size into "rep movsq",
-         * whose start-up cost was a quarter of this function on a
-         * 110-byte line; libc's memmove copies it with vector moves. */
+         * whose start-up costs more than copying a log line does; libc's
+         * memmove copies it with vector moves. */
         memmove(st->last_line, line, keep);
         st->last_len = keep;
         st->last_capped = keep < len;
