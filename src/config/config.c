@@ -37,6 +37,10 @@ struct raw_value {
         char source[80];
 };
 
+/* Converts option id, or the options converted with it, from raw. */
+typedef int (*convert_fn)(struct hp_config *cfg, const struct raw_value *raw,
+                          enum hp_option_id id, char *errbuf, size_t errlen);
+
 #define ERR(...)                                                             \
         do {                                                                 \
                 snprintf(errbuf, errlen, __VA_ARGS__);                       \
@@ -571,7 +575,8 @@ static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
 
 /* --node-problem-config and the flags that only mean something with it. */
 static int convert_node_health(struct hp_config *cfg,
-                               const struct raw_value *raw, char *errbuf,
+                               const struct raw_value *raw,
+                               enum hp_option_id id, char *errbuf,
                                size_t errlen)
 {
         static const char *const actions[] = { "none", "reboot", "replace" };
@@ -610,7 +615,7 @@ static int convert_node_health(struct hp_config *cfg,
  * have no effect on a replay, except --log-monitor-ranks, which means in
  * a replay what it means live: the same default, local rank 0. */
 static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
-                          char *errbuf, size_t errlen)
+                          enum hp_option_id id, char *errbuf, size_t errlen)
 {
         static const char *const inputs[] = { "auto", "plain", "console",
                                               "srun" };
@@ -691,9 +696,12 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
 /* --signals-to-handle: hyperpodrun handles torchrun's default set
  * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: stop the workers with the signal
  * received) and no other, so only that set is taken, in any order. */
-static int check_signals_to_handle(const struct raw_value *v, char *errbuf,
-                                   size_t errlen)
+static int convert_signals_to_handle(struct hp_config *cfg,
+                                     const struct raw_value *raw,
+                                     enum hp_option_id id, char *errbuf,
+                                     size_t errlen)
 {
+        const struct raw_value *v = &raw[id];
         static const char *const handled[] = { "SIGTERM", "SIGINT", "SIGHUP",
                                                "SIGQUIT" };
         unsigned seen = 0;
@@ -746,9 +754,6 @@ enum conversion_kind {
         CONV_GROUP,     /* fn, always: it converts several options */
 };
 
-typedef int (*convert_fn)(struct hp_config *cfg, const struct raw_value *raw,
-                          enum hp_option_id id, char *errbuf, size_t errlen);
-
 struct conversion {
         enum hp_option_id id;
         enum conversion_kind kind;
@@ -770,14 +775,6 @@ struct conversion {
 static const char *const start_methods[] = { "spawn", "fork", "forkserver" };
 static const char *const log_levels[] = { "critical", "error", "warning",
                                           "info",     "debug", "trace" };
-
-static int convert_signals_to_handle(struct hp_config *cfg,
-                                     const struct raw_value *raw,
-                                     enum hp_option_id id, char *errbuf,
-                                     size_t errlen)
-{
-        return check_signals_to_handle(&raw[id], errbuf, errlen);
-}
 
 static int convert_nnodes(struct hp_config *cfg, const struct raw_value *raw,
                           enum hp_option_id id, char *errbuf, size_t errlen)
@@ -1078,22 +1075,6 @@ static int convert_monitor_ranks(struct hp_config *cfg,
         return 0;
 }
 
-static int convert_node_health_group(struct hp_config *cfg,
-                                     const struct raw_value *raw,
-                                     enum hp_option_id id, char *errbuf,
-                                     size_t errlen)
-{
-        return convert_node_health(cfg, raw, errbuf, errlen);
-}
-
-static int convert_replay_group(struct hp_config *cfg,
-                                const struct raw_value *raw,
-                                enum hp_option_id id, char *errbuf,
-                                size_t errlen)
-{
-        return convert_replay(cfg, raw, errbuf, errlen);
-}
-
 static const struct conversion conversions[] = {
         { ROW(INPROCESS_RESTART, REFUSED),
           .text = "hyperpodrun restarts whole process groups "
@@ -1118,8 +1099,7 @@ static const struct conversion conversions[] = {
                   "and --no-python" },
         { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
           .text = "every worker sees its real LOCAL_RANK" },
-        { ROW(SIGNALS_TO_HANDLE, FUNC),
-          .fn = convert_signals_to_handle },
+        { ROW(SIGNALS_TO_HANDLE, FUNC), .fn = convert_signals_to_handle },
 
         { ROW(NNODES, FUNC), .fn = convert_nnodes },
         { ROW(NPROC_PER_NODE, FUNC), .fn = convert_nproc },
@@ -1172,8 +1152,7 @@ static const struct conversion conversions[] = {
         { ROW(LOG_MONITORING_CONFIG, TEXT),
           FIELD(log_monitoring_config) },
         { ROW(LOG_MONITOR_RANKS, GROUP), .fn = convert_monitor_ranks },
-        { ROW(NODE_PROBLEM_CONFIG, GROUP),
-          .fn = convert_node_health_group },
+        { ROW(NODE_PROBLEM_CONFIG, GROUP), .fn = convert_node_health },
         { ROW(KMSG, NONE) },             /* with node health */
         { ROW(NODE_FAULT_ACTION, NONE) },
         { ROW(PREFLIGHT, NONE) },
@@ -1181,7 +1160,7 @@ static const struct conversion conversions[] = {
         { ROW(PREFLIGHT_MAX_BYTES, NONE) },
         { ROW(PREFLIGHT_TIMEOUT, NONE) },
         { ROW(PREFLIGHT_LIBRARY, NONE) },
-        { ROW(REPLAY, GROUP), .fn = convert_replay_group },
+        { ROW(REPLAY, GROUP), .fn = convert_replay },
         { ROW(REPLAY_RATE, NONE) },      /* with --replay */
         { ROW(EXPECT, NONE) },
         { ROW(REPLAY_UNTIL, NONE) },
