@@ -3,7 +3,9 @@
  * knows nothing of rules, states or time: rule.c compiles each rule's
  * patterns through it, and rulestate.c asks it, line by line, whether a
  * pattern matches and what number its first group captured. matcher.c
- * holds the PCRE2 code; pattern.c reads a pattern's text without PCRE2. */
+ * holds the PCRE2 code; pattern.c reads a pattern's text without PCRE2
+ * and number.c reads a number as Python's float() does. None of the
+ * three includes more than this header of logmon's. */
 #ifndef LOGMON_MATCHER_H
 #define LOGMON_MATCHER_H
 

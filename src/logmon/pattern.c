@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "hyperpod/common.h"
-#include "logmon-private.h"
+#include "matcher.h"
 
 enum item_kind {
         ITEM_LITERAL,    /* one byte that must appear as written */
