@@ -337,6 +337,33 @@ void logmon__match_limits_free(pcre2_match_context *limits)
  * Matching
  */
 
+static uint64_t load8(const char *p)
+{
+        uint64_t w;
+
+        memcpy(&w, p, sizeof(w));
+        return w;
+}
+
+/* Whether lit starts at p: its first and last bytes, which turn down
+ * most false starts, then eight bytes at a time, the last eight
+ * overlapping the ones before, rather than through memcmp, whose call
+ * and dispatch cost more than the comparison for literals of a log
+ * pattern's length. */
+bool logmon__literal_at(const char *p, const struct logmon_literal *lit)
+{
+        size_t n = lit->len, i;
+
+        if (p[0] != lit->bytes[0] || p[n - 1] != lit->bytes[n - 1])
+                return false;
+        if (n < 8)
+                return memcmp(p, lit->bytes, n) == 0;
+        for (i = 0; i + 8 < n; i += 8)
+                if (load8(p + i) != load8(lit->bytes + i))
+                        return false;
+        return load8(p + n - 8) == load8(lit->bytes + n - 8);
+}
+
 int logmon__matcher_init(struct logmon_matcher *m,
                          pcre2_match_context *limits, uint32_t pairs,
                          bool jit, locale_t loc,
@@ -709,76 +736,12 @@ static const char *sanitize(struct logmon_matcher *m, const char *line,
         return m->fixed;
 }
 
-/* 16 bytes as one value: GCC's vector extensions, which compile to SSE2
- * on x86-64 and to NEON on arm64, with no intrinsics of either. */
-typedef uint8_t bytes16 __attribute__((vector_size(16)));
-
-static bytes16 load16(const char *p)
+const char *logmon__matcher_repair(struct logmon_matcher *m,
+                                   const char *line, size_t len,
+                                   size_t *slen)
 {
-        bytes16 v;
+        const char *subject = sanitize(m, line, len, slen);
 
-        memcpy(&v, p, sizeof(v));
-        return v;
-}
-
-/* True when the line is all ASCII and holds no \n, which is what nearly
- * every line is: then sanitize() has nothing to do and every form
- * applies. 16 bytes a step, the last step overlapping the one before;
- * a byte has its top bit set in the sum when it is past ASCII or a \n
- * (the comparison gives 0xff): one pass instead of a word-at-a-time
- * scan and a memchr for \n. False sends the line to the scans that tell
- * which. */
-static bool plain_ascii(const char *line, size_t len)
-{
-        const bytes16 lf = { '\n', '\n', '\n', '\n', '\n', '\n', '\n', '\n',
-                             '\n', '\n', '\n', '\n', '\n', '\n', '\n', '\n' };
-        bytes16 sum = { 0 }, v;
-        uint64_t half[2];
-        size_t i;
-
-        if (len < sizeof(v)) {
-                for (i = 0; i < len; i++)
-                        if ((unsigned char)line[i] >= 0x80 || line[i] == '\n')
-                                return false;
-                return true;
-        }
-        for (i = 0; i + sizeof(v) < len; i += sizeof(v)) {
-                v = load16(line + i);
-                sum |= v | (bytes16)(v == lf);
-        }
-        v = load16(line + len - sizeof(v));
-        sum |= v | (bytes16)(v == lf);
-        memcpy(half, &sum, sizeof(half));
-        return ((half[0] | half[1]) & 0x8080808080808080ull) == 0;
-}
-
-const char *logmon__matcher_line(struct logmon_matcher *m, const char *line,
-                                 size_t len, size_t *slen)
-{
-        const char *subject;
-
-        if (plain_ascii(line, len)) {
-                subject = line;
-                *slen = len;
-                m->line_ascii = true;
-                m->line_has_lf = false;
-        } else {
-                subject = sanitize(m, line, len, slen);
-                m->line_has_lf = memchr(subject, '\n', *slen) != NULL;
-        }
-        m->line_seq++;
+        m->line_has_lf = memchr(subject, '\n', *slen) != NULL;
         return subject;
-}
-
-bool logmon__match_number(const struct logmon_matcher *m,
-                          const char *subject, double *out)
-{
-        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
-
-        /* An optional group that took no part is no more a number than
-         * "abc" is (Python's float(None) raises as well). */
-        if (ov[2] == PCRE2_UNSET)
-                return false;
-        return logmon__parse_float(subject + ov[2], ov[3] - ov[2], m->loc,
-                                   out);
 }

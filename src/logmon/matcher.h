@@ -173,54 +173,86 @@ int logmon__matcher_init(struct logmon_matcher *m,
                          struct logmon_head_memo *memo);
 void logmon__matcher_fini(struct logmon_matcher *m);
 
+/* 16 bytes as one value: GCC's vector extensions, which compile to SSE2
+ * on x86-64 and to NEON on arm64, with no intrinsics of either. */
+typedef uint8_t logmon_bytes16 __attribute__((vector_size(16)));
+
+static inline logmon_bytes16 logmon__load16(const char *p)
+{
+        logmon_bytes16 v;
+
+        memcpy(&v, p, sizeof(v));
+        return v;
+}
+
+/* True when the line is all ASCII and holds no \n, which is what nearly
+ * every line is: then it needs no repair and every form applies. 16
+ * bytes a step, the last step overlapping the one before; a byte has its
+ * top bit set in the sum when it is past ASCII or a \n (the comparison
+ * gives 0xff): one pass instead of a word-at-a-time scan and a memchr
+ * for \n. False sends the line to the scans that tell which. */
+static inline bool logmon__plain_ascii(const char *line, size_t len)
+{
+        const logmon_bytes16 lf = { '\n', '\n', '\n', '\n', '\n', '\n',
+                                    '\n', '\n', '\n', '\n', '\n', '\n',
+                                    '\n', '\n', '\n', '\n' };
+        logmon_bytes16 sum = { 0 }, v;
+        uint64_t half[2];
+        size_t i;
+
+        if (len < sizeof(v)) {
+                for (i = 0; i < len; i++)
+                        if ((unsigned char)line[i] >= 0x80 || line[i] == '\n')
+                                return false;
+                return true;
+        }
+        for (i = 0; i + sizeof(v) < len; i += sizeof(v)) {
+                v = logmon__load16(line + i);
+                sum |= v | (logmon_bytes16)(v == lf);
+        }
+        v = logmon__load16(line + len - sizeof(v));
+        sum |= v | (logmon_bytes16)(v == lf);
+        memcpy(half, &sum, sizeof(half));
+        return ((half[0] | half[1]) & 0x8080808080808080ull) == 0;
+}
+
+/* The part of logmon__matcher_line for a line that is not all ASCII or
+ * holds a \n, out of line. */
+const char *logmon__matcher_repair(struct logmon_matcher *m,
+                                   const char *line, size_t len,
+                                   size_t *slen);
+
 /* Takes the next line: the subject every pattern is then matched
- * against, len bytes long into *slen, which is line itself unless line
- * holds invalid UTF-8 (then a repaired copy, valid until the next line). */
-const char *logmon__matcher_line(struct logmon_matcher *m, const char *line,
-                                 size_t len, size_t *slen);
+ * against, *slen bytes long, which is line itself unless line holds
+ * invalid UTF-8 (then a repaired copy, valid until the next line).
+ * Inline, as the check that nearly every line passes. */
+static inline const char *logmon__matcher_line(struct logmon_matcher *m,
+                                               const char *line, size_t len,
+                                               size_t *slen)
+{
+        m->line_seq++;
+        if (logmon__plain_ascii(line, len)) {
+                *slen = len;
+                m->line_ascii = true;
+                m->line_has_lf = false;
+                return line;
+        }
+        return logmon__matcher_repair(m, line, len, slen);
+}
 
 /* The slow part of logmon__match, out of line. */
 int logmon__match_forms(struct logmon_matcher *m,
                         const struct logmon_regex *p, bool captures,
                         bool likely, const char *subject, size_t len);
 
-/* Capture group 1 of the last match with captures, read as Python's
- * float() reads it; false when it is not a number or took no part. */
-bool logmon__match_number(const struct logmon_matcher *m,
-                          const char *subject, double *out);
-
 /* Occurrences of a literal's anchor byte looked at before a search for
  * the literal gives up and lets PCRE2 answer: a bound on the cost of a
  * line made of that byte. */
 #define LOGMON_LITERAL_TRIES_MAX 64
 
-static inline uint64_t logmon__load8(const char *p)
-{
-        uint64_t w;
-
-        memcpy(&w, p, sizeof(w));
-        return w;
-}
-
-/* Whether lit starts at p: its first and last bytes, which turn down
- * most false starts, then eight bytes at a time, the last eight
- * overlapping the ones before, rather than through memcmp, whose call
- * and dispatch cost more than the comparison for literals of a log
- * pattern's length. */
-static inline bool logmon__literal_at(const char *p,
-                                      const struct logmon_literal *lit)
-{
-        size_t n = lit->len, i;
-
-        if (p[0] != lit->bytes[0] || p[n - 1] != lit->bytes[n - 1])
-                return false;
-        if (n < 8)
-                return memcmp(p, lit->bytes, n) == 0;
-        for (i = 0; i + 8 < n; i += 8)
-                if (logmon__load8(p + i) != logmon__load8(lit->bytes + i))
-                        return false;
-        return logmon__load8(p + n - 8) == logmon__load8(lit->bytes + n - 8);
-}
+/* Whether lit starts at p. Out of line: most searches never get this
+ * far, and inlined it would crowd the search loop. */
+bool logmon__literal_at(const char *p, const struct logmon_literal *lit);
 
 /* The first occurrence of lit that lies wholly in [from, end): 1 with
  * its start in *out, 0 when there is none, -1 when the search gave up.
@@ -288,6 +320,21 @@ static inline int logmon__match(struct logmon_matcher *m,
  * between digits, inf/infinity/nan in any case, no hex (number.c). */
 bool logmon__parse_float(const char *text, size_t n, locale_t loc,
                          double *out);
+
+/* Capture group 1 of the last match with captures, read as Python's
+ * float() reads it; false when it is not a number or took no part. */
+static inline bool logmon__match_number(const struct logmon_matcher *m,
+                                        const char *subject, double *out)
+{
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
+
+        /* An optional group that took no part is no more a number than
+         * "abc" is (Python's float(None) raises as well). */
+        if (ov[2] == PCRE2_UNSET)
+                return false;
+        return logmon__parse_float(subject + ov[2], ov[3] - ov[2], m->loc,
+                                   out);
+}
 
 /* ---------------------------------------------------------------------
  * What pattern.c reads from a pattern's text, for matcher.c
