@@ -337,33 +337,6 @@ void logmon__match_limits_free(pcre2_match_context *limits)
  * Matching
  */
 
-static uint64_t load8(const char *p)
-{
-        uint64_t w;
-
-        memcpy(&w, p, sizeof(w));
-        return w;
-}
-
-/* Whether lit starts at p: its first and last bytes, which turn down
- * most false starts, then eight bytes at a time, the last eight
- * overlapping the ones before, rather than through memcmp, whose call
- * and dispatch cost more than the comparison for literals of a log
- * pattern's length. */
-bool logmon__literal_at(const char *p, const struct logmon_literal *lit)
-{
-        size_t n = lit->len, i;
-
-        if (p[0] != lit->bytes[0] || p[n - 1] != lit->bytes[n - 1])
-                return false;
-        if (n < 8)
-                return memcmp(p, lit->bytes, n) == 0;
-        for (i = 0; i + 8 < n; i += 8)
-                if (load8(p + i) != load8(lit->bytes + i))
-                        return false;
-        return load8(p + n - 8) == load8(lit->bytes + n - 8);
-}
-
 int logmon__matcher_init(struct logmon_matcher *m,
                          pcre2_match_context *limits, uint32_t pairs,
                          bool jit, locale_t loc,
