@@ -74,8 +74,6 @@ struct hp_envbuf {
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out);
 void hp_env_free(struct hp_envbuf *env);
-/* Looks a variable up in an envp. */
-const char *hp_env_get(char *const *envp, const char *name);
 
 /* The worker's argv as torchrun builds it, with ${local_rank} replaced.
  * Owned by the struct. */
