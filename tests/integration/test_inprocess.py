@@ -427,3 +427,38 @@ def test_stop_during_pre_train_restarts_the_node(hpr, tmp_path):
     assert st["status"] in ("init", "faulted")
     assert st["transitions"]["INIT"] > st["transitions"]["STOPPING"]
     assert a.shutdown().rc == 0
+
+
+def test_stages_pre_train_then_barrier_then_post_train(hpr, tmp_path):
+    hooks = tmp_path / "hooks.log"
+    pre = write_exec(tmp_path / "pre.sh",
+                     f"#!/bin/sh\necho pre $GROUP_RANK $MASTER_PORT >> {hooks}\n")
+    post = write_exec(tmp_path / "post.sh",
+                      f"#!/bin/sh\necho post $GROUP_RANK >> {hooks}\n")
+    a = agent(hpr, tmp_path, ["--pre-train-script", pre,
+                              "--post-train-script", post])
+    a.wait_status("ready")
+    # Pre-train ran at once, with the placeholder rendezvous.
+    assert hooks.read_text() == "pre -1 -1\n"
+    released(a, {"rank": 0, "nnodes": 1})
+    for lr in range(2):
+        command(a, lr, "exit 0")
+    st = a.wait_status("completed")
+    assert hooks.read_text() == "pre -1 -1\npost 0\n"
+    assert list(st["transitions"]) == ["INIT", "READY", "RUNNING",
+                                       "COMPLETED"]
+    assert a.shutdown().rc == 0
+
+
+def test_spare_flip_restarts_the_processes(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    released(a, {"spare": False})
+    first = pids(a)
+    code, _, body = a.post("/update", {
+        "rank": 0, "nnodes": 1, "faultCount": 0, "master_addr": "10.0.0.1",
+        "master_port": 29500, "spare": True})
+    assert code == 200
+    wait_new_processes(a, first)
+    st = a.wait_status("ready")
+    assert st["spare"] == "True"
+    assert a.shutdown().rc == 0
