@@ -75,10 +75,14 @@ static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
                 ipr->deadline = uv_now(op->agent->loop) + timeout;
                 uv_timer_start(&ipr->timer, timer_cb, timeout, 0);
         }
-        hp_log_info("in-process restart: waiting for local ranks 0-%d at "
-                    "the barrier (%s%.3g s)",
-                    op->cfg->nproc - 1, timeout ? "at most " : "no limit",
-                    timeout ? (double)timeout / 1000.0 : 0.0);
+        if (timeout > 0)
+                hp_log_info("in-process restart: waiting for local ranks "
+                            "0-%d at the barrier (at most %.3g s)",
+                            op->cfg->nproc - 1, (double)timeout / 1000.0);
+        else
+                hp_log_info("in-process restart: waiting for local ranks "
+                            "0-%d at the barrier (no limit)",
+                            op->cfg->nproc - 1);
 }
 
 static void end_wait(struct hp_operator *op)
@@ -617,6 +621,7 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         struct hp_operator *op = ctx;
         struct hp_op_ipr *ipr = &op->ipr;
 
+        hp_op__accumulate_stats(op, g);
         if (ipr->group == HP_IPR_GROUP_STOPPING) {
                 finish_full_stop(op);
         } else if (result == HP_GROUP_SUCCEEDED) {
