@@ -373,10 +373,11 @@ def test_null_ip_entry_holds_job_start_until_update(hpr, tmp_path):
     code, _, body = a.post("/update", {
         "rank": 0, "nnodes": 2, "faultCount": 0, "master_addr": "10.0.0.1",
         "master_port": 29500, "ipVersion": "v2",
-        "rankIps": [{"rank": 1, "ip": "10.0.0.2"}]})
+        "rankIps": [{"rank": "1", "ip": "10.0.0.2", "zone": "b"}]})
     assert code == 200
     m = wait_event(a, 0, "job_start")["msg"]
     assert m["worker_envs"]["WORLD_SIZE"] == "4"
+    # As the reference's model holds them: an int rank, no other keys.
     assert m["aggregate_worker_data"]["rank_ips"] == [
         {"rank": 1, "ip": "10.0.0.2"}]
     assert a.shutdown().rc == 0
