@@ -387,6 +387,18 @@ static void failed_to_start(struct hp_operator *op, const char *what, int r)
                  "cannot start %s: %s", what, hp_strerror(r));
 }
 
+/* Keeps a fault's reason and message for the next FAULTED. */
+static void verdict_on(struct hp_operator *op, const char *reason,
+                       const char *message)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+        size_t n = strnlen(reason, sizeof(ipr->failure_reason) - 1);
+
+        memcpy(ipr->failure_reason, reason, n);
+        ipr->failure_reason[n] = '\0';
+        snprintf(ipr->failure, sizeof(ipr->failure), "%s", message);
+}
+
 /* Training runs from here to the first job_start without rules
  * watching: the processes only wait. */
 static void training_started(struct hp_operator *op)
@@ -401,6 +413,18 @@ static void start_first(struct hp_operator *op)
         struct hp_rdzv_info round;
         int r;
 
+        /* A node the kernel log already condemned runs nothing: the
+         * operator is told instead, as in process-level restart. */
+        if (a->health.fault[0] != '\0') {
+                char msg[HP_OP_MESSAGE_MAX];
+                snprintf(msg, sizeof(msg),
+                         "The kernel log reports a hardware fault on this "
+                         "node (%s): %s",
+                         a->cfg->kmsg, a->health.fault_line);
+                verdict_on(op, a->health.fault, msg);
+                op->ipr.group = HP_IPR_GROUP_FAILED;
+                return;
+        }
         current_round(op, &round);
         r = hp_agent_use_rules(a, op->have_job ? op->job.ruleset : NULL);
         if (r == 0)
@@ -711,14 +735,11 @@ static void verdict(struct hp_operator *op, const char *reason,
                     const char *message)
 {
         struct hp_op_ipr *ipr = &op->ipr;
-        size_t n = strnlen(reason, sizeof(ipr->failure_reason) - 1);
 
         if (ipr->group != HP_IPR_GROUP_HEALTHY)
                 return;
         ipr->verdict = true;
-        memcpy(ipr->failure_reason, reason, n);
-        ipr->failure_reason[n] = '\0';
-        snprintf(ipr->failure, sizeof(ipr->failure), "%s", message);
+        verdict_on(op, reason, message);
         ipr->group = HP_IPR_GROUP_UNHEALTHY;
         hp_op__kick(op);
 }
