@@ -289,6 +289,13 @@ void hp_agent_clear_rules(struct hp_agent *agent);
 void hp_agent_settle_rules(struct hp_agent *agent);
 /* Monitored lines the rules never saw because they fell behind. */
 uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);
+/* In-process restart, while the training processes wait at the barrier:
+ * the rules stop watching (lines are ignored, the clocks stop, every rule
+ * keeps its state). */
+void hp_agent_suspend_rules(struct hp_agent *agent);
+/* Watches again: fresh rules (hp_agent_use_rules) start their clocks,
+ * suspended ones go on without counting the time they were off. */
+void hp_agent_resume_rules(struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */
 int hp_agent_failure_message(const struct hp_agent *agent,
@@ -348,7 +355,7 @@ const struct hp_preflight_result *hp_agent_preflight_result(
 const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *agent);
 /* The worker socket, and its checkpoint progress (which outlives every
  * restart of the workers). */
-const struct hp_ipc_server *hp_agent_ipc(const struct hp_agent *agent);
+struct hp_ipc_server *hp_agent_ipc(struct hp_agent *agent);
 struct hp_ckpt *hp_agent_ckpt(struct hp_agent *agent);
 /* Lines console fd (1 or 2) lost so far: dropped or failed writes. */
 uint64_t hp_agent_console_dropped(struct hp_agent *agent, int fd);

@@ -1076,13 +1076,8 @@ static int convert_monitor_ranks(struct hp_config *cfg,
 }
 
 static const struct conversion conversions[] = {
-        { ROW(INPROCESS_RESTART, REFUSED),
-          .text = "hyperpodrun restarts whole process groups "
-                  "(process-level restart); in-process restart needs the "
-                  "reference agent's worker IPC" },
-        { ROW(INPROCESS_TIMEOUT, REFUSED),
-          .text = "it only applies to in-process restart, which "
-                  "hyperpodrun does not provide" },
+        { ROW(INPROCESS_RESTART, FLAG), FIELD(inprocess_restart) },
+        { ROW(INPROCESS_TIMEOUT, SECONDS), FIELD(inprocess_timeout_ms) },
         /* torchrun flags that need its Python machinery: each is refused
          * with the reason, rather than accepted and ignored. */
         { ROW(LOGS_SPECS, REFUSED),
@@ -1260,6 +1255,15 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         }
 
         /* Cross-checks between options. */
+        if (cfg->inprocess_restart && !hp_config_operator_mode(cfg))
+                ERR("%s needs operator mode (--rdzv-backend hyperpod without "
+                    "--standalone): the HyperPod operator's /start releases "
+                    "the workers from their barrier; a self-driven run "
+                    "restarts whole process groups",
+                    raw[HP_OPT_INPROCESS_RESTART].source);
+        if (raw[HP_OPT_INPROCESS_TIMEOUT].text && !cfg->inprocess_restart)
+                ERR("%s only applies with --inprocess-restart",
+                    raw[HP_OPT_INPROCESS_TIMEOUT].source);
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",
                     cfg->nnodes);

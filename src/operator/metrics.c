@@ -178,7 +178,7 @@ static void streams(FILE *f, const struct hp_operator *op)
 }
 
 /* The worker socket and checkpoint discovery. */
-static void ipc(FILE *f, const struct hp_agent *a)
+static void ipc(FILE *f, struct hp_agent *a)
 {
         const struct hp_ipc_server *s = hp_agent_ipc(a);
 

@@ -763,3 +763,13 @@ uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
 {
         return hp_rulewatch_lines_skipped(&a->rules);
 }
+
+void hp_agent_suspend_rules(struct hp_agent *a)
+{
+        hp_rulewatch_suspend(&a->rules);
+}
+
+void hp_agent_resume_rules(struct hp_agent *a)
+{
+        hp_rulewatch_resume(&a->rules, a->round.base_rank);
+}
