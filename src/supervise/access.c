@@ -57,12 +57,12 @@ enum hp_stage hp_agent_stage(const struct hp_agent *a)
 
 bool hp_agent_workers_stopping(const struct hp_agent *a)
 {
-        return hp_group_active(&a->group) && a->group.stopping;
+        return hp_group__active(&a->group) && a->group.stopping;
 }
 
 int hp_agent_workers_running(const struct hp_agent *a)
 {
-        return hp_group_active(&a->group) ? a->group.count - a->group.exited
+        return hp_group__active(&a->group) ? a->group.count - a->group.exited
                                           : 0;
 }
 
@@ -120,7 +120,7 @@ uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
 void hp_agent_stream_stats(const struct hp_agent *a, hp_stream_stats_cb visit,
                            void *ctx)
 {
-        if (hp_group_active(&a->group))
+        if (hp_group__active(&a->group))
                 hp_group_stream_stats(&a->group, visit, ctx);
 }
 
@@ -130,13 +130,13 @@ bool hp_agent_rule_streams(const struct hp_agent *a,
                                          const struct logmon_ruleset *rs),
                            void *ctx)
 {
-        const struct logmon_ruleset *rs = hp_rulewatch_ruleset(&a->rules);
+        const struct logmon_ruleset *rs = hp_rulewatch__ruleset(&a->rules);
 
         if (rs == NULL)
                 return false;
         for (int i = 0; visit != NULL && i < a->round.nproc; i++) {
                 const struct logmon_stream *s =
-                        hp_rulewatch_stream(&a->rules, i);
+                        hp_rulewatch__stream(&a->rules, i);
                 if (s != NULL)
                         visit(ctx, i, s, rs);
         }

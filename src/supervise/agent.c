@@ -54,18 +54,18 @@ static bool reap_managed(pid_t pid, void *ctx)
         if (a->health.preflight_running &&
             a->health.preflight.proc.pid == pid)
                 return true;
-        return hp_group_active(&a->group) &&
-               hp_group_reap_pid(&a->group, pid);
+        return hp_group__active(&a->group) &&
+               hp_group__reap_pid(&a->group, pid);
 }
 
 /* After a child exit: reaps what else exited and checks whether the
  * group is over. */
 static void process_exited(struct hp_agent *a)
 {
-        (void)hp_reaper_sweep(reap_managed, a);
+        (void)hp_reaper__sweep(reap_managed, a);
         /* A reaped process may have been the last of the group. */
-        if (hp_group_active(&a->group))
-                hp_group_recheck(&a->group);
+        if (hp_group__active(&a->group))
+                hp_group__recheck(&a->group);
 }
 
 static void sigchld_cb(uv_signal_t *handle, int signum)
@@ -86,12 +86,12 @@ static hp_line_cb listener_for_cb(void *ctx, enum hp_stage stage,
                                   int local_rank, void **listener_ctx)
 {
         struct hp_agent *a = ctx;
-        struct hp_rulewatch_rank *m =
-                hp_rulewatch_rank(&a->rules,
+        struct hp_rulewatch__rank *m =
+                hp_rulewatch__rank(&a->rules,
                                   hp_stage_local_rank(stage, local_rank));
 
         *listener_ctx = m;
-        return m != NULL ? hp_rulewatch_line_cb : NULL;
+        return m != NULL ? hp_rulewatch__line_cb : NULL;
 }
 
 static void group_failed_cb(struct hp_group *g, void *ctx)
@@ -159,7 +159,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                                   .exit_code);
         else
                 hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
-        hp_rulewatch_suspend(&a->rules);
+        hp_rulewatch__suspend(&a->rules);
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
@@ -173,14 +173,14 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                 else
                         hp_log_info("stopped by %s",
                                     hp_signal_name(a->received_signal));
-                hp_group_release(g);
+                hp_group__release(g);
                 return;
         }
         a->events->stage_ended(a, stage, result, g, a->events_ctx);
         /* Unless the driver started the next group from the callback
          * (which released this one first). */
-        if (!hp_group_active(g))
-                hp_group_release(g);
+        if (!hp_group__active(g))
+                hp_group__release(g);
 }
 
 int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage)
@@ -245,23 +245,23 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 
         /* The last group, if the driver starts this one from the
          * callback that reported its end. */
-        hp_group_release(&a->group);
+        hp_group__release(&a->group);
         a->stage = stage;
         prepare_attempt_dir(a, stage);
         /* The flight recorder's files go in the attempt directory. */
-        if (hp_forensics_fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
+        if (hp_forensics__fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
                                      sizeof(fr_pipe))) {
                 p.fr_pipe = fr_pipe;
                 p.fr_dump = fr_dump;
         }
-        r = hp_group_start(&a->group, &p);
+        r = hp_group__start(&a->group, &p);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
                              hp_strerror(r));
                 return r;
         }
         hp_agent__set_state(a, HP_AGENT_RUNNING, hp_stage_name(stage));
-        hp_rulewatch_resume(&a->rules, a->round.base_rank);
+        hp_rulewatch__resume(&a->rules, a->round.base_rank);
         return 0;
 }
 
@@ -269,10 +269,10 @@ void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 {
         a->verdict = *v;
         /* Which rank went quiet first, before anything is stopped. */
-        hp_forensics_note_silence(a, "the verdict");
+        hp_forensics__note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        a->verdict_report = hp_forensics_begin(&a->forensics, false) == 0;
+        a->verdict_report = hp_forensics__begin(&a->forensics, false) == 0;
         a->events->rule_verdict(a, &a->verdict, a->events_ctx);
 }
 
@@ -281,8 +281,8 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
         a->forensics.silence[0] = '\0';
-        if (hp_group_active(&a->group) && g == &a->group && g->count > 1)
-                hp_forensics_note_silence(a, "the failure");
+        if (hp_group__active(&a->group) && g == &a->group && g->count > 1)
+                hp_forensics__note_silence(a, "the failure");
         if (a->events->worker_failed != NULL && a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
@@ -315,7 +315,7 @@ void hp_agent_set_events(struct hp_agent *a,
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                    int restart_count)
 {
-        if (hp_group_active(&a->group))
+        if (hp_group__active(&a->group))
                 return -EBUSY;
         if (round != &a->round)
                 a->round = *round;
@@ -330,7 +330,7 @@ int hp_agent_next_stage(struct hp_agent *a)
         int next = hp_agent__next_enabled(a, a->stage);
         int r;
 
-        if (hp_group_active(&a->group))
+        if (hp_group__active(&a->group))
                 return -EBUSY;
         if (next < 0)
                 return 0;
@@ -340,17 +340,17 @@ int hp_agent_next_stage(struct hp_agent *a)
 
 bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
 {
-        if (!hp_group_active(&a->group))
+        if (!hp_group__active(&a->group))
                 return false;
         a->group.stop_requested = true;
-        if (!hp_forensics_defer_stop(&a->forensics, sig, timeout_ms))
-                hp_group_stop(&a->group, sig, timeout_ms);
+        if (!hp_forensics__defer_stop(&a->forensics, sig, timeout_ms))
+                hp_group__stop(&a->group, sig, timeout_ms);
         return true;
 }
 
 bool hp_agent_workers_active(const struct hp_agent *a)
 {
-        return hp_group_active(&a->group);
+        return hp_group__active(&a->group);
 }
 
 void hp_agent_finish(struct hp_agent *a, int exit_code)
@@ -369,19 +369,19 @@ static void signal_cb(uv_signal_t *handle, int signum)
 
         if (signum == SIGUSR1 || signum == SIGUSR2) {
                 /* SIGUSR2 also asks for a report, the job running on. */
-                if (signum == SIGUSR2 && hp_group_active(&a->group)) {
-                        int r = hp_forensics_begin(&a->forensics, true);
+                if (signum == SIGUSR2 && hp_group__active(&a->group)) {
+                        int r = hp_forensics__begin(&a->forensics, true);
                         if (r < 0 && r != -ENOTSUP)
                                 hp_log_warn("SIGUSR2: no stacks report: %s",
                                             r == -EBUSY
                                                     ? "one is being collected"
                                                     : hp_strerror(r));
                 }
-                if (hp_group_active(&a->group))
-                        hp_group_signal(&a->group, signum);
+                if (hp_group__active(&a->group))
+                        hp_group__signal(&a->group, signum);
                 return;
         }
-        if (!hp_group_active(&a->group)) {
+        if (!hp_group__active(&a->group)) {
                 finish(a, 128 + signum);
                 return;
         }
@@ -397,7 +397,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
         }
         a->group.stop_requested = true;
         /* torchrun closes the group with the signal it received. */
-        hp_group_stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
+        hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
 /* A parent may exec us with signals blocked or ignored (a shell's
@@ -536,7 +536,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         }
         /* The rules first: a start refused for its rules file leaves no
          * log directory behind. */
-        r = hp_rulewatch_init(&a->rules,
+        r = hp_rulewatch__init(&a->rules,
                               &(struct hp_rulewatch_params){
                                       .loop = loop,
                                       .nproc = a->round.nproc,
@@ -549,22 +549,22 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                                       .ctx = a },
                               errbuf, errlen);
         if (r == 0)
-                r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
+                r = hp_forensics__init(&a->forensics, a, errbuf, errlen);
         if (r == 0)
                 r = hp_agent__health_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_rulewatch_close(&a->rules);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_rulewatch_close(&a->rules);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
 
@@ -579,8 +579,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 
         /* Before any thread exists, as it forks, and before we are a
          * subreaper, so that it is not our child. */
-        hp_scope_root_init(&a->scopes, cfg->cgroup);
-        r = hp_watcher_start(&a->watcher, a->scopes.path);
+        hp_scope__root_init(&a->scopes, cfg->cgroup);
+        r = hp_watcher__start(&a->watcher, a->scopes.path);
         if (r < 0)
                 hp_log_warn("cannot start the watcher (%s): if the agent is "
                             "killed, what the workers started survives it",
@@ -600,11 +600,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {
-                hp_watcher_stop(&a->watcher);
-                hp_scope_root_close(&a->scopes);
+                hp_watcher__stop(&a->watcher);
+                hp_scope__root_close(&a->scopes);
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_rulewatch_close(&a->rules);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
         r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
@@ -622,7 +622,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
-        hp_rulewatch_set_wall_offset(&a->rules,
+        hp_rulewatch__set_wall_offset(&a->rules,
                                      a->stream_hub.wall_offset_ms);
         a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
                                      ? &a->console_out
@@ -642,11 +642,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
-        hp_watcher_stop(&a->watcher);
-        hp_scope_root_close(&a->scopes);
+        hp_watcher__stop(&a->watcher);
+        hp_scope__root_close(&a->scopes);
         hp_agent__health_close(a);
         hp_ipc_server_close(&a->ipc);
-        hp_forensics_close(&a->forensics);
+        hp_forensics__close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
@@ -687,20 +687,20 @@ void hp_agent_close(struct hp_agent *a)
         uv_close((uv_handle_t *)&a->group.timer, NULL);
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
-        hp_forensics_close(&a->forensics);
+        hp_forensics__close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
-        hp_rulewatch_close(&a->rules);
+        hp_rulewatch__close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
         /* Each group ended with everything it started; anything alive
          * now is a leftover of a group that gave up on it. The job is
          * over, so it goes too. */
-        if (hp_proc_kill_descendants(SIGKILL, true) > 0)
+        if (hp_proc__kill_descendants(SIGKILL, true) > 0)
                 reap_leftovers();
         else
-                (void)hp_reaper_sweep(NULL, NULL);
-        hp_watcher_stop(&a->watcher);
-        hp_scope_root_close(&a->scopes);
+                (void)hp_reaper__sweep(NULL, NULL);
+        hp_watcher__stop(&a->watcher);
+        hp_scope__root_close(&a->scopes);
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */
@@ -742,7 +742,7 @@ static void rules_verdict_cb(void *ctx, const struct hp_verdict *v)
  * one from a rule thread. */
 int hp_agent_use_rules(struct hp_agent *a, struct logmon_ruleset *rs)
 {
-        int r = hp_rulewatch_use(&a->rules, rs);
+        int r = hp_rulewatch__use(&a->rules, rs);
 
         memset(&a->verdict, 0, sizeof(a->verdict));
         return r;
@@ -750,26 +750,26 @@ int hp_agent_use_rules(struct hp_agent *a, struct logmon_ruleset *rs)
 
 void hp_agent_clear_rules(struct hp_agent *a)
 {
-        hp_rulewatch_clear(&a->rules);
+        hp_rulewatch__clear(&a->rules);
         memset(&a->verdict, 0, sizeof(a->verdict));
 }
 
 void hp_agent_settle_rules(struct hp_agent *a)
 {
-        hp_rulewatch_settle(&a->rules);
+        hp_rulewatch__settle(&a->rules);
 }
 
 uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
 {
-        return hp_rulewatch_lines_skipped(&a->rules);
+        return hp_rulewatch__lines_skipped(&a->rules);
 }
 
 void hp_agent_suspend_rules(struct hp_agent *a)
 {
-        hp_rulewatch_suspend(&a->rules);
+        hp_rulewatch__suspend(&a->rules);
 }
 
 void hp_agent_resume_rules(struct hp_agent *a)
 {
-        hp_rulewatch_resume(&a->rules, a->round.base_rank);
+        hp_rulewatch__resume(&a->rules, a->round.base_rank);
 }

@@ -454,7 +454,7 @@ static void main_thread_state(const struct hp_forensics_target *t, char *buf,
 
 /* ---- torch's NCCL flight recorder ---- */
 
-bool hp_forensics_fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
+bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
                               char *pipe, char *dump, size_t len)
 {
         const struct hp_agent *a = f->agent;
@@ -947,9 +947,9 @@ out:
         /* The stop that waited for the report, if its group still runs. */
         if (f->stop_pending) {
                 f->stop_pending = false;
-                if (hp_group_active(&a->group) && !a->group.stopping &&
+                if (hp_group__active(&a->group) && !a->group.stopping &&
                     a->stage == f->stage && a->restart_count == f->attempt)
-                        hp_group_stop(&a->group, f->stop_signal,
+                        hp_group__stop(&a->group, f->stop_signal,
                                       f->stop_timeout_ms);
         }
 }
@@ -987,14 +987,14 @@ static uint64_t worker_last(const struct hp_worker *w)
                                                    : w->err.last_read;
 }
 
-void hp_forensics_note_silence(struct hp_agent *a, const char *event)
+void hp_forensics__note_silence(struct hp_agent *a, const char *event)
 {
         struct hp_forensics *f = &a->forensics;
         struct hp_silence *ranks;
         int n = 0;
 
         f->silence[0] = '\0';
-        if (!hp_group_active(&a->group) || a->group.count == 0)
+        if (!hp_group__active(&a->group) || a->group.count == 0)
                 return;
         ranks = calloc((size_t)a->group.count, sizeof(*ranks));
         if (ranks == NULL)
@@ -1013,7 +1013,7 @@ void hp_forensics_note_silence(struct hp_agent *a, const char *event)
         hp_log_warn("who went silent: %s", f->silence);
 }
 
-int hp_forensics_begin(struct hp_forensics *f, bool on_request)
+int hp_forensics__begin(struct hp_forensics *f, bool on_request)
 {
         struct hp_agent *a = f->agent;
         const struct hp_group *g = &a->group;
@@ -1025,7 +1025,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!hp_group_active(&a->group) || g->count == 0)
+        if (!hp_group__active(&a->group) || g->count == 0)
                 return -ESRCH;
         f->targets = calloc((size_t)g->count, sizeof(*f->targets));
         if (f->targets == NULL)
@@ -1042,7 +1042,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
         else
                 f->verdict = a->verdict;
         if (on_request || f->silence[0] == '\0')
-                hp_forensics_note_silence(a, on_request ? "the request"
+                hp_forensics__note_silence(a, on_request ? "the request"
                                                         : "the verdict");
         f->count = 0;
         for (int i = 0; i < g->count; i++) {
@@ -1053,7 +1053,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 t->local_rank = w->local_rank;
                 t->rank = w->rank;
                 t->pid = w->pid;
-                t->state = hp_worker_state_name(w->state);
+                t->state = hp_worker__state_name(w->state);
                 t->last_ms = worker_last(w);
                 t->wrote = w->out.stats.bytes + w->err.stats.bytes > 0;
                 t->processes = cJSON_CreateArray();
@@ -1079,7 +1079,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 if (t->stacks_from >= 0 && kill(t->stacks_pid, sig) == 0)
                         t->signalled = true;
         }
-        if (hp_forensics_fr_prefixes(f, f->stage, fr_pipe, fr_dump,
+        if (hp_forensics__fr_prefixes(f, f->stage, fr_pipe, fr_dump,
                                      sizeof(fr_pipe)))
                 for (int i = 0; i < f->count; i++)
                         fr_ask(&f->targets[i], fr_pipe, fr_dump);
@@ -1099,7 +1099,7 @@ int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!hp_group_active(&a->group) || a->group.count == 0)
+        if (!hp_group__active(&a->group) || a->group.count == 0)
                 return -ESRCH;
         if (a->no_files || dir[0] == '\0')
                 return -ENOENT;
@@ -1108,10 +1108,10 @@ int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
                         f->requests + 1);
         if (r < 0)
                 return r;
-        return hp_forensics_begin(f, true);
+        return hp_forensics__begin(f, true);
 }
 
-bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
+bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms)
 {
         if (!f->busy)
@@ -1171,7 +1171,7 @@ static int prepare_python(struct hp_forensics *f, char *errbuf, size_t errlen)
         return 0;
 }
 
-int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
+int hp_forensics__init(struct hp_forensics *f, struct hp_agent *a,
                       char *errbuf, size_t errlen)
 {
         memset(f, 0, sizeof(*f));
@@ -1184,7 +1184,7 @@ int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
         return prepare_python(f, errbuf, errlen);
 }
 
-void hp_forensics_close(struct hp_forensics *f)
+void hp_forensics__close(struct hp_forensics *f)
 {
         if (f->agent == NULL)
                 return; /* never initialised, or closed */

@@ -60,7 +60,7 @@
 
 extern char **environ;
 
-const char *hp_worker_state_name(enum hp_worker_state state)
+const char *hp_worker__state_name(enum hp_worker_state state)
 {
         static const char *const names[] = {
                 [HP_WORKER_RUNNING] = "RUNNING",
@@ -77,8 +77,8 @@ static void worker_set_state(struct hp_worker *w, enum hp_worker_state state,
 {
         hp_log_debug("%s worker %d (pid %d): %s → %s → %s",
                      hp_stage_name(w->group->stage), w->local_rank, (int)w->pid,
-                     hp_worker_state_name(w->state), event,
-                     hp_worker_state_name(state));
+                     hp_worker__state_name(w->state), event,
+                     hp_worker__state_name(state));
         w->state = state;
 }
 
@@ -147,13 +147,13 @@ static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
 static bool scope_busy(struct hp_group *g)
 {
         struct hp_procs procs = { 0 };
-        int r = hp_scope_list(&g->scope, &procs);
+        int r = hp_scope__list(&g->scope, &procs);
         bool busy = r == 0 && procs.count > 0;
 
         if (r < 0)
                 hp_log_debug("%s group: cannot list its processes: %s",
                              hp_stage_name(g->stage), hp_strerror(r));
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
         return busy;
 }
 
@@ -168,14 +168,14 @@ static void group_check_done(struct hp_group *g)
                 return;
         if (g->kill_phase < HP_KILL_GAVE_UP && scope_busy(g)) {
                 if (!g->stopping)
-                        hp_group_stop(g, SIGTERM,
+                        hp_group__stop(g, SIGTERM,
                                       g->cfg->shutdown_timeout_ms);
                 return;
         }
         uv_timer_stop(&g->timer);
         g->reported = true;
-        hp_scope_close(&g->scope);
-        hp_watcher_forget(g->watcher);
+        hp_scope__close(&g->scope);
+        hp_watcher__forget(g->watcher);
         if (g->first_failure != NULL)
                 result = HP_GROUP_FAILED;
         else if (g->stop_requested)
@@ -248,8 +248,8 @@ static void signal_scope(struct hp_group *g, int sig)
         size_t n = 0;
         int found = 0;
 
-        if (hp_scope_list(&g->scope, &procs) < 0) {
-                hp_procs_free(&procs);
+        if (hp_scope__list(&g->scope, &procs) < 0) {
+                hp_procs__free(&procs);
                 return;
         }
         names[0] = '\0';
@@ -276,7 +276,7 @@ static void signal_scope(struct hp_group *g, int sig)
                             found == 1 ? "" : "es", found == 1 ? "it" : "them",
                             hp_signal_name(sig), names);
         }
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
 }
 
 /* After the kill phase: a pipe still open is held by a process outside
@@ -302,14 +302,14 @@ static void close_held_pipes(struct hp_worker *w)
                 /* Looked up before the close, which drops our end. */
                 if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
                     fstat(fd, &st) == 0)
-                        found = hp_proc_pipe_holders(st.st_ino, pids,
+                        found = hp_proc__pipe_holders(st.st_ino, pids,
                                                      HP_ARRAY_SIZE(pids));
                 if (hp_stream_drain_and_close(s))
                         continue; /* it ended meanwhile */
                 held = true;
                 for (int j = 0; j < found; j++) {
                         struct hp_proc p;
-                        bool known = hp_proc_read(pids[j], &p) == 0;
+                        bool known = hp_proc__read(pids[j], &p) == 0;
                         int r = snprintf(holders + n, sizeof(holders) - n,
                                          "%spid %d (%s)", n ? ", " : "",
                                          (int)pids[j], known ? p.comm : "?");
@@ -349,7 +349,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                 if (r > 0 && (size_t)r < sizeof(names) - n)
                         n += (size_t)r;
         }
-        if (hp_scope_list(&g->scope, &procs) == 0) {
+        if (hp_scope__list(&g->scope, &procs) == 0) {
                 for (size_t i = 0; i < procs.count; i++) {
                         const struct hp_proc *p = &procs.items[i];
                         int r;
@@ -364,7 +364,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                                 n += (size_t)r;
                 }
         }
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
         if (found == 0)
                 return;
         if (giving_up)
@@ -381,7 +381,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                             HP_GIVE_UP_MS / 1000.0, names);
 }
 
-void hp_group_recheck(struct hp_group *g)
+void hp_group__recheck(struct hp_group *g)
 {
         group_check_done(g);
 }
@@ -410,7 +410,7 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                         g->failed_cb(g, g->ctx);
                 }
                 if (!g->stopping)
-                        hp_group_stop(g, g->cfg->shutdown_signal,
+                        hp_group__stop(g, g->cfg->shutdown_signal,
                                       g->cfg->shutdown_timeout_ms);
                 return;
         }
@@ -419,7 +419,7 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
          * setsid) is stopped the same way, so the pipes reach EOF and
          * nothing outlives the group. */
         if (g->exited == g->count && !g->stopping)
-                hp_group_stop(g, SIGTERM, g->cfg->shutdown_timeout_ms);
+                hp_group__stop(g, SIGTERM, g->cfg->shutdown_timeout_ms);
 }
 
 /* Reaps the worker if it has exited: true once it has. */
@@ -427,7 +427,7 @@ static bool worker_reap(struct hp_worker *w)
 {
         int64_t exit_status;
         int term_signal;
-        int r = hp_spawn_reap(w->pidfd, &exit_status, &term_signal);
+        int r = hp_spawn__reap(w->pidfd, &exit_status, &term_signal);
 
         if (r == 0)
                 return false;
@@ -457,7 +457,7 @@ static void exit_poll_cb(uv_poll_t *handle, int status, int events)
                 g->exited_cb(g->ctx); /* last: it may end the group */
 }
 
-bool hp_group_reap_pid(struct hp_group *g, pid_t pid)
+bool hp_group__reap_pid(struct hp_group *g, pid_t pid)
 {
         for (int i = 0; i < g->count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -588,7 +588,7 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
 
                 w->start_error = err;
                 w->start_step = step;
-                hp_worker_start_failure(w, why, sizeof(why));
+                hp_worker__start_failure(w, why, sizeof(why));
                 hp_log_error("%s worker %d (rank %d) could not start: %s",
                              hp_stage_name(g->stage), w->local_rank, w->rank,
                              why);
@@ -744,7 +744,7 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 .stderr_fd = child_fd[1],
                 .cgroup_fd = g->scope.dirfd,
         };
-        r = hp_spawn(&opts, &w->pid, &pidfd);
+        r = hp_spawn__start(&opts, &w->pid, &pidfd);
         close(child_fd[0]);
         close(child_fd[1]);
         child_fd[0] = child_fd[1] = -1;
@@ -834,7 +834,7 @@ static void timer_cb(uv_timer_t *timer)
                                 signal_group(w, SIGKILL);
                         }
                 }
-                hp_scope_kill(&g->scope);
+                hp_scope__kill(&g->scope);
                 uv_timer_start(&g->timer, timer_cb, HP_DRAIN_GRACE_MS, 0);
                 group_check_done(g); /* a rank that never started */
                 return;
@@ -861,7 +861,7 @@ static void timer_cb(uv_timer_t *timer)
         }
 }
 
-void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
+void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms)
 {
         if (g->stopping) {
                 /* A second stop (a second Ctrl-C) takes the next step at
@@ -888,7 +888,7 @@ void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
         uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
 }
 
-void hp_group_signal(struct hp_group *g, int sig)
+void hp_group__signal(struct hp_group *g, int sig)
 {
         for (int i = 0; i < g->count; i++)
                 if (g->workers[i].state < HP_WORKER_EXITED)
@@ -911,7 +911,7 @@ static int prepare_dir(const char *attempt, struct hp_worker *w, int index)
         return r;
 }
 
-int hp_group_start(struct hp_group *g, const struct hp_group_params *p)
+int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
 {
         const struct hp_config *cfg = p->cfg;
         enum hp_stage stage = p->stage;
@@ -943,7 +943,7 @@ int hp_group_start(struct hp_group *g, const struct hp_group_params *p)
                 return -ENOMEM;
         snprintf(name, sizeof(name), "attempt_%d.%s", p->restart_count,
                  hp_stage_name(stage));
-        hp_scope_open(p->scopes, &g->scope, name);
+        hp_scope__open(p->scopes, &g->scope, name);
 
         for (int i = 0; i < count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -983,23 +983,23 @@ int hp_group_start(struct hp_group *g, const struct hp_group_params *p)
                 for (int i = 0; i < g->count; i++)
                         if (g->workers[i].pid > 0)
                                 pgids[started++] = g->workers[i].pid;
-                hp_watcher_add(p->watcher, pgids, started);
+                hp_watcher__add(p->watcher, pgids, started);
                 free(pgids);
         }
         /* A rank that could not start fails the group: whatever started
          * is stopped, and the group reports the failure through done_cb
          * from the loop, once every handle is closed. */
         if (r < 0)
-                hp_group_stop(g, SIGKILL, 0);
+                hp_group__stop(g, SIGKILL, 0);
         return 0;
 }
 
-bool hp_group_active(const struct hp_group *g)
+bool hp_group__active(const struct hp_group *g)
 {
         return g->workers != NULL && !g->reported;
 }
 
-void hp_group_release(struct hp_group *g)
+void hp_group__release(struct hp_group *g)
 {
         free(g->workers);
         g->workers = NULL;

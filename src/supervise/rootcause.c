@@ -82,7 +82,7 @@ static void read_error_file(const char *path, struct error_report *rep)
         cJSON_Delete(root);
 }
 
-void hp_worker_start_failure(const struct hp_worker *w, char *buf,
+void hp_worker__start_failure(const struct hp_worker *w, char *buf,
                              size_t len)
 {
         const char *err = hp_strerror(w->start_error);
@@ -141,7 +141,7 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
         if (w->start_error != 0) {
                 char why[sizeof(rep.message) - 32];
 
-                hp_worker_start_failure(w, why, sizeof(why));
+                hp_worker__start_failure(w, why, sizeof(why));
                 snprintf(rep.message, sizeof(rep.message),
                          "never ran: %s", why);
                 rep.present = false;
@@ -369,7 +369,7 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                         if (w->start_error != 0) {
                                 char why[sizeof(first) - 64];
 
-                                hp_worker_start_failure(w, why, sizeof(why));
+                                hp_worker__start_failure(w, why, sizeof(why));
                                 r = snprintf(buf + n, len - n,
                                              "\nLocal Rank %d (rank %d) "
                                              "never ran: %s",

@@ -14,7 +14,7 @@
 
 #include "supervise-private.h"
 
-struct hp_rulewatch_rank *hp_rulewatch_rank(struct hp_rulewatch *w,
+struct hp_rulewatch__rank *hp_rulewatch__rank(struct hp_rulewatch *w,
                                             int local_rank)
 {
         if (w->ranks == NULL || local_rank < 0 || local_rank >= w->nproc ||
@@ -23,12 +23,12 @@ struct hp_rulewatch_rank *hp_rulewatch_rank(struct hp_rulewatch *w,
         return &w->ranks[local_rank];
 }
 
-const struct logmon_ruleset *hp_rulewatch_ruleset(const struct hp_rulewatch *w)
+const struct logmon_ruleset *hp_rulewatch__ruleset(const struct hp_rulewatch *w)
 {
         return w->ranks != NULL ? w->ruleset : NULL;
 }
 
-const struct logmon_stream *hp_rulewatch_stream(const struct hp_rulewatch *w,
+const struct logmon_stream *hp_rulewatch__stream(const struct hp_rulewatch *w,
                                                 int local_rank)
 {
         if (w->ranks == NULL || local_rank < 0 || local_rank >= w->nproc)
@@ -36,7 +36,7 @@ const struct logmon_stream *hp_rulewatch_stream(const struct hp_rulewatch *w,
         return w->ranks[local_rank].stream;
 }
 
-void hp_rulewatch_set_wall_offset(struct hp_rulewatch *w,
+void hp_rulewatch__set_wall_offset(struct hp_rulewatch *w,
                                   int64_t wall_offset_ms)
 {
         w->wall_offset_ms = wall_offset_ms;
@@ -84,7 +84,7 @@ static void rearm_all(struct hp_rulewatch *w)
  * stamps the console (the loop's ms plus the consoles' offset), how long
  * after the state change the agent judged, and the line that made it or
  * the rule's last matching line. */
-static void log_verdict(struct hp_rulewatch *w, struct hp_rulewatch_rank *m,
+static void log_verdict(struct hp_rulewatch *w, struct hp_rulewatch__rank *m,
                         const struct logmon_rule_info *info)
 {
         uint64_t at = logmon_verdict_time(m->stream);
@@ -138,7 +138,7 @@ void hp_rulewatch__log_change(struct hp_rulewatch *w, int rank,
  * tick turned HANGING changed at its deadline, which is the time a replay
  * gives it, not when the timer happened to run. */
 static void log_changes(struct hp_rulewatch *w,
-                        const struct hp_rulewatch_rank *m,
+                        const struct hp_rulewatch__rank *m,
                         const struct logmon_events *ev, uint64_t now,
                         const char *line, size_t len)
 {
@@ -160,7 +160,7 @@ static void log_changes(struct hp_rulewatch *w,
 /* The attempt's verdict, from rank m's stream, which is SLOW or worse.
  * deadline: the timer's deadline when a tick found it, or UINT64_MAX when
  * a line did (no lateness then); now: the loop's time. */
-static void judge(struct hp_rulewatch_rank *m, uint64_t deadline,
+static void judge(struct hp_rulewatch__rank *m, uint64_t deadline,
                   uint64_t now)
 {
         struct hp_rulewatch *w = m->watch;
@@ -197,7 +197,7 @@ static void judge(struct hp_rulewatch_rank *m, uint64_t deadline,
 }
 
 /* Kept inline: every line evaluated on the loop thread comes here. */
-static inline void check_verdict(struct hp_rulewatch_rank *m,
+static inline void check_verdict(struct hp_rulewatch__rank *m,
                                  uint64_t deadline, uint64_t now)
 {
         if (!m->watch->judged && logmon_stream_state(m->stream) >= LOGMON_SLOW)
@@ -212,7 +212,7 @@ static void take_verdict(struct hp_rulewatch *w, int rank)
 /* Makes the streams the loop's: every line queued for a rule thread fed
  * and its verdicts taken. Every function here that touches a stream other
  * than for an inline line calls it first. */
-void hp_rulewatch_settle(struct hp_rulewatch *w)
+void hp_rulewatch__settle(struct hp_rulewatch *w)
 {
         bool earlier, any = false;
 
@@ -231,7 +231,7 @@ void hp_rulewatch_settle(struct hp_rulewatch *w)
  * none can be started (its lines are then evaluated on the loop
  * thread). */
 static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
-                                         const struct hp_rulewatch_rank *m)
+                                         const struct hp_rulewatch__rank *m)
 {
         struct hp_rule_thread **t;
         int r;
@@ -252,10 +252,10 @@ static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
         return *t;
 }
 
-void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
+void hp_rulewatch__line_cb(void *ctx, const char *line, size_t len,
                           enum hp_line_end end)
 {
-        struct hp_rulewatch_rank *m = ctx;
+        struct hp_rulewatch__rank *m = ctx;
         struct hp_rulewatch *w = m->watch;
         struct hp_rule_thread *t = w->thread_count > 0 ?
                 w->threads[m->thread_slot] : NULL;
@@ -305,7 +305,7 @@ void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
         arm(w, logmon_stream_next_deadline(m->stream));
 }
 
-uint64_t hp_rulewatch_lines_skipped(const struct hp_rulewatch *w)
+uint64_t hp_rulewatch__lines_skipped(const struct hp_rulewatch *w)
 {
         uint64_t n = 0;
 
@@ -322,7 +322,7 @@ static bool limit_hits(const struct hp_rulewatch *w, uint64_t *out)
         uint64_t n = 0;
 
         for (int i = 0; w->ranks && i < w->nproc; i++) {
-                const struct hp_rulewatch_rank *m = &w->ranks[i];
+                const struct hp_rulewatch__rank *m = &w->ranks[i];
                 const struct hp_rule_thread *t =
                         w->thread_count > 0 ? w->threads[m->thread_slot]
                                             : NULL;
@@ -348,7 +348,7 @@ static bool limit_hits(const struct hp_rulewatch *w, uint64_t *out)
  * /metrics too; the warnings are rate-limited by the caller. */
 static bool report_rules(struct hp_rulewatch *w)
 {
-        uint64_t skipped = hp_rulewatch_lines_skipped(w), limits;
+        uint64_t skipped = hp_rulewatch__lines_skipped(w), limits;
         bool warned = false;
 
         /* A rank's stream that a rule thread holds is looked at later. */
@@ -401,16 +401,16 @@ static void check_cb(uv_check_t *check)
 
 static void wake_cb(uv_async_t *wake)
 {
-        hp_rulewatch_settle(hp_container_of(wake, struct hp_rulewatch, wake));
+        hp_rulewatch__settle(hp_container_of(wake, struct hp_rulewatch, wake));
 }
 
 /* Applies the deadlines at now; deadline: the one the timer was armed
  * for, which a late verdict is measured from. */
 static void tick(struct hp_rulewatch *w, uint64_t deadline, uint64_t now)
 {
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         for (int i = 0; w->ranks && i < w->nproc; i++) {
-                struct hp_rulewatch_rank *m = &w->ranks[i];
+                struct hp_rulewatch__rank *m = &w->ranks[i];
                 if (m->stream == NULL)
                         continue;
                 if (hp_log_get_level() >= HP_LOG_DEBUG) {
@@ -426,7 +426,7 @@ static void tick(struct hp_rulewatch *w, uint64_t deadline, uint64_t now)
         rearm_all(w);
 }
 
-void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now)
+void hp_rulewatch__tick(struct hp_rulewatch *w, uint64_t now)
 {
         tick(w, w->deadline, now);
 }
@@ -450,7 +450,7 @@ static void timer_cb(uv_timer_t *timer)
 /* Gives every watched rank a fresh rule stream on w->ruleset. */
 static int make_streams(struct hp_rulewatch *w)
 {
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         for (int i = 0; i < w->nproc; i++) {
                 if (w->ranks[i].stream != NULL)
                         logmon_stream_free(w->ranks[i].stream);
@@ -467,7 +467,7 @@ static int make_streams(struct hp_rulewatch *w)
         return 0;
 }
 
-int hp_rulewatch_init(struct hp_rulewatch *w,
+int hp_rulewatch__init(struct hp_rulewatch *w,
                       const struct hp_rulewatch_params *p, char *errbuf,
                       size_t errlen)
 {
@@ -537,23 +537,23 @@ int hp_rulewatch_init(struct hp_rulewatch *w,
         return 0;
 }
 
-int hp_rulewatch_use(struct hp_rulewatch *w, struct logmon_ruleset *rs)
+int hp_rulewatch__use(struct hp_rulewatch *w, struct logmon_ruleset *rs)
 {
         if (rs == NULL)
                 rs = w->cli_ruleset;
-        hp_rulewatch_clear(w);
+        hp_rulewatch__clear(w);
         if (w->ruleset != NULL)
                 logmon_ruleset_unref(w->ruleset);
         w->ruleset = rs ? logmon_ruleset_ref(rs) : NULL;
         return make_streams(w);
 }
 
-void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank)
+void hp_rulewatch__resume(struct hp_rulewatch *w, int base_rank)
 {
         uint64_t now = uv_now(w->loop);
         bool started = false;
 
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         w->base_rank = base_rank;
         for (int i = 0; w->ranks && i < w->nproc; i++) {
                 struct logmon_stream *s = w->ranks[i].stream;
@@ -577,11 +577,11 @@ void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank)
         rearm_all(w);
 }
 
-void hp_rulewatch_suspend(struct hp_rulewatch *w)
+void hp_rulewatch__suspend(struct hp_rulewatch *w)
 {
         uint64_t now = uv_now(w->loop);
 
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         for (int i = 0; w->ranks && i < w->nproc; i++)
                 if (w->ranks[i].stream != NULL)
                         logmon_stream_suspend(w->ranks[i].stream, now);
@@ -589,9 +589,9 @@ void hp_rulewatch_suspend(struct hp_rulewatch *w)
         uv_timer_stop(&w->timer);
 }
 
-void hp_rulewatch_clear(struct hp_rulewatch *w)
+void hp_rulewatch__clear(struct hp_rulewatch *w)
 {
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         for (int i = 0; w->ranks && i < w->nproc; i++)
                 if (w->ranks[i].stream != NULL)
                         logmon_stream_clear(w->ranks[i].stream);
@@ -602,9 +602,9 @@ void hp_rulewatch_clear(struct hp_rulewatch *w)
         threads_set(w, UINT64_MAX, false);
 }
 
-void hp_rulewatch_close(struct hp_rulewatch *w)
+void hp_rulewatch__close(struct hp_rulewatch *w)
 {
-        hp_rulewatch_settle(w);
+        hp_rulewatch__settle(w);
         (void)report_rules(w);
         for (int i = 0; i < w->thread_count; i++) {
                 hp_rulewatch__thread_free(w->threads[i]);

@@ -49,7 +49,7 @@ struct hp_next_step hp_selfdriven__next(const struct hp_attempt_end *e)
         }
 }
 
-const char *hp_next_name(enum hp_next what)
+const char *hp_selfdriven__next_name(enum hp_next what)
 {
         static const char *const names[] = {
                 [HP_NEXT_STAGE] = "next stage",
@@ -157,17 +157,17 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         (void)ctx;
         /* The hang report the verdict started is collected first: the
          * stop waits for it, at most --hang-dump-timeout. */
-        if (hp_group_active(&a->group) && !a->group.stopping &&
+        if (hp_group__active(&a->group) && !a->group.stopping &&
             !(a->verdict_report &&
-              hp_forensics_defer_stop(&a->forensics, cfg->shutdown_signal,
+              hp_forensics__defer_stop(&a->forensics, cfg->shutdown_signal,
                                       cfg->shutdown_timeout_ms)))
-                hp_group_stop(&a->group, cfg->shutdown_signal,
+                hp_group__stop(&a->group, cfg->shutdown_signal,
                               cfg->shutdown_timeout_ms);
 }
 
 static void node_fault(struct hp_agent *a, void *ctx)
 {
-        bool active = hp_group_active(&a->group);
+        bool active = hp_group__active(&a->group);
 
         (void)ctx;
         hp_log_error("%s: %sno restart on this node (exit status %d)",
@@ -176,7 +176,7 @@ static void node_fault(struct hp_agent *a, void *ctx)
         if (active) {
                 a->group.stop_requested = true;
                 if (!a->group.stopping)
-                        hp_group_stop(&a->group, a->cfg->shutdown_signal,
+                        hp_group__stop(&a->group, a->cfg->shutdown_signal,
                                       a->cfg->shutdown_timeout_ms);
         } else if (a->state == HP_AGENT_IDLE ||
                    a->state == HP_AGENT_PREFLIGHT) {

@@ -15,7 +15,7 @@ enum hp_worker_state {
         HP_WORKER_DONE,        /* exited, pipes drained, handles closed */
 };
 
-const char *hp_worker_state_name(enum hp_worker_state state);
+const char *hp_worker__state_name(enum hp_worker_state state);
 
 /* Where a worker that never ran failed (its failure names the path and
  * the error). */
@@ -93,7 +93,7 @@ struct hp_group {
         int exited;
         int done;
         bool stopping;
-        bool stop_requested; /* hp_group_stop, not a failure */
+        bool stop_requested; /* hp_group__stop, not a failure */
         bool reported;       /* done_cb was called */
         bool escaped_logged;
         int stop_signal;
@@ -152,7 +152,7 @@ struct hp_rule_thread;
  * listener. The same rank is watched in every stage (pre-train and
  * post-train count as rank 0), so the stages share rule state, as in the
  * reference. */
-struct hp_rulewatch_rank {
+struct hp_rulewatch__rank {
         struct hp_rulewatch *watch;
         struct logmon_stream *stream; /* NULL: this rank is not watched */
         int local_rank;
@@ -200,7 +200,7 @@ struct hp_rulewatch {
         int base_rank;                    /* global rank of local rank 0 */
         struct logmon_ruleset *cli_ruleset; /* --log-monitoring-config */
         struct logmon_ruleset *ruleset;   /* in use; NULL: no rules */
-        struct hp_rulewatch_rank *ranks;  /* one per local rank */
+        struct hp_rulewatch__rank *ranks;  /* one per local rank */
         uv_timer_t timer;                 /* the earliest deadline */
         uint64_t deadline;                /* armed for, or UINT64_MAX */
         bool fresh;                       /* cleared, not yet started */
@@ -224,48 +224,48 @@ struct hp_rulewatch {
 /* Loads the rules file if any and prepares one rank slot per local rank
  * (the operator may send rules later). On failure errbuf says why; the
  * watch must be closed either way. */
-int hp_rulewatch_init(struct hp_rulewatch *w,
+int hp_rulewatch__init(struct hp_rulewatch *w,
                       const struct hp_rulewatch_params *p, char *errbuf,
                       size_t errlen);
 /* The wall clock for the watch's log lines and verdicts: epoch ms minus
  * loop ms, the consoles' own (hp_stream_hub.wall_offset_ms). */
-void hp_rulewatch_set_wall_offset(struct hp_rulewatch *w,
+void hp_rulewatch__set_wall_offset(struct hp_rulewatch *w,
                                   int64_t wall_offset_ms);
 /* Watches the next attempt with rs (a reference is taken), or with the
  * rules file's when rs is NULL. Rule state starts fresh. */
-int hp_rulewatch_use(struct hp_rulewatch *w, struct logmon_ruleset *rs);
+int hp_rulewatch__use(struct hp_rulewatch *w, struct logmon_ruleset *rs);
 /* Forgets all rule state and the verdict (the attempt is over). */
-void hp_rulewatch_clear(struct hp_rulewatch *w);
+void hp_rulewatch__clear(struct hp_rulewatch *w);
 /* A stage's processes run: the first stage after a clear starts the rule
  * clocks, later ones resume them. base_rank: the global rank of local
  * rank 0 in this round. */
-void hp_rulewatch_resume(struct hp_rulewatch *w, int base_rank);
+void hp_rulewatch__resume(struct hp_rulewatch *w, int base_rank);
 /* Between stages and while stopped, time does not count. */
-void hp_rulewatch_suspend(struct hp_rulewatch *w);
+void hp_rulewatch__suspend(struct hp_rulewatch *w);
 /* Applies the rules' deadlines at now (loop ms), as the watch's timer
  * does once it has read the pipes: a verdict it brings is reported with
  * its lateness past the armed deadline. */
-void hp_rulewatch_tick(struct hp_rulewatch *w, uint64_t now);
+void hp_rulewatch__tick(struct hp_rulewatch *w, uint64_t now);
 /* Waits until every line read so far has been through the rules, or was
  * skipped and counted once the wait's budget ran out. */
-void hp_rulewatch_settle(struct hp_rulewatch *w);
+void hp_rulewatch__settle(struct hp_rulewatch *w);
 /* Monitored lines the rules never saw because they fell behind. */
-uint64_t hp_rulewatch_lines_skipped(const struct hp_rulewatch *w);
+uint64_t hp_rulewatch__lines_skipped(const struct hp_rulewatch *w);
 /* The listener context for local rank's stdout, or NULL when no rule
  * watches it. */
-struct hp_rulewatch_rank *hp_rulewatch_rank(struct hp_rulewatch *w,
+struct hp_rulewatch__rank *hp_rulewatch__rank(struct hp_rulewatch *w,
                                             int local_rank);
-/* The line listener (struct hp_stream's) for a hp_rulewatch_rank. */
-void hp_rulewatch_line_cb(void *ctx, const char *line, size_t len,
+/* The line listener (struct hp_stream's) for a hp_rulewatch__rank. */
+void hp_rulewatch__line_cb(void *ctx, const char *line, size_t len,
                           enum hp_line_end end);
 /* The rules in use, or NULL; and local rank's rule stream, or NULL. Read
- * them only after hp_rulewatch_settle, on the loop thread. */
-const struct logmon_ruleset *hp_rulewatch_ruleset(const struct hp_rulewatch *w);
-const struct logmon_stream *hp_rulewatch_stream(const struct hp_rulewatch *w,
+ * them only after hp_rulewatch__settle, on the loop thread. */
+const struct logmon_ruleset *hp_rulewatch__ruleset(const struct hp_rulewatch *w);
+const struct logmon_stream *hp_rulewatch__stream(const struct hp_rulewatch *w,
                                                 int local_rank);
 /* Reports what the rules missed, stops the threads, frees everything and
  * closes the handles (the loop must run once for them). */
-void hp_rulewatch_close(struct hp_rulewatch *w);
+void hp_rulewatch__close(struct hp_rulewatch *w);
 
 /* ---- Node health (health.c): the kernel log and what a fault does ---- */
 
@@ -347,7 +347,7 @@ struct hp_agent {
 #define HP_GIVE_UP_MS 10000
 
 /* What a group is started with. The strings and the round are read while
- * hp_group_start runs; the rest must outlive the group. */
+ * hp_group__start runs; the rest must outlive the group. */
 struct hp_group_params {
         enum hp_stage stage;
         int count; /* processes: the round's nproc, or 1 for a hook */
@@ -374,7 +374,7 @@ struct hp_group_params {
         hp_line_cb (*listener_for)(void *ctx, enum hp_stage stage,
                                    int local_rank, void **listener_ctx);
         /* A process of the group exited (it is reaped already): reap what
-         * else exited, then hp_group_recheck. */
+         * else exited, then hp_group__recheck. */
         void (*exited_cb)(void *ctx);
         /* The group's first failure was just recorded (g->first_failure);
          * the group stops the rest itself. */
@@ -387,15 +387,15 @@ struct hp_group_params {
 
 /* Spawns the group's processes. A process that cannot start fails the
  * group through done_cb, from the loop; the return is 0 or -ENOMEM. */
-int hp_group_start(struct hp_group *g, const struct hp_group_params *p);
+int hp_group__start(struct hp_group *g, const struct hp_group_params *p);
 /* Sends sig to every process group, SIGKILL after timeout_ms; a second
  * call escalates to SIGKILL at once. */
-void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms);
+void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
-void hp_group_signal(struct hp_group *g, int sig);
-void hp_group_release(struct hp_group *g);
-/* From hp_group_start until the group reports its end. */
-bool hp_group_active(const struct hp_group *g);
+void hp_group__signal(struct hp_group *g, int sig);
+void hp_group__release(struct hp_group *g);
+/* From hp_group__start until the group reports its end. */
+bool hp_group__active(const struct hp_group *g);
 /* The kill phase a stop goes through (pure): whether from → to is a
  * step of it, and the step a timeout takes from phase (phase itself
  * when none). */
@@ -403,12 +403,12 @@ bool hp_group__phase_allowed(enum hp_kill_phase from, enum hp_kill_phase to);
 enum hp_kill_phase hp_group__phase_after_timeout(enum hp_kill_phase phase);
 const char *hp_group__phase_name(enum hp_kill_phase phase);
 /* After a child exit: ends the group if nothing of it is left. */
-void hp_group_recheck(struct hp_group *g);
+void hp_group__recheck(struct hp_group *g);
 /* A zombie the sweep found: if it is a worker of g that has not been
  * reaped yet, reaps it (its exit is handled) and returns true. */
-bool hp_group_reap_pid(struct hp_group *g, pid_t pid);
+bool hp_group__reap_pid(struct hp_group *g, pid_t pid);
 
-/* What hp_spawn starts: file is searched in PATH like execvp's; the
+/* What hp_spawn__start starts: file is searched in PATH like execvp's; the
  * child's stdout and stderr become stdout_fd and stderr_fd, its stdin is
  * the agent's. */
 struct hp_spawn_options {
@@ -426,16 +426,16 @@ struct hp_spawn_options {
  * the clone, from a step before the exec, or from the exec itself (the
  * child is then reaped already). *pid is set when the exec itself
  * failed, and 0 when no process got that far. */
-int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid, int *pidfd);
-/* Whether hp_spawn can clone into a cgroup on this architecture. */
-bool hp_spawn_can_join_cgroup(void);
+int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid, int *pidfd);
+/* Whether hp_spawn__start can clone into a cgroup on this architecture. */
+bool hp_spawn__can_join_cgroup(void);
 /* Clones a child that exits at once into the cgroup: 0 if the kernel and
  * any seccomp filter allow it, else -errno. */
-int hp_spawn_probe(int cgroup_fd);
+int hp_spawn__probe(int cgroup_fd);
 /* 1 and the status once the process has exited (reaped), 0 while it runs,
  * or -errno. exit_status is the exit code, term_signal the signal that
  * killed it (0 when it exited). */
-int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal);
+int hp_spawn__reap(int pidfd, int64_t *exit_status, int *term_signal);
 
 /* Whether the lifecycle allows from → to (pure; see enum hp_agent_state). */
 bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
@@ -476,14 +476,14 @@ struct hp_next_step {
 
 /* The restart policy (pure): what comes after a stage ended. */
 struct hp_next_step hp_selfdriven__next(const struct hp_attempt_end *e);
-const char *hp_next_name(enum hp_next what);
+const char *hp_selfdriven__next_name(enum hp_next what);
 /* The driver hp_agent_run starts; also the agent's default. */
 extern const struct hp_agent_events hp_selfdriven__events;
 
 /* Reaps every exited child: a worker through its group (reap_managed
  * returns true for those), anything else (an orphan reparented to the
  * subreaper) here. Returns how many orphans were reaped. */
-int hp_reaper_sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx);
+int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx);
 
 /* ---- Processes in /proc (reaper.c) ---- */
 
@@ -495,7 +495,7 @@ struct hp_proc {
         char comm[16];
 };
 
-/* A growable list; zero-initialise, then hp_procs_free. */
+/* A growable list; zero-initialise, then hp_procs__free. */
 struct hp_procs {
         struct hp_proc *items;
         size_t count;
@@ -503,55 +503,55 @@ struct hp_procs {
 };
 
 /* Reads /proc/PID/stat: 0, or -ESRCH when it is gone. */
-int hp_proc_read(pid_t pid, struct hp_proc *p);
+int hp_proc__read(pid_t pid, struct hp_proc *p);
 /* Not a zombie. */
-bool hp_proc_live(const struct hp_proc *p);
-int hp_procs_push(struct hp_procs *list, const struct hp_proc *p);
-void hp_procs_free(struct hp_procs *list);
+bool hp_proc__live(const struct hp_proc *p);
+int hp_procs__push(struct hp_procs *list, const struct hp_proc *p);
+void hp_procs__free(struct hp_procs *list);
 /* Every live descendant of this process. */
-int hp_proc_descendants(struct hp_procs *out);
+int hp_proc__descendants(struct hp_procs *out);
 /* Up to max processes (not this one) that have the pipe with this inode
  * open: how many were found, or -errno. */
-int hp_proc_pipe_holders(ino_t ino, pid_t *pids, size_t max);
+int hp_proc__pipe_holders(ino_t ino, pid_t *pids, size_t max);
 /* Sends sig to every live descendant of this process, looking again
  * after SIGKILL until none is left; warn logs each one. Returns how many
  * were signalled, or -errno. */
-int hp_proc_kill_descendants(int sig, bool warn);
+int hp_proc__kill_descendants(int sig, bool warn);
 
 /* ---- Each group's processes (scope.c) ---- */
 
 /* Makes D/hyperpodrun.<pid> when use_cgroup and the cgroup v2 hierarchy
  * allows it; otherwise (logged at debug level) r->dirfd stays -1. */
-void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup);
+void hp_scope__root_init(struct hp_scope_root *r, bool use_cgroup);
 /* Removes the directory (the groups' are gone by then). */
-void hp_scope_root_close(struct hp_scope_root *r);
+void hp_scope__root_close(struct hp_scope_root *r);
 /* The group's cgroup root/name when the root has a cgroup, else the
  * agent's descendants. */
-void hp_scope_open(struct hp_scope_root *r, struct hp_scope *s,
+void hp_scope__open(struct hp_scope_root *r, struct hp_scope *s,
                    const char *name);
-void hp_scope_close(struct hp_scope *s);
+void hp_scope__close(struct hp_scope *s);
 /* The live processes of the scope. */
-int hp_scope_list(const struct hp_scope *s, struct hp_procs *out);
+int hp_scope__list(const struct hp_scope *s, struct hp_procs *out);
 /* SIGKILL to all of them: cgroup.kill, or one by one. */
-void hp_scope_kill(const struct hp_scope *s);
+void hp_scope__kill(const struct hp_scope *s);
 
 /* ---- The watcher (watcher.c) ---- */
 
 /* Forks it (before any thread exists); cgroup_path: the scope root's
  * directory, "" for none. Nothing is started as PID 1, whose death the
  * kernel answers by killing its whole PID namespace. */
-int hp_watcher_start(struct hp_watcher *w, const char *cgroup_path);
+int hp_watcher__start(struct hp_watcher *w, const char *cgroup_path);
 /* The workers' process groups, to kill if the agent dies. */
-void hp_watcher_add(struct hp_watcher *w, const pid_t *pgids, size_t count);
+void hp_watcher__add(struct hp_watcher *w, const pid_t *pgids, size_t count);
 /* The group is over: forget its process groups. */
-void hp_watcher_forget(struct hp_watcher *w);
+void hp_watcher__forget(struct hp_watcher *w);
 /* The agent exits normally: tells it to quit and reaps it. */
-void hp_watcher_stop(struct hp_watcher *w);
+void hp_watcher__stop(struct hp_watcher *w);
 
 /* Why a worker never ran, naming the path and the error: "cannot create
  * its log directory '/logs/.../attempt_0/3': no space left on device
  * (ENOSPC)". */
-void hp_worker_start_failure(const struct hp_worker *w, char *buf,
+void hp_worker__start_failure(const struct hp_worker *w, char *buf,
                              size_t len);
 
 /* Monitored lines evaluated on the loop thread per loop iteration; past
@@ -647,29 +647,29 @@ int hp_agent__root_cause_exit_code(const struct hp_group *g);
 
 /* Prepares --hang-dump: the sitecustomize.py the workers' PYTHONPATH
  * loads. On failure errbuf says why. */
-int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
+int hp_forensics__init(struct hp_forensics *f, struct hp_agent *a,
                       char *errbuf, size_t errlen);
 /* Puts the running group's silence line, as of event ("the verdict"), in
  * a->forensics.silence and logs it. */
-void hp_forensics_note_silence(struct hp_agent *a, const char *event);
+void hp_forensics__note_silence(struct hp_agent *a, const char *event);
 /* Starts a report on the running group (a verdict's, or on_request for
  * SIGUSR2): 0 while it is collected, -ENOTSUP with --hang-dump off,
  * -EBUSY while another is, -ESRCH when no group runs. */
-int hp_forensics_begin(struct hp_forensics *f, bool on_request);
+int hp_forensics__begin(struct hp_forensics *f, bool on_request);
 /* While a report is collected, a stop of the group waits for it: true
  * when the stop was taken to be sent then. */
-bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
+bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms);
 /* With --hang-dump full and log files: the prefixes of torch's flight
  * recorder trigger pipes and dump files for stage's workers (the user's
  * TORCH_NCCL_DEBUG_INFO_PIPE_FILE / _TEMP_FILE where set, else ours), each
  * of len bytes; false when the flight recorder is not asked for. */
-bool hp_forensics_fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
+bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
                               char *pipe, char *dump, size_t len);
 /* The flight recorder's ring size we give the workers, unless they have
  * their own TORCH_NCCL_TRACE_BUFFER_SIZE: torch's documented example. */
 #define HP_FR_BUFFER_SIZE "2000"
 /* Stops collecting, removes the sitecustomize directory. */
-void hp_forensics_close(struct hp_forensics *f);
+void hp_forensics__close(struct hp_forensics *f);
 
 #endif

@@ -225,7 +225,7 @@ static void verdict_cb(void *ctx, const struct hp_verdict *v)
 {
         struct fixture *f = ctx;
         const struct logmon_stream *s =
-                hp_rulewatch_stream(&f->w, v->local_rank);
+                hp_rulewatch__stream(&f->w, v->local_rank);
 
         f->verdicts++;
         f->v = *v;
@@ -257,7 +257,7 @@ static void start(struct fixture *f, const char *json,
         memset(f, 0, sizeof(*f));
         memcpy(f->monitored, monitored, sizeof(f->monitored));
         assert_int_equal(uv_loop_init(&f->loop), 0);
-        assert_int_equal(hp_rulewatch_init(&f->w,
+        assert_int_equal(hp_rulewatch__init(&f->w,
                                            &(struct hp_rulewatch_params){
                                                    .loop = &f->loop,
                                                    .nproc = NPROC,
@@ -268,28 +268,28 @@ static void start(struct fixture *f, const char *json,
                                                    .ctx = f },
                                            errbuf, sizeof(errbuf)),
                          0);
-        hp_rulewatch_set_wall_offset(&f->w, WALL_OFFSET_MS);
-        assert_int_equal(hp_rulewatch_use(&f->w, rs), 0);
+        hp_rulewatch__set_wall_offset(&f->w, WALL_OFFSET_MS);
+        assert_int_equal(hp_rulewatch__use(&f->w, rs), 0);
         logmon_ruleset_unref(rs); /* the watch holds its own reference */
-        hp_rulewatch_resume(&f->w, BASE_RANK);
+        hp_rulewatch__resume(&f->w, BASE_RANK);
 }
 
 static void stop(struct fixture *f)
 {
-        hp_rulewatch_close(&f->w);
+        hp_rulewatch__close(&f->w);
         assert_int_equal(uv_run(&f->loop, UV_RUN_DEFAULT), 0);
         assert_int_equal(uv_loop_close(&f->loop), 0);
 }
 
 static void feed(struct fixture *f, int rank, const char *line)
 {
-        struct hp_rulewatch_rank *m = hp_rulewatch_rank(&f->w, rank);
+        struct hp_rulewatch__rank *m = hp_rulewatch__rank(&f->w, rank);
 
         assert_non_null(m);
-        hp_rulewatch_line_cb(m, line, strlen(line), HP_LINE_EOL);
+        hp_rulewatch__line_cb(m, line, strlen(line), HP_LINE_EOL);
         /* A slow first line (valgrind) sends the rest of the iteration to
          * a rule thread: its verdict is the loop's once settled. */
-        hp_rulewatch_settle(&f->w);
+        hp_rulewatch__settle(&f->w);
 }
 
 /* One step: a line on a rank, or (line NULL) a tick at the start plus
@@ -436,7 +436,7 @@ static void test_watch_verdicts(void **state)
                         if (st->line != NULL)
                                 feed(f, st->rank, st->line);
                         else
-                                hp_rulewatch_tick(&f->w, t0 + st->tick_ms);
+                                hp_rulewatch__tick(&f->w, t0 + st->tick_ms);
                 }
                 if (!check_verdict(f, c, t0, why, sizeof(why)))
                         CASE_FAILED(failures, "%s: %s", c->name, why);
@@ -455,19 +455,19 @@ static void test_watch_ranks(void **state)
         assert_non_null(f);
         start(f, "[{\"name\": \"A\", \"logPattern\": \"a\"}]",
               (bool[NPROC]){ true, false, true, false });
-        assert_non_null(hp_rulewatch_rank(&f->w, 0));
-        assert_null(hp_rulewatch_rank(&f->w, 1));
-        assert_non_null(hp_rulewatch_rank(&f->w, 2));
-        assert_null(hp_rulewatch_rank(&f->w, 3));
-        assert_null(hp_rulewatch_rank(&f->w, NPROC));
-        assert_null(hp_rulewatch_rank(&f->w, -1));
-        assert_int_equal(hp_rulewatch_rank(&f->w, 2)->local_rank, 2);
-        assert_int_equal(logmon_ruleset_count(hp_rulewatch_ruleset(&f->w)),
+        assert_non_null(hp_rulewatch__rank(&f->w, 0));
+        assert_null(hp_rulewatch__rank(&f->w, 1));
+        assert_non_null(hp_rulewatch__rank(&f->w, 2));
+        assert_null(hp_rulewatch__rank(&f->w, 3));
+        assert_null(hp_rulewatch__rank(&f->w, NPROC));
+        assert_null(hp_rulewatch__rank(&f->w, -1));
+        assert_int_equal(hp_rulewatch__rank(&f->w, 2)->local_rank, 2);
+        assert_int_equal(logmon_ruleset_count(hp_rulewatch__ruleset(&f->w)),
                          1);
         /* No rules: nothing is watched. */
-        assert_int_equal(hp_rulewatch_use(&f->w, NULL), 0);
-        assert_null(hp_rulewatch_rank(&f->w, 0));
-        assert_null(hp_rulewatch_ruleset(&f->w));
+        assert_int_equal(hp_rulewatch__use(&f->w, NULL), 0);
+        assert_null(hp_rulewatch__rank(&f->w, 0));
+        assert_null(hp_rulewatch__ruleset(&f->w));
         stop(f);
         free(f);
 }
@@ -491,19 +491,19 @@ static void test_watch_attempts(void **state)
         assert_int_equal(f->verdicts, 1);
         assert_int_equal(f->v.local_rank, 1);
 
-        hp_rulewatch_suspend(&f->w);
-        hp_rulewatch_clear(&f->w);
+        hp_rulewatch__suspend(&f->w);
+        hp_rulewatch__clear(&f->w);
         feed(f, 0, "CUDA error: 3"); /* not running: ignored */
-        hp_rulewatch_tick(&f->w, t0 + 1000);
+        hp_rulewatch__tick(&f->w, t0 + 1000);
         assert_int_equal(f->verdicts, 1);
 
-        hp_rulewatch_resume(&f->w, 0);
+        hp_rulewatch__resume(&f->w, 0);
         feed(f, 0, "CUDA error: 4");
         assert_int_equal(f->verdicts, 2);
         assert_int_equal(f->v.local_rank, 0);
         assert_int_equal(f->v.rank, 0);
         assert_string_equal(f->v.line, "CUDA error: 4");
-        assert_int_equal(hp_rulewatch_lines_skipped(&f->w), 0);
+        assert_int_equal(hp_rulewatch__lines_skipped(&f->w), 0);
         stop(f);
         free(f);
 }

@@ -1196,8 +1196,8 @@ static void test_restart_policy(void **state)
                         CASE_FAILED(failures,
                                     "%s: %s with %d, expected %s with %d",
                                     policy_cases[k].name,
-                                    hp_next_name(got.what), got.exit_code,
-                                    hp_next_name(policy_cases[k].what),
+                                    hp_selfdriven__next_name(got.what), got.exit_code,
+                                    hp_selfdriven__next_name(policy_cases[k].what),
                                     policy_cases[k].exit_code);
         }
         assert_int_equal(failures, 0);
