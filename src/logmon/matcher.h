@@ -326,8 +326,10 @@ static inline int logmon__literal_first(const char *from, const char *end,
  *
  * The literal first, inline, and the forms only for a line that holds
  * it: most patterns turn most lines down this way, and then the call
- * into the forms with all it keeps in registers is not made. Any line,
- * with \n or not: every match holds the literal.
+ * into the forms with all it keeps in registers is not made. The branch
+ * is marked as the expected one, so that the compiler lays the call and
+ * the register saves around it off that path. Any line, with \n or
+ * not: every match holds the literal.
  */
 static inline int logmon__match(struct logmon_matcher *m,
                                 const struct logmon_regex *p, bool captures,
@@ -335,9 +337,10 @@ static inline int logmon__match(struct logmon_matcher *m,
 {
         const char *at;
 
-        if (p->literal.len != 0 && !likely &&
-            logmon__literal_first(subject, subject + len, &p->literal,
-                                  &at) == 0)
+        if (__builtin_expect(p->literal.len != 0 && !likely &&
+                             logmon__literal_first(subject, subject + len,
+                                                   &p->literal, &at) == 0,
+                             1))
                 return 0;
         return logmon__match_forms(m, p, captures, likely, subject, len);
 }
