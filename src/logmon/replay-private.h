@@ -1,5 +1,10 @@
-/* What replay.c, replay_time.c and replay_expect.c share: the replay's
- * state. */
+/* What the files of the replay share: its state, and the functions one
+ * file calls in another. replay.c is the driver (the clock, streams,
+ * attempts, the layout and feeding lines), replay_head.c reads what a
+ * line carries before its text, replay_time.c the timestamps in it,
+ * replay_files.c merges per-rank files, replay_report.c is what a replay
+ * prints and tells its caller, replay_expect.c checks and writes
+ * expectations. */
 #ifndef HP_LOGMON_REPLAY_PRIVATE_H
 #define HP_LOGMON_REPLAY_PRIVATE_H
 
@@ -8,6 +13,11 @@
 #include "hyperpod/linesplit.h"
 
 #include "logmon-private.h"
+
+/* How much of a log is read at a time. */
+#define REPLAY_CHUNK (64 * 1024)
+/* A console prefix's name, "default0" in "[default0]:", is shorter. */
+#define PREFIX_MAX 64
 
 struct replay_stream {
         char *name; /* NULL: the one stream of a plain log */
@@ -42,6 +52,24 @@ enum replay_clock {
         CLOCK_GLOG,
         CLOCK_HEAD,     /* kubectl --timestamps or ${time} before a line */
         CLOCK_AGENT,    /* only the agent's own start and verdict lines */
+};
+
+/* What a line carries before its text, outermost first: up to two RFC
+ * 3339 timestamps (kubectl --timestamps, then the agent's ${time}), an
+ * srun task label, and a console prefix or the agent's own "hyperpodrun
+ * [PID]: ". */
+struct line_head {
+        const char *body;
+        size_t body_len;
+        bool have_ts;
+        int64_t ts;            /* the innermost timestamp, epoch ms */
+        size_t ts_count;
+        bool kubectl;          /* nanoseconds: kubectl's */
+        const char *label;     /* srun's task label, or NULL */
+        size_t label_len;
+        const char *name;      /* the console prefix's name, or NULL */
+        size_t name_len;
+        bool agent;            /* hyperpodrun's own line */
 };
 
 struct logmon_replay {
@@ -109,8 +137,38 @@ struct logmon_replay {
         size_t nverdicts;
 };
 
-/* JSON string or null. */
-void logmon__json_cstr(FILE *f, const char *s);
+/* replay.c: the driver, for the per-rank files. */
+
+int logmon__replay_begin(struct logmon_ruleset *rs,
+                         const struct logmon_replay_opts *opts, FILE *out,
+                         struct logmon_replay **rp);
+/* Ends the log, judges up to --replay-until and writes the summary; r is
+ * freed on failure or without result. */
+int logmon__replay_end(struct logmon_replay *r,
+                       struct logmon_replay **result);
+/* The index of the stream named name (NULL: the plain log's one),
+ * made when it is new. */
+int logmon__replay_stream(struct logmon_replay *r, const char *name,
+                          size_t name_len, size_t *out);
+void logmon__set_clock(struct logmon_replay *r, int64_t ts);
+void logmon__advance_clock(struct logmon_replay *r,
+                           const struct line_head *h, uint64_t line_no);
+bool logmon__past_until(struct logmon_replay *r);
+int logmon__feed_line(struct logmon_replay *r, const char *name,
+                      size_t name_len, const struct line_head *h,
+                      uint64_t line_no);
+/* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
+int64_t logmon__wall_offset(const struct logmon_replay *r);
+
+/* replay_head.c */
+
+void logmon__parse_head(const struct logmon_replay *r, const char *line,
+                        size_t len, struct line_head *h);
+/* An ISO 8601 time after " at " in the agent's own line. */
+bool logmon__agent_time(const char *p, size_t len, int64_t *ts);
+
+/* replay_time.c */
+
 /* An ISO 8601 date and time at p (asctime's blank or a 'T', optional
  * fraction and zone; no zone is UTC) as epoch ms; *kind says which
  * spelling. */
@@ -120,5 +178,18 @@ bool logmon__ts_datetime(const char *p, const char *end, int64_t *out,
  * one fixed (r->clock). */
 bool logmon__line_timestamp(struct logmon_replay *r, const char *line,
                             size_t len, int64_t *out);
+
+/* replay_report.c */
+
+/* JSON string or null. */
+void logmon__json_cstr(FILE *f, const char *s);
+/* A recorded change, as a JSON line or in text. */
+void logmon__print_change(struct logmon_replay *r, size_t stream,
+                          const struct logmon_event *e, uint64_t line_no,
+                          const char *line, size_t len);
+void logmon__write_values(struct logmon_replay *r, size_t stream,
+                          uint64_t line_no);
+/* The summary, JSON or text, after the last change. */
+void logmon__write_summary(struct logmon_replay *r);
 
 #endif
