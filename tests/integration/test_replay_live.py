@@ -325,11 +325,16 @@ def test_state_changes_are_logged_live_as_a_replay_prints_them(hpr,
     assert by_rule(live) == by_rule(replayed), (r.describe(), live,
                                                 replayed)
     got = by_rule(live)
+    # The agent's own warnings and verdicts, for a failure's message.
+    said = [ln for ln in text.splitlines()
+            if re.search(r"hyperpodrun\[\d+\]: (warning|error|info)", ln)]
     assert [c.split(": ")[1].split(" at ")[0]
-            for c in got[("Tput", 0)]] == [
-        "WAITING -> HEALTHY", "HEALTHY -> SLOW", "SLOW -> HEALTHY"], got
+            for c in got.get(("Tput", 0), [])] == [
+        "WAITING -> HEALTHY", "HEALTHY -> SLOW", "SLOW -> HEALTHY"], (
+            got, said, r.describe())
     assert [c.split(": ")[1].split(" at ")[0]
-            for c in got[("Mark", 1)]] == ["WAITING -> HEALTHY"], got
+            for c in got.get(("Mark", 1), [])] == ["WAITING -> HEALTHY"], (
+                got, said, r.describe())
     # The mark came on a rule thread: its line is far past the first
     # iteration's HP_RULE_INLINE_MAX lines, in the line logged with it.
     assert any(m.group(2) and "flood line 18000 " in m.group(2)
