@@ -288,15 +288,27 @@ def test_state_changes_are_logged_live_as_a_replay_prints_them(hpr,
     # state change back to the loop's log. Rank 0's rate drops to 5 for
     # one line deep in the flood (HEALTHY -> SLOW -> HEALTHY there), and
     # a mark comes late on both ranks (WAITING -> HEALTHY).
+    # Rank 0's SLOW line is a verdict, which stops the job: rank 0 writes
+    # it only once rank 1 has written all of its lines, so that rank 1's
+    # mark is in its pipe, however the two ranks are scheduled.
     n = 20000
+    done = tmp_path / "rank1-written"
     script = write_exec(tmp_path / "worker.py", (
-        "#!/usr/bin/python3\nimport os, sys\n"
+        "#!/usr/bin/python3\nimport os, sys, time\n"
         "rank = os.environ['LOCAL_RANK']\n"
         f"lines = [f'flood line {{i}} rate ' + ('5' if i == 15000 and "
         f"rank == '0' else '50') + (' mark here' if i == 18000 else '')"
         f" for i in range({n})]\n"
-        "sys.stdout.write('\\n'.join(lines) + '\\n')\n"
-        "sys.stdout.flush()\n"))
+        "cut = 15000 if rank == '0' else len(lines)\n"
+        "sys.stdout.write('\\n'.join(lines[:cut]) + '\\n')\n"
+        "sys.stdout.flush()\n"
+        "if rank == '1':\n"
+        f"    open({str(done)!r}, 'w').close()\n"
+        "else:\n"
+        f"    while not os.path.exists({str(done)!r}):\n"
+        "        time.sleep(0.01)\n"
+        "    sys.stdout.write('\\n'.join(lines[cut:]) + '\\n')\n"
+        "    sys.stdout.flush()\n"))
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps(FLOOD_RULES))
     console = tmp_path / "console.log"
