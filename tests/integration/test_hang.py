@@ -55,9 +55,10 @@ def train_script(tmp_path):
     return path, line
 
 
-def rules(tmp_path):
+def rules(tmp_path, every_s=2):
     path = tmp_path / "rules.json"
-    path.write_text(json.dumps([HANG_RULE]))
+    path.write_text(json.dumps(
+        [dict(HANG_RULE, expectedRecurringFrequencyInSeconds=every_s)]))
     return path
 
 
@@ -79,9 +80,13 @@ def leftover_python_dirs(hpr):
 def test_gloo_hang_names_the_silent_rank_and_where_each_rank_was(hpr,
                                                                  tmp_path):
     script, hang_line = train_script(tmp_path)
+    # 5 s between progress lines: on a loaded machine, gloo's steps and
+    # torch's teardown after the last line of the second attempt can take
+    # more than 2 s, which the rule would rightly call a second hang.
     r = hpr.run(["--standalone", "--nproc-per-node", "4", "--max-restarts",
                  "1", "--tee", "3", "--log-monitoring-config",
-                 rules(tmp_path), script, 8, "hang"], timeout=180)
+                 rules(tmp_path, every_s=5), script, 8, "hang"],
+                timeout=180)
     # The hang was stopped, the group restarted, and the second attempt
     # finished.
     assert r.rc == 0, r.describe()
