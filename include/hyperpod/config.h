@@ -85,6 +85,10 @@ struct hp_config {
         /* hyperpodrun flags */
         int shutdown_signal;        /* SIGTERM or SIGKILL */
         uint64_t shutdown_timeout_ms;
+        /* --inprocess-restart (operator mode only): the workers stay alive
+         * across faults and wait at a barrier over the worker socket. */
+        bool inprocess_restart;
+        uint64_t inprocess_timeout_ms; /* 0: wait for the barrier forever */
         enum hp_hang_dump hang_dump;     /* what a hang report collects */
         uint64_t hang_dump_timeout_ms;   /* the most it waits for stacks */
         bool cgroup;                /* --cgroup auto: a cgroup per group */

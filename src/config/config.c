@@ -741,14 +741,13 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         int r, index;
 
         if (raw[HP_OPT_INPROCESS_RESTART].text)
-                ERR("%s is not supported: hyperpodrun restarts whole process "
-                    "groups (process-level restart); in-process restart "
-                    "needs the reference agent's worker IPC",
-                    raw[HP_OPT_INPROCESS_RESTART].source);
-        if (raw[HP_OPT_INPROCESS_TIMEOUT].text)
-                ERR("%s is not supported: it only applies to in-process "
-                    "restart, which hyperpodrun does not provide",
-                    raw[HP_OPT_INPROCESS_TIMEOUT].source);
+                cfg->inprocess_restart = true;
+        if (raw[HP_OPT_INPROCESS_TIMEOUT].text) {
+                r = parse_seconds(&raw[HP_OPT_INPROCESS_TIMEOUT],
+                                  &cfg->inprocess_timeout_ms, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
 
         /* torchrun flags that need its Python machinery: each is refused
          * with the reason, rather than accepted and ignored. */
@@ -1107,6 +1106,15 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
         }
 
         /* Cross-checks between options. */
+        if (cfg->inprocess_restart && !hp_config_operator_mode(cfg))
+                ERR("%s needs operator mode (--rdzv-backend hyperpod without "
+                    "--standalone): the HyperPod operator's /start releases "
+                    "the workers from their barrier; a self-driven run "
+                    "restarts whole process groups",
+                    raw[HP_OPT_INPROCESS_RESTART].source);
+        if (raw[HP_OPT_INPROCESS_TIMEOUT].text && !cfg->inprocess_restart)
+                ERR("%s only applies with --inprocess-restart",
+                    raw[HP_OPT_INPROCESS_TIMEOUT].source);
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",
                     cfg->nnodes);

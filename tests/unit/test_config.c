@@ -123,11 +123,11 @@ static int parse_argv(struct hp_config *cfg, const char *const *args,
 #define BOOL_FIELDS(X)                                                      \
         X(master_port_given) X(standalone) X(module) X(no_python)           \
         X(log_to_devnull) X(console_filter_set) X(show_help)                \
-        X(show_version)
+        X(show_version) X(inprocess_restart)
 
 #define U64_FIELDS(X)                                                       \
         X(monitor_interval_ms) X(shutdown_timeout_ms)                       \
-        X(server_shutdown_timeout_ms)
+        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)
 
 #define STRING_FIELDS(X)                                                    \
         X(master_addr) X(rdzv_backend_name) X(rdzv_endpoint) X(rdzv_id)     \
@@ -387,6 +387,13 @@ static const struct parse_case parse_cases[] = {
                           "--shutdown-timeout", "0.5", "t.py" },
                 .expect = { { "shutdown_signal", "SIGTERM" },
                             { "shutdown_timeout_ms", "500" } },
+        },
+        {
+                .name = "in-process restart with a barrier timeout",
+                .argv = { "hyperpodrun", "--inprocess-restart",
+                          "--inprocess-timeout", "30", "t.py" },
+                .expect = { { "inprocess_restart", "true" },
+                            { "inprocess_timeout_ms", "30000" } },
         },
         {
                 .name = "server flags",
@@ -825,12 +832,16 @@ static const struct error_case error_cases[] = {
         { "-m with PET_NO_PYTHON", { { "PET_NO_PYTHON", "1" } },
           { "hyperpodrun", "--module", "mod" },
           { "--module", "PET_NO_PYTHON" } },
-        { "in-process restart", NO_ENV,
-          { "hyperpodrun", "--inprocess-restart", "t.py" },
-          { "--inprocess-restart", "not supported" } },
-        { "in-process timeout", NO_ENV,
+        { "in-process restart in a self-driven mode", NO_ENV,
+          { "hyperpodrun", "--standalone", "--inprocess-restart", "t.py" },
+          { "--inprocess-restart", "operator mode" } },
+        { "in-process timeout without in-process restart", NO_ENV,
           { "hyperpodrun", "--inprocess-timeout", "5", "t.py" },
-          { "--inprocess-timeout", "not supported" } },
+          { "--inprocess-timeout", "--inprocess-restart" } },
+        { "in-process timeout that is not a number", NO_ENV,
+          { "hyperpodrun", "--inprocess-restart", "--inprocess-timeout",
+            "soon", "t.py" },
+          { "--inprocess-timeout", "soon" } },
         { "the c10d backend", NO_ENV,
           { "hyperpodrun", "--rdzv-backend", "c10d", "t.py" },
           { "c10d", "--rdzv-backend", "not supported" } },
