@@ -9,6 +9,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import struct
@@ -548,3 +549,18 @@ def test_elastic_event_all_reduce_with_gloo(tmp_path):
     assert "fallback True" in lines
     assert any("elastic event all-reduce failed (gloo is gone); using this "
                "rank's flag" in l for l in lines), lines
+
+
+def test_readme_examples_compile():
+    """The README's in-process restart examples are Python that parses
+    and imports only names the client has."""
+    text = (SOURCE_ROOT / "README.md").read_text()
+    section = text[text.index("## In-process restart"):]
+    section = section[:section.index("\n## ", 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        compile(block, "README.md", "exec")
+        for names in re.findall(r"from hyperpodrun_client import (.+)", block):
+            for name in names.split(","):
+                assert hasattr(hc, name.strip()), name
