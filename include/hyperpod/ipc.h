@@ -140,6 +140,101 @@ const char *hp_ckpt_latest(struct hp_ckpt *t);
  * step}}, or NULL when no complete step is known (or on ENOMEM). */
 cJSON *hp_ckpt_progress(const struct hp_ckpt *t);
 
+/* ---- In-process restart: the per-rank worker table (pure) ----
+ * What each local rank said over the socket (§4.9): where it is with the
+ * barrier, whether it reported a fault (reason, message, restart mode),
+ * the data it left for the operator, and the node's labels. */
+
+enum hp_restart_mode {
+        HP_RESTART_IN_PROCESS = 0,      /* in_process_restart */
+        HP_RESTART_PROCESS_LEVEL,       /* process_level_restart */
+        HP_RESTART_JOB_LEVEL,           /* job_level_restart */
+        HP_RESTART_LOCAL_PROCESS_LEVEL, /* local_process_level_restart */
+        HP_RESTART_MODE_COUNT
+};
+
+/* The wire names above. */
+const char *hp_restart_mode_name(enum hp_restart_mode mode);
+/* A wire name to its mode; -EINVAL for anything else. */
+int hp_restart_mode_parse(const char *name, enum hp_restart_mode *out);
+
+enum hp_ipc_rank_state {
+        HP_IPC_RANK_HEALTHY = 0,  /* running, or not heard from */
+        HP_IPC_RANK_AT_BARRIER,   /* counted at the barrier */
+        HP_IPC_RANK_PAST_BARRIER, /* sent past_rcb_barrier */
+        HP_IPC_RANK_FAILED,       /* sent job_fault */
+};
+
+const char *hp_ipc_rank_state_name(enum hp_ipc_rank_state state);
+
+struct hp_ipc_rank {
+        enum hp_ipc_rank_state state;
+        /* at_rcb_barrier arrived while the agent was not waiting for the
+         * barrier: it counts once the agent waits, as the reference's
+         * queue does, and a job_start forgets it. */
+        bool queued;
+        bool failed;                /* shown in worker_data */
+        int64_t rank;               /* global rank, -1: unknown */
+        int64_t group_rank;         /* rank // nproc, -1: unknown */
+        enum hp_restart_mode mode;
+        char *reason;               /* NULL: none */
+        char *message;              /* NULL: none */
+        cJSON *data;                /* NULL: none */
+};
+
+struct hp_ipc_ranks {
+        int nranks;
+        struct hp_ipc_rank *ranks;
+        cJSON *labels;              /* the last rank_labels, {} at first */
+        bool waiting;               /* the agent waits for the barrier */
+};
+
+int hp_ipc_ranks_init(struct hp_ipc_ranks *t, int nranks);
+void hp_ipc_ranks_free(struct hp_ipc_ranks *t);
+/* at_rcb_barrier from a local rank (0 <= lr < nranks, checked by the
+ * caller): counted at once while waiting, else queued. */
+void hp_ipc_ranks_at_barrier(struct hp_ipc_ranks *t, int lr);
+/* The agent starts waiting for the barrier: queued ranks count now. */
+void hp_ipc_ranks_wait_begin(struct hp_ipc_ranks *t);
+void hp_ipc_ranks_wait_end(struct hp_ipc_ranks *t);
+/* past_rcb_barrier: PAST_BARRIER, data forgotten, mode back to
+ * in_process_restart, failed cleared. */
+void hp_ipc_ranks_past_barrier(struct hp_ipc_ranks *t, int lr);
+/* job_fault: FAILED with a copy of reason and message (NULL: none). rank
+ * is the global rank (-1 unknown); group_rank = rank // nproc. Returns 0
+ * or -ENOMEM (the rank is FAILED all the same). */
+int hp_ipc_ranks_fail(struct hp_ipc_ranks *t, int lr, int64_t rank,
+                      enum hp_restart_mode mode, const char *reason,
+                      const char *message);
+/* job_data: data is copied (NULL or null: none). Returns 0 or -ENOMEM. */
+int hp_ipc_ranks_set_data(struct hp_ipc_ranks *t, int lr, int64_t rank,
+                          const cJSON *data);
+/* What job_start or job_rank_info told the rank. */
+void hp_ipc_ranks_set_rank_info(struct hp_ipc_ranks *t, int lr, int64_t rank,
+                                int64_t group_rank);
+/* rank_labels: replaces the labels (copied), kept across resets. */
+int hp_ipc_ranks_set_labels(struct hp_ipc_ranks *t, const cJSON *labels);
+/* Before a job_start (clear_data false) or at a full stop (true): every
+ * rank HEALTHY with no fault and no queued barrier message, ranks
+ * unknown; data is kept unless clear_data. */
+void hp_ipc_ranks_reset(struct hp_ipc_ranks *t, bool clear_data);
+bool hp_ipc_ranks_all_at_barrier(const struct hp_ipc_ranks *t);
+bool hp_ipc_ranks_any_failed(const struct hp_ipc_ranks *t);
+/* A failed rank asked for local_process_level_restart. */
+bool hp_ipc_ranks_local_plr(const struct hp_ipc_ranks *t);
+/* The restart mode /status shows instead of in_process_restart:
+ * job_level_restart over process_level_restart, or -1 for none. */
+int hp_ipc_ranks_operator_mode(const struct hp_ipc_ranks *t);
+/* /status worker_data: [{"rank","group_rank","local_rank","failed",
+ * "data"}] for each rank with data, in local-rank order; NULL when none
+ * has any (or on ENOMEM, errno set). */
+cJSON *hp_ipc_ranks_worker_data(const struct hp_ipc_ranks *t);
+/* §3.7 rule 0: the fault's reason and message from the first failed rank
+ * (local-rank order) with a non-empty reason, else WorkerReportedFault
+ * and the failed global ranks. 0, or -ENOENT when no rank failed. */
+int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
+                       size_t reason_len, char *message, size_t message_len);
+
 /* ---- The server (on the loop) ---- */
 
 struct hp_ipc_server;
@@ -186,6 +281,12 @@ struct hp_ipc_server {
         size_t nconns;
         size_t nclients;
         struct hp_ipc_stats stats;
+        /* In-process restart (hp_ipc_inprocess_enable): the worker table,
+         * and who is told when a message changed it or a connection
+         * with clients closed. */
+        struct hp_ipc_ranks ranks;
+        void (*on_change)(void *ctx);
+        void *change_ctx;
         char read_buf[65536];     /* one read at a time on the loop */
 };
 
@@ -213,5 +314,23 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *c,
  * -ENOENT when the rank has none, or the first error. */
 int hp_ipc_send_to_rank(struct hp_ipc_server *s, int local_rank,
                         const char *type, const cJSON *payload);
+/* Sends to every client. Returns the number sent to, or the first error
+ * (the others are still sent to). */
+int hp_ipc_broadcast(struct hp_ipc_server *s, const char *type,
+                     const cJSON *payload);
+/* Registered clients of a local rank. */
+int hp_ipc_rank_clients(const struct hp_ipc_server *s, int local_rank);
+/* Closes every connection (a full stop: the workers are going). */
+void hp_ipc_drop_clients(struct hp_ipc_server *s);
+
+/* ---- In-process restart's messages (§4.9) ----
+ * Registers at_rcb_barrier, past_rcb_barrier, job_data, job_fault and
+ * rank_labels, which update s->ranks; on_change(ctx) runs after each of
+ * them and after a connection with clients closed (NULL: nobody told).
+ * A message with a bad field is ignored with a warning naming it, except
+ * a job_fault, which counts for its local rank whatever else is wrong
+ * with it: a fault is never lost. Returns 0 or an error. */
+int hp_ipc_inprocess_enable(struct hp_ipc_server *s,
+                            void (*on_change)(void *ctx), void *ctx);
 
 #endif

@@ -61,12 +61,15 @@ struct hp_plr {
         uint64_t entries[HP_OP_STATE_COUNT]; /* for /metrics */
         char reason[HP_OP_REASON_MAX];
         char message[HP_OP_MESSAGE_MAX];
+        bool inprocess; /* the IPR table rules (set after hp_plr_init) */
 };
 
 /* INIT at now_us. */
 void hp_plr_init(struct hp_plr *plr, int64_t now_us);
 /* Whether the table allows from → to. Re-entering a state is refused. */
 bool hp_plr_allowed(enum hp_op_state from, enum hp_op_state to);
+/* The same for the in-process-restart agent's table. */
+bool hp_ipr_allowed(enum hp_op_state from, enum hp_op_state to);
 /* Moves to `to` with a reason and message (NULL: none), or returns -EPERM
  * and changes nothing when the table forbids it. */
 int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
@@ -76,6 +79,74 @@ int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
  * transitions carry it: 2024-11-20T23:37:17.855065+00:00, with the
  * microseconds left out when they are zero. */
 int hp_isoformat_utc(int64_t us, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------
+ * In-process restart's main loop (§3.6), as a pure decision: given what
+ * the agent, its workers and the worker socket say, and the time, what to
+ * do next. The driver (inprocess.c) does it, updates the view and asks
+ * again until the answer is HP_IPR_NONE.
+ */
+
+/* The worker group as the reference's main loop sees it. */
+enum hp_ipr_group {
+        HP_IPR_GROUP_INIT = 0,  /* nothing started since the last full stop */
+        HP_IPR_GROUP_HEALTHY,   /* a stage runs */
+        HP_IPR_GROUP_UNHEALTHY, /* a stage runs, a log rule gave a verdict */
+        HP_IPR_GROUP_FAILED,    /* a process failed, or a stage did not start */
+        HP_IPR_GROUP_SUCCEEDED, /* the stage's processes exited 0 */
+        HP_IPR_GROUP_STOPPING,  /* a full stop waits for the processes */
+        HP_IPR_GROUP_COUNT
+};
+
+/* What the agent waits for at the barrier. */
+enum hp_ipr_wait {
+        HP_IPR_WAIT_NONE = 0,
+        HP_IPR_WAIT_INIT,  /* training just started: READY once all are in */
+        HP_IPR_WAIT_PAUSE, /* /stop: job_fault sent, READY once all are in */
+};
+
+struct hp_ipr_view {
+        enum hp_op_state state;
+        enum hp_ipr_group group;
+        enum hp_stage stage;       /* of the last group started */
+        bool has_post_train;       /* --post-train-script */
+        enum hp_ipr_wait wait;
+        uint64_t wait_deadline;    /* loop ms; 0: no limit */
+        bool all_at_barrier;
+        bool any_failed;           /* a rank sent job_fault */
+        bool local_plr_requested;  /* ... asking local_process_level_restart */
+        bool clients_missing;      /* a local rank has no client */
+        bool can_start;            /* a /start since the last /stop */
+        bool plr_armed;            /* a local process-level restart is due */
+        bool ip_table_complete;    /* no null in pod_resourceconfig.json */
+};
+
+enum hp_ipr_action {
+        HP_IPR_NONE = 0,
+        HP_IPR_FULL_STOP,       /* stop every process, INIT, pre-train again */
+        HP_IPR_START_FIRST,     /* the first stage (pre-train or training) */
+        HP_IPR_START_TRAINING,  /* after pre-train: training, rules suspended,
+                                 * wait for the barrier */
+        HP_IPR_READY,           /* every rank is at the barrier */
+        HP_IPR_SEND_START,      /* job_start to every rank, rules resumed */
+        HP_IPR_HOLD,            /* job_start waits: the IP table has a null */
+        HP_IPR_FAULT,           /* → FAULTED (§3.7, rule 0 first) */
+        HP_IPR_PAUSE,           /* job_fault to every rank, wait for them */
+        HP_IPR_POST_TRAIN,      /* training ended: post-train */
+        HP_IPR_COMPLETE,        /* → COMPLETED */
+        HP_IPR_ACTION_COUNT
+};
+
+struct hp_ipr_decision {
+        enum hp_ipr_action action;
+        bool arm_local_plr;     /* with HP_IPR_FAULT: a full stop follows */
+        const char *why;        /* one sentence for the log */
+};
+
+const char *hp_ipr_action_name(enum hp_ipr_action action);
+const char *hp_ipr_group_name(enum hp_ipr_group group);
+struct hp_ipr_decision hp_ipr_decide(const struct hp_ipr_view *v,
+                                     uint64_t now_ms);
 
 /* ---------------------------------------------------------------------
  * Requests (§3.2) and their validation errors (§3.3)
@@ -114,6 +185,7 @@ struct hp_op_request {
         char *ip_version;     /* NULL when absent or null */
         cJSON *rank_ips;      /* [{"rank":int,"ip":str|int}], or NULL */
         bool spare;
+        cJSON *worker_data;   /* any JSON, or NULL when absent or null */
         cJSON *progress;      /* StartRequest only; NULL when absent */
         /* StopRequest */
         char *restart_mode;   /* "ipr" when absent or null */
@@ -171,6 +243,12 @@ struct hp_op_status {
         const char *agent_version;
         int assigned_rank;      /* -1: absent */
         bool spare;
+        /* The in-process-restart agent's keys (inprocess true): */
+        bool inprocess;
+        const char *restart_mode;  /* NULL: in_process_restart */
+        const cJSON *worker_data;  /* NULL: absent; borrowed */
+        const cJSON *rank_labels;  /* NULL: {}; borrowed */
+        bool priority;             /* "priority":"True", else absent */
 };
 
 /* The compact /status body, keys in the reference's order. Returns a
@@ -225,6 +303,24 @@ struct hp_operator {
         } (*stream_totals)[2]; /* per local rank: stdout, stderr */
         char *response;         /* the last response body (malloc'd) */
         char *detail_log;       /* scratch for logging bad requests */
+        /* --inprocess-restart (inprocess.c): the worker group as the
+         * reference's main loop sees it, the barrier wait, and the flags
+         * /start, /update and /stop set. */
+        struct hp_op_ipr {
+                enum hp_ipr_group group;
+                enum hp_ipr_wait wait;
+                uint64_t deadline;      /* loop ms, 0: none */
+                uv_timer_t timer;       /* fires at the deadline */
+                bool timer_ready;
+                bool plr_armed;         /* a full stop is due */
+                bool priority;
+                bool spare;             /* "True" until a request says */
+                bool holding;           /* HOLD was logged */
+                bool deciding;
+                bool verdict;           /* a rule verdict since the start */
+                char failure[HP_OP_MESSAGE_MAX]; /* the group's, or "" */
+                char failure_reason[HP_OP_REASON_MAX];
+        } ipr;
 };
 
 /*

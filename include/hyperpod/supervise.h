@@ -466,4 +466,13 @@ bool hp_agent_preflight_pending(const struct hp_agent *agent);
 /* Closes every handle; the loop can then be closed. */
 void hp_agent_close(struct hp_agent *agent);
 
+/* ---- In-process restart (inprocess.c) ---- */
+
+/* Stops the running stage's rules from watching: lines are ignored and
+ * the clocks stop, every rule keeps its state. */
+void hp_agent_suspend_rules(struct hp_agent *agent);
+/* Watches again: fresh rules (hp_agent_use_rules) start their clocks,
+ * suspended ones continue without counting the time they were off. */
+void hp_agent_resume_rules(struct hp_agent *agent);
+
 #endif

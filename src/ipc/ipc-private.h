@@ -3,6 +3,7 @@
 #define HYPERPOD_IPC_PRIVATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cjson/cJSON.h>
@@ -10,5 +11,13 @@
 /* A JSON number that is an integer a double holds exactly: a step or a
  * rank, where 1.5 or 1e300 are refused rather than cut. */
 bool hp_ipc__json_int(const cJSON *v, int64_t *out);
+
+struct hp_ipc_conn;
+
+/* Logs a connection's first few problems, then mutes it. */
+void hp_ipc__conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+/* A value for a log line: its JSON text, cut short, or "missing". */
+const char *hp_ipc__show(const cJSON *v, char *buf, size_t len);
 
 #endif

@@ -77,9 +77,7 @@ static bool utf8_valid(const unsigned char *s, size_t len)
 }
 
 /* Logs a connection's first few problems, then mutes it. */
-static void conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
-        __attribute__((format(printf, 2, 3)));
-static void conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
+void hp_ipc__conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
 {
         char text[1024];
         va_list ap;
@@ -110,6 +108,8 @@ static void conn_close(struct hp_ipc_conn *c)
 {
         struct hp_ipc_server *s = c->server;
 
+        bool had_clients = c->clients != NULL;
+
         if (c->closing)
                 return;
         c->closing = true;
@@ -127,6 +127,8 @@ static void conn_close(struct hp_ipc_conn *c)
                 c->next->prev = c->prev;
         s->nconns--;
         uv_close((uv_handle_t *)&c->pipe, conn_closed_cb);
+        if (had_clients && s->on_change != NULL)
+                s->on_change(s->change_ctx);
 }
 
 static void write_cb(uv_write_t *req, int status)
@@ -135,7 +137,7 @@ static void write_cb(uv_write_t *req, int status)
 
         w->conn->queued -= w->len;
         if (status < 0 && status != UV_ECANCELED && !w->conn->closing) {
-                conn_warn(w->conn, "cannot write to a client: %s",
+                hp_ipc__conn_warn(w->conn, "cannot write to a client: %s",
                           uv_strerror(status));
                 conn_close(w->conn);
         }
@@ -174,7 +176,7 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (c->queued + len + 4 > HP_IPC_QUEUE_MAX) {
                 free(text);
                 s->stats.closed_slow++;
-                conn_warn(c, "a client of local rank %d does not read its "
+                hp_ipc__conn_warn(c, "a client of local rank %d does not read its "
                              "replies (%zu bytes queued); closing its "
                              "connection",
                           cl->local_rank, c->queued);
@@ -195,7 +197,7 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         r = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, write_cb);
         if (r < 0) {
                 free(w);
-                conn_warn(c, "cannot write to a client: %s", uv_strerror(r));
+                hp_ipc__conn_warn(c, "cannot write to a client: %s", uv_strerror(r));
                 conn_close(c);
                 return r;
         }
@@ -225,6 +227,46 @@ int hp_ipc_send_to_rank(struct hp_ipc_server *s, int local_rank,
         return sent > 0 ? sent : -ENOENT;
 }
 
+int hp_ipc_broadcast(struct hp_ipc_server *s, const char *type,
+                     const cJSON *payload)
+{
+        struct hp_ipc_conn *c, *next;
+        int sent = 0, first = 0;
+
+        for (c = s->conns; c != NULL; c = next) {
+                next = c->next; /* a failed send closes c */
+                for (struct hp_ipc_client *cl = c->clients; cl != NULL;
+                     cl = cl->next) {
+                        int r = hp_ipc_send(s, cl, type, payload);
+                        if (r < 0) {
+                                if (first == 0)
+                                        first = r;
+                                break; /* c is closed with its clients */
+                        }
+                        sent++;
+                }
+        }
+        return first < 0 ? first : sent;
+}
+
+int hp_ipc_rank_clients(const struct hp_ipc_server *s, int local_rank)
+{
+        int n = 0;
+
+        for (const struct hp_ipc_conn *c = s->conns; c != NULL; c = c->next)
+                for (const struct hp_ipc_client *cl = c->clients; cl != NULL;
+                     cl = cl->next)
+                        if (cl->local_rank == local_rank)
+                                n++;
+        return n;
+}
+
+void hp_ipc_drop_clients(struct hp_ipc_server *s)
+{
+        while (s->conns != NULL)
+                conn_close(s->conns);
+}
+
 int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
                      hp_ipc_handler_fn fn, void *ctx)
 {
@@ -239,8 +281,7 @@ int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
         return 0;
 }
 
-/* A value for a log line: its JSON text, cut short, or "missing". */
-static const char *show(const cJSON *v, char *buf, size_t len)
+const char *hp_ipc__show(const cJSON *v, char *buf, size_t len)
 {
         char *text;
 
@@ -277,14 +318,14 @@ static void handle_init(struct hp_ipc_conn *c, const char *id, int rank)
         }
         if (c->nclients == CLIENTS_PER_CONN_MAX) {
                 c->server->stats.ignored++;
-                conn_warn(c, "init: a connection may register at most %d "
+                hp_ipc__conn_warn(c, "init: a connection may register at most %d "
                              "clients; client_id %.64s ignored",
                           CLIENTS_PER_CONN_MAX, id);
                 return;
         }
         cl = malloc(sizeof(*cl) + len + 1);
         if (cl == NULL) {
-                conn_warn(c, "init: out of memory");
+                hp_ipc__conn_warn(c, "init: out of memory");
                 return;
         }
         memcpy(cl->id, id, len + 1);
@@ -313,7 +354,7 @@ static int on_frame(void *ctx, const char *body, size_t len)
         if (!utf8_valid((const unsigned char *)body, len) ||
             (msg = cJSON_ParseWithLength(body, len)) == NULL) {
                 s->stats.ignored++;
-                conn_warn(c, "a %zu-byte message is not valid UTF-8 JSON; "
+                hp_ipc__conn_warn(c, "a %zu-byte message is not valid UTF-8 JSON; "
                              "ignored",
                           len);
                 return 0;
@@ -339,15 +380,15 @@ static int on_frame(void *ctx, const char *body, size_t len)
                                    : field[1] == 'c'    ? id
                                                         : rank_item;
                 s->stats.ignored++;
-                conn_warn(c, "a message needs an object with a string "
+                hp_ipc__conn_warn(c, "a message needs an object with a string "
                              "\"type\", a string \"client_id\" and an "
                              "integer \"local_rank\"; %s is %s; ignored",
-                          field, show(bad, shown, sizeof(shown)));
+                          field, hp_ipc__show(bad, shown, sizeof(shown)));
                 goto out;
         }
         if (rank < 0 || rank >= s->nranks) {
                 s->stats.ignored++;
-                conn_warn(c, "%.64s: local_rank %" PRId64 " is not on this "
+                hp_ipc__conn_warn(c, "%.64s: local_rank %" PRId64 " is not on this "
                              "node (0 to %d); ignored",
                           type->valuestring, rank, s->nranks - 1);
                 goto out;
@@ -360,7 +401,7 @@ static int on_frame(void *ctx, const char *body, size_t len)
         cl = find_client(c, id->valuestring);
         if (cl == NULL || cl->local_rank != rank) {
                 s->stats.ignored++;
-                conn_warn(c, "%.64s from client_id %.64s (local rank %" PRId64
+                hp_ipc__conn_warn(c, "%.64s from client_id %.64s (local rank %" PRId64
                              ") before its init on this connection; ignored",
                           type->valuestring, id->valuestring, rank);
                 goto out;
@@ -370,7 +411,7 @@ static int on_frame(void *ctx, const char *body, size_t len)
                         break;
         if (i == s->nhandlers) {
                 s->stats.ignored++;
-                conn_warn(c, "unknown message type \"%.64s\" from local rank "
+                hp_ipc__conn_warn(c, "unknown message type \"%.64s\" from local rank "
                              "%d; ignored",
                           type->valuestring, cl->local_rank);
                 goto out;
@@ -402,7 +443,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 return;
         if (nread < 0) {
                 if (nread != UV_EOF)
-                        conn_warn(c, "read: %s", uv_strerror((int)nread));
+                        hp_ipc__conn_warn(c, "read: %s", uv_strerror((int)nread));
                 conn_close(c);
                 return;
         }
@@ -416,7 +457,7 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                             too_big, HP_IPC_FRAME_MAX);
                 conn_close(c);
         } else if (r < 0) {
-                conn_warn(c, "%s; closing the connection", hp_strerror(r));
+                hp_ipc__conn_warn(c, "%s; closing the connection", hp_strerror(r));
                 conn_close(c);
         }
 }
@@ -480,14 +521,14 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (!cJSON_IsString(prefix) || !cJSON_IsObject(types)) {
                 char shown[80];
                 s->stats.ignored++;
-                conn_warn(cl->conn, "ckpt_init from local rank %d: needs a "
+                hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: needs a "
                                     "string \"prefix\" and an object "
                                     "\"checkpoint_types\"; %s is %s; "
                                     "ignored",
                           cl->local_rank,
                           !cJSON_IsString(prefix) ? "\"prefix\""
                                                   : "\"checkpoint_types\"",
-                          show(!cJSON_IsString(prefix) ? prefix : types,
+                          hp_ipc__show(!cJSON_IsString(prefix) ? prefix : types,
                                shown, sizeof(shown)));
                 return;
         }
@@ -523,7 +564,7 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         return;
 bad:
         s->stats.ignored++;
-        conn_warn(cl->conn, "ckpt_init from local rank %d: %s; ignored",
+        hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: %s; ignored",
                   cl->local_rank, err);
 }
 
@@ -540,19 +581,19 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
 
         if (!hp_ipc__json_int(step_item, &step)) {
                 snprintf(err, sizeof(err), "\"step\" is not an integer: %s",
-                         show(step_item, shown, sizeof(shown)));
+                         hp_ipc__show(step_item, shown, sizeof(shown)));
                 goto bad;
         }
         if (path != NULL && !cJSON_IsNull(path) && !cJSON_IsString(path)) {
                 snprintf(err, sizeof(err),
                          "\"path\" is neither a string nor null: %s",
-                         show(path, shown, sizeof(shown)));
+                         hp_ipc__show(path, shown, sizeof(shown)));
                 goto bad;
         }
         if (!cJSON_IsString(type)) {
                 snprintf(err, sizeof(err),
                          "\"checkpoint_type\" is not a string: %s",
-                         show(type, shown, sizeof(shown)));
+                         hp_ipc__show(type, shown, sizeof(shown)));
                 goto bad;
         }
         r = hp_ckpt_update(&s->ckpt, cl->local_rank, step,
@@ -571,7 +612,7 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         return;
 bad:
         s->stats.ignored++;
-        conn_warn(cl->conn, "ckpt_info_update from local rank %d: %s; "
+        hp_ipc__conn_warn(cl->conn, "ckpt_info_update from local rank %d: %s; "
                             "ignored",
                   cl->local_rank, err);
 }
@@ -586,7 +627,7 @@ static void ckpt_get_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
             (path != NULL ? cJSON_AddStringToObject(reply, "path", path)
                           : cJSON_AddNullToObject(reply, "path")) == NULL) {
                 cJSON_Delete(reply);
-                conn_warn(cl->conn, "ckpt_info_get: out of memory");
+                hp_ipc__conn_warn(cl->conn, "ckpt_info_get: out of memory");
                 return;
         }
         (void)hp_ipc_send(s, cl, "ckpt_info_get", reply);
@@ -638,6 +679,11 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         return r;
         }
         r = hp_ckpt_init(&s->ckpt, nranks);
+        if (r == 0) {
+                r = hp_ipc_ranks_init(&s->ranks, nranks);
+                if (r < 0)
+                        hp_ckpt_free(&s->ckpt);
+        }
         if (r < 0) {
                 snprintf(errbuf, errlen, "worker socket: %d local ranks",
                          nranks);
@@ -676,6 +722,7 @@ fail_pipe:
         unlink(s->path);
 fail_ckpt:
         hp_ckpt_free(&s->ckpt);
+        hp_ipc_ranks_free(&s->ranks);
         snprintf(errbuf, errlen, "worker socket %s: %s", s->path,
                  hp_strerror(r));
         return r;
@@ -686,6 +733,7 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
         if (!s->started)
                 return;
         s->started = false;
+        s->on_change = NULL;
         while (s->conns != NULL)
                 conn_close(s->conns);
         uv_close((uv_handle_t *)&s->listener, NULL);
@@ -693,4 +741,5 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
                 hp_log_warn("cannot remove the worker socket %s: %s", s->path,
                             strerror(errno));
         hp_ckpt_free(&s->ckpt);
+        hp_ipc_ranks_free(&s->ranks);
 }

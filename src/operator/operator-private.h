@@ -15,4 +15,19 @@ void hp_op__round_from_job(const struct hp_operator *op,
 /* The Prometheus text exposition of the agent (malloc'd), or NULL. */
 char *hp_op__metrics_render(const struct hp_operator *op, size_t *len);
 
+/* In-process restart (inprocess.c). */
+int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len);
+void hp_op__ipr_close(struct hp_operator *op);
+/* Acts on the state after a request or an event (from the kick timer). */
+void hp_op__ipr_kick(struct hp_operator *op);
+/* /start and /update: the spare flag and priority (§3.6). */
+void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count);
+/* /stop's restart_mode: process_level_restart arms a full stop. */
+void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode);
+/* /update: job_rank_info to every rank; 0, or -1 (logged). */
+int hp_op__ipr_update(struct hp_operator *op);
+/* The IPR keys of /status; *owned is for the caller to cJSON_Delete. */
+void hp_op__ipr_status(const struct hp_operator *op, struct hp_op_status *st,
+                       cJSON **owned);
+
 #endif

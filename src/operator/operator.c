@@ -197,6 +197,10 @@ static void kick_cb(uv_timer_t *timer)
                                                  kick);
         struct hp_agent *a = op->agent;
 
+        if (op->plr.inprocess && op->plr.state != HP_OP_SHUTDOWN) {
+                hp_op__ipr_kick(op);
+                return;
+        }
         switch (op->plr.state) {
         case HP_OP_RUNNING:
                 if (op->start_pending && op->can_start &&
@@ -587,6 +591,11 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
         }
 
         hp_agent_set_events(agent, &events, op);
+        if (cfg->inprocess_restart) {
+                r = hp_op__ipr_init(op, errbuf, len);
+                if (r < 0)
+                        return r;
+        }
         if (cfg->preflight_nccl) {
                 char why[1024];
                 r = hp_agent_preflight_start(agent, why, sizeof(why));
@@ -595,6 +604,10 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                         return r;
                 }
         }
+        /* The in-process-restart agent is READY once its workers are at
+         * the barrier. */
+        if (cfg->inprocess_restart)
+                return 0;
         hp_op__set_state(op, HP_OP_READY, NULL, NULL);
         hp_log_info("operator mode (--rdzv-backend hyperpod, the default): "
                     "no worker starts until the HyperPod operator sends "
@@ -620,6 +633,7 @@ int hp_operator_run(struct hp_operator *op)
 void hp_operator_close(struct hp_operator *op)
 {
         op->closing = true;
+        hp_op__ipr_close(op);
         if (op->timers_ready) {
                 uv_close((uv_handle_t *)&op->kick, NULL);
                 uv_close((uv_handle_t *)&op->retry, NULL);

@@ -1,4 +1,5 @@
-/* The agent state machine of the reference's process-level-restart agent.
+/* The agent state machine of the reference's agents: one table for the
+ * process-level-restart agent, one for the in-process-restart agent.
  * Pure: the caller passes the wall clock. */
 #include <errno.h>
 #include <stdio.h>
@@ -36,6 +37,23 @@ static const unsigned allowed[HP_OP_STATE_COUNT] = {
         [HP_OP_SHUTDOWN] = 0,
 };
 
+/* IPR_VALID_TRANSITIONS, §3.6: a full stop goes back to INIT from
+ * anywhere but COMPLETED, and a fault may come before any /start. */
+static const unsigned allowed_ipr[HP_OP_STATE_COUNT] = {
+        [HP_OP_INIT] = BIT(HP_OP_READY) | BIT(HP_OP_SHUTDOWN) |
+                       BIT(HP_OP_FAULTED),
+        [HP_OP_READY] = BIT(HP_OP_INIT) | BIT(HP_OP_RUNNING) |
+                        BIT(HP_OP_SHUTDOWN) | BIT(HP_OP_FAULTED),
+        [HP_OP_RUNNING] = BIT(HP_OP_INIT) | BIT(HP_OP_COMPLETED) |
+                          BIT(HP_OP_FAULTED) | BIT(HP_OP_STOPPING) |
+                          BIT(HP_OP_SHUTDOWN),
+        [HP_OP_FAULTED] = BIT(HP_OP_INIT) | BIT(HP_OP_STOPPING) |
+                          BIT(HP_OP_SHUTDOWN),
+        [HP_OP_STOPPING] = BIT(HP_OP_READY) | BIT(HP_OP_INIT),
+        [HP_OP_COMPLETED] = BIT(HP_OP_SHUTDOWN) | BIT(HP_OP_STOPPING),
+        [HP_OP_SHUTDOWN] = 0,
+};
+
 const char *hp_op_state_name(enum hp_op_state state)
 {
         return (unsigned)state < HP_OP_STATE_COUNT ? upper_names[state] : "?";
@@ -52,6 +70,14 @@ bool hp_plr_allowed(enum hp_op_state from, enum hp_op_state to)
             (unsigned)to >= HP_OP_STATE_COUNT)
                 return false;
         return (allowed[from] & BIT(to)) != 0;
+}
+
+bool hp_ipr_allowed(enum hp_op_state from, enum hp_op_state to)
+{
+        if ((unsigned)from >= HP_OP_STATE_COUNT ||
+            (unsigned)to >= HP_OP_STATE_COUNT)
+                return false;
+        return (allowed_ipr[from] & BIT(to)) != 0;
 }
 
 static void enter(struct hp_plr *plr, enum hp_op_state to, int64_t now_us)
@@ -74,7 +100,8 @@ void hp_plr_init(struct hp_plr *plr, int64_t now_us)
 int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
                       const char *reason, const char *message)
 {
-        if (!hp_plr_allowed(plr->state, to))
+        if (!(plr->inprocess ? hp_ipr_allowed(plr->state, to)
+                             : hp_plr_allowed(plr->state, to)))
                 return -EPERM;
         enter(plr, to, now_us);
         snprintf(plr->reason, sizeof(plr->reason), "%s", reason ? reason : "");

@@ -570,6 +570,14 @@ static void check_job(struct checker *c, const cJSON *obj,
         if (v != NULL && !cJSON_IsNull(v) &&
             bool_field(c, v, "spare", true, &spare) == PARSED_OK)
                 out->spare = spare;
+        /* Any JSON: the in-process restart agent hands it to the workers
+         * as it came. */
+        v = member(obj, "worker_data");
+        if (v != NULL && !cJSON_IsNull(v)) {
+                out->worker_data = cJSON_Duplicate(v, true);
+                if (out->worker_data == NULL)
+                        c->oom = true;
+        }
         if (route != HP_OP_START)
                 return;
         v = member(obj, "progress");
@@ -637,6 +645,7 @@ void hp_op_request_free(struct hp_op_request *req)
                 logmon_ruleset_unref(req->ruleset);
         free(req->ip_version);
         cJSON_Delete(req->rank_ips);
+        cJSON_Delete(req->worker_data);
         cJSON_Delete(req->progress);
         free(req->restart_mode);
         memset(req, 0, sizeof(*req));

@@ -49,11 +49,15 @@ static void respond_status(struct hp_operator *op,
                 .spare = true,
         };
         cJSON *progress = hp_ckpt_progress(&op->agent->ipc.ckpt);
+        cJSON *ipr_owned = NULL;
         char *body;
 
+        if (op->plr.inprocess)
+                hp_op__ipr_status(op, &st, &ipr_owned);
         st.progress = progress;
         body = hp_op_status_render(&st);
         cJSON_Delete(progress);
+        cJSON_Delete(ipr_owned);
 
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,
@@ -186,13 +190,26 @@ static void handle_start(struct hp_operator *op,
                 respond_500(op, res, err);
                 return;
         }
-        running = hp_op__set_state(op, HP_OP_RUNNING, "Running", NULL);
+        running = hp_op__set_state(op, HP_OP_RUNNING,
+                                   op->plr.inprocess ? "RunningStarted"
+                                                     : "Running",
+                                   NULL);
+        if (op->plr.inprocess)
+                hp_op__ipr_spare(op, body->spare, body->fault_count);
         store_job(op, body, false);
         /* Checkpoint discovery resumes from where the operator says. */
         if (hp_ckpt_set_progress(&op->agent->ipc.ckpt, op->job.progress) < 0)
                 hp_log_error("/start: out of memory for its progress");
         op->can_start = true;
-        if (running) {
+        if (op->plr.inprocess) {
+                /* job_start goes once every rank is at the barrier. */
+                hp_op__kick(op);
+                if (!running)
+                        hp_log_info("/start in state %s: kept; job_start "
+                                    "goes when the agent is READY and a "
+                                    "/start follows",
+                                    hp_op_state_name(op->plr.state));
+        } else if (running) {
                 op->start_pending = true;
                 hp_op__kick(op);
         } else {
@@ -214,7 +231,18 @@ static void handle_update(struct hp_operator *op,
                 respond_500(op, res, err);
                 return;
         }
+        if (op->plr.inprocess)
+                hp_op__ipr_spare(op, body->spare, body->fault_count);
         store_job(op, body, true);
+        if (op->plr.inprocess) {
+                /* As the reference: the rank is assigned once the
+                 * workers have it, else the operator sends again. */
+                if (hp_op__ipr_update(op) == 0)
+                        op->assigned_rank = op->job.rank;
+                else
+                        op->ip_version[0] = '\0';
+                hp_op__kick(op);
+        }
         respond_status(op, res);
 }
 
@@ -226,7 +254,10 @@ static void handle_stop(struct hp_operator *op,
         /* Stored on every /stop, nulls included, as the reference does. */
         op->stop_graceful = body->is_graceful;
         op->stop_timeout_s = body->timeout_s;
-        if (hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL))
+        if (op->plr.inprocess)
+                hp_op__ipr_stop_mode(op, body->restart_mode);
+        if (hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL) ||
+            op->plr.inprocess)
                 hp_op__kick(op);
         op->can_start = false;
         op->start_pending = false;

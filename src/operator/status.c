@@ -1,4 +1,4 @@
-/* The /status body, byte for byte as the reference's PLR agent builds it
+/* The /status body, byte for byte as the reference's agents build it
  * (§3.4): compact separators, UTF-8 kept, keys in this order and each
  * present only under the reference's condition. */
 #include <errno.h>
@@ -57,8 +57,23 @@ char *hp_op_status_render(const struct hp_op_status *st)
         if (plr->message[0] != '\0' &&
             !add_text(doc, "message", plr->message))
                 goto done;
-        if (cJSON_AddStringToObject(doc, "restartMode",
-                                    "process_level_restart") == NULL)
+        if (cJSON_AddStringToObject(
+                    doc, "restartMode",
+                    !st->inprocess ? "process_level_restart"
+                    : st->restart_mode != NULL ? st->restart_mode
+                                               : "in_process_restart") ==
+            NULL)
+                goto done;
+        if (st->inprocess && st->worker_data != NULL &&
+            !cJSON_AddItemToObject(doc, "worker_data",
+                                   cJSON_Duplicate(st->worker_data, true)))
+                goto done;
+        if (st->inprocess &&
+            !cJSON_AddItemToObject(doc, "rank_labels",
+                                   st->rank_labels != NULL
+                                           ? cJSON_Duplicate(st->rank_labels,
+                                                             true)
+                                           : cJSON_CreateObject()))
                 goto done;
         if (st->ip_version != NULL &&
             !add_text(doc, "ipversion", st->ip_version))
@@ -80,6 +95,9 @@ char *hp_op_status_render(const struct hp_op_status *st)
         }
         if (cJSON_AddStringToObject(doc, "spare",
                                     st->spare ? "True" : "False") == NULL)
+                goto done;
+        if (st->inprocess && st->priority &&
+            cJSON_AddStringToObject(doc, "priority", "True") == NULL)
                 goto done;
         out = cJSON_PrintUnformatted(doc);
 done:

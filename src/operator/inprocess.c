@@ -1,0 +1,758 @@
+/* In-process restart (--inprocess-restart): the operator's third way of
+ * driving the agent, beside self-driven and process-level restart.
+ *
+ * The training processes start with the agent, before any /start, and
+ * wait at a barrier on the worker socket; /start releases them with
+ * job_start, a fault sends every rank back to the barrier (job_fault), and
+ * only a dropped client, a barrier timeout, a worker's request or a spare
+ * flip restarts the processes themselves (a full stop). Everything that
+ * happens (a request, a worker's message, a stage's end, the barrier's
+ * deadline) kicks the one decision in ipr.c; this file does what it says
+ * and logs it. */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/operator.h"
+
+#include "operator-private.h"
+
+/* Decisions acted on per kick: each changes the state, so a handful
+ * covers the longest chain (fault → full stop → start). */
+#define DECISIONS_MAX 8
+
+/* The rendezvous before the operator's first /start (§5): no node rank,
+ * no master, the node count the command line gave. */
+static void placeholder_round(const struct hp_operator *op,
+                              struct hp_rdzv_info *round)
+{
+        memset(round, 0, sizeof(*round));
+        round->nproc = op->cfg->nproc;
+        round->nnodes = op->cfg->nnodes;
+        round->node_rank = -1;
+        round->world_size = op->cfg->nnodes * op->cfg->nproc;
+        round->group_world_size = op->cfg->nnodes;
+        round->base_rank = -op->cfg->nproc;
+        round->master_port = -1;
+}
+
+static void current_round(const struct hp_operator *op,
+                          struct hp_rdzv_info *round)
+{
+        if (op->have_job)
+                hp_op__round_from_job(op, round);
+        else
+                placeholder_round(op, round);
+}
+
+static int restart_count(const struct hp_operator *op)
+{
+        return op->have_job ? op->job.fault_count : 0;
+}
+
+static void timer_cb(uv_timer_t *t)
+{
+        struct hp_operator *op = hp_container_of(t, struct hp_operator,
+                                                 ipr.timer);
+
+        hp_op__kick(op);
+}
+
+static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+        uint64_t timeout = op->cfg->inprocess_timeout_ms;
+
+        ipr->wait = kind;
+        hp_ipc_ranks_wait_begin(&op->agent->ipc.ranks);
+        ipr->deadline = 0;
+        if (timeout > 0) {
+                ipr->deadline = uv_now(op->agent->loop) + timeout;
+                uv_timer_start(&ipr->timer, timer_cb, timeout, 0);
+        }
+        hp_log_info("in-process restart: waiting for local ranks 0-%d at "
+                    "the barrier (%s%.3g s)",
+                    op->cfg->nproc - 1, timeout ? "at most " : "no limit",
+                    timeout ? (double)timeout / 1000.0 : 0.0);
+}
+
+static void end_wait(struct hp_operator *op)
+{
+        op->ipr.wait = HP_IPR_WAIT_NONE;
+        op->ipr.deadline = 0;
+        hp_ipc_ranks_wait_end(&op->agent->ipc.ranks);
+        uv_timer_stop(&op->ipr.timer);
+}
+
+/* Whether pod_resourceconfig.json's IP list is free of nulls: job_start
+ * hands the workers an IP table they may connect by. No file passes, as
+ * in the reference. */
+static bool ip_table_complete(const struct hp_operator *op, char *missing,
+                              size_t len)
+{
+        char err[512];
+        cJSON *doc = NULL;
+        const cJSON *ips, *ip;
+        size_t used = 0;
+        int i = 0;
+        bool complete = true;
+
+        missing[0] = '\0';
+        if (hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err)) < 0 ||
+            doc == NULL) {
+                cJSON_Delete(doc);
+                return true;
+        }
+        ips = cJSON_GetObjectItemCaseSensitive(doc, "ips");
+        cJSON_ArrayForEach(ip, ips) {
+                if (cJSON_IsNull(ip)) {
+                        complete = false;
+                        if (used < len)
+                                used += (size_t)snprintf(
+                                        missing + used, len - used, "%s%d",
+                                        used ? ", " : "", i);
+                }
+                i++;
+        }
+        cJSON_Delete(doc);
+        return complete;
+}
+
+static bool clients_missing(const struct hp_operator *op)
+{
+        for (int lr = 0; lr < op->cfg->nproc; lr++)
+                if (hp_ipc_rank_clients(&op->agent->ipc, lr) == 0)
+                        return true;
+        return false;
+}
+
+static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
+{
+        const struct hp_ipc_ranks *ranks = &op->agent->ipc.ranks;
+        char missing[64];
+
+        memset(v, 0, sizeof(*v));
+        v->state = op->plr.state;
+        v->group = op->ipr.group;
+        v->stage = op->agent->stage;
+        v->has_post_train = op->cfg->post_train_script != NULL;
+        v->wait = op->ipr.wait;
+        v->wait_deadline = op->ipr.deadline;
+        v->all_at_barrier = hp_ipc_ranks_all_at_barrier(ranks);
+        v->any_failed = hp_ipc_ranks_any_failed(ranks);
+        v->local_plr_requested = hp_ipc_ranks_local_plr(ranks);
+        v->clients_missing = clients_missing(op);
+        v->can_start = op->can_start;
+        v->plr_armed = op->ipr.plr_armed;
+        /* Read from disk only when it decides something. */
+        v->ip_table_complete = true;
+        if (v->state == HP_OP_RUNNING && v->all_at_barrier && v->can_start)
+                v->ip_table_complete =
+                        ip_table_complete(op, missing, sizeof(missing));
+}
+
+/* ---- job_start and job_rank_info ---- */
+
+/* {"worker_envs": {...}, "aggregate_worker_data": {"rank_ips",
+ * "aggregate_worker_data"}} for one local rank, as §4.9 has it. */
+static cJSON *rank_payload(const struct hp_operator *op,
+                           const struct hp_rdzv_info *round, int lr)
+{
+        cJSON *msg = cJSON_CreateObject();
+        cJSON *envs = cJSON_AddObjectToObject(msg, "worker_envs");
+        cJSON *agg = cJSON_AddObjectToObject(msg, "aggregate_worker_data");
+        char v[11][288];
+        static const char *const keys[11] = {
+                "RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE",
+                "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "JOB_RESTART_COUNT",
+                "TORCHELASTIC_RESTART_COUNT", "SPARE",
+        };
+        int rank = round->base_rank + lr;
+
+        if (msg == NULL || envs == NULL || agg == NULL)
+                goto oom;
+        snprintf(v[0], sizeof(v[0]), "%d", rank);
+        snprintf(v[1], sizeof(v[1]), "%d", round->node_rank);
+        snprintf(v[2], sizeof(v[2]), "%d", rank);
+        snprintf(v[3], sizeof(v[3]), "%d", round->world_size);
+        /* The number of nodes, as in the workers' environment. */
+        snprintf(v[4], sizeof(v[4]), "%d", round->group_world_size);
+        snprintf(v[5], sizeof(v[5]), "%d", round->world_size);
+        snprintf(v[6], sizeof(v[6]), "%s", round->master_addr);
+        snprintf(v[7], sizeof(v[7]), "%d", round->master_port);
+        snprintf(v[8], sizeof(v[8]), "%d", restart_count(op));
+        snprintf(v[9], sizeof(v[9]), "%d", restart_count(op));
+        snprintf(v[10], sizeof(v[10]), "%s",
+                 op->ipr.spare ? "True" : "False");
+        for (size_t i = 0; i < HP_ARRAY_SIZE(keys); i++)
+                if (cJSON_AddStringToObject(envs, keys[i], v[i]) == NULL)
+                        goto oom;
+        if (!cJSON_AddItemToObject(agg, "rank_ips",
+                                   op->job.rank_ips
+                                           ? cJSON_Duplicate(op->job.rank_ips,
+                                                             true)
+                                           : cJSON_CreateNull()) ||
+            !cJSON_AddItemToObject(
+                    agg, "aggregate_worker_data",
+                    op->job.worker_data
+                            ? cJSON_Duplicate(op->job.worker_data, true)
+                            : cJSON_CreateNull()))
+                goto oom;
+        return msg;
+oom:
+        cJSON_Delete(msg);
+        return NULL;
+}
+
+/* Sends type with each rank's data to every local rank: 0, or -1 with
+ * why (a rank without a client, a write that failed). */
+static int send_rank_info(struct hp_operator *op, const char *type,
+                          char *why, size_t len)
+{
+        struct hp_agent *a = op->agent;
+        struct hp_rdzv_info round;
+        size_t used = 0;
+
+        current_round(op, &round);
+        for (int lr = 0; lr < op->cfg->nproc; lr++) {
+                if (hp_ipc_rank_clients(&a->ipc, lr) > 0)
+                        continue;
+                if (used == 0)
+                        used = (size_t)snprintf(why, len,
+                                                "Missing client connections "
+                                                "from local ranks ");
+                if (used < len)
+                        used += (size_t)snprintf(why + used, len - used,
+                                                 "%s%d",
+                                                 used > 44 ? ", " : "", lr);
+        }
+        if (used > 0)
+                return -1;
+        for (int lr = 0; lr < op->cfg->nproc; lr++) {
+                cJSON *msg = rank_payload(op, &round, lr);
+                int r = msg ? hp_ipc_send_to_rank(&a->ipc, lr, type, msg)
+                            : -ENOMEM;
+                cJSON_Delete(msg);
+                if (r < 0) {
+                        snprintf(why, len, "Failed to send %s to local rank "
+                                           "%d: %s",
+                                 type, lr, hp_strerror(r));
+                        return -1;
+                }
+                hp_ipc_ranks_set_rank_info(&a->ipc.ranks, lr,
+                                           round.base_rank + lr,
+                                           round.node_rank);
+        }
+        return 0;
+}
+
+int hp_op__ipr_update(struct hp_operator *op)
+{
+        char why[256];
+
+        if (op->ipr.group != HP_IPR_GROUP_HEALTHY ||
+            op->agent->stage != HP_STAGE_TRAIN) {
+                hp_log_info("/update: the training processes are not "
+                            "running; no job_rank_info sent, ipversion "
+                            "cleared for the operator to send again");
+                return -1;
+        }
+        if (send_rank_info(op, "job_rank_info", why, sizeof(why)) < 0) {
+                hp_log_warn("/update: %s; ipversion cleared for the operator "
+                            "to send again",
+                            why);
+                return -1;
+        }
+        hp_log_info("/update: job_rank_info sent to local ranks 0-%d",
+                    op->cfg->nproc - 1);
+        return 0;
+}
+
+/* ---- The actions ---- */
+
+static void fault(struct hp_operator *op, const char *why)
+{
+        char reason[HP_OP_REASON_MAX], message[HP_OP_MESSAGE_MAX];
+
+        if (hp_ipc_ranks_fault(&op->agent->ipc.ranks, reason, sizeof(reason),
+                               message, sizeof(message)) < 0) {
+                if (op->ipr.failure_reason[0] != '\0') {
+                        snprintf(reason, sizeof(reason), "%s",
+                                 op->ipr.failure_reason);
+                        snprintf(message, sizeof(message), "%s",
+                                 op->ipr.failure);
+                } else {
+                        snprintf(reason, sizeof(reason), "WorkerFault");
+                        snprintf(message, sizeof(message), "%s", why);
+                }
+        }
+        if (op->ipr.wait != HP_IPR_WAIT_NONE)
+                end_wait(op);
+        if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
+                op->faults++;
+                hp_log_error("%s: %s", reason, message);
+        }
+}
+
+static void finish_full_stop(struct hp_operator *op)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+
+        hp_agent_clear_rules(op->agent);
+        ipr->group = HP_IPR_GROUP_INIT;
+        ipr->priority = false;
+        ipr->verdict = false;
+        ipr->holding = false;
+        ipr->failure[0] = ipr->failure_reason[0] = '\0';
+        hp_ipc_ranks_reset(&op->agent->ipc.ranks, true);
+        /* The operator sends the IP table again. */
+        op->ip_version[0] = '\0';
+        op->last_failure_code = 0;
+        hp_op__set_state(op, HP_OP_INIT, NULL, NULL);
+}
+
+static void full_stop(struct hp_operator *op)
+{
+        struct hp_agent *a = op->agent;
+
+        op->ipr.plr_armed = false;
+        if (op->ipr.wait != HP_IPR_WAIT_NONE)
+                end_wait(op);
+        hp_ipc_drop_clients(&a->ipc);
+        if (!hp_agent_workers_active(a)) {
+                finish_full_stop(op);
+                return;
+        }
+        op->ipr.group = HP_IPR_GROUP_STOPPING;
+        if (!a->group.stopping) {
+                hp_log_info("in-process restart: stopping the processes "
+                            "with %s (SIGKILL after %llu ms)",
+                            hp_signal_name(op->cfg->shutdown_signal),
+                            (unsigned long long)op->cfg->shutdown_timeout_ms);
+                hp_agent_stop_workers(a, op->cfg->shutdown_signal,
+                                      op->cfg->shutdown_timeout_ms);
+        }
+}
+
+static void failed_to_start(struct hp_operator *op, const char *what, int r)
+{
+        op->ipr.group = HP_IPR_GROUP_FAILED;
+        snprintf(op->ipr.failure_reason, sizeof(op->ipr.failure_reason),
+                 "WorkerStartFailed");
+        snprintf(op->ipr.failure, sizeof(op->ipr.failure),
+                 "cannot start %s: %s", what, hp_strerror(r));
+}
+
+/* Training runs from here to the first job_start without rules
+ * watching: the processes only wait. */
+static void training_started(struct hp_operator *op)
+{
+        hp_agent_suspend_rules(op->agent);
+        begin_wait(op, HP_IPR_WAIT_INIT);
+}
+
+static void start_first(struct hp_operator *op)
+{
+        struct hp_agent *a = op->agent;
+        struct hp_rdzv_info round;
+        int r;
+
+        current_round(op, &round);
+        r = hp_agent_use_rules(a, op->have_job ? op->job.ruleset : NULL);
+        if (r == 0)
+                r = hp_agent_begin(a, &round, restart_count(op));
+        if (r < 0) {
+                failed_to_start(op, "the first stage", r);
+                return;
+        }
+        op->attempts_started++;
+        op->ipr.group = HP_IPR_GROUP_HEALTHY;
+        if (a->stage == HP_STAGE_TRAIN)
+                training_started(op);
+}
+
+static void next_stage(struct hp_operator *op, bool training)
+{
+        struct hp_agent *a = op->agent;
+        struct hp_rdzv_info round;
+        int r;
+
+        current_round(op, &round);
+        a->round = round;
+        r = hp_agent_next_stage(a);
+        if (r == 0) {
+                hp_agent_clear_rules(a);
+                hp_op__set_state(op, HP_OP_COMPLETED, NULL, NULL);
+                return;
+        }
+        if (r < 0) {
+                failed_to_start(op, training ? "training" : "post-train", r);
+                return;
+        }
+        op->ipr.group = HP_IPR_GROUP_HEALTHY;
+        if (training)
+                training_started(op);
+}
+
+static void send_start(struct hp_operator *op)
+{
+        struct hp_agent *a = op->agent;
+        char why[256];
+
+        hp_ipc_ranks_reset(&a->ipc.ranks, false);
+        if (send_rank_info(op, "job_start", why, sizeof(why)) < 0) {
+                hp_log_error("in-process restart: job_start: %s", why);
+                snprintf(op->ipr.failure_reason,
+                         sizeof(op->ipr.failure_reason), "WorkerFault");
+                snprintf(op->ipr.failure, sizeof(op->ipr.failure), "%s",
+                         why);
+                fault(op, why);
+                return;
+        }
+        hp_log_info("in-process restart: job_start sent to local ranks 0-%d "
+                    "(JOB_RESTART_COUNT %d)",
+                    op->cfg->nproc - 1, restart_count(op));
+        snprintf(op->plr.reason, sizeof(op->plr.reason), "Running");
+        op->ipr.priority = false;
+        op->ipr.holding = false;
+        op->ipr.verdict = false;
+        op->ipr.failure[0] = op->ipr.failure_reason[0] = '\0';
+        op->attempts_started++;
+        /* The /start's rules, fresh. */
+        if (hp_agent_use_rules(a, op->job.ruleset) < 0)
+                hp_log_error("in-process restart: out of memory for the "
+                             "rules; training runs unwatched");
+        hp_agent_resume_rules(a);
+}
+
+static void hold(struct hp_operator *op)
+{
+        char missing[256];
+
+        if (op->ipr.holding)
+                return;
+        op->ipr.holding = true;
+        ip_table_complete(op, missing, sizeof(missing));
+        hp_log_warn("in-process restart: job_start held: %s/%s has no IP "
+                    "for node ranks %s; an /update with their rankIps "
+                    "releases the workers",
+                    op->resource_dir, HP_OP_PODCFG_NAME, missing);
+}
+
+static void pause_workers(struct hp_operator *op)
+{
+        cJSON *msg = cJSON_CreateObject();
+        int r;
+
+        op->ipr.priority = true;
+        if (msg == NULL || cJSON_AddNumberToObject(msg, "restart_count",
+                                                   restart_count(op)) == NULL)
+                r = -ENOMEM;
+        else
+                r = hp_ipc_broadcast(&op->agent->ipc, "job_fault", msg);
+        cJSON_Delete(msg);
+        hp_agent_clear_rules(op->agent);
+        if (r < 0) {
+                hp_log_error("in-process restart: cannot send job_fault to "
+                             "every rank (%s): restarting the processes",
+                             hp_strerror(r));
+                op->ipr.plr_armed = true;
+                return;
+        }
+        hp_log_info("in-process restart: job_fault (restart_count %d) sent "
+                    "to %d clients",
+                    restart_count(op), r);
+        begin_wait(op, HP_IPR_WAIT_PAUSE);
+}
+
+static void apply(struct hp_operator *op, const struct hp_ipr_decision *d)
+{
+        switch (d->action) {
+        case HP_IPR_NONE:
+                break;
+        case HP_IPR_FULL_STOP:
+                full_stop(op);
+                break;
+        case HP_IPR_START_FIRST:
+                start_first(op);
+                break;
+        case HP_IPR_START_TRAINING:
+                next_stage(op, true);
+                break;
+        case HP_IPR_READY:
+                end_wait(op);
+                hp_op__set_state(op, HP_OP_READY, NULL, NULL);
+                break;
+        case HP_IPR_SEND_START:
+                send_start(op);
+                break;
+        case HP_IPR_HOLD:
+                hold(op);
+                break;
+        case HP_IPR_FAULT:
+                if (d->arm_local_plr) {
+                        hp_log_warn("in-process restart: a rank asked for "
+                                    "local_process_level_restart: the "
+                                    "node's processes restart next");
+                        op->ipr.plr_armed = true;
+                }
+                fault(op, d->why);
+                break;
+        case HP_IPR_PAUSE:
+                pause_workers(op);
+                break;
+        case HP_IPR_POST_TRAIN:
+                next_stage(op, false);
+                break;
+        case HP_IPR_COMPLETE:
+                hp_agent_clear_rules(op->agent);
+                hp_op__set_state(op, HP_OP_COMPLETED, NULL, NULL);
+                break;
+        default:
+                break;
+        }
+}
+
+void hp_op__ipr_kick(struct hp_operator *op)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+
+        if (ipr->deciding)
+                return;
+        ipr->deciding = true;
+        for (int i = 0; i < DECISIONS_MAX; i++) {
+                struct hp_ipr_view v;
+                struct hp_ipr_decision d;
+
+                if (ipr->group == HP_IPR_GROUP_INIT &&
+                    hp_agent_preflight_pending(op->agent))
+                        break;
+                view_of(op, &v);
+                d = hp_ipr_decide(&v, uv_now(op->agent->loop));
+                if (d.action == HP_IPR_NONE)
+                        break;
+                if (d.action != HP_IPR_HOLD || !ipr->holding)
+                        hp_log_info("in-process restart: %s (agent %s, %s "
+                                    "%s): %s",
+                                    hp_ipr_action_name(d.action),
+                                    hp_op_state_name(v.state),
+                                    hp_stage_name(v.stage),
+                                    hp_ipr_group_name(v.group), d.why);
+                apply(op, &d);
+                /* Nothing moved (a refused transition, a hold): asking
+                 * again would give the same answer. */
+                if (op->plr.state == v.state && ipr->group == v.group &&
+                    ipr->wait == v.wait && ipr->plr_armed == v.plr_armed)
+                        break;
+        }
+        ipr->deciding = false;
+}
+
+/* ---- Requests ---- */
+
+void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+
+        if (!spare && fault_count == 0 && op->plr.state == HP_OP_INIT)
+                ipr->priority = true;
+        if (ipr->spare == spare)
+                return;
+        if (!ipr->spare) {
+                hp_log_info("in-process restart: spare %s → %s: the node's "
+                            "processes restart",
+                            ipr->spare ? "True" : "False",
+                            spare ? "True" : "False");
+                ipr->plr_armed = true;
+        }
+        ipr->spare = spare;
+}
+
+void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
+{
+        if (mode == NULL || strcasecmp(mode, "ipr") == 0 ||
+            strcasecmp(mode, "in_process_restart") == 0)
+                return;
+        if (strcasecmp(mode, "process_level_restart") == 0) {
+                hp_log_info("/stop asks for a process-level restart: the "
+                            "node's processes restart");
+                op->ipr.plr_armed = true;
+                return;
+        }
+        hp_log_error("/stop: restart_mode \"%s\" is not process_level_restart"
+                     "; an in-process restart follows",
+                     mode);
+}
+
+/* Fills the IPR keys of /status; *owned is for the caller to delete. */
+void hp_op__ipr_status(const struct hp_operator *op, struct hp_op_status *st,
+                       cJSON **owned)
+{
+        const struct hp_ipc_ranks *ranks = &op->agent->ipc.ranks;
+        int mode = hp_ipc_ranks_operator_mode(ranks);
+
+        st->inprocess = true;
+        st->spare = op->ipr.spare;
+        st->priority = op->ipr.priority;
+        st->restart_mode =
+                mode >= 0 ? hp_restart_mode_name((enum hp_restart_mode)mode)
+                          : NULL;
+        st->rank_labels = ranks->labels;
+        *owned = hp_ipc_ranks_worker_data(ranks);
+        st->worker_data = *owned;
+}
+
+/* ---- Agent events ---- */
+
+static void stage_ended(struct hp_agent *a, enum hp_stage stage,
+                        enum hp_group_result result, const struct hp_group *g,
+                        void *ctx)
+{
+        struct hp_operator *op = ctx;
+        struct hp_op_ipr *ipr = &op->ipr;
+
+        if (ipr->group == HP_IPR_GROUP_STOPPING) {
+                finish_full_stop(op);
+        } else if (result == HP_GROUP_SUCCEEDED) {
+                ipr->group = HP_IPR_GROUP_SUCCEEDED;
+        } else {
+                if (result == HP_GROUP_FAILED)
+                        op->last_failure_code = hp_agent_failure_exit_code(g);
+                if (ipr->failure_reason[0] == '\0') {
+                        snprintf(ipr->failure_reason,
+                                 sizeof(ipr->failure_reason), "WorkerCrash");
+                        if (result == HP_GROUP_FAILED)
+                                hp_agent_failure_message(a, g, ipr->failure,
+                                                         sizeof(ipr->failure));
+                        else
+                                snprintf(ipr->failure, sizeof(ipr->failure),
+                                         "the %s processes were stopped",
+                                         hp_stage_name(stage));
+                }
+                ipr->group = HP_IPR_GROUP_FAILED;
+        }
+        hp_op__kick(op);
+}
+
+static void worker_failed(struct hp_agent *a, const struct hp_group *g,
+                          void *ctx)
+{
+        struct hp_operator *op = ctx;
+        struct hp_op_ipr *ipr = &op->ipr;
+        const struct hp_worker *w = g->first_failure;
+
+        op->last_failure_code = hp_agent_failure_exit_code(g);
+        if (ipr->group == HP_IPR_GROUP_STOPPING)
+                return;
+        if (ipr->failure_reason[0] == '\0' || ipr->verdict) {
+                snprintf(ipr->failure_reason, sizeof(ipr->failure_reason),
+                         "%s",
+                         w != NULL && w->start_error != 0
+                                 ? "WorkerStartFailed"
+                                 : "WorkerCrash");
+                hp_agent_failure_message(a, g, ipr->failure,
+                                         sizeof(ipr->failure));
+                ipr->verdict = false;
+        }
+        ipr->group = HP_IPR_GROUP_FAILED;
+        hp_op__kick(op);
+}
+
+static void verdict(struct hp_operator *op, const char *reason,
+                    const char *message)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+        size_t n = strnlen(reason, sizeof(ipr->failure_reason) - 1);
+
+        if (ipr->group != HP_IPR_GROUP_HEALTHY)
+                return;
+        ipr->verdict = true;
+        memcpy(ipr->failure_reason, reason, n);
+        ipr->failure_reason[n] = '\0';
+        snprintf(ipr->failure, sizeof(ipr->failure), "%s", message);
+        ipr->group = HP_IPR_GROUP_UNHEALTHY;
+        hp_op__kick(op);
+}
+
+static void rule_verdict(struct hp_agent *a, void *ctx)
+{
+        char msg[HP_OP_MESSAGE_MAX];
+
+        snprintf(msg, sizeof(msg), "Log rule verdict %s on local rank %d; "
+                                   "last matching line: %s",
+                 a->verdict, a->verdict_rank,
+                 a->verdict_line[0] ? a->verdict_line : "(none)");
+        verdict(ctx, a->verdict, msg);
+}
+
+static void node_fault(struct hp_agent *a, void *ctx)
+{
+        char msg[HP_OP_MESSAGE_MAX];
+
+        snprintf(msg, sizeof(msg),
+                 "The kernel log reports a hardware fault on this node "
+                 "(%s): %s",
+                 a->cfg->kmsg, a->health.fault_line);
+        verdict(ctx, a->health.fault, msg);
+}
+
+static void preflight_passed(struct hp_agent *a, void *ctx)
+{
+        hp_op__kick(ctx);
+}
+
+static const struct hp_agent_events events = {
+        .stage_ended = stage_ended,
+        .rule_verdict = rule_verdict,
+        .worker_failed = worker_failed,
+        .node_fault = node_fault,
+        .preflight_passed = preflight_passed,
+};
+
+static void ipc_changed(void *ctx)
+{
+        hp_op__kick(ctx);
+}
+
+int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+        int r;
+
+        memset(ipr, 0, sizeof(*ipr));
+        ipr->spare = true;
+        op->plr.inprocess = true;
+        r = hp_ipc_inprocess_enable(&op->agent->ipc, ipc_changed, op);
+        if (r < 0) {
+                snprintf(errbuf, len, "in-process restart: the worker "
+                                      "socket's handlers: %s",
+                         hp_strerror(r));
+                return r;
+        }
+        uv_timer_init(op->agent->loop, &ipr->timer);
+        ipr->timer_ready = true;
+        hp_agent_set_events(op->agent, &events, op);
+        hp_log_info("in-process restart (--inprocess-restart): the "
+                    "processes start now and wait at the barrier; READY "
+                    "once every local rank is there, then /start releases "
+                    "them");
+        hp_op__kick(op);
+        return 0;
+}
+
+void hp_op__ipr_close(struct hp_operator *op)
+{
+        if (!op->plr.inprocess)
+                return;
+        op->agent->ipc.on_change = NULL;
+        if (op->ipr.timer_ready) {
+                uv_close((uv_handle_t *)&op->ipr.timer, NULL);
+                op->ipr.timer_ready = false;
+        }
+}
