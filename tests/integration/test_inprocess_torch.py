@@ -95,6 +95,9 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
         assert list(st["transitions"]) == ["INIT", "READY"], st
         assert st["restartMode"] == "in_process_restart", st
         assert st["rank_labels"] == {}, st
+    for a in agents:
+        for local in (0, 1):    # the console is written in batches
+            wait_line(a, local, "barrier pid")
     first_pids = [pids_of(a, "barrier") for a in agents]
     for p in first_pids:
         assert sorted(p) == [0, 1] and all(len(v) == 1 for v in p.values()), p
@@ -160,16 +163,21 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
 
 # ---- Full stops: new processes, a new barrier ---------------------------------
 
-def full_stop_then_train(a, old_pids, port):
-    """After a full stop: the agent is READY again with new processes at
-    the barrier; a /start with faultCount 1 trains them from step 0.
-    Returns the READY /status and the agent's result."""
+def full_stop_then_train(a, old_pids, port, why):
+    """After a full stop for the reason why (as the agent logs it): the
+    agent is READY again with new processes at the barrier; a /start with
+    faultCount 1 trains them from step 0. Returns the READY /status and
+    the agent's result."""
     st = a.wait_status("ready", timeout=120)
     assert "INIT" in st["transitions"], st
-    new = pids_of(a, "barrier")
-    for local in (0, 1):
-        latest = new[local][-1]
-        assert latest not in old_pids[local], (old_pids, new)
+
+    def new_at_barrier():
+        # The console is written in batches: the lines may follow "ready".
+        new = pids_of(a, "barrier")
+        if all(new.get(local) and new[local][-1] not in old_pids[local]
+               for local in (0, 1)):
+            return new
+    new = deadline_poll(new_at_barrier, 10, what="new processes at the barrier")
     assert not any(pid_alive(p) for v in old_pids.values() for p in v)
     start(a, 0, 1, 1, port)
     a.wait_status("completed", timeout=120)
@@ -181,11 +189,17 @@ def full_stop_then_train(a, old_pids, port):
         check_steps(tail, 2, 1, STEPS)
         assert any(l.endswith(f"rank {local}/2 restart 1 master 127.0.0.1:{port} "
                               "from step 0") for l in tail), tail
+    assert re.search(r"in-process restart: full stop \(agent \w+, [^)]*\): "
+                     + re.escape(why), r.err), r.describe()
     return st, r
 
 
 def all_pids(a):
-    return {local: v for local, v in pids_of(a, "up").items()}
+    """{local rank: [pid]} of the processes started so far, once both
+    local ranks' first "up" line is on the console."""
+    for local in (0, 1):
+        wait_line(a, local, "up pid")
+    return pids_of(a, "up")
 
 
 def test_dropped_client_is_a_full_stop(hpr, tmp_path):
@@ -199,7 +213,8 @@ def test_dropped_client_is_a_full_stop(hpr, tmp_path):
     # no longer reach, so the agent stops every process and starts anew.
     code, _, _ = a.post("/stop")
     assert code == 200
-    full_stop_then_train(a, old, free_port())
+    full_stop_then_train(a, old, free_port(),
+                         "a local rank dropped its connection during the pause")
 
 
 def test_barrier_timeout_is_a_full_stop(hpr, tmp_path):
@@ -207,10 +222,12 @@ def test_barrier_timeout_is_a_full_stop(hpr, tmp_path):
     # agent waits 3.
     a = ipr_agent(hpr, tmp_path, "node0", {"IPR_LATE": "1:30"},
                   args=["--inprocess-timeout", "3"])
-    wait_line(a, 1, "up pid")
     old = all_pids(a)
-    _, r = full_stop_then_train(a, old, free_port())
-    assert "barrier" in r.err and "3" in r.err, r.describe()
+    _, r = full_stop_then_train(
+        a, old, free_port(),
+        "--inprocess-timeout passed before every local rank reached the barrier")
+    assert "waiting for local ranks 0-1 at the barrier (at most 3 s)" in r.err, \
+        r.describe()
 
 
 @pytest.mark.parametrize("mode", ["local_process_level_restart",
@@ -230,5 +247,6 @@ def test_rank_asks_for_a_process_level_restart(hpr, tmp_path, mode):
         code, _, _ = a.post("/stop", {"restart_mode": "process_level_restart"})
         assert code == 200
     # local_process_level_restart: the agent restarts its own processes.
-    st, _ = full_stop_then_train(a, old, free_port())
+    st, _ = full_stop_then_train(a, old, free_port(),
+                                 "a local process-level restart is due")
     assert "FAULTED" in st["transitions"], st
