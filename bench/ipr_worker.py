@@ -14,7 +14,8 @@ for torch, after `import torch` and a gloo process group with one
 all-reduce done (in ipr mode torch is imported once, at the process's
 start, and the group is made anew each round). Stamps are
 "KIND LOCAL_RANK ROUND NANOSECONDS" lines (CLOCK_MONOTONIC, one write
-each): "train" when a rank trains, "fault" just before rank 0 fails.
+each): "train" when a rank trains, "fault" just before rank 0 fails, and
+for torch "group" when the rank starts making its process group.
 """
 
 import os
@@ -36,9 +37,13 @@ def stamp(kind, round_):
     os.write(FD, f"{kind} {LOCAL} {round_} {time.monotonic_ns()}\n".encode())
 
 
+ROUND = [0]
+
+
 def ready():
     """What a rank does before it can train a step."""
     if KIND == "torch":
+        stamp("group", ROUND[0])
         dist.init_process_group("gloo", init_method="env://",
                                 timeout=datetime.timedelta(seconds=60))
         dist.all_reduce(torch.ones(1))
@@ -46,6 +51,7 @@ def ready():
 
 def plr():
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    ROUND[0] = attempt
     ready()
     stamp("train", attempt)
     if attempt == 0 and LOCAL == 0:
@@ -64,6 +70,7 @@ def ipr():
         _, start = client.hyperpod_barrier()
         round_ = int(start["worker_envs"]["JOB_RESTART_COUNT"])
         rank = int(start["worker_envs"]["RANK"])
+        ROUND[0] = round_
         ready()
         client.hyperpod_past_rcb_barrier()
         stamp("train", round_)

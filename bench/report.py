@@ -585,21 +585,29 @@ def ipr_section(res):
            "0 exits 1, /stop kills the group, /start spawns a new one. The plain worker "
            "trains at once; the torch worker trains once `import torch` is done and a gloo "
            "group has all-reduced, which PLR pays in every new process and IPR only for "
-           f"the new group. Median of {reps} runs.", "",
+           "the new group; the last column is the longest a rank of the new round took from "
+           "starting its process group to its first all-reduce done (torch's TCP store "
+           "and gloo's connections). That part is torch's and has two modes: torch 1.13's "
+           "store client that connects before rank 0's store listens tries again a second "
+           "later, so the torch rows land near their fast figure or a second above it, by "
+           f"the luck of which rank starts first. Median of {reps} runs.", "",
            commands_block(res), "",
            "| | fault → all training | fault → \"faulted\" | /stop → \"ready\" | "
-           "/start → all training |", "|---|---|---|---|---|"]
+           "/start → all training | of which the process group |",
+           "|---|---|---|---|---|---|"]
     for name, c in cases.items():
         mode, kind = name.split("/")
         if c["state"] != "measured":
-            out.append(f"| {mode.upper()}, {kind} worker | {c['state']} | | | |")
+            out.append(f"| {mode.upper()}, {kind} worker | {c['state']} | | | | |")
             continue
         out.append(f"| {mode.upper()}, {kind} worker | {with_unit(c['recovery_ms'], 'ms')} | "
                    f"{with_unit(c['fault_to_faulted_ms'], 'ms')} | "
                    f"{with_unit(c['stop_to_ready_ms'], 'ms')} | "
-                   f"{with_unit(c['start_to_training_ms'], 'ms')} |")
-        if mode == "ipr" and c.get("plr_over_ipr"):
-            out.append(f"| PLR / IPR, {kind} worker | {times(c['plr_over_ipr'])} | | | |")
+                   f"{with_unit(c['start_to_training_ms'], 'ms')} | "
+                   f"{with_unit(c.get('group_ms'), 'ms')} |")
+        ratio_ = cases.get(f"ipr/{kind}", {}).get("plr_over_ipr")
+        if mode == "plr" and ratio_:
+            out.append(f"| PLR / IPR, {kind} worker | {times(ratio_)} | | | | |")
     out += ["", f"For scale: {res['reference']}."]
     return out
 
