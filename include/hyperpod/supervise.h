@@ -474,5 +474,11 @@ void hp_agent_suspend_rules(struct hp_agent *agent);
 /* Watches again: fresh rules (hp_agent_use_rules) start their clocks,
  * suspended ones continue without counting the time they were off. */
 void hp_agent_resume_rules(struct hp_agent *agent);
+/* The stage of the group started last. */
+enum hp_stage hp_agent_stage(const struct hp_agent *agent);
+/* A stop of the running group is under way. */
+bool hp_agent_workers_stopping(const struct hp_agent *agent);
+/* The worker socket, which lives as long as the agent. */
+struct hp_ipc_server *hp_agent_ipc(struct hp_agent *agent);
 
 #endif

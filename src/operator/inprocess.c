@@ -69,23 +69,27 @@ static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
         uint64_t timeout = op->cfg->inprocess_timeout_ms;
 
         ipr->wait = kind;
-        hp_ipc_ranks_wait_begin(&op->agent->ipc.ranks);
+        hp_ipc_ranks_wait_begin(&hp_agent_ipc(op->agent)->ranks);
         ipr->deadline = 0;
         if (timeout > 0) {
                 ipr->deadline = uv_now(op->agent->loop) + timeout;
                 uv_timer_start(&ipr->timer, timer_cb, timeout, 0);
         }
-        hp_log_info("in-process restart: waiting for local ranks 0-%d at "
-                    "the barrier (%s%.3g s)",
-                    op->cfg->nproc - 1, timeout ? "at most " : "no limit",
-                    timeout ? (double)timeout / 1000.0 : 0.0);
+        if (timeout > 0)
+                hp_log_info("in-process restart: waiting for local ranks "
+                            "0-%d at the barrier (at most %.3g s)",
+                            op->cfg->nproc - 1, (double)timeout / 1000.0);
+        else
+                hp_log_info("in-process restart: waiting for local ranks "
+                            "0-%d at the barrier (no limit)",
+                            op->cfg->nproc - 1);
 }
 
 static void end_wait(struct hp_operator *op)
 {
         op->ipr.wait = HP_IPR_WAIT_NONE;
         op->ipr.deadline = 0;
-        hp_ipc_ranks_wait_end(&op->agent->ipc.ranks);
+        hp_ipc_ranks_wait_end(&hp_agent_ipc(op->agent)->ranks);
         uv_timer_stop(&op->ipr.timer);
 }
 
@@ -126,20 +130,20 @@ static bool ip_table_complete(const struct hp_operator *op, char *missing,
 static bool clients_missing(const struct hp_operator *op)
 {
         for (int lr = 0; lr < op->cfg->nproc; lr++)
-                if (hp_ipc_rank_clients(&op->agent->ipc, lr) == 0)
+                if (hp_ipc_rank_clients(hp_agent_ipc(op->agent), lr) == 0)
                         return true;
         return false;
 }
 
 static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
 {
-        const struct hp_ipc_ranks *ranks = &op->agent->ipc.ranks;
+        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
         char missing[64];
 
         memset(v, 0, sizeof(*v));
         v->state = op->plr.state;
         v->group = op->ipr.group;
-        v->stage = op->agent->stage;
+        v->stage = hp_agent_stage(op->agent);
         v->has_post_train = op->cfg->post_train_script != NULL;
         v->wait = op->ipr.wait;
         v->wait_deadline = op->ipr.deadline;
@@ -221,7 +225,7 @@ static int send_rank_info(struct hp_operator *op, const char *type,
 
         current_round(op, &round);
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
-                if (hp_ipc_rank_clients(&a->ipc, lr) > 0)
+                if (hp_ipc_rank_clients(hp_agent_ipc(a), lr) > 0)
                         continue;
                 if (used == 0)
                         used = (size_t)snprintf(why, len,
@@ -236,7 +240,8 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                 return -1;
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
                 cJSON *msg = rank_payload(op, &round, lr);
-                int r = msg ? hp_ipc_send_to_rank(&a->ipc, lr, type, msg)
+                int r = msg ? hp_ipc_send_to_rank(hp_agent_ipc(a), lr, type,
+                                                  msg)
                             : -ENOMEM;
                 cJSON_Delete(msg);
                 if (r < 0) {
@@ -245,7 +250,7 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                                  type, lr, hp_strerror(r));
                         return -1;
                 }
-                hp_ipc_ranks_set_rank_info(&a->ipc.ranks, lr,
+                hp_ipc_ranks_set_rank_info(&hp_agent_ipc(a)->ranks, lr,
                                            round.base_rank + lr,
                                            round.node_rank);
         }
@@ -257,7 +262,7 @@ int hp_op__ipr_update(struct hp_operator *op)
         char why[256];
 
         if (op->ipr.group != HP_IPR_GROUP_HEALTHY ||
-            op->agent->stage != HP_STAGE_TRAIN) {
+            hp_agent_stage(op->agent) != HP_STAGE_TRAIN) {
                 hp_log_info("/update: the training processes are not "
                             "running; no job_rank_info sent, ipversion "
                             "cleared for the operator to send again");
@@ -278,10 +283,11 @@ int hp_op__ipr_update(struct hp_operator *op)
 
 static void fault(struct hp_operator *op, const char *why)
 {
+        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
         char reason[HP_OP_REASON_MAX], message[HP_OP_MESSAGE_MAX];
 
-        if (hp_ipc_ranks_fault(&op->agent->ipc.ranks, reason, sizeof(reason),
-                               message, sizeof(message)) < 0) {
+        if (hp_ipc_ranks_fault(ranks, reason, sizeof(reason), message,
+                               sizeof(message)) < 0) {
                 if (op->ipr.failure_reason[0] != '\0') {
                         snprintf(reason, sizeof(reason), "%s",
                                  op->ipr.failure_reason);
@@ -310,7 +316,7 @@ static void finish_full_stop(struct hp_operator *op)
         ipr->verdict = false;
         ipr->holding = false;
         ipr->failure[0] = ipr->failure_reason[0] = '\0';
-        hp_ipc_ranks_reset(&op->agent->ipc.ranks, true);
+        hp_ipc_ranks_reset(&hp_agent_ipc(op->agent)->ranks, true);
         /* The operator sends the IP table again. */
         op->ip_version[0] = '\0';
         op->last_failure_code = 0;
@@ -324,13 +330,13 @@ static void full_stop(struct hp_operator *op)
         op->ipr.plr_armed = false;
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
-        hp_ipc_drop_clients(&a->ipc);
+        hp_ipc_drop_clients(hp_agent_ipc(a));
         if (!hp_agent_workers_active(a)) {
                 finish_full_stop(op);
                 return;
         }
         op->ipr.group = HP_IPR_GROUP_STOPPING;
-        if (!a->group.stopping) {
+        if (!hp_agent_workers_stopping(a)) {
                 hp_log_info("in-process restart: stopping the processes "
                             "with %s (SIGKILL after %llu ms)",
                             hp_signal_name(op->cfg->shutdown_signal),
@@ -373,7 +379,7 @@ static void start_first(struct hp_operator *op)
         }
         op->attempts_started++;
         op->ipr.group = HP_IPR_GROUP_HEALTHY;
-        if (a->stage == HP_STAGE_TRAIN)
+        if (hp_agent_stage(a) == HP_STAGE_TRAIN)
                 training_started(op);
 }
 
@@ -405,7 +411,7 @@ static void send_start(struct hp_operator *op)
         struct hp_agent *a = op->agent;
         char why[256];
 
-        hp_ipc_ranks_reset(&a->ipc.ranks, false);
+        hp_ipc_ranks_reset(&hp_agent_ipc(a)->ranks, false);
         if (send_rank_info(op, "job_start", why, sizeof(why)) < 0) {
                 hp_log_error("in-process restart: job_start: %s", why);
                 snprintf(op->ipr.failure_reason,
@@ -455,7 +461,7 @@ static void pause_workers(struct hp_operator *op)
                                                    restart_count(op)) == NULL)
                 r = -ENOMEM;
         else
-                r = hp_ipc_broadcast(&op->agent->ipc, "job_fault", msg);
+                r = hp_ipc_broadcast(hp_agent_ipc(op->agent), "job_fault", msg);
         cJSON_Delete(msg);
         hp_agent_clear_rules(op->agent);
         if (r < 0) {
@@ -594,7 +600,7 @@ void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
 void hp_op__ipr_status(const struct hp_operator *op, struct hp_op_status *st,
                        cJSON **owned)
 {
-        const struct hp_ipc_ranks *ranks = &op->agent->ipc.ranks;
+        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
         int mode = hp_ipc_ranks_operator_mode(ranks);
 
         st->inprocess = true;
@@ -617,6 +623,7 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         struct hp_operator *op = ctx;
         struct hp_op_ipr *ipr = &op->ipr;
 
+        hp_op__accumulate_stats(op, g);
         if (ipr->group == HP_IPR_GROUP_STOPPING) {
                 finish_full_stop(op);
         } else if (result == HP_GROUP_SUCCEEDED) {
@@ -728,7 +735,7 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         memset(ipr, 0, sizeof(*ipr));
         ipr->spare = true;
         op->plr.inprocess = true;
-        r = hp_ipc_inprocess_enable(&op->agent->ipc, ipc_changed, op);
+        r = hp_ipc_inprocess_enable(hp_agent_ipc(op->agent), ipc_changed, op);
         if (r < 0) {
                 snprintf(errbuf, len, "in-process restart: the worker "
                                       "socket's handlers: %s",
@@ -750,7 +757,7 @@ void hp_op__ipr_close(struct hp_operator *op)
 {
         if (!op->plr.inprocess)
                 return;
-        op->agent->ipc.on_change = NULL;
+        hp_agent_ipc(op->agent)->on_change = NULL;
         if (op->ipr.timer_ready) {
                 uv_close((uv_handle_t *)&op->ipr.timer, NULL);
                 op->ipr.timer_ready = false;

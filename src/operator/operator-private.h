@@ -15,6 +15,9 @@ void hp_op__round_from_job(const struct hp_operator *op,
 /* The Prometheus text exposition of the agent (malloc'd), or NULL. */
 char *hp_op__metrics_render(const struct hp_operator *op, size_t *len);
 
+/* Adds an ended group's stream counts to /metrics' totals. */
+void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g);
+
 /* In-process restart (inprocess.c). */
 int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len);
 void hp_op__ipr_close(struct hp_operator *op);

@@ -239,7 +239,7 @@ static void kick_cb(uv_timer_t *timer)
 
 /* ---- Agent events ---- */
 
-static void accumulate_stats(struct hp_operator *op, const struct hp_group *g)
+void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g)
 {
         for (int i = 0; i < g->count; i++) {
                 const struct hp_worker *w = &g->workers[i];
@@ -289,7 +289,7 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 {
         struct hp_operator *op = ctx;
 
-        accumulate_stats(op, g);
+        hp_op__accumulate_stats(op, g);
         if (result == HP_GROUP_FAILED) {
                 op->last_failure_code = hp_agent_failure_exit_code(g);
                 /* Normally reported at the first failure already. */

@@ -15,3 +15,18 @@ void hp_agent_resume_rules(struct hp_agent *agent)
 {
         hp_agent__monitors_resume(agent);
 }
+
+enum hp_stage hp_agent_stage(const struct hp_agent *agent)
+{
+        return agent->stage;
+}
+
+bool hp_agent_workers_stopping(const struct hp_agent *agent)
+{
+        return agent->group_active && agent->group.stopping;
+}
+
+struct hp_ipc_server *hp_agent_ipc(struct hp_agent *agent)
+{
+        return &agent->ipc;
+}

@@ -51,7 +51,11 @@ def command(a, lr, text):
 
 
 def pids(a, nproc=2):
-    return [events(a, lr)[0]["pid"] for lr in range(nproc)]
+    """The first processes' pids, once each has written something."""
+    def first():
+        evs = [events(a, lr) for lr in range(nproc)]
+        return [e[0]["pid"] for e in evs] if all(evs) else None
+    return deadline_poll(first, 20, interval=0.02, what="every rank's pid")
 
 
 def test_barrier_start_fault_pause_restart(hpr, tmp_path):
@@ -118,4 +122,343 @@ def test_barrier_start_fault_pause_restart(hpr, tmp_path):
     assert all(pid_alive(p) for p in first)
     for lr in range(2):
         assert all(e["pid"] == first[lr] for e in events(a, lr))
+    assert a.shutdown().rc == 0
+
+
+def latest_pids(a, nproc=2):
+    return [events(a, lr)[-1]["pid"] if events(a, lr) else None
+            for lr in range(nproc)]
+
+
+def wait_new_processes(a, old, timeout=30):
+    """Every local rank has a process that is not one of old, at the
+    barrier again."""
+    def fresh():
+        now = latest_pids(a, len(old))
+        if any(p is None or p in old for p in now):
+            return None
+        for lr in range(len(old)):
+            if not any(e["event"] == "at_barrier" and e["pid"] == now[lr]
+                       for e in events(a, lr)):
+                return None
+        return now
+    return deadline_poll(fresh, timeout, interval=0.05,
+                         what="new processes at the barrier")
+
+
+def released(a, body=None):
+    """READY, then /start: RUNNING with every rank past the barrier."""
+    a.wait_status("ready")
+    a.start(**(body or {}))
+    for lr in range(2):
+        wait_event(a, lr, "job_start")
+    return a.wait_status("running")
+
+
+def test_crash_then_stop_restarts_the_processes(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    released(a)
+    first = pids(a)
+    command(a, 0, "exit 3")
+    st = a.wait_status("faulted")
+    assert st["reason"] == "WorkerCrash"
+    assert "exited with code 3" in st["message"]
+    a.post("/stop")
+    new = wait_new_processes(a, first)
+    st = a.wait_status("ready")
+    assert list(st["transitions"]) == ["INIT", "READY", "RUNNING",
+                                       "FAULTED", "STOPPING"]
+    assert not any(pid_alive(p) for p in first)
+    # The new processes start at the last /start's restart count.
+    a.start(fault_count=1)
+    m = wait_event(a, 0, "job_start", count=2)
+    assert m["pid"] == new[0]
+    assert m["msg"]["worker_envs"]["JOB_RESTART_COUNT"] == "1"
+    assert a.shutdown().rc == 0
+
+
+@pytest.mark.parametrize("how", ["local_process_level_restart",
+                                 "stop_process_level_restart"])
+def test_local_process_level_restart(hpr, tmp_path, how):
+    a = agent(hpr, tmp_path)
+    released(a)
+    first = pids(a)
+    if how == "local_process_level_restart":
+        command(a, 1, "fault Poisoned local_process_level_restart bad state")
+    else:
+        code, _, _ = a.post("/stop", {"restart_mode": "process_level_restart"})
+        assert code == 200
+    wait_new_processes(a, first)
+    st = a.wait_status("ready")
+    assert "INIT" in st["transitions"]
+    assert "ipversion" not in st
+    err = a.proc.console_err().decode()
+    assert "in-process restart: full stop" in err
+    assert "a local process-level restart is due" in err
+    assert a.shutdown().rc == 0
+
+
+def test_barrier_timeout_restarts_the_processes(hpr, tmp_path):
+    a = agent(hpr, tmp_path, ["--inprocess-timeout", "1"],
+              env={"IPRW_NO_BARRIER": "1"})
+    wait_event(a, 1, "no_barrier")
+    first = pids(a)
+    t0 = time.monotonic()
+
+    def restarted():
+        now = latest_pids(a)
+        return all(p is not None and p not in first for p in now)
+    deadline_poll(restarted, 20, interval=0.05, what="a full stop")
+    assert time.monotonic() - t0 >= 0.5
+    err = a.proc.console_err().decode()
+    assert "at most 1 s" in err
+    assert ("--inprocess-timeout passed before every local rank reached "
+            "the barrier") in err
+    st = a.status()
+    assert st["status"] == "init"
+    assert not any(pid_alive(p) for p in first)
+    assert a.shutdown().rc == 0
+
+
+def test_no_timeout_waits_for_the_barrier(hpr, tmp_path):
+    a = agent(hpr, tmp_path, env={"IPRW_NO_BARRIER": "1"})
+    wait_event(a, 1, "no_barrier")
+    wait_event(a, 0, "at_barrier")
+    time.sleep(0.3)   # nothing may happen: no deadline to wait for
+    assert a.status()["status"] == "init"
+    assert all(pid_alive(p) for p in pids(a))
+    assert a.shutdown().rc == 0
+
+
+@pytest.mark.parametrize("step", ["connect", "init"])
+def test_dropped_before_the_barrier_times_out(hpr, tmp_path, step):
+    a = agent(hpr, tmp_path, ["--inprocess-timeout", "1"],
+              env={"IPRW_DROP": f"{step}:1"})
+    wait_event(a, 1, "dropped")
+    first = pids(a)
+
+    def restarted():
+        now = latest_pids(a)
+        return all(p is not None and p not in first for p in now)
+    deadline_poll(restarted, 20, interval=0.05, what="a full stop")
+    assert a.status()["status"] == "init"
+    assert a.shutdown().rc == 0
+
+
+def test_dropped_at_the_barrier_faults_at_start(hpr, tmp_path):
+    a = agent(hpr, tmp_path, env={"IPRW_DROP": "barrier:1"})
+    wait_event(a, 1, "dropped")
+    a.wait_status("ready")
+    first = pids(a)
+    a.start()
+    st = a.wait_status("faulted")
+    assert st["reason"] == "WorkerFault"
+    assert st["message"] == "Missing client connections from local ranks 1"
+    # Checked before anything is sent, as the reference: no rank is
+    # released into a job a rank of its node is missing from.
+    assert not [e for e in events(a, 0) if e["event"] == "job_start"]
+    a.post("/stop")
+    wait_new_processes(a, first)
+    a.wait_status("ready")
+    assert a.shutdown().rc == 0
+
+
+def test_dropped_after_start_full_stop_at_pause(hpr, tmp_path):
+    a = agent(hpr, tmp_path, env={"IPRW_DROP": "start:1"})
+    a.wait_status("ready")
+    first = pids(a)
+    a.start()
+    wait_event(a, 1, "dropped")
+    a.wait_status("running")
+    a.post("/stop")
+    wait_new_processes(a, first)
+    a.wait_status("ready")
+    err = a.proc.console_err().decode()
+    assert "a local rank dropped its connection during the pause" in err
+    assert a.shutdown().rc == 0
+
+
+def test_job_fault_without_rank(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    released(a)
+    command(a, 0, "fault-norank")
+    st = a.wait_status("faulted")
+    assert st["reason"] == "NoRank"
+    err = a.proc.console_err().decode()
+    assert ('job_fault from local rank 0: "rank" is missing, not a global '
+            'rank; kept as -1') in err
+    # The rank is still the one that failed; the agent goes on.
+    a.post("/stop")
+    a.wait_status("ready")
+    assert a.shutdown().rc == 0
+
+
+def raw_client(a, tmp_path):
+    name = f"hyperpod_elastic_agent_{a.proc.pid}.sock"
+    path = next(p for p in (tmp_path / "tmpdir" / name, f"/tmp/{name}")
+                if os.path.exists(p))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(str(path))
+    return s
+
+
+def send_raw(s, msg):
+    body = json.dumps(msg).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+
+
+def test_bad_barrier_messages_change_nothing(hpr, tmp_path):
+    """Duplicate inits, ranks outside the node, barrier messages before an
+    init: each is named in a warning and changes nothing."""
+    a = agent(hpr, tmp_path, env={"IPRW_NO_BARRIER": "1"})
+    wait_event(a, 1, "no_barrier")
+    wait_event(a, 0, "at_barrier")
+    s = raw_client(a, tmp_path)
+    cid = str(uuid.uuid4())
+    # A barrier message for a rank this node does not have.
+    send_raw(s, {"type": "init", "local_rank": 5, "client_id": cid})
+    send_raw(s, {"type": "at_rcb_barrier", "local_rank": 5,
+                 "client_id": cid})
+    # Before its init on this connection.
+    send_raw(s, {"type": "at_rcb_barrier", "local_rank": 1,
+                 "client_id": "never-registered"})
+    # A duplicate init moves the client to the rank it names last.
+    send_raw(s, {"type": "init", "local_rank": 0, "client_id": cid})
+    send_raw(s, {"type": "init", "local_rank": 0, "client_id": cid})
+    send_raw(s, {"type": "at_rcb_barrier", "local_rank": 1,
+                 "client_id": cid})
+    # Labels that are not an object.
+    send_raw(s, {"type": "rank_labels", "local_rank": 0, "client_id": cid,
+                 "labels": ["PP", "0"]})
+
+    def warned():
+        err = a.proc.console_err().decode()
+        return ("local_rank 5 is not on this node" in err
+                and "before its init on this connection" in err
+                and '"labels" is ["PP","0"], not an object' in err)
+    deadline_poll(warned, 10, what="the warnings")
+    st = a.status()
+    assert st["status"] == "init"
+    assert st["rank_labels"] == {}
+    # Labels from a registered client: last writer wins, kept as sent.
+    send_raw(s, {"type": "rank_labels", "local_rank": 0, "client_id": cid,
+                 "labels": {"PP": "0", "TP": "2"}})
+    deadline_poll(lambda: a.status()["rank_labels"] == {"PP": "0",
+                                                         "TP": "2"},
+                  10, what="the labels")
+    # The rank that never reached the barrier gets there through a raw
+    # client of its own: READY.
+    cid1 = str(uuid.uuid4())
+    send_raw(s, {"type": "init", "local_rank": 1, "client_id": cid1})
+    send_raw(s, {"type": "at_rcb_barrier", "local_rank": 1,
+                 "client_id": cid1})
+    a.wait_status("ready")
+    s.close()
+    assert a.shutdown().rc == 0
+
+
+def test_null_ip_entry_holds_job_start_until_update(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    a.start(rank=0, nnodes=2, ipVersion="v1",
+            rankIps=[{"rank": 0, "ip": "10.0.0.1"}])
+    a.wait_status("running")
+
+    def held():
+        return "job_start held" in a.proc.console_err().decode()
+    deadline_poll(held, 10, what="the hold")
+    err = a.proc.console_err().decode()
+    assert "has no IP for node ranks 1" in err
+    assert not [e for e in events(a, 0) if e["event"] == "job_start"]
+    code, _, body = a.post("/update", {
+        "rank": 0, "nnodes": 2, "faultCount": 0, "master_addr": "10.0.0.1",
+        "master_port": 29500, "ipVersion": "v2",
+        "rankIps": [{"rank": 1, "ip": "10.0.0.2"}]})
+    assert code == 200
+    m = wait_event(a, 0, "job_start")["msg"]
+    assert m["worker_envs"]["WORLD_SIZE"] == "4"
+    assert m["aggregate_worker_data"]["rank_ips"] == [
+        {"rank": 1, "ip": "10.0.0.2"}]
+    assert a.shutdown().rc == 0
+
+
+def test_update_sends_rank_info(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    # Before the training processes are up to take it: ipversion cleared.
+    released(a, {"ipVersion": "v1", "rankIps": [{"rank": 0,
+                                                 "ip": "10.0.0.1"}]})
+    code, _, body = a.post("/update", {
+        "rank": 0, "nnodes": 1, "faultCount": 0, "master_addr": "10.0.0.9",
+        "master_port": 29501, "ipVersion": "v2",
+        "rankIps": [{"rank": 0, "ip": "10.0.0.9"}], "worker_data": [1]})
+    assert code == 200
+    st = json.loads(body)
+    assert st["ipversion"] == "v2"
+    assert st["assigned_rank"] == "0"
+    for lr in range(2):
+        m = wait_event(a, lr, "job_rank_info")["msg"]
+        assert m["worker_envs"]["MASTER_ADDR"] == "10.0.0.9"
+        assert m["aggregate_worker_data"] == {
+            "rank_ips": [{"rank": 0, "ip": "10.0.0.9"}],
+            "aggregate_worker_data": [1]}
+    assert a.shutdown().rc == 0
+
+
+def test_stop_during_pre_train_restarts_the_node(hpr, tmp_path):
+    """A pre-train fault, then /stop: the reference stays in STOPPING;
+    here the node's processes restart from pre-train."""
+    runs = tmp_path / "pre.log"
+    pre = write_exec(tmp_path / "pre.sh",
+                     f"#!/bin/sh\necho run >> {runs}\necho BAD\nsleep 30\n")
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([{"name": "Bad", "logPattern": "BAD",
+                                  "faultOnMatch": True}]))
+    a = agent(hpr, tmp_path, ["--pre-train-script", pre,
+                              "--log-monitoring-config", rules])
+    st = a.wait_status("faulted")
+    assert st["reason"] == "LogFault_Bad"
+    code, _, _ = a.post("/stop")
+    assert code == 200
+
+    def twice():
+        return runs.exists() and len(runs.read_text().split()) >= 2
+    deadline_poll(twice, 20, what="pre-train run again")
+    st = a.status()
+    assert st["status"] in ("init", "faulted")
+    assert st["transitions"]["INIT"] > st["transitions"]["STOPPING"]
+    assert a.shutdown().rc == 0
+
+
+def test_stages_pre_train_then_barrier_then_post_train(hpr, tmp_path):
+    hooks = tmp_path / "hooks.log"
+    pre = write_exec(tmp_path / "pre.sh",
+                     f"#!/bin/sh\necho pre $GROUP_RANK $MASTER_PORT >> {hooks}\n")
+    post = write_exec(tmp_path / "post.sh",
+                      f"#!/bin/sh\necho post $GROUP_RANK >> {hooks}\n")
+    a = agent(hpr, tmp_path, ["--pre-train-script", pre,
+                              "--post-train-script", post])
+    a.wait_status("ready")
+    # Pre-train ran at once, with the placeholder rendezvous.
+    assert hooks.read_text() == "pre -1 -1\n"
+    released(a, {"rank": 0, "nnodes": 1})
+    for lr in range(2):
+        command(a, lr, "exit 0")
+    st = a.wait_status("completed")
+    assert hooks.read_text() == "pre -1 -1\npost 0\n"
+    assert list(st["transitions"]) == ["INIT", "READY", "RUNNING",
+                                       "COMPLETED"]
+    assert a.shutdown().rc == 0
+
+
+def test_spare_flip_restarts_the_processes(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    released(a, {"spare": False})
+    first = pids(a)
+    code, _, body = a.post("/update", {
+        "rank": 0, "nnodes": 1, "faultCount": 0, "master_addr": "10.0.0.1",
+        "master_port": 29500, "spare": True})
+    assert code == 200
+    wait_new_processes(a, first)
+    st = a.wait_status("ready")
+    assert st["spare"] == "True"
     assert a.shutdown().rc == 0

@@ -613,6 +613,169 @@ static void test_server_table_and_send_to_rank(void **state)
         free(s);
 }
 
+/* In-process restart's messages through the socket: each bad field is a
+ * defined outcome, and the table sees what the good ones say. */
+static void changed_cb(void *ctx)
+{
+        (*(int *)ctx)++;
+}
+
+/* ckpt_info_get is answered after every earlier frame of the connection
+ * was handled: waiting for its answer waits for them. */
+static void settle(uv_loop_t *loop, int fd, const char *id, int rank)
+{
+        char msg[128];
+        cJSON *m;
+
+        snprintf(msg, sizeof(msg),
+                 "{\"type\":\"ckpt_info_get\",\"local_rank\":%d,"
+                 "\"client_id\":\"%s\"}",
+                 rank, id);
+        send_frame(fd, msg);
+        m = read_message(loop, fd);
+        assert_non_null(m);
+        cJSON_Delete(m);
+}
+
+static const struct ipr_case {
+        const char *name;
+        const char *frame;   /* from client "a", local rank 0 */
+        enum hp_ipc_rank_state state;
+        int64_t rank;
+        enum hp_restart_mode mode;
+        const char *reason;  /* NULL: none */
+        const char *data;    /* printed, NULL: none */
+        const char *labels;  /* printed */
+} ipr_cases[] = {
+        { "a fault", "{\"type\":\"job_fault\",\"local_rank\":0,"
+          "\"client_id\":\"a\",\"rank\":3,\"restart_mode\":"
+          "\"local_process_level_restart\",\"reason\":\"R\","
+          "\"message\":\"M\"}",
+          HP_IPC_RANK_FAILED, 3, HP_RESTART_LOCAL_PROCESS_LEVEL, "R", NULL,
+          "{}" },
+        { "a fault without rank still counts",
+          "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
+          "\"a\",\"reason\":\"NoRank\"}",
+          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, "NoRank", NULL,
+          "{}" },
+        { "an unknown mode is in_process_restart, a number is no reason",
+          "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
+          "\"a\",\"rank\":\"2\",\"restart_mode\":\"bogus\","
+          "\"reason\":5}",
+          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, NULL, NULL, "{}" },
+        { "data", "{\"type\":\"job_data\",\"local_rank\":0,"
+          "\"client_id\":\"a\",\"rank\":2,\"data\":{\"a\":1}}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{}" },
+        { "a rank outside the node is ignored",
+          "{\"type\":\"past_rcb_barrier\",\"local_rank\":7,"
+          "\"client_id\":\"a\"}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{}" },
+        { "a client without init is ignored",
+          "{\"type\":\"past_rcb_barrier\",\"local_rank\":0,"
+          "\"client_id\":\"nobody\"}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{}" },
+        { "labels that are not an object are ignored",
+          "{\"type\":\"rank_labels\",\"local_rank\":0,\"client_id\":"
+          "\"a\",\"labels\":\"PP\"}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{}" },
+        { "labels", "{\"type\":\"rank_labels\",\"local_rank\":0,"
+          "\"client_id\":\"a\",\"labels\":{\"PP\":\"1\"}}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{\"PP\":\"1\"}" },
+        { "past the barrier: data and fault forgotten",
+          "{\"type\":\"past_rcb_barrier\",\"local_rank\":0,"
+          "\"client_id\":\"a\"}",
+          HP_IPC_RANK_PAST_BARRIER, 2, HP_RESTART_IN_PROCESS, NULL, NULL,
+          "{\"PP\":\"1\"}" },
+        { "at the barrier, queued until the agent waits",
+          "{\"type\":\"at_rcb_barrier\",\"local_rank\":0,"
+          "\"client_id\":\"a\"}",
+          HP_IPC_RANK_PAST_BARRIER, 2, HP_RESTART_IN_PROCESS, NULL, NULL,
+          "{\"PP\":\"1\"}" },
+};
+
+static void test_server_inprocess_messages(void **state)
+{
+        struct hp_ipc_server *s = calloc(1, sizeof(*s));
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        uv_loop_t loop;
+        char err[256];
+        int changes = 0, fd, failures = 0;
+
+        assert_non_null(s);
+        assert_int_equal(uv_loop_init(&loop), 0);
+        assert_int_equal(hp_ipc_server_start(s, &loop, 2, err, sizeof(err)),
+                         0);
+        assert_int_equal(hp_ipc_inprocess_enable(s, changed_cb, &changes),
+                         0);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        memcpy(addr.sun_path, s->path, sizeof(addr.sun_path));
+        assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)),
+                         0);
+        /* A duplicate init keeps one client, under the rank named last. */
+        send_frame(fd, "{\"type\":\"init\",\"local_rank\":1,"
+                       "\"client_id\":\"a\"}");
+        send_frame(fd, "{\"type\":\"init\",\"local_rank\":0,"
+                       "\"client_id\":\"a\"}");
+        settle(&loop, fd, "a", 0);
+        assert_int_equal(s->nclients, 1);
+        assert_int_equal(hp_ipc_rank_clients(s, 0), 1);
+        assert_int_equal(hp_ipc_rank_clients(s, 1), 0);
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(ipr_cases); i++) {
+                const struct ipr_case *c = &ipr_cases[i];
+                const struct hp_ipc_rank *r = &s->ranks.ranks[0];
+                char *data = r->data ? cJSON_PrintUnformatted(r->data) : NULL;
+                char *labels;
+
+                send_frame(fd, c->frame);
+                settle(&loop, fd, "a", 0);
+                free(data);
+                data = r->data ? cJSON_PrintUnformatted(r->data) : NULL;
+                labels = cJSON_PrintUnformatted(s->ranks.labels);
+                if (r->state != c->state || r->rank != c->rank ||
+                    r->mode != c->mode ||
+                    (c->reason == NULL) != (r->reason == NULL) ||
+                    (c->reason && strcmp(c->reason, r->reason) != 0) ||
+                    (c->data == NULL) != (data == NULL) ||
+                    (c->data && strcmp(c->data, data) != 0) ||
+                    strcmp(c->labels, labels) != 0)
+                        CASE_FAILED(failures,
+                                    "%s: state %s rank %lld mode %s reason "
+                                    "%s data %s labels %s",
+                                    c->name, hp_ipc_rank_state_name(r->state),
+                                    (long long)r->rank,
+                                    hp_restart_mode_name(r->mode),
+                                    r->reason ? r->reason : "(none)",
+                                    data ? data : "(none)", labels);
+                free(data);
+                free(labels);
+        }
+        assert_int_equal(failures, 0);
+        /* The queued barrier message counts once the agent waits. */
+        hp_ipc_ranks_wait_begin(&s->ranks);
+        assert_int_equal(s->ranks.ranks[0].state, HP_IPC_RANK_AT_BARRIER);
+
+        /* job_fault to every client; a closed connection is a change. */
+        assert_int_equal(hp_ipc_broadcast(s, "job_fault", NULL), 1);
+        cJSON_Delete(read_message(&loop, fd));
+        changes = 0;
+        hp_ipc_drop_clients(s);
+        assert_int_equal(changes, 1);
+        assert_int_equal(hp_ipc_rank_clients(s, 0), 0);
+        assert_int_equal(hp_ipc_broadcast(s, "job_fault", NULL), 0);
+        close(fd);
+
+        hp_ipc_server_close(s);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        assert_int_equal(uv_loop_close(&loop), 0);
+        free(s);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -622,6 +785,7 @@ int main(void)
                 cmocka_unit_test(test_ckpt_progress_encoding),
                 cmocka_unit_test(test_ckpt_step_cap),
                 cmocka_unit_test(test_server_table_and_send_to_rank),
+                cmocka_unit_test(test_server_inprocess_messages),
         };
 
         hp_log_set_level(HP_LOG_ERROR);
