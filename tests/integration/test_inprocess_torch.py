@@ -109,6 +109,11 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
     st = agents[0].wait_status("faulted", timeout=120)
     assert st["reason"] == "TrainingStepFailed", st
     assert st["message"].startswith("rank 1 fails step 3 (pid "), st
+    # The failed rank's data and the ranks' labels, as the reference
+    # encodes them.
+    assert st["worker_data"] == [{"rank": 1, "group_rank": 0, "local_rank": 1,
+                                  "failed": True, "data": {"step": 2}}], st
+    assert st["rank_labels"] == {"TP": "2"}, st
     # Every other rank saw its collective fail and waits for the broadcast;
     # node 1 has nothing to report.
     assert agents[1].status()["status"] == "running"
@@ -136,7 +141,9 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
     for n, a in enumerate(agents):
         start(a, n, 2, 1, port)
     for a in agents:
-        a.wait_status("completed", timeout=120)
+        st = a.wait_status("completed", timeout=120)
+        # Passing the barrier cleared the failed rank's data.
+        assert "worker_data" not in st, st
     for n, a in enumerate(agents):
         by_rank = lines(a)
         r = a.shutdown()

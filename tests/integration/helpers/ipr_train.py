@@ -18,7 +18,8 @@ on from the step it was at. What can go wrong, only in round 0
 
 A rank whose collective fails because a peer left waits (up to 120 s) for
 the agent's job_fault broadcast before it goes back to the barrier; one
-that never comes is reported as a fault of its own.
+that never comes is reported as a fault of its own. Every rank sets the
+rank labels {"TP": "2"}; a failing rank leaves {"step": N} as its data.
 """
 
 import datetime
@@ -73,9 +74,11 @@ def main():
         rank, world = int(envs["RANK"]), int(envs["WORLD_SIZE"])
         restart = int(envs["JOB_RESTART_COUNT"])
         assert os.environ["RANK"] == envs["RANK"]
+        assert envs["TORCHELASTIC_RESTART_COUNT"] == envs["JOB_RESTART_COUNT"]
         dist.init_process_group("gloo", init_method="env://",
                                 timeout=datetime.timedelta(seconds=60))
         client.hyperpod_past_rcb_barrier()
+        client.hyperpod_notify_labels({"TP": "2"})
         say(f"training pid {PID} rank {rank}/{world} restart {restart} "
             f"master {envs['MASTER_ADDR']}:{envs['MASTER_PORT']} from step {step}")
         fault, drop = spec("IPR_FAULT"), spec("IPR_DROP")
@@ -104,6 +107,7 @@ def main():
             else:
                 mode = fault[2] if fault and len(fault) > 2 else "in_process_restart"
                 say(f"fault: {ex}; reporting {mode}")
+                client.hyperpod_send_data(rank, {"step": step})
                 client.hyperpod_send_fault(rank, mode, "TrainingStepFailed",
                                            f"{ex} (pid {PID})")
             teardown()
