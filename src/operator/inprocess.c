@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,41 @@ static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
 
 /* ---- job_start and job_rank_info ---- */
 
+/* rankIps as the reference's model holds them: {"rank": int, "ip": ...}
+ * with the rank a number even when it came as a numeric string, and no
+ * other keys. NULL (null) when the request had none. */
+static cJSON *rank_ips(const struct hp_operator *op)
+{
+        const cJSON *item;
+        cJSON *list;
+
+        if (op->job.rank_ips == NULL)
+                return cJSON_CreateNull();
+        list = cJSON_CreateArray();
+        cJSON_ArrayForEach(item, op->job.rank_ips) {
+                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item, "rank");
+                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item, "ip");
+                cJSON *out = cJSON_CreateObject();
+                int rank = 0;
+
+                if (cJSON_IsString(r))
+                        (void)hp_parse_int(r->valuestring, 0, INT32_MAX,
+                                           &rank);
+                else if (cJSON_IsNumber(r))
+                        rank = (int)r->valuedouble;
+                if (out == NULL || list == NULL ||
+                    cJSON_AddNumberToObject(out, "rank", rank) == NULL ||
+                    !cJSON_AddItemToObject(out, "ip",
+                                           cJSON_Duplicate(ip, true)) ||
+                    !cJSON_AddItemToArray(list, out)) {
+                        cJSON_Delete(out);
+                        cJSON_Delete(list);
+                        return NULL;
+                }
+        }
+        return list;
+}
+
 /* {"worker_envs": {...}, "aggregate_worker_data": {"rank_ips",
  * "aggregate_worker_data"}} for one local rank, as §4.9 has it. */
 static cJSON *rank_payload(const struct hp_operator *op,
@@ -197,11 +233,7 @@ static cJSON *rank_payload(const struct hp_operator *op,
         for (size_t i = 0; i < HP_ARRAY_SIZE(keys); i++)
                 if (cJSON_AddStringToObject(envs, keys[i], v[i]) == NULL)
                         goto oom;
-        if (!cJSON_AddItemToObject(agg, "rank_ips",
-                                   op->job.rank_ips
-                                           ? cJSON_Duplicate(op->job.rank_ips,
-                                                             true)
-                                           : cJSON_CreateNull()) ||
+        if (!cJSON_AddItemToObject(agg, "rank_ips", rank_ips(op)) ||
             !cJSON_AddItemToObject(
                     agg, "aggregate_worker_data",
                     op->job.worker_data
@@ -355,6 +387,18 @@ static void failed_to_start(struct hp_operator *op, const char *what, int r)
                  "cannot start %s: %s", what, hp_strerror(r));
 }
 
+/* Keeps a fault's reason and message for the next FAULTED. */
+static void verdict_on(struct hp_operator *op, const char *reason,
+                       const char *message)
+{
+        struct hp_op_ipr *ipr = &op->ipr;
+        size_t n = strnlen(reason, sizeof(ipr->failure_reason) - 1);
+
+        memcpy(ipr->failure_reason, reason, n);
+        ipr->failure_reason[n] = '\0';
+        snprintf(ipr->failure, sizeof(ipr->failure), "%s", message);
+}
+
 /* Training runs from here to the first job_start without rules
  * watching: the processes only wait. */
 static void training_started(struct hp_operator *op)
@@ -369,6 +413,18 @@ static void start_first(struct hp_operator *op)
         struct hp_rdzv_info round;
         int r;
 
+        /* A node the kernel log already condemned runs nothing: the
+         * operator is told instead, as in process-level restart. */
+        if (a->health.fault[0] != '\0') {
+                char msg[HP_OP_MESSAGE_MAX];
+                snprintf(msg, sizeof(msg),
+                         "The kernel log reports a hardware fault on this "
+                         "node (%s): %s",
+                         a->cfg->kmsg, a->health.fault_line);
+                verdict_on(op, a->health.fault, msg);
+                op->ipr.group = HP_IPR_GROUP_FAILED;
+                return;
+        }
         current_round(op, &round);
         r = hp_agent_use_rules(a, op->have_job ? op->job.ruleset : NULL);
         if (r == 0)
@@ -582,8 +638,12 @@ void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
 
 void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
 {
+        /* The default, and the reference's other RestartMode names: no
+         * local restart, nothing to say. */
         if (mode == NULL || strcasecmp(mode, "ipr") == 0 ||
-            strcasecmp(mode, "in_process_restart") == 0)
+            strcasecmp(mode, "in_process_restart") == 0 ||
+            strcasecmp(mode, "job_level_restart") == 0 ||
+            strcasecmp(mode, "local_prl") == 0)
                 return;
         if (strcasecmp(mode, "process_level_restart") == 0) {
                 hp_log_info("/stop asks for a process-level restart: the "
@@ -675,14 +735,11 @@ static void verdict(struct hp_operator *op, const char *reason,
                     const char *message)
 {
         struct hp_op_ipr *ipr = &op->ipr;
-        size_t n = strnlen(reason, sizeof(ipr->failure_reason) - 1);
 
         if (ipr->group != HP_IPR_GROUP_HEALTHY)
                 return;
         ipr->verdict = true;
-        memcpy(ipr->failure_reason, reason, n);
-        ipr->failure_reason[n] = '\0';
-        snprintf(ipr->failure, sizeof(ipr->failure), "%s", message);
+        verdict_on(op, reason, message);
         ipr->group = HP_IPR_GROUP_UNHEALTHY;
         hp_op__kick(op);
 }

@@ -373,10 +373,11 @@ def test_null_ip_entry_holds_job_start_until_update(hpr, tmp_path):
     code, _, body = a.post("/update", {
         "rank": 0, "nnodes": 2, "faultCount": 0, "master_addr": "10.0.0.1",
         "master_port": 29500, "ipVersion": "v2",
-        "rankIps": [{"rank": 1, "ip": "10.0.0.2"}]})
+        "rankIps": [{"rank": "1", "ip": "10.0.0.2", "zone": "b"}]})
     assert code == 200
     m = wait_event(a, 0, "job_start")["msg"]
     assert m["worker_envs"]["WORLD_SIZE"] == "4"
+    # As the reference's model holds them: an int rank, no other keys.
     assert m["aggregate_worker_data"]["rank_ips"] == [
         {"rank": 1, "ip": "10.0.0.2"}]
     assert a.shutdown().rc == 0
@@ -461,4 +462,31 @@ def test_spare_flip_restarts_the_processes(hpr, tmp_path):
     wait_new_processes(a, first)
     st = a.wait_status("ready")
     assert st["spare"] == "True"
+    assert a.shutdown().rc == 0
+
+
+def test_node_fault_faults_and_keeps_the_node_down(hpr, tmp_path):
+    """A kernel-log fault while training: FAULTED with it; /stop restarts
+    nothing on the condemned node, which says FAULTED again at once."""
+    from test_node_health import NEURON, XID, XID79, Fifo, record
+    fifo = Fifo(tmp_path / "kmsg")
+    a = agent(hpr, tmp_path, ["--node-problem-config", f"{NEURON},{XID}",
+                              "--kmsg", fifo.path])
+    released(a)
+    first = pids(a)
+    fifo.write(record(XID79, seq=1))
+    st = a.wait_status("faulted")
+    assert st["reason"] == "NodeFault_Xid79FallenOffTheBus"
+    assert "hardware fault on this node" in st["message"]
+    a.post("/stop")
+
+    def down_again():
+        st = a.status()
+        return st if (st["status"] == "faulted"
+                      and st["transitions"]["FAULTED"]
+                      > st["transitions"]["STOPPING"]) else None
+    st = deadline_poll(down_again, 20, what="FAULTED after the full stop")
+    assert st["reason"] == "NodeFault_Xid79FallenOffTheBus"
+    assert not any(pid_alive(p) for p in first)
+    assert latest_pids(a) == first, "a process started on a faulted node"
     assert a.shutdown().rc == 0
