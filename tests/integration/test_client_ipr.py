@@ -564,3 +564,54 @@ def test_readme_examples_compile():
         for names in re.findall(r"from hyperpodrun_client import (.+)", block):
             for name in names.split(","):
                 assert hasattr(hc, name.strip()), name
+
+
+# ---- The reference's style against the real agent -----------------------------
+
+def test_reference_style_worker_runs_unchanged(hpr, tmp_path):
+    """A worker written for the reference's package (helpers/
+    ref_style_worker.py) through a whole in-process restart, an /update
+    among it, on hyperpodrun --inprocess-restart."""
+    from test_operator import Agent, free_port
+    from conftest import helper
+
+    a = Agent(hpr, tmp_path, ["--inprocess-restart"], nproc=2,
+              script=helper("ref_style_worker.py"),
+              env={"PYTHONPATH": SOURCE_ROOT / "python"})
+    a.wait_status("ready", timeout=60)
+    ips = [{"rank": 0, "ip": "127.0.0.1"}]
+    port = free_port()
+    a.start(fault_count=0, master_port=port, ipVersion="v1", rankIps=ips)
+    # The fault carries no reason: rule 0's default names the rank.
+    st = a.wait_status("faulted", timeout=60)
+    assert st["reason"] == "WorkerReportedFault", st
+    assert st["message"] == "The processes reported a failure on ranks 1", st
+    assert st["worker_data"] == [{"rank": 1, "group_rank": 0, "local_rank": 1,
+                                  "failed": True,
+                                  "data": '{"trace": "rank 1 failed"}'}], st
+    # /update reaches every rank's hyperpod_wait_rank_info thread, which
+    # sets the labels.
+    code, _, _ = a.post("/update", {
+        "rank": 0, "nnodes": 1, "faultCount": 0, "master_addr": "127.0.0.1",
+        "master_port": port, "ipVersion": "v1", "rankIps": ips})
+    assert code == 200
+    deadline_poll(lambda: a.status()["rank_labels"] in
+                  ({"PP": "0", "TP": "2"}, {"PP": "1", "TP": "2"}), 30,
+                  what="the labels from job_rank_info")
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    a.wait_status("ready", timeout=60)
+    a.start(fault_count=1, master_port=free_port(), ipVersion="v1", rankIps=ips)
+    a.wait_status("completed", timeout=60)
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+    out = r.stdout.decode()
+    for local in (0, 1):
+        p = f"[default{local}]:"
+        assert f"{p}rank info: RANK {local}" in out, out
+        assert (f"{p}job_start: rank {local} restart 1 rank_ips "
+                "[{'rank': 0, 'ip': '127.0.0.1'}]") in out, out
+        assert f"{p}done rank {local}" in out, out
+    # The monitor threads saw the pause's broadcast, with the round's count.
+    assert out.count("monitor: job_fault {'restart_count': 0}") == 2, out
+    assert "[default1]:sent job_fault" in out
