@@ -100,8 +100,8 @@ class InProcessRestartSocketClient:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.client_id = str(uuid.uuid4())
         #: Set by the reader thread when a ``job_fault`` arrives (a fault
-        #: elsewhere, or the operator's stop); cleared when hyperpod_barrier
-        #: returns. A training loop checks it between steps.
+        #: elsewhere, or the operator's stop), cleared when the next
+        #: ``job_start`` arrives. A training loop checks it between steps.
         self.fault_event = threading.Event()
         #: The last ``job_fault`` payload, e.g. ``{"restart_count": 1}``.
         self.last_fault: Optional[dict] = None
@@ -183,6 +183,11 @@ class InProcessRestartSocketClient:
             if msg_type == InProcessRestartSocketMessageType.JOB_FAULT.value:
                 self.last_fault = msg
                 self.fault_event.set()
+            elif msg_type == InProcessRestartSocketMessageType.JOB_START.value:
+                # Cleared here, in arrival order, not when the barrier
+                # returns: a fault that follows the start at once must
+                # not be forgotten.
+                self.fault_event.clear()
             self._cond.notify_all()
 
     def _drain(self, msg_type: str) -> list:
@@ -250,7 +255,8 @@ class InProcessRestartSocketClient:
         "JOB_RESTART_COUNT": "1", ...}, "aggregate_worker_data":
         {"rank_ips": [...], "aggregate_worker_data": [...]}}``, the
         reference's shape. With apply_envs (the default) the worker_envs are
-        also copied into os.environ. Clears fault_event.
+        also copied into os.environ. fault_event is clear on return unless
+        a job_fault already followed the start.
         """
         # Forget a start that belonged to an earlier round before saying
         # we are here, so that the one that answers this barrier is kept.
@@ -263,7 +269,6 @@ class InProcessRestartSocketClient:
                 apply_worker_envs(response[1])
             except ValueError as ex:
                 raise HyperPodIPCException(f"a job_start from the agent: {ex}") from ex
-        self.fault_event.clear()
         logger.info("barrier cleared")
         return response
 

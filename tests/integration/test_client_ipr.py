@@ -330,6 +330,18 @@ def test_remote_fault_sets_the_flag_from_the_reader_thread(agent, ipr):
     assert not ipr.fault_event.is_set()
 
 
+def test_a_fault_right_after_the_start_is_kept(agent, ipr):
+    ipr.fault_event.set()
+    done = in_thread(ipr.hyperpod_barrier, apply_envs=False)
+    agent.wait_message("at_rcb_barrier")
+    start = dict(JOB_START, type="job_start", client_id=ipr.client_id)
+    fault = {"restart_count": 3, "type": "job_fault", "client_id": ipr.client_id}
+    agent.send(0, frame(start) + frame(fault))
+    done()
+    assert ipr.fault_event.wait(10)
+    assert ipr.last_fault == {"restart_count": 3}
+
+
 def test_wait_fault_timeout(ipr):
     with pytest.raises(HyperPodIPCException, match="Timed out"):
         ipr.hyperpod_wait_fault(timeout=0.1)
