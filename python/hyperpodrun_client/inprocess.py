@@ -58,6 +58,8 @@ class RestartMode(str, enum.Enum):
 
 
 _MODES = {m.value for m in RestartMode}
+# How many unread messages of each type a client keeps.
+_INBOX_MAX = 16
 # The messages the agent sends this client, each kept in arrival order.
 _INBOUND = (
     InProcessRestartSocketMessageType.JOB_START.value,
@@ -107,7 +109,9 @@ class InProcessRestartSocketClient:
         self.last_fault: Optional[dict] = None
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._inbox = {t: collections.deque() for t in _INBOUND}
+        # Bounded: a job_fault arrives every round whether or not anyone
+        # calls hyperpod_wait_fault, and only the latest ones matter.
+        self._inbox = {t: collections.deque(maxlen=_INBOX_MAX) for t in _INBOUND}
         self._closed: Optional[str] = None
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout)

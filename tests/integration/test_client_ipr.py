@@ -342,6 +342,15 @@ def test_a_fault_right_after_the_start_is_kept(agent, ipr):
     assert ipr.last_fault == {"restart_count": 3}
 
 
+def test_unread_messages_are_bounded(agent, ipr):
+    for n in range(100):
+        agent.send_to(ipr.client_id, "job_fault", {"restart_count": n})
+    deadline_poll(lambda: ipr.last_fault == {"restart_count": 99}, 10,
+                  what="the 100th job_fault")
+    assert len(ipr._inbox["job_fault"]) == 16
+    assert ipr._inbox["job_fault"][0] == {"restart_count": 84}
+
+
 def test_wait_fault_timeout(ipr):
     with pytest.raises(HyperPodIPCException, match="Timed out"):
         ipr.hyperpod_wait_fault(timeout=0.1)
