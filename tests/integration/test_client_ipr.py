@@ -267,6 +267,16 @@ def test_barrier_returns_job_start_and_applies_envs(agent, ipr, monkeypatch):
     assert not ipr.fault_event.is_set()
 
 
+def test_a_one_mib_job_start(agent, ipr):
+    # The operator's aggregate worker data can be large.
+    big = dict(JOB_START, aggregate_worker_data={
+        "rank_ips": [], "aggregate_worker_data": "x" * (1 << 20)})
+    done = in_thread(ipr.hyperpod_barrier, apply_envs=False)
+    agent.wait_message("at_rcb_barrier")
+    agent.send_to(ipr.client_id, "job_start", big)
+    assert done()[1] == big
+
+
 def test_barrier_with_apply_envs_false_leaves_environ(agent, ipr, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     done = in_thread(ipr.hyperpod_barrier, apply_envs=False)
