@@ -102,9 +102,9 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
     for p in first_pids:
         assert sorted(p) == [0, 1] and all(len(v) == 1 for v in p.values()), p
 
-    port = free_port()
+    port0 = free_port()
     for n, a in enumerate(agents):
-        start(a, n, 2, 0, port)
+        start(a, n, 2, 0, port0)
     # Global rank 1 (node 0, local 1) raises before step 3 and reports it.
     st = agents[0].wait_status("faulted", timeout=120)
     assert st["reason"] == "TrainingStepFailed", st
@@ -137,17 +137,17 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
     alive = [p for per in first_pids for v in per.values() for p in v]
     assert all(pid_alive(p) for p in alive)
 
-    port = free_port()
+    port1 = free_port()
     for n, a in enumerate(agents):
-        start(a, n, 2, 1, port)
+        start(a, n, 2, 1, port1)
     for a in agents:
         st = a.wait_status("completed", timeout=120)
         # Passing the barrier cleared the failed rank's data.
         assert "worker_data" not in st, st
     for n, a in enumerate(agents):
-        by_rank = lines(a)
         r = a.shutdown()
         assert r.rc == 0, r.describe()
+        by_rank = lines(a)
         for local in (0, 1):
             rank = 2 * n + local
             ls = by_rank[local]
@@ -157,9 +157,9 @@ def test_two_nodes_recover_in_process(hpr, tmp_path):
             training = [l for l in ls if l.startswith("training pid")]
             assert training == [
                 f"training pid {pid} rank {rank}/4 restart 0 master "
-                f"127.0.0.1:{training[0].rsplit(':', 1)[1].split()[0]} from step 0",
+                f"127.0.0.1:{port0} from step 0",
                 f"training pid {pid} rank {rank}/4 restart 1 master "
-                f"127.0.0.1:{port} from step 2"], ls
+                f"127.0.0.1:{port1} from step 2"], ls
             assert pids_of(a, "barrier")[local] == [pid, pid]
             check_steps(ls, 4, 1, STEPS)
             assert ls[-1] == f"done pid {pid} rank {rank} steps {STEPS}"
