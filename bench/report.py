@@ -362,7 +362,11 @@ REPRODUCE = [
     "also a script of its own, `/usr/bin/python3 bench/bench_NAME.py` (`--help`). "
     "`--smoke` runs each at a tiny size in seconds, with its results in a temporary "
     "directory (`./dev.sh test` does). `/usr/bin/python3 bench/report.py` writes this "
-    "file and the plot again from bench/results/ alone.", "",
+    "file and the plot again from bench/results/ alone. "
+    "`/usr/bin/python3 bench/compare.py --before OLD --after NEW` runs five of them "
+    "at a reduced size for two binaries in paired rounds, the order flipped each "
+    "round, and reports the median of after/before: how a change is shown not to "
+    "slow the agent on a machine whose load moves more than the change does.", "",
     "torchrun is Debian's python3-torch 1.13 launcher, run through "
     "`bench/torchrun_compat.py`, which replaces `Std.from_str` (it breaks on Python "
     "3.11) and calls `torch.distributed.run.main()`. It is given "

@@ -55,6 +55,7 @@ static int server_failed(struct hp_operator *op, struct hp_agent *agent,
         fprintf(stderr, "hyperpodrun: error: %s\n", err);
         hp_operator_close(op);
         hp_agent_close(agent);
+        hp_agent_free(agent);
         uv_loop_close(loop);
         return EXIT_USAGE;
 }
@@ -64,8 +65,8 @@ int main(int argc, char **argv)
         /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
          * off the stack. */
         static struct hp_config cfg;
-        static struct hp_agent agent;
         static struct hp_operator op;
+        struct hp_agent *agent;
         const char *level_text = getenv("LOGLEVEL");
         enum hp_log_level level;
         char err[1024];
@@ -135,27 +136,34 @@ int main(int argc, char **argv)
                         uv_strerror(r));
                 return 1;
         }
-        r = hp_agent_init(&agent, &loop, &cfg, err, sizeof(err));
+        agent = hp_agent_new();
+        if (agent == NULL) {
+                fprintf(stderr, "hyperpodrun: error: out of memory\n");
+                uv_loop_close(&loop);
+                return 1;
+        }
+        r = hp_agent_init(agent, &loop, &cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);
                 uv_run(&loop, UV_RUN_DEFAULT);
                 uv_loop_close(&loop);
+                hp_agent_free(agent);
                 return EXIT_USAGE;
         }
         if (hp_config_operator_mode(&cfg)) {
                 /* Operator mode: the HyperPod operator starts, stops and
                  * watches the job over HTTP. */
-                r = hp_operator_init(&op, &agent, &cfg, err, sizeof(err));
+                r = hp_operator_init(&op, agent, &cfg, err, sizeof(err));
                 if (r < 0)
-                        return server_failed(&op, &agent, &loop, err);
+                        return server_failed(&op, agent, &loop, err);
                 code = hp_operator_run(&op);
                 hp_operator_close(&op);
         } else if (cfg.server_port_given) {
                 /* Self-driven, with the read-only routes for monitoring. */
-                r = hp_operator_observe(&op, &agent, &cfg, err, sizeof(err));
+                r = hp_operator_observe(&op, agent, &cfg, err, sizeof(err));
                 if (r < 0)
-                        return server_failed(&op, &agent, &loop, err);
-                code = hp_agent_run(&agent);
+                        return server_failed(&op, agent, &loop, err);
+                code = hp_agent_run(agent);
                 hp_operator_close(&op);
         } else {
                 if (cfg.server_flag_given[0] != '\0')
@@ -163,10 +171,11 @@ int main(int argc, char **argv)
                                     "without --server-port, which serves "
                                     "/status, /metrics and /healthz",
                                     cfg.server_flag_given);
-                code = hp_agent_run(&agent);
+                code = hp_agent_run(agent);
         }
-        hp_agent_pass_error_file(&agent, code);
-        hp_agent_close(&agent);
+        hp_agent_pass_error_file(agent, code);
+        hp_agent_close(agent);
+        hp_agent_free(agent);
         r = uv_loop_close(&loop);
         if (r < 0)
                 hp_log_warn("event loop closed with handles open: %s",

@@ -109,14 +109,66 @@ int hp_write_all(int fd, const void *buf, size_t len);
 
 /* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when
  * the bytes there are not one: overlong forms, surrogates and code points
- * past U+10FFFF are invalid, as in Python's and JSON's decoders. */
-size_t hp_utf8_seq_len(const unsigned char *s, size_t n);
+ * past U+10FFFF are invalid, as in Python's and JSON's decoders. Inline:
+ * the log-rule engine calls it for each character of a line that is not
+ * all ASCII. */
+static inline size_t hp_utf8_seq_len(const unsigned char *s, size_t n)
+{
+        unsigned c;
+        size_t len;
+        uint32_t cp;
+
+        if (n == 0)
+                return 0;
+        c = s[0];
+        if (c < 0x80)
+                return 1;
+        if (c >= 0xc2 && c <= 0xdf) {
+                len = 2;
+                cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+                len = 3;
+                cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+                len = 4;
+                cp = c & 0x07;
+        } else {
+                return 0;
+        }
+        if (n < len)
+                return 0;
+        for (size_t i = 1; i < len; i++) {
+                if ((s[i] & 0xc0) != 0x80)
+                        return 0;
+                cp = cp << 6 | (s[i] & 0x3f);
+        }
+        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                return 0;
+        return len;
+}
 /* Whether s[0..n) is valid UTF-8. */
 bool hp_utf8_valid(const char *s, size_t n);
 /* Copies src into out (len bytes with the NUL), each invalid byte
  * replaced by U+FFFD, as Python's errors="replace" does, and cut only
  * between characters. Returns the length written. */
 size_t hp_utf8_repair(const char *src, char *out, size_t len);
+
+/* The value of name in an environ-style array (borrowed, NULL-terminated;
+ * NULL: an empty one), or NULL when it is not set. For a worker's or a
+ * test's environment; the agent's own is getenv()'s. */
+const char *hp_env_get(char *const *envp, const char *name);
+
+/*
+ * Reads the whole regular file at path, at most max bytes, into *out:
+ * NUL-terminated, *len bytes before the NUL, ownership passes to the
+ * caller. A FIFO cannot hang the open. Returns 0, -EISDIR for a
+ * directory, -ENODEV for anything else that is not a regular file (a
+ * FIFO, a device, a socket), -EFBIG when the file holds more than max
+ * bytes, or another -errno (-ENOENT, -EACCES, -ENOMEM, a read's). *out
+ * is NULL and *len 0 on every failure.
+ */
+int hp_read_file(const char *path, size_t max, char **out, size_t *len);
 
 /* mkdir -p with the given mode. Returns 0 or -errno. */
 int hp_mkdir_p(const char *path, unsigned mode);

@@ -1,4 +1,5 @@
-/* Small helpers: strict number parsing, random names, file-system walks. */
+/* Small helpers: strict number parsing, random names, whole-file reads,
+ * file-system walks. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -138,6 +139,92 @@ int hp_write_all(int fd, const void *buf, size_t len)
         return 0;
 }
 
+const char *hp_env_get(char *const *envp, const char *name)
+{
+        size_t len = strlen(name);
+
+        for (char *const *e = envp; e != NULL && *e != NULL; e++)
+                if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
+                        return *e + len + 1;
+        return NULL;
+}
+
+int hp_read_file(const char *path, size_t max, char **out, size_t *len)
+{
+        struct stat st;
+        size_t used = 0, cap, grown;
+        char *buf, *more;
+        ssize_t got;
+        int fd, r = 0;
+
+        *out = NULL;
+        *len = 0;
+        /* O_NONBLOCK: a FIFO must not hang the open; it is refused below
+         * with everything else that is not a regular file. */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0) {
+                r = -errno;
+                goto out_close;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = S_ISDIR(st.st_mode) ? -EISDIR : -ENODEV;
+                goto out_close;
+        }
+        if ((uint64_t)st.st_size > max) {
+                r = -EFBIG;
+                goto out_close;
+        }
+        /* Room for one byte more than the size says, so that a file that
+         * grew (or a /proc file, whose size is 0) is read to its end and
+         * still cut off past max. */
+        cap = (size_t)st.st_size + 1;
+        buf = malloc(cap + 1);
+        if (buf == NULL) {
+                r = -ENOMEM;
+                goto out_close;
+        }
+        for (;;) {
+                if (used == cap) {
+                        if (cap > max) {
+                                r = -EFBIG;
+                                break;
+                        }
+                        grown = cap > max / 2 ? max + 1 : 2 * cap;
+                        more = realloc(buf, grown + 1);
+                        if (more == NULL) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        buf = more;
+                        cap = grown;
+                }
+                got = read(fd, buf + used, cap - used);
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got < 0) {
+                        r = -errno;
+                        break;
+                }
+                if (got == 0)
+                        break;
+                used += (size_t)got;
+        }
+        if (r == 0 && used > max)
+                r = -EFBIG;
+        if (r != 0) {
+                free(buf);
+                goto out_close;
+        }
+        buf[used] = '\0';
+        *out = buf;
+        *len = used;
+out_close:
+        close(fd);
+        return r;
+}
+
 int hp_mkdir_p(const char *path, unsigned mode)
 {
         char tmp[PATH_MAX];
@@ -208,41 +295,6 @@ const char *hp_signal_name(int signum)
                 if (names[i].num == signum)
                         return names[i].name;
         return NULL;
-}
-
-size_t hp_utf8_seq_len(const unsigned char *s, size_t n)
-{
-        unsigned c = s[0];
-        size_t len;
-        uint32_t cp;
-
-        if (n == 0)
-                return 0;
-        if (c < 0x80)
-                return 1;
-        if (c >= 0xc2 && c <= 0xdf) {
-                len = 2;
-                cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-                len = 3;
-                cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-                len = 4;
-                cp = c & 0x07;
-        } else {
-                return 0;
-        }
-        if (n < len)
-                return 0;
-        for (size_t i = 1; i < len; i++) {
-                if ((s[i] & 0xc0) != 0x80)
-                        return 0;
-                cp = cp << 6 | (s[i] & 0x3f);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                return 0;
-        return len;
 }
 
 bool hp_utf8_valid(const char *s, size_t n)

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,10 @@ struct raw_value {
         const char *text;
         char source[80];
 };
+
+/* Converts option id, or the options converted with it, from raw. */
+typedef int (*convert_fn)(struct hp_config *cfg, const struct raw_value *raw,
+                          enum hp_option_id id, char *errbuf, size_t errlen);
 
 #define ERR(...)                                                             \
         do {                                                                 \
@@ -570,7 +575,8 @@ static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
 
 /* --node-problem-config and the flags that only mean something with it. */
 static int convert_node_health(struct hp_config *cfg,
-                               const struct raw_value *raw, char *errbuf,
+                               const struct raw_value *raw,
+                               enum hp_option_id id, char *errbuf,
                                size_t errlen)
 {
         static const char *const actions[] = { "none", "reboot", "replace" };
@@ -609,7 +615,7 @@ static int convert_node_health(struct hp_config *cfg,
  * have no effect on a replay, except --log-monitor-ranks, which means in
  * a replay what it means live: the same default, local rank 0. */
 static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
-                          char *errbuf, size_t errlen)
+                          enum hp_option_id id, char *errbuf, size_t errlen)
 {
         static const char *const inputs[] = { "auto", "plain", "console",
                                               "srun" };
@@ -690,9 +696,12 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
 /* --signals-to-handle: hyperpodrun handles torchrun's default set
  * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: stop the workers with the signal
  * received) and no other, so only that set is taken, in any order. */
-static int check_signals_to_handle(const struct raw_value *v, char *errbuf,
-                                   size_t errlen)
+static int convert_signals_to_handle(struct hp_config *cfg,
+                                     const struct raw_value *raw,
+                                     enum hp_option_id id, char *errbuf,
+                                     size_t errlen)
 {
+        const struct raw_value *v = &raw[id];
         static const char *const handled[] = { "SIGTERM", "SIGINT", "SIGHUP",
                                                "SIGQUIT" };
         unsigned seen = 0;
@@ -725,180 +734,163 @@ static int check_signals_to_handle(const struct raw_value *v, char *errbuf,
         return 0;
 }
 
-static int convert_values(struct hp_config *cfg, struct raw_value *raw,
-                          char *errbuf, size_t errlen)
+/*
+ * The conversion of each option's raw text into struct hp_config, one
+ * row per option in the order they are checked, so that with two bad
+ * options the first in this order is the one reported. Most options are
+ * one of a few kinds; an option whose conversion is its own, or that is
+ * converted together with others, has a function.
+ */
+enum conversion_kind {
+        CONV_NONE = 0,  /* converted with another option's row */
+        CONV_REFUSED,   /* not taken: "is not supported: <text>" */
+        CONV_FLAG,      /* bool at field */
+        CONV_STRING,    /* const char * at field, any text */
+        CONV_TEXT,      /* const char * at field, not empty; text: a hint */
+        CONV_INT,       /* int at field, from min to max */
+        CONV_SECONDS,   /* uint64_t milliseconds at field */
+        CONV_CHOICE,    /* const char * at field, one of choices */
+        CONV_FUNC,      /* fn, when the option is given */
+        CONV_GROUP,     /* fn, always: it converts several options */
+};
+
+struct conversion {
+        enum hp_option_id id;
+        enum conversion_kind kind;
+        size_t field;               /* offsetof(struct hp_config, ...) */
+        bool has_given;
+        size_t given;               /* a bool set when the option is given */
+        int min, max;
+        const char *text;
+        const char *const *choices;
+        size_t nchoices;
+        convert_fn fn;
+};
+
+#define ROW(opt, k) .id = HP_OPT_##opt, .kind = CONV_##k
+#define FIELD(f) .field = offsetof(struct hp_config, f)
+#define GIVEN(f) .has_given = true, .given = offsetof(struct hp_config, f)
+#define CHOICES(list) .choices = (list), .nchoices = HP_ARRAY_SIZE(list)
+
+static const char *const start_methods[] = { "spawn", "fork", "forkserver" };
+static const char *const log_levels[] = { "critical", "error", "warning",
+                                          "info",     "debug", "trace" };
+
+static int convert_nnodes(struct hp_config *cfg, const struct raw_value *raw,
+                          enum hp_option_id id, char *errbuf, size_t errlen)
 {
+        int r = parse_nnodes(&raw[id], &cfg->nnodes, errbuf, errlen);
+
+        if (r < 0)
+                return r;
+        cfg->nnodes_given = true;
+        return 0;
+}
+
+static int convert_nproc(struct hp_config *cfg, const struct raw_value *raw,
+                         enum hp_option_id id, char *errbuf, size_t errlen)
+{
+        return parse_nproc(&raw[id], &cfg->nproc, errbuf, errlen);
+}
+
+static int convert_master_addr(struct hp_config *cfg,
+                               const struct raw_value *raw,
+                               enum hp_option_id id, char *errbuf,
+                               size_t errlen)
+{
+        const char *addr = raw[id].text;
+        bool control = false;
+
+        if (addr[0] == '\0')
+                ERR("empty value for %s", raw[id].source);
+        for (const char *p = addr; *p; p++)
+                control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+        if (control || !hp_utf8_valid(addr, strlen(addr)))
+                ERR("invalid value for %s: it holds %s; expected one host "
+                    "name or address",
+                    raw[id].source,
+                    control ? "a control character (a newline?)"
+                            : "bytes that are not UTF-8");
+        cfg->master_addr = addr;
+        cfg->master_addr_given = true;
+        return 0;
+}
+
+static int convert_rdzv_backend(struct hp_config *cfg,
+                                const struct raw_value *raw,
+                                enum hp_option_id id, char *errbuf,
+                                size_t errlen)
+{
+        /* Those from c10d on are PyTorch's own, refused with a reason. */
         static const char *const backends[] = {
                 "hyperpod", "static", "slurm", "resource-config",
                 "c10d",     "etcd",   "etcd-v2",
         };
-        static const char *const start_methods[] = { "spawn", "fork",
-                                                     "forkserver" };
-        static const char *const signals[] = { "SIGTERM", "SIGKILL" };
-        static const char *const hang_dumps[] = { "off", "stacks", "full" };
-        static const char *const levels[] = { "critical", "error", "warning",
-                                              "info",     "debug", "trace" };
         int r, index;
 
-        if (raw[HP_OPT_INPROCESS_RESTART].text)
-                cfg->inprocess_restart = true;
-        if (raw[HP_OPT_INPROCESS_TIMEOUT].text) {
-                r = parse_seconds(&raw[HP_OPT_INPROCESS_TIMEOUT],
-                                  &cfg->inprocess_timeout_ms, errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
+        r = parse_choice(&raw[id], backends, HP_ARRAY_SIZE(backends), &index,
+                         errbuf, errlen);
+        if (r < 0)
+                return r;
+        if (index >= 4)
+                ERR("%s %s is not supported: hyperpodrun does not speak "
+                    "PyTorch's TCPStore rendezvous protocol; use static "
+                    "(with --nnodes, --node-rank, --master-addr), slurm, "
+                    "resource-config or --standalone",
+                    raw[id].source, raw[id].text);
+        cfg->rdzv_backend = (enum hp_rdzv_backend)index;
+        cfg->rdzv_backend_name = backends[index];
+        return 0;
+}
 
-        /* torchrun flags that need its Python machinery: each is refused
-         * with the reason, rather than accepted and ignored. */
-        if (raw[HP_OPT_LOGS_SPECS].text)
-                ERR("%s is not supported: it names a Python LogsSpecs class "
-                    "(an entry point), which a C launcher cannot load; use "
-                    "--log-dir, --redirects, --tee and "
-                    "--local-ranks-filter",
-                    raw[HP_OPT_LOGS_SPECS].source);
-        if (raw[HP_OPT_EVENT_LOG_HANDLER].text)
-                ERR("%s is not supported: it names a Python event handler "
-                    "of torch.distributed.elastic.events; hyperpodrun logs "
-                    "its events to stderr",
-                    raw[HP_OPT_EVENT_LOG_HANDLER].source);
-        if (raw[HP_OPT_NUMA_BINDING].text)
-                ERR("%s is not supported: hyperpodrun does not bind workers "
-                    "to NUMA nodes; bind inside the training script, or "
-                    "wrap it with numactl and --no-python",
-                    raw[HP_OPT_NUMA_BINDING].source);
-        if (raw[HP_OPT_VIRTUAL_LOCAL_RANK].text)
-                ERR("%s is not supported: every worker sees its real "
-                    "LOCAL_RANK",
-                    raw[HP_OPT_VIRTUAL_LOCAL_RANK].source);
-        if (raw[HP_OPT_SIGNALS_TO_HANDLE].text) {
-                r = check_signals_to_handle(&raw[HP_OPT_SIGNALS_TO_HANDLE],
-                                            errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
+static int convert_rdzv_id(struct hp_config *cfg, const struct raw_value *raw,
+                           enum hp_option_id id, char *errbuf, size_t errlen)
+{
+        const char *text = raw[id].text;
 
-        if (raw[HP_OPT_NNODES].text) {
-                r = parse_nnodes(&raw[HP_OPT_NNODES], &cfg->nnodes, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->nnodes_given = true;
-        }
-        if (raw[HP_OPT_NPROC_PER_NODE].text) {
-                r = parse_nproc(&raw[HP_OPT_NPROC_PER_NODE], &cfg->nproc,
-                                errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
-        if (raw[HP_OPT_NODE_RANK].text) {
-                r = parse_int_value(&raw[HP_OPT_NODE_RANK], 0, (1 << 20) - 1,
-                                    &cfg->node_rank, errbuf, errlen);
-                if (r < 0)
-                        return r;
-                cfg->node_rank_given = true;
-        }
-        if (raw[HP_OPT_MASTER_ADDR].text) {
-                if (raw[HP_OPT_MASTER_ADDR].text[0] == '\0')
-                        ERR("empty value for %s",
-                            raw[HP_OPT_MASTER_ADDR].source);
-                const char *addr = raw[HP_OPT_MASTER_ADDR].text;
-                bool control = false;
+        if (*text == '\0' || strchr(text, '/') != NULL)
+                ERR("invalid value '%s' for %s: the run id names a "
+                    "directory, so it must be non-empty and hold no '/'",
+                    text, raw[id].source);
+        cfg->rdzv_id = text;
+        return 0;
+}
 
-                for (const char *p = addr; *p; p++)
-                        control |= (unsigned char)*p < 0x20 || *p == 0x7f;
-                if (control || !hp_utf8_valid(addr, strlen(addr)))
-                        ERR("invalid value for %s: it holds %s; expected "
-                            "one host name or address",
-                            raw[HP_OPT_MASTER_ADDR].source,
-                            control ? "a control character (a newline?)"
-                                    : "bytes that are not UTF-8");
-                cfg->master_addr = addr;
-                cfg->master_addr_given = true;
+static int convert_rdzv_conf(struct hp_config *cfg,
+                             const struct raw_value *raw,
+                             enum hp_option_id id, char *errbuf,
+                             size_t errlen)
+{
+        const char *conf = raw[id].text;
+
+        for (const char *p = conf; *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t)(comma - p) : strlen(p);
+                const char *eq = memchr(p, '=', len);
+
+                if (eq == NULL || eq == p)
+                        ERR("invalid value '%s' for %s: expected "
+                            "KEY=VALUE[,KEY=VALUE...]",
+                            conf, raw[id].source);
+                p += len;
+                if (*p == ',')
+                        p++;
         }
-        if (raw[HP_OPT_MASTER_PORT].text) {
-                r = parse_int_value(&raw[HP_OPT_MASTER_PORT], 1, 65535,
-                                    &cfg->master_port, errbuf, errlen);
-                if (r < 0)
-                        return r;
-                cfg->master_port_given = true;
-        }
-        if (raw[HP_OPT_RDZV_BACKEND].text) {
-                r = parse_choice(&raw[HP_OPT_RDZV_BACKEND], backends,
-                                 HP_ARRAY_SIZE(backends), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                if (index >= 4)
-                        ERR("%s %s is not supported: hyperpodrun does not "
-                            "speak PyTorch's TCPStore rendezvous protocol; "
-                            "use static (with --nnodes, --node-rank, "
-                            "--master-addr), slurm, resource-config or "
-                            "--standalone",
-                            raw[HP_OPT_RDZV_BACKEND].source,
-                            raw[HP_OPT_RDZV_BACKEND].text);
-                cfg->rdzv_backend = (enum hp_rdzv_backend)index;
-                cfg->rdzv_backend_name = backends[index];
-        }
-        if (raw[HP_OPT_RDZV_ENDPOINT].text)
-                cfg->rdzv_endpoint = raw[HP_OPT_RDZV_ENDPOINT].text;
-        if (raw[HP_OPT_RDZV_ID].text) {
-                const char *id = raw[HP_OPT_RDZV_ID].text;
-                if (*id == '\0' || strchr(id, '/') != NULL)
-                        ERR("invalid value '%s' for %s: the run id names a "
-                            "directory, so it must be non-empty and hold no "
-                            "'/'",
-                            id, raw[HP_OPT_RDZV_ID].source);
-                cfg->rdzv_id = id;
-        }
-        if (raw[HP_OPT_RDZV_CONF].text) {
-                const char *conf = raw[HP_OPT_RDZV_CONF].text;
-                for (const char *p = conf; *p;) {
-                        const char *comma = strchr(p, ',');
-                        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-                        const char *eq = memchr(p, '=', len);
-                        if (eq == NULL || eq == p)
-                                ERR("invalid value '%s' for %s: expected "
-                                    "KEY=VALUE[,KEY=VALUE...]",
-                                    conf, raw[HP_OPT_RDZV_CONF].source);
-                        p += len;
-                        if (*p == ',')
-                                p++;
-                }
-                cfg->rdzv_conf = conf;
-        }
-        if (raw[HP_OPT_STANDALONE].text)
-                cfg->standalone = true;
-        if (raw[HP_OPT_MAX_RESTARTS].text) {
-                r = parse_int_value(&raw[HP_OPT_MAX_RESTARTS], 0, 1000000,
-                                    &cfg->max_restarts, errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
-        if (raw[HP_OPT_MONITOR_INTERVAL].text) {
-                r = parse_seconds(&raw[HP_OPT_MONITOR_INTERVAL],
-                                  &cfg->monitor_interval_ms, errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
-        if (raw[HP_OPT_START_METHOD].text) {
-                r = parse_choice(&raw[HP_OPT_START_METHOD], start_methods,
-                                 HP_ARRAY_SIZE(start_methods), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->start_method = start_methods[index];
-        }
-        if (raw[HP_OPT_ROLE].text) {
-                if (raw[HP_OPT_ROLE].text[0] == '\0')
-                        ERR("empty value for %s", raw[HP_OPT_ROLE].source);
-                cfg->role = raw[HP_OPT_ROLE].text;
-        }
+        cfg->rdzv_conf = conf;
+        return 0;
+}
+
+/* -m, --no-python and --run-path, which decide together how the script
+ * is run. torchrun's --run-path runs the script with runpy.run_path in a
+ * Python worker, ahead of --no-python and -m: here, python -u SCRIPT,
+ * which runs it the same way. */
+static int convert_launch_mode(struct hp_config *cfg,
+                               const struct raw_value *raw,
+                               enum hp_option_id id, char *errbuf,
+                               size_t errlen)
+{
         cfg->module = raw[HP_OPT_MODULE].text != NULL;
         cfg->no_python = raw[HP_OPT_NO_PYTHON].text != NULL;
-        /* torchrun's --run-path runs the script with runpy.run_path in a
-         * Python worker, ahead of --no-python and -m: here, python -u
-         * SCRIPT, which runs it the same way. */
         cfg->run_path = raw[HP_OPT_RUN_PATH].text != NULL;
         if (cfg->run_path) {
                 cfg->module = false;
@@ -908,86 +900,121 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 ERR("%s and %s cannot be used together: a module needs the "
                     "python interpreter",
                     raw[HP_OPT_MODULE].source, raw[HP_OPT_NO_PYTHON].source);
-        if (raw[HP_OPT_LOG_DIR].text) {
-                const char *dir = raw[HP_OPT_LOG_DIR].text;
-                if (*dir == '\0')
-                        ERR("empty value for %s", raw[HP_OPT_LOG_DIR].source);
-                cfg->log_dir = dir;
-                cfg->log_to_devnull = strcmp(dir, "/dev/null") == 0;
-        }
-        for (int which = 0; which < 2; which++) {
-                int id = which == 0 ? HP_OPT_REDIRECTS : HP_OPT_TEE;
-                uint8_t *out = which == 0 ? cfg->redirects : cfg->tee;
-                char detail[200];
+        return 0;
+}
 
-                if (raw[id].text == NULL)
-                        continue;
-                r = hp_config_parse_std_spec(raw[id].text, cfg->nproc, out,
-                                             detail, sizeof(detail));
-                if (r < 0)
-                        ERR("invalid value for %s: %s", raw[id].source,
-                            detail);
-        }
-        if (raw[HP_OPT_LOCAL_RANKS_FILTER].text &&
-            raw[HP_OPT_LOCAL_RANKS_FILTER].text[0] != '\0') {
-                r = parse_ranks_filter(&raw[HP_OPT_LOCAL_RANKS_FILTER],
-                                       cfg->nproc, false, cfg->console_shown,
-                                       errbuf,
-                                       errlen);
-                if (r < 0)
-                        return r;
-                cfg->console_filter_set = true;
-        }
-        if (raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text) {
-                char detail[200];
-                cfg->prefix_template = raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].text;
-                if (hp_config_check_template(cfg->prefix_template, detail,
-                                             sizeof(detail)) < 0)
-                        ERR("invalid value for %s: %s",
-                            raw[HP_OPT_LOG_LINE_PREFIX_TEMPLATE].source,
-                            detail);
-        }
-        if (raw[HP_OPT_LOCAL_ADDR].text)
-                cfg->local_addr = raw[HP_OPT_LOCAL_ADDR].text;
+static int convert_log_dir(struct hp_config *cfg, const struct raw_value *raw,
+                           enum hp_option_id id, char *errbuf, size_t errlen)
+{
+        const char *dir = raw[id].text;
 
-        if (raw[HP_OPT_SHUTDOWN_SIGNAL].text) {
-                r = parse_choice(&raw[HP_OPT_SHUTDOWN_SIGNAL], signals,
-                                 HP_ARRAY_SIZE(signals), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->shutdown_signal = index == 0 ? SIGTERM : SIGKILL;
-        }
-        if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text) {
-                r = parse_seconds(&raw[HP_OPT_SHUTDOWN_TIMEOUT],
-                                  &cfg->shutdown_timeout_ms, errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
-        if (raw[HP_OPT_HANG_DUMP].text) {
-                r = parse_choice(&raw[HP_OPT_HANG_DUMP], hang_dumps,
-                                 HP_ARRAY_SIZE(hang_dumps), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->hang_dump = (enum hp_hang_dump)index;
-        }
-        if (raw[HP_OPT_HANG_DUMP_TIMEOUT].text) {
-                r = parse_seconds(&raw[HP_OPT_HANG_DUMP_TIMEOUT],
-                                  &cfg->hang_dump_timeout_ms, errbuf, errlen);
-                if (r < 0)
-                        return r;
-        }
-        if (raw[HP_OPT_CGROUP].text) {
-                static const char *const cgroup_modes[] = { "auto", "off" };
+        if (*dir == '\0')
+                ERR("empty value for %s", raw[id].source);
+        cfg->log_dir = dir;
+        cfg->log_to_devnull = strcmp(dir, "/dev/null") == 0;
+        return 0;
+}
 
-                r = parse_choice(&raw[HP_OPT_CGROUP], cgroup_modes,
-                                 HP_ARRAY_SIZE(cgroup_modes), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->cgroup = index == 0;
-        }
+/* --redirects and --tee, per local rank. */
+static int convert_std_spec(struct hp_config *cfg,
+                            const struct raw_value *raw,
+                            enum hp_option_id id, char *errbuf,
+                            size_t errlen)
+{
+        uint8_t *out = id == HP_OPT_REDIRECTS ? cfg->redirects : cfg->tee;
+        char detail[200];
+
+        if (hp_config_parse_std_spec(raw[id].text, cfg->nproc, out, detail,
+                                     sizeof(detail)) < 0)
+                ERR("invalid value for %s: %s", raw[id].source, detail);
+        return 0;
+}
+
+static int convert_local_ranks_filter(struct hp_config *cfg,
+                                      const struct raw_value *raw,
+                                      enum hp_option_id id, char *errbuf,
+                                      size_t errlen)
+{
+        int r;
+
+        /* Empty: every rank, as not given. */
+        if (raw[id].text[0] == '\0')
+                return 0;
+        r = parse_ranks_filter(&raw[id], cfg->nproc, false,
+                               cfg->console_shown, errbuf, errlen);
+        if (r < 0)
+                return r;
+        cfg->console_filter_set = true;
+        return 0;
+}
+
+static int convert_prefix_template(struct hp_config *cfg,
+                                   const struct raw_value *raw,
+                                   enum hp_option_id id, char *errbuf,
+                                   size_t errlen)
+{
+        char detail[200];
+
+        cfg->prefix_template = raw[id].text;
+        if (hp_config_check_template(cfg->prefix_template, detail,
+                                     sizeof(detail)) < 0)
+                ERR("invalid value for %s: %s", raw[id].source, detail);
+        return 0;
+}
+
+static int convert_shutdown_signal(struct hp_config *cfg,
+                                   const struct raw_value *raw,
+                                   enum hp_option_id id, char *errbuf,
+                                   size_t errlen)
+{
+        static const char *const signals[] = { "SIGTERM", "SIGKILL" };
+        int r, index;
+
+        r = parse_choice(&raw[id], signals, HP_ARRAY_SIZE(signals), &index,
+                         errbuf, errlen);
+        if (r < 0)
+                return r;
+        cfg->shutdown_signal = index == 0 ? SIGTERM : SIGKILL;
+        return 0;
+}
+
+static int convert_hang_dump(struct hp_config *cfg,
+                             const struct raw_value *raw,
+                             enum hp_option_id id, char *errbuf,
+                             size_t errlen)
+{
+        static const char *const hang_dumps[] = { "off", "stacks", "full" };
+        int r, index;
+
+        r = parse_choice(&raw[id], hang_dumps, HP_ARRAY_SIZE(hang_dumps),
+                         &index, errbuf, errlen);
+        if (r < 0)
+                return r;
+        cfg->hang_dump = (enum hp_hang_dump)index;
+        return 0;
+}
+
+static int convert_cgroup(struct hp_config *cfg, const struct raw_value *raw,
+                          enum hp_option_id id, char *errbuf, size_t errlen)
+{
+        static const char *const cgroup_modes[] = { "auto", "off" };
+        int r, index;
+
+        r = parse_choice(&raw[id], cgroup_modes, HP_ARRAY_SIZE(cgroup_modes),
+                         &index, errbuf, errlen);
+        if (r < 0)
+                return r;
+        cfg->cgroup = index == 0;
+        return 0;
+}
+
+/* --pre-train-script and --post-train-script, each with its arguments,
+ * which need it. */
+static int convert_train_scripts(struct hp_config *cfg,
+                                 const struct raw_value *raw,
+                                 enum hp_option_id id, char *errbuf,
+                                 size_t errlen)
+{
         for (int which = 0; which < 2; which++) {
                 int script_id = which ? HP_OPT_POST_TRAIN_SCRIPT
                                       : HP_OPT_PRE_TRAIN_SCRIPT;
@@ -1013,73 +1040,202 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                         *args = raw[args_id].text;
                 }
         }
-        if (raw[HP_OPT_SERVER_HOST].text) {
-                if (raw[HP_OPT_SERVER_HOST].text[0] == '\0')
-                        ERR("empty value for %s",
-                            raw[HP_OPT_SERVER_HOST].source);
-                cfg->server_host = raw[HP_OPT_SERVER_HOST].text;
-        }
-        if (raw[HP_OPT_SERVER_PORT].text) {
-                r = parse_int_value(&raw[HP_OPT_SERVER_PORT], 0, 65535,
-                                    &cfg->server_port, errbuf, errlen);
-                if (r < 0)
-                        return r;
-                cfg->server_port_given = true;
-        }
-        if (raw[HP_OPT_SERVER_LOG_LEVEL].text) {
-                r = parse_choice(&raw[HP_OPT_SERVER_LOG_LEVEL], levels,
-                                 HP_ARRAY_SIZE(levels), &index, errbuf,
-                                 errlen);
-                if (r < 0)
-                        return r;
-                cfg->server_log_level = levels[index];
-        }
-        if (raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text) {
-                r = parse_seconds(&raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT],
-                                  &cfg->server_shutdown_timeout_ms, errbuf,
-                                  errlen);
-                if (r < 0)
-                        return r;
-        }
+        return 0;
+}
 
-        if (raw[HP_OPT_LOG_MONITORING_CONFIG].text) {
-                if (raw[HP_OPT_LOG_MONITORING_CONFIG].text[0] == '\0')
-                        ERR("empty value for %s",
-                            raw[HP_OPT_LOG_MONITORING_CONFIG].source);
-                cfg->log_monitoring_config =
-                        raw[HP_OPT_LOG_MONITORING_CONFIG].text;
-        }
-        /* Local rank 0's stdout by default, like the reference: progress
-         * lines are often printed by rank 0 alone. */
+/* Local rank 0's stdout by default, like the reference: progress lines
+ * are often printed by rank 0 alone. */
+static int convert_monitor_ranks(struct hp_config *cfg,
+                                 const struct raw_value *raw,
+                                 enum hp_option_id id, char *errbuf,
+                                 size_t errlen)
+{
+        const struct raw_value *v = &raw[id];
+        /* A replay has no --nproc-per-node to bound the ranks: the log
+         * names them. */
+        int bound = raw[HP_OPT_REPLAY].text ? HP_MAX_NPROC : cfg->nproc;
+        int r;
+
         cfg->monitored[0] = true;
-        if (raw[HP_OPT_LOG_MONITOR_RANKS].text) {
-                const struct raw_value *v = &raw[HP_OPT_LOG_MONITOR_RANKS];
-                /* A replay has no --nproc-per-node to bound the ranks:
-                 * the log names them. */
-                int bound = raw[HP_OPT_REPLAY].text ? HP_MAX_NPROC
-                                                    : cfg->nproc;
-                if (strcmp(v->text, "all") == 0) {
-                        for (int i = 0; i < bound; i++)
-                                cfg->monitored[i] = true;
-                        cfg->replay_all_ranks = true;
-                } else {
-                        r = parse_ranks_filter(v, bound, true,
-                                               cfg->monitored,
-                                               errbuf, errlen);
-                        if (r < 0)
-                                return r;
-                }
-                if (cfg->log_monitoring_config == NULL)
-                        ERR("%s was given without --log-monitoring-config",
-                            v->source);
+        if (v->text == NULL)
+                return 0;
+        if (strcmp(v->text, "all") == 0) {
+                for (int i = 0; i < bound; i++)
+                        cfg->monitored[i] = true;
+                cfg->replay_all_ranks = true;
+        } else {
+                r = parse_ranks_filter(v, bound, true, cfg->monitored, errbuf,
+                                       errlen);
+                if (r < 0)
+                        return r;
         }
+        if (cfg->log_monitoring_config == NULL)
+                ERR("%s was given without --log-monitoring-config",
+                    v->source);
+        return 0;
+}
 
-        r = convert_node_health(cfg, raw, errbuf, errlen);
-        if (r < 0)
-                return r;
-        r = convert_replay(cfg, raw, errbuf, errlen);
-        if (r < 0)
-                return r;
+static const struct conversion conversions[] = {
+        { ROW(INPROCESS_RESTART, FLAG), FIELD(inprocess_restart) },
+        { ROW(INPROCESS_TIMEOUT, SECONDS), FIELD(inprocess_timeout_ms) },
+        /* torchrun flags that need its Python machinery: each is refused
+         * with the reason, rather than accepted and ignored. */
+        { ROW(LOGS_SPECS, REFUSED),
+          .text = "it names a Python LogsSpecs class (an entry point), "
+                  "which a C launcher cannot load; use --log-dir, "
+                  "--redirects, --tee and --local-ranks-filter" },
+        { ROW(EVENT_LOG_HANDLER, REFUSED),
+          .text = "it names a Python event handler of "
+                  "torch.distributed.elastic.events; hyperpodrun logs its "
+                  "events to stderr" },
+        { ROW(NUMA_BINDING, REFUSED),
+          .text = "hyperpodrun does not bind workers to NUMA nodes; bind "
+                  "inside the training script, or wrap it with numactl "
+                  "and --no-python" },
+        { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
+          .text = "every worker sees its real LOCAL_RANK" },
+        { ROW(SIGNALS_TO_HANDLE, FUNC), .fn = convert_signals_to_handle },
+
+        { ROW(NNODES, FUNC), .fn = convert_nnodes },
+        { ROW(NPROC_PER_NODE, FUNC), .fn = convert_nproc },
+        { ROW(NODE_RANK, INT), FIELD(node_rank), GIVEN(node_rank_given),
+          .min = 0, .max = (1 << 20) - 1 },
+        { ROW(MASTER_ADDR, FUNC), .fn = convert_master_addr },
+        { ROW(MASTER_PORT, INT), FIELD(master_port),
+          GIVEN(master_port_given), .min = 1, .max = 65535 },
+        { ROW(RDZV_BACKEND, FUNC), .fn = convert_rdzv_backend },
+        { ROW(RDZV_ENDPOINT, STRING), FIELD(rdzv_endpoint) },
+        { ROW(RDZV_ID, FUNC), .fn = convert_rdzv_id },
+        { ROW(RDZV_CONF, FUNC), .fn = convert_rdzv_conf },
+        { ROW(STANDALONE, FLAG), FIELD(standalone) },
+        { ROW(MAX_RESTARTS, INT), FIELD(max_restarts), .min = 0,
+          .max = 1000000 },
+        { ROW(MONITOR_INTERVAL, SECONDS), FIELD(monitor_interval_ms) },
+        { ROW(START_METHOD, CHOICE), FIELD(start_method),
+          CHOICES(start_methods) },
+        { ROW(ROLE, TEXT), FIELD(role) },
+        { ROW(MODULE, GROUP), .fn = convert_launch_mode },
+        { ROW(NO_PYTHON, NONE) },        /* with -m */
+        { ROW(RUN_PATH, NONE) },         /* with -m */
+        { ROW(LOG_DIR, FUNC), .fn = convert_log_dir },
+        { ROW(REDIRECTS, FUNC), .fn = convert_std_spec },
+        { ROW(TEE, FUNC), .fn = convert_std_spec },
+        { ROW(LOCAL_RANKS_FILTER, FUNC),
+          .fn = convert_local_ranks_filter },
+        { ROW(LOG_LINE_PREFIX_TEMPLATE, FUNC),
+          .fn = convert_prefix_template },
+        { ROW(LOCAL_ADDR, STRING), FIELD(local_addr) },
+
+        { ROW(SHUTDOWN_SIGNAL, FUNC), .fn = convert_shutdown_signal },
+        { ROW(SHUTDOWN_TIMEOUT, SECONDS), FIELD(shutdown_timeout_ms) },
+        { ROW(HANG_DUMP, FUNC), .fn = convert_hang_dump },
+        { ROW(HANG_DUMP_TIMEOUT, SECONDS),
+          FIELD(hang_dump_timeout_ms) },
+        { ROW(CGROUP, FUNC), .fn = convert_cgroup },
+        { ROW(PRE_TRAIN_SCRIPT, GROUP), .fn = convert_train_scripts },
+        { ROW(PRE_TRAIN_ARGS, NONE) },   /* with the script */
+        { ROW(POST_TRAIN_SCRIPT, NONE) },
+        { ROW(POST_TRAIN_ARGS, NONE) },
+        { ROW(SERVER_HOST, TEXT), FIELD(server_host) },
+        { ROW(SERVER_PORT, INT), FIELD(server_port),
+          GIVEN(server_port_given), .min = 0, .max = 65535 },
+        { ROW(SERVER_LOG_LEVEL, CHOICE), FIELD(server_log_level),
+          CHOICES(log_levels) },
+        { ROW(SERVER_SHUTDOWN_TIMEOUT, SECONDS),
+          FIELD(server_shutdown_timeout_ms) },
+
+        { ROW(LOG_MONITORING_CONFIG, TEXT),
+          FIELD(log_monitoring_config) },
+        { ROW(LOG_MONITOR_RANKS, GROUP), .fn = convert_monitor_ranks },
+        { ROW(NODE_PROBLEM_CONFIG, GROUP), .fn = convert_node_health },
+        { ROW(KMSG, NONE) },             /* with node health */
+        { ROW(NODE_FAULT_ACTION, NONE) },
+        { ROW(PREFLIGHT, NONE) },
+        { ROW(PREFLIGHT_MIN_BUSBW, NONE) },
+        { ROW(PREFLIGHT_MAX_BYTES, NONE) },
+        { ROW(PREFLIGHT_TIMEOUT, NONE) },
+        { ROW(PREFLIGHT_LIBRARY, NONE) },
+        { ROW(REPLAY, GROUP), .fn = convert_replay },
+        { ROW(REPLAY_RATE, NONE) },      /* with --replay */
+        { ROW(EXPECT, NONE) },
+        { ROW(REPLAY_UNTIL, NONE) },
+        { ROW(REPLAY_INPUT, NONE) },
+        { ROW(REPLAY_FORMAT, NONE) },
+        { ROW(EMIT_EXPECT, NONE) },
+        { ROW(STRICT, FLAG), FIELD(strict) },
+        { ROW(CHECK_RULES, TEXT), FIELD(check_rules),
+          .text = "a rules file" },
+        /* Not values: answered before conversion. */
+        { ROW(HELP, NONE) },
+        { ROW(VERSION, NONE) },
+};
+
+_Static_assert(HP_ARRAY_SIZE(conversions) == HP_OPT_COUNT,
+               "every option has one row in conversions[]");
+
+static int convert_one(struct hp_config *cfg, const struct raw_value *raw,
+                       const struct conversion *c, char *errbuf,
+                       size_t errlen)
+{
+        const struct raw_value *v = &raw[c->id];
+        char *field = (char *)cfg + c->field;
+        int r = 0, index;
+
+        if (c->kind == CONV_GROUP)
+                return c->fn(cfg, raw, c->id, errbuf, errlen);
+        if (v->text == NULL)
+                return 0;
+        switch (c->kind) {
+        case CONV_NONE:
+        case CONV_GROUP:
+                return 0;
+        case CONV_REFUSED:
+                ERR("%s is not supported: %s", v->source, c->text);
+        case CONV_FLAG:
+                *(bool *)field = true;
+                return 0;
+        case CONV_STRING:
+                *(const char **)field = v->text;
+                return 0;
+        case CONV_TEXT:
+                if (v->text[0] == '\0' && c->text != NULL)
+                        ERR("empty value for %s (%s)", v->source, c->text);
+                if (v->text[0] == '\0')
+                        ERR("empty value for %s", v->source);
+                *(const char **)field = v->text;
+                return 0;
+        case CONV_INT:
+                r = parse_int_value(v, c->min, c->max, (int *)field, errbuf,
+                                    errlen);
+                break;
+        case CONV_SECONDS:
+                r = parse_seconds(v, (uint64_t *)field, errbuf, errlen);
+                break;
+        case CONV_CHOICE:
+                r = parse_choice(v, c->choices, c->nchoices, &index, errbuf,
+                                 errlen);
+                if (r == 0)
+                        *(const char **)field = c->choices[index];
+                break;
+        case CONV_FUNC:
+                r = c->fn(cfg, raw, c->id, errbuf, errlen);
+                break;
+        }
+        if (r == 0 && c->has_given)
+                *(bool *)((char *)cfg + c->given) = true;
+        return r;
+}
+
+static int convert_values(struct hp_config *cfg, struct raw_value *raw,
+                          char *errbuf, size_t errlen)
+{
+        int r;
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(conversions); i++) {
+                r = convert_one(cfg, raw, &conversions[i], errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
         cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
                 : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"
                 : raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text
@@ -1096,13 +1252,6 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                     raw[HP_OPT_REDIRECTS].text == NULL)
                         for (int i = 0; i < cfg->nproc; i++)
                                 cfg->tee[i] = 3;
-        }
-        cfg->strict = raw[HP_OPT_STRICT].text != NULL;
-        if (raw[HP_OPT_CHECK_RULES].text) {
-                if (raw[HP_OPT_CHECK_RULES].text[0] == '\0')
-                        ERR("empty value for %s (a rules file)",
-                            raw[HP_OPT_CHECK_RULES].source);
-                cfg->check_rules = raw[HP_OPT_CHECK_RULES].text;
         }
 
         /* Cross-checks between options. */

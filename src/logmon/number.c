@@ -9,7 +9,7 @@
 
 #include "hyperpod/common.h"
 
-#include "logmon-private.h"
+#include "matcher.h"
 
 /* Longest number we copy for strtod. A metric capture longer than this is
  * not a number any training log prints; it is reported as non-numeric. */

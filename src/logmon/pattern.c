@@ -11,11 +11,12 @@
  * group can be optional or repeated, a class is a choice), and so is an
  * item's quantifier. Callers have already refused what changes the
  * meaning of the text around it: "|", "(?" other than "(?:", verbs,
- * "\Q", "\G" and "\K" (rule.c, searchable()).
+ * "\Q", "\G" and "\K" (matcher.c, searchable()).
  */
 #include <string.h>
 
-#include "logmon-private.h"
+#include "hyperpod/common.h"
+#include "matcher.h"
 
 enum item_kind {
         ITEM_LITERAL,    /* one byte that must appear as written */
@@ -145,7 +146,7 @@ static struct item read_item(const char *p, size_t len, size_t i)
                 return it;
         }
         if (c >= 0x80) {
-                end = logmon__utf8_len((const unsigned char *)p + i, len - i);
+                end = hp_utf8_seq_len((const unsigned char *)p + i, len - i);
                 it.kind = ITEM_OTHER;
                 it.len = end == 0 ? 1 : end;
                 return it;

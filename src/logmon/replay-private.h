@@ -89,7 +89,7 @@ struct logmon_replay {
         int64_t end_ts;            /* verdict's time ends the replay */
         uint64_t after_stop;       /* lines after it, not fed */
         /* The first verdict, as the live agent takes it (check_verdict in
-         * src/supervise/monitor.c): the first judged stream to reach SLOW
+         * src/supervise/rulewatch.c): the first judged stream to reach SLOW
          * or above, named by its reason rule. */
         bool have_verdict;
         size_t v_stream;

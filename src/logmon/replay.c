@@ -73,7 +73,7 @@ void logmon__json_string(FILE *f, const char *s, size_t n)
                 } else if (c < 0x80) {
                         fputc(c, f);
                         i++;
-                } else if ((k = logmon__utf8_len(p + i, n - i)) == 0) {
+                } else if ((k = hp_utf8_seq_len(p + i, n - i)) == 0) {
                         fputs("\\ufffd", f);
                         i++;
                 } else {

@@ -1,6 +1,7 @@
-/* Rule validation and compilation: JSON rule objects to a shared,
- * read-only ruleset. All or nothing, with an error that says which rule,
- * which field and what is wrong with it. */
+/* Rule validation: JSON rule objects to a shared, read-only ruleset,
+ * each pattern compiled by the matcher (matcher.c). All or nothing, with
+ * an error that says which rule, which field and what is wrong with
+ * it. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -233,280 +234,27 @@ static int seconds(struct validator *v, const cJSON *rule, const char *key,
         return 0;
 }
 
-/* The forms of a pattern other than full, each optional: a form that
- * does not compile (or JIT-compile, when JIT is wanted) is left out and
- * the engine uses the next best. */
-static pcre2_code *compile_form(const char *pattern, size_t len,
-                                uint32_t options, bool jit)
-{
-        pcre2_code *code;
-        PCRE2_SIZE offset;
-        int err;
-
-        code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &err,
-                             &offset, NULL);
-        if (code != NULL && jit &&
-            pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) != 0) {
-                pcre2_code_free(code);
-                code = NULL;
-        }
-        return code;
-}
-
-/* The quick form answers only whether a line matches, so its groups need
- * not capture, and saving them would be a good part of its search's cost
- * on a progress line. searchable() has refused named groups, so no group
- * is left to capture, and a pattern that refers to one (\1, \g{-1})
- * does not compile that way: it keeps its groups. */
-static pcre2_code *compile_quick_len(const char *pattern, size_t len,
-                                     uint32_t options, bool jit)
-{
-        pcre2_code *code;
-
-        code = compile_form(pattern, len, options | PCRE2_NO_AUTO_CAPTURE,
-                            jit);
-        return code != NULL ? code : compile_form(pattern, len, options, jit);
-}
-
-static pcre2_code *compile_quick(const char *pattern, uint32_t options,
-                                 bool jit)
-{
-        return compile_quick_len(pattern, strlen(pattern), options, jit);
-}
-
-static bool all_ascii(const char *text)
-{
-        for (; *text != '\0'; text++)
-                if ((unsigned char)*text >= 0x80)
-                        return false;
-        return true;
-}
-
-/*
- * Whether the pattern is ".*X" where a search for X answers the same. The
- * AWS rules are all ".*X.*": anchored, the leading ".*" swallows the line
- * and backs off one character at a time looking for X, and the inner
- * ".*" does it again, so a 110-byte line costs hundreds of steps per
- * rule. Searching for X instead lets PCRE2 jump to X's first character
- * with memchr. The answer is the same when
- *   - the line holds no \n (the only character "." refuses under the LF
- *     newline convention; the engine checks each line), so ".*" can
- *     reach any position where X starts;
- *   - there is no "|": ".*a|b" is (.*a)|b, which a search for "a|b" is
- *     not;
- *   - nothing is atomic: greedy or lazy only changes the order in which
- *     the alternatives are tried, which decides captures but not whether
- *     there is a match, unless something cuts the search short. Atomic
- *     groups, lookarounds, conditions, options and verbs all start with
- *     "(?" (other than "(?:") or "(*"; possessive quantifiers end in "+";
- *   - nothing reads the start offset, moves the match's start or quotes:
- *     "\G" is where a match attempt starts, "\K" makes a match report a
- *     later start than where it began (the rest form takes a search's
- *     start as the leftmost candidate), and "\Q" makes what follows
- *     literal, ".*" included.
- * The test is on the pattern's text, so an escaped "\|" or "\(?" only
- * costs the speed-up.
- */
-static bool searchable(const char *pattern)
-{
-        static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
-                                               "}+", "\\G", "\\K", "\\Q" };
-        const char *p;
-        uint32_t newline = 0;
-        size_t i;
-
-        /* ".*?", ".*+", ".**" and ".*{" are other quantifiers. */
-        if (strncmp(pattern, ".*", 2) != 0 ||
-            (pattern[2] != '\0' && strchr("?+*{", pattern[2]) != NULL))
-                return false;
-        for (i = 0; i < HP_ARRAY_SIZE(refused); i++)
-                if (strstr(pattern, refused[i]) != NULL)
-                        return false;
-        for (p = strstr(pattern, "(?"); p != NULL; p = strstr(p + 2, "(?"))
-                if (p[2] != ':')
-                        return false;
-        return pcre2_config(PCRE2_CONFIG_NEWLINE, &newline) >= 0 &&
-               newline == PCRE2_NEWLINE_LF;
-}
-
-/* Length of a searchable pattern without a trailing ".*" (one not
- * escaped: an odd number of backslashes before the dot makes it "\.*").
- * On a line without \n a trailing ".*" always matches what is left, on
- * the first try, so it never sends the match back into what precedes it:
- * the captures are the same without it. */
-static size_t without_trailing_any(const char *pattern)
-{
-        size_t len = strlen(pattern), slashes = 0;
-
-        if (len < 4 || strcmp(pattern + len - 2, ".*") != 0)
-                return len;
-        while (slashes < len - 2 && pattern[len - 3 - slashes] == '\\')
-                slashes++;
-        return slashes % 2 == 0 ? len - 2 : len;
-}
-
-static uint32_t capture_count(const pcre2_code *code)
-{
-        uint32_t n = UINT32_MAX;
-
-        pcre2_pattern_info(code, PCRE2_INFO_CAPTURECOUNT, &n);
-        return n;
-}
-
-/*
- * The rest form cut in two (see struct logmon_regex). Anchored at a
- * start s, rest is head, then ".*", then tail. PCRE2 finds head's first
- * way of matching at s, lets ".*" take the line and gives it back one
- * character at a time, trying tail at each position from the end; only
- * when none fits does it go back into head for its next way. On a line
- * without \n ".*" can stop anywhere, and tail can only fit where its
- * literal is, so the first success is tail at the last occurrence of
- * the literal, at or after where head ended, at which tail matches, with
- * the captures tail finds there. Head has no group, so tail's groups are
- * numbered as in rest. Where head's first way leaves no fit, the engine
- * asks rest itself (stream.c).
- */
-static void split_form(struct logmon_regex *p, const char *rest, size_t len,
-                       bool jit)
-{
-        struct logmon_split split;
-
-        if (!logmon__split_rest(rest, len, &split) || split.head_len == 0)
-                return;
-        p->head_ascii = compile_form(rest, split.head_len, PCRE2_ANCHORED,
-                                     jit);
-        p->tail_ascii = compile_form(rest + split.tail_at,
-                                     len - split.tail_at, PCRE2_ANCHORED, jit);
-        if (p->head_ascii == NULL || p->tail_ascii == NULL ||
-            capture_count(p->head_ascii) != 0 ||
-            capture_count(p->tail_ascii) != capture_count(p->rest_ascii)) {
-                pcre2_code_free(p->head_ascii);
-                pcre2_code_free(p->tail_ascii);
-                p->head_ascii = p->tail_ascii = NULL;
-                return;
-        }
-        logmon__literal_set(&p->tail_literal, split.literal,
-                            split.literal_len);
-        /* Lazy and without groups, as the quick form is (compile_quick),
-         * and for the same reason: whether tail fits at a place does not
-         * depend on how (searchable() has refused what would make it). */
-        p->tail_quick = compile_quick_len(rest + split.tail_at,
-                                          len - split.tail_at,
-                                          PCRE2_ANCHORED | PCRE2_UNGREEDY,
-                                          jit);
-        p->head_text = strndup(rest, split.head_len);
-}
-
-/*
- * The rest form (see struct logmon_regex). Anchored at 0, ".*R" makes
- * the ".*" take the whole line and give it back one character at a time,
- * trying R at each position from the end; on a line without \n the first
- * position where R matches decides the match and its captures. R can
- * only match where its fixed first code unit is, so trying R anchored at
- * each occurrence of that unit, from the end back, makes the same
- * attempts in the same order and skips only those that fail at once.
- * Only for ASCII lines, where a byte is a character. A pattern whose
- * matches do not all start with one code unit (PCRE2 says which) has no
- * rest form. The quick form's pattern is R with the trailing ".*".
- */
-static void rest_form(struct logmon_regex *p, const char *pattern, bool jit)
-{
-        uint32_t type = 0, unit = 0;
-
-        if (p->quick_ascii == NULL ||
-            pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODETYPE,
-                               &type) != 0 || type != 1 ||
-            pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODEUNIT,
-                               &unit) != 0 || unit == 0 || unit >= 0x80)
-                return;
-        p->first_unit = (uint8_t)unit;
-        p->rest_ascii = compile_form(pattern + 2,
-                                     without_trailing_any(pattern) - 2,
-                                     PCRE2_ANCHORED, jit);
-        if (p->rest_ascii != NULL)
-                split_form(p, pattern + 2, without_trailing_any(pattern) - 2,
-                           jit);
-}
-
+/* A pattern compiled through the matcher (matcher.c); a PCRE2 error is
+ * reported with the pattern it concerns. */
 static int regex(struct validator *v, const char *key, const cJSON *item,
                  const struct logmon_ruleset_opts *opts,
                  struct logmon_regex *p, bool *jit_ok)
 {
-        /* Anchored at compile time rather than per match: PCRE2 runs a
-         * match-time PCRE2_ANCHORED without JIT. UTF without
-         * PCRE2_MATCH_INVALID_UTF: the engine repairs each line to valid
-         * UTF-8 once and matches with PCRE2_NO_UTF_CHECK, which is both
-         * cheaper than a check per rule and avoids a PCRE2 10.42 JIT bug
-         * in invalid-UTF mode (\S, \D and \W never match a multi-byte
-         * character; PCRE2Project/pcre2#224, fixed in 10.43). No
-         * PCRE2_UCP: \d, \w, \s and \b stay ASCII, which keeps \d in
-         * line with the ASCII float parser (a Python str pattern would
-         * match other scripts' digits). */
-        const uint32_t options = PCRE2_ANCHORED | PCRE2_UTF;
-        const bool jit = !opts->no_jit;
-        const char *text;
-        char desc[80], literal[LOGMON_LITERAL_MAX];
-        size_t literal_len;
-        PCRE2_UCHAR msg[256];
-        PCRE2_SIZE offset;
-        bool ascii;
-        int code;
+        struct logmon_regex_error rerr;
+        char desc[80];
+        int err;
 
         if (!cJSON_IsString(item)) {
                 verr(v, key, "expected a regular expression string, got %s",
                      describe(item, desc, sizeof(desc)));
                 return HP_ECONFIG;
         }
-        text = item->valuestring;
-        p->full = pcre2_compile((PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED,
-                                options, &code, &offset, NULL);
-        if (p->full == NULL) {
-                pcre2_get_error_message(code, msg, sizeof(msg));
-                verr(v, key, "%s at offset %zu in \"%s\"", (char *)msg,
-                     (size_t)offset, text);
-                return code == PCRE2_ERROR_HEAPLIMIT ? -ENOMEM : HP_ECONFIG;
-        }
-        /* A JIT failure (no executable memory under some hardening) is
-         * not an error: the interpreter gives the same answers. */
-        if (!jit || pcre2_jit_compile(p->full, PCRE2_JIT_COMPLETE) != 0)
-                *jit_ok = false;
-        if (opts->full_only)
-                return 0;
-
-        /* On a line that is all ASCII, an ASCII pattern means the same
-         * with UTF or without: every character is one byte, and no
-         * character past U+007F, where the two modes part (case folding,
-         * \h, \v, \R, classes past U+00FF), can occur in the line. A
-         * pattern that needs UTF to compile (\x{100}, \N{U+...}) has no
-         * ASCII forms. */
-        ascii = all_ascii(text);
-        if (ascii)
-                p->full_ascii = compile_form(text, strlen(text),
-                                             PCRE2_ANCHORED, jit);
-        if (!searchable(text))
-                return 0;
-        literal_len = logmon__required_literal(text, strlen(text), literal,
-                                               sizeof(literal));
-        logmon__literal_set(&p->literal, literal, literal_len);
-        p->quick = compile_quick(text + 2, PCRE2_UTF | PCRE2_UNGREEDY, jit);
-        if (ascii) {
-                p->quick_ascii = compile_quick(text + 2, PCRE2_UNGREEDY, jit);
-                rest_form(p, text, jit);
-        }
-        return 0;
-}
-
-static void pattern_free(struct logmon_regex *p)
-{
-        pcre2_code_free(p->full);
-        pcre2_code_free(p->quick);
-        pcre2_code_free(p->full_ascii);
-        pcre2_code_free(p->quick_ascii);
-        pcre2_code_free(p->rest_ascii);
-        pcre2_code_free(p->head_ascii);
-        pcre2_code_free(p->tail_ascii);
-        pcre2_code_free(p->tail_quick);
-        free(p->head_text);
+        err = logmon__regex_compile(p, item->valuestring, !opts->no_jit,
+                                    opts->full_only, jit_ok, &rerr);
+        if (err != 0)
+                verr(v, key, "%s at offset %zu in \"%s\"", rerr.msg,
+                     rerr.offset, item->valuestring);
+        return err;
 }
 
 static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
@@ -560,8 +308,7 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         err = regex(v, "logPattern", item, opts, &r->log, &rs->jit);
         if (err != 0)
                 return err;
-        pcre2_pattern_info(r->log.full, PCRE2_INFO_CAPTURECOUNT,
-                           &r->captures);
+        r->captures = logmon__regex_groups(&r->log);
 
         err = seconds(v, obj, "expectedStartCutOffInSeconds", &r->has_cutoff,
                       &r->cutoff_ms);
@@ -698,40 +445,19 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         return 0;
 }
 
-/* The set's patterns in one list, logPattern and stopPattern of each
- * rule in order; NULL past the end. */
-static struct logmon_regex *pattern_at(struct logmon_ruleset *rs, size_t k)
-{
-        if (k >= 2 * rs->n)
-                return NULL;
-        return k % 2 == 0 ? &rs->rules[k / 2].log : &rs->rules[k / 2].stop;
-}
-
-/* Gives the heads that two or more split forms of the set have in common
- * an id each (struct logmon_regex, head_id); every other pattern gets -1
- * and keeps its own forms. A strndup that failed leaves that pattern's
- * head unshared, which only costs the speed-up. */
+/* Gives the heads that two or more patterns of the set have in common
+ * an id each (logmon__regex_share_heads): logPattern and stopPattern of
+ * each rule in order. */
 static void share_heads(struct logmon_ruleset *rs)
 {
-        struct logmon_regex *p, *q;
-        size_t j, k;
+        struct logmon_regex *list[2 * LOGMON_RULES_MAX];
+        size_t i, n = 0;
 
-        for (k = 0; (p = pattern_at(rs, k)) != NULL; k++)
-                p->head_id = -1;
-        for (k = 0; (p = pattern_at(rs, k)) != NULL; k++) {
-                if (p->head_text == NULL || p->head_id >= 0)
-                        continue;
-                for (j = k + 1; (q = pattern_at(rs, j)) != NULL; j++) {
-                        if (q->head_text == NULL || q->head_id >= 0 ||
-                            q->first_unit != p->first_unit ||
-                            strcmp(q->head_text, p->head_text) != 0)
-                                continue;
-                        p->head_id = (int)rs->heads;
-                        q->head_id = (int)rs->heads;
-                }
-                if (p->head_id >= 0)
-                        rs->heads++;
+        for (i = 0; i < rs->n; i++) {
+                list[n++] = &rs->rules[i].log;
+                list[n++] = &rs->rules[i].stop;
         }
+        rs->heads = logmon__regex_share_heads(list, n);
 }
 
 static void rules_free(struct logmon_ruleset *rs)
@@ -740,11 +466,11 @@ static void rules_free(struct logmon_ruleset *rs)
 
         for (i = 0; i < rs->n; i++) {
                 free(rs->rules[i].name);
-                pattern_free(&rs->rules[i].log);
-                pattern_free(&rs->rules[i].stop);
+                logmon__regex_free(&rs->rules[i].log);
+                logmon__regex_free(&rs->rules[i].stop);
         }
         free(rs->rules);
-        pcre2_match_context_free(rs->mctx);
+        logmon__match_limits_free(rs->mctx);
         if (rs->c_locale != (locale_t)0)
                 freelocale(rs->c_locale);
         free(rs->warnings);
@@ -790,14 +516,14 @@ int logmon_ruleset_new(const cJSON *rules,
                            sizeof(*rs->rules));
         rs->warnings = calloc(1, WARNINGS_MAX);
         rs->c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-        rs->mctx = pcre2_match_context_create(NULL);
+        rs->mctx = logmon__match_limits_new(
+                opts->match_limit != 0 ? opts->match_limit :
+                                         LOGMON_MATCH_LIMIT,
+                opts->depth_limit != 0 ? opts->depth_limit :
+                                         LOGMON_DEPTH_LIMIT);
         if (rs->rules == NULL || rs->warnings == NULL ||
             rs->c_locale == (locale_t)0 || rs->mctx == NULL)
                 goto error;
-        pcre2_set_match_limit(rs->mctx, opts->match_limit != 0 ?
-                              opts->match_limit : LOGMON_MATCH_LIMIT);
-        pcre2_set_depth_limit(rs->mctx, opts->depth_limit != 0 ?
-                              opts->depth_limit : LOGMON_DEPTH_LIMIT);
         v.warnings = rs->warnings;
         v.loc = rs->c_locale;
 
@@ -813,13 +539,11 @@ int logmon_ruleset_new(const cJSON *rules,
                 err = validate_rule(&v, rs, obj, r, opts);
                 if (err != 0)
                         goto error;
-                pcre2_pattern_info(r->log.full, PCRE2_INFO_CAPTURECOUNT,
-                                   &pairs);
+                pairs = r->captures;
                 if (pairs + 1 > rs->max_pairs)
                         rs->max_pairs = pairs + 1;
                 if (r->stop.full != NULL) {
-                        pcre2_pattern_info(r->stop.full,
-                                           PCRE2_INFO_CAPTURECOUNT, &pairs);
+                        pairs = logmon__regex_groups(&r->stop);
                         if (pairs + 1 > rs->max_pairs)
                                 rs->max_pairs = pairs + 1;
                 }

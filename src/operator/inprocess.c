@@ -73,7 +73,7 @@ static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
         hp_ipc_ranks_wait_begin(&hp_agent_ipc(op->agent)->ranks);
         ipr->deadline = 0;
         if (timeout > 0) {
-                ipr->deadline = uv_now(op->agent->loop) + timeout;
+                ipr->deadline = uv_now(hp_agent_loop(op->agent)) + timeout;
                 uv_timer_start(&ipr->timer, timer_cb, timeout, 0);
         }
         if (timeout > 0)
@@ -411,17 +411,19 @@ static void start_first(struct hp_operator *op)
 {
         struct hp_agent *a = op->agent;
         struct hp_rdzv_info round;
+        const char *fault_line;
+        const char *fault = hp_agent_node_fault(a, &fault_line, NULL);
         int r;
 
         /* A node the kernel log already condemned runs nothing: the
          * operator is told instead, as in process-level restart. */
-        if (a->health.fault[0] != '\0') {
+        if (fault != NULL) {
                 char msg[HP_OP_MESSAGE_MAX];
                 snprintf(msg, sizeof(msg),
                          "The kernel log reports a hardware fault on this "
                          "node (%s): %s",
-                         a->cfg->kmsg, a->health.fault_line);
-                verdict_on(op, a->health.fault, msg);
+                         op->cfg->kmsg, fault_line);
+                verdict_on(op, fault, msg);
                 op->ipr.group = HP_IPR_GROUP_FAILED;
                 return;
         }
@@ -446,7 +448,7 @@ static void next_stage(struct hp_operator *op, bool training)
         int r;
 
         current_round(op, &round);
-        a->round = round;
+        hp_agent_set_round(a, &round);
         r = hp_agent_next_stage(a);
         if (r == 0) {
                 hp_agent_clear_rules(a);
@@ -596,7 +598,7 @@ void hp_op__ipr_kick(struct hp_operator *op)
                     hp_agent_preflight_pending(op->agent))
                         break;
                 view_of(op, &v);
-                d = hp_ipr_decide(&v, uv_now(op->agent->loop));
+                d = hp_ipr_decide(&v, uv_now(hp_agent_loop(op->agent)));
                 if (d.action == HP_IPR_NONE)
                         break;
                 if (d.action != HP_IPR_HOLD || !ipr->holding)
@@ -683,6 +685,8 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         struct hp_operator *op = ctx;
         struct hp_op_ipr *ipr = &op->ipr;
 
+        if (result == HP_GROUP_FAILED)
+                hp_agent_print_failure_summary(a, g);
         hp_op__accumulate_stats(op, g);
         if (ipr->group == HP_IPR_GROUP_STOPPING) {
                 finish_full_stop(op);
@@ -712,7 +716,8 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
 {
         struct hp_operator *op = ctx;
         struct hp_op_ipr *ipr = &op->ipr;
-        const struct hp_worker *w = g->first_failure;
+        struct hp_failure w;
+        bool failed = hp_group_failure(g, &w);
 
         op->last_failure_code = hp_agent_failure_exit_code(g);
         if (ipr->group == HP_IPR_GROUP_STOPPING)
@@ -720,7 +725,7 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         if (ipr->failure_reason[0] == '\0' || ipr->verdict) {
                 snprintf(ipr->failure_reason, sizeof(ipr->failure_reason),
                          "%s",
-                         w != NULL && w->start_error != 0
+                         failed && w.start_failed
                                  ? "WorkerStartFailed"
                                  : "WorkerCrash");
                 hp_agent_failure_message(a, g, ipr->failure,
@@ -744,26 +749,32 @@ static void verdict(struct hp_operator *op, const char *reason,
         hp_op__kick(op);
 }
 
-static void rule_verdict(struct hp_agent *a, void *ctx)
+static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
+                         void *ctx)
 {
         char msg[HP_OP_MESSAGE_MAX];
+        char reason[HP_VERDICT_REASON_MAX];
 
-        snprintf(msg, sizeof(msg), "Log rule verdict %s on local rank %d; "
-                                   "last matching line: %s",
-                 a->verdict, a->verdict_rank,
-                 a->verdict_line[0] ? a->verdict_line : "(none)");
-        verdict(ctx, a->verdict, msg);
+        (void)hp_verdict_reason(v, reason, sizeof(reason));
+        (void)hp_verdict_describe(v, msg, sizeof(msg));
+        verdict(ctx, reason, msg);
 }
 
 static void node_fault(struct hp_agent *a, void *ctx)
 {
         char msg[HP_OP_MESSAGE_MAX];
 
+        const struct hp_operator *op = ctx;
+        const char *line;
+        const char *reason = hp_agent_node_fault(a, &line, NULL);
+
+        if (reason == NULL)
+                return;
         snprintf(msg, sizeof(msg),
                  "The kernel log reports a hardware fault on this node "
                  "(%s): %s",
-                 a->cfg->kmsg, a->health.fault_line);
-        verdict(ctx, a->health.fault, msg);
+                 op->cfg->kmsg, line);
+        verdict(ctx, reason, msg);
 }
 
 static void preflight_passed(struct hp_agent *a, void *ctx)
@@ -799,7 +810,7 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
                          hp_strerror(r));
                 return r;
         }
-        uv_timer_init(op->agent->loop, &ipr->timer);
+        uv_timer_init(hp_agent_loop(op->agent), &ipr->timer);
         ipr->timer_ready = true;
         hp_agent_set_events(op->agent, &events, op);
         hp_log_info("in-process restart (--inprocess-restart): the "

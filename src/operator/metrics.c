@@ -39,6 +39,38 @@ static void rule_series(FILE *f, const char *name, int rank,
         fputs("\"} ", f);
 }
 
+struct rule_ctx {
+        FILE *f;
+        size_t metric;
+        const char *name;
+        uint64_t now;
+};
+
+static void rule_series_cb(void *ctx, int rank, const struct logmon_stream *s,
+                           const struct logmon_ruleset *rs)
+{
+        struct rule_ctx *c = ctx;
+        FILE *f = c->f;
+
+        for (size_t r = 0; r < logmon_ruleset_count(rs); r++) {
+                struct logmon_rule_info info;
+                if (logmon_stream_rule_info(s, r, &info) < 0)
+                        continue;
+                rule_series(f, c->name, rank, logmon_ruleset_rule_name(rs, r));
+                if (c->metric == 0)
+                        fprintf(f, "%d\n", (int)info.state);
+                else if (c->metric == 1)
+                        fprintf(f, "%llu\n", (unsigned long long)info.matches);
+                else if (c->metric == 3)
+                        fprintf(f, "%llu\n",
+                                (unsigned long long)info.limit_hits);
+                else
+                        fprintf(f, "%.3f\n",
+                                (double)logmon_stream_idle_ms(s, r, c->now) /
+                                        1000.0);
+        }
+}
+
 static void rules(FILE *f, const struct hp_agent *a)
 {
         static const char *const metrics[] = {
@@ -58,47 +90,44 @@ static void rules(FILE *f, const struct hp_agent *a)
                 "Lines on which one of the rule's patterns hit the PCRE2 "
                 "match or depth limit (counted as no match).",
         };
-        uint64_t now = uv_now(a->loop);
+        struct rule_ctx c = { .f = f, .now = uv_now(hp_agent_loop(a)) };
 
-        if (a->ruleset == NULL || a->monitors == NULL)
+        /* No families at all without rules. */
+        if (!hp_agent_rule_streams(a, NULL, NULL))
                 return;
         for (size_t m = 0; m < HP_ARRAY_SIZE(metrics); m++) {
                 family(f, metrics[m], types[m], help[m]);
-                for (int i = 0; i < a->round.nproc; i++) {
-                        const struct logmon_stream *s = a->monitors[i].rules;
-                        if (s == NULL)
-                                continue;
-                        for (size_t r = 0; r < logmon_ruleset_count(a->ruleset);
-                             r++) {
-                                struct logmon_rule_info info;
-                                if (logmon_stream_rule_info(s, r, &info) < 0)
-                                        continue;
-                                rule_series(f, metrics[m], i,
-                                            logmon_ruleset_rule_name(
-                                                    a->ruleset, r));
-                                if (m == 0)
-                                        fprintf(f, "%d\n", (int)info.state);
-                                else if (m == 1)
-                                        fprintf(f, "%llu\n",
-                                                (unsigned long long)
-                                                        info.matches);
-                                else if (m == 3)
-                                        fprintf(f, "%llu\n",
-                                                (unsigned long long)
-                                                        info.limit_hits);
-                                else
-                                        fprintf(f, "%.3f\n",
-                                                (double)logmon_stream_idle_ms(
-                                                        s, r, now) /
-                                                        1000.0);
-                        }
-                }
+                c.metric = m;
+                c.name = metrics[m];
+                hp_agent_rule_streams(a, rule_series_cb, &c);
+        }
+}
+
+/* The running group's live counts, per local rank. */
+struct live_stats {
+        int nproc;
+        struct hp_op_stream_totals (*live)[2];
+};
+
+static void live_stats_cb(void *ctx, int rank,
+                          const struct hp_stream_stats *out,
+                          const struct hp_stream_stats *err)
+{
+        struct live_stats *c = ctx;
+        struct hp_op_stream_totals (*live)[2] = c->live;
+        const struct hp_stream_stats *st[2] = { out, err };
+
+        if (rank >= c->nproc)
+                return;
+        for (int s = 0; s < 2; s++) {
+                live[rank][s].lines += st[s]->lines;
+                live[rank][s].bytes += st[s]->bytes;
+                live[rank][s].file_lost += st[s]->file_lost;
         }
 }
 
 static void streams(FILE *f, const struct hp_operator *op)
 {
-        const struct hp_agent *a = op->agent;
         static const char *const names[] = { "stdout", "stderr" };
 
         static const char *const metrics[] = {
@@ -115,6 +144,13 @@ static void streams(FILE *f, const struct hp_operator *op)
                 "to its last whole line and not written again.",
         };
 
+        struct hp_op_stream_totals (*live)[2] =
+                calloc((size_t)op->cfg->nproc, sizeof(*live));
+        struct live_stats c = { op->cfg->nproc, live };
+
+        /* Without memory for them, the totals of the stages that ended. */
+        if (live != NULL)
+                hp_agent_stream_stats(op->agent, live_stats_cb, &c);
         for (int m = 0; m < 3; m++) {
                 const char *metric = metrics[m];
                 family(f, metric, "counter", help[m]);
@@ -126,24 +162,10 @@ static void streams(FILE *f, const struct hp_operator *op)
                                              : m == 1 ? t->bytes
                                                       : t->file_lost;
                                 /* Plus the running group's live counts. */
-                                for (int w = 0; a->group_active &&
-                                                w < a->group.count;
-                                     w++) {
-                                        const struct hp_worker *wk =
-                                                &a->group.workers[w];
-                                        const struct hp_stream *st =
-                                                s == 0 ? &wk->out : &wk->err;
-                                        int rank = a->group.stage ==
-                                                                   HP_STAGE_TRAIN
-                                                           ? wk->local_rank
-                                                           : 0;
-                                        if (rank == i)
-                                                v += m == 0 ? st->stats.lines
-                                                     : m == 1
-                                                             ? st->stats.bytes
-                                                             : st->stats
-                                                                       .file_lost;
-                                }
+                                if (live != NULL)
+                                        v += m == 0   ? live[i][s].lines
+                                             : m == 1 ? live[i][s].bytes
+                                                      : live[i][s].file_lost;
                                 fprintf(f,
                                         "%s{local_rank=\"%d\",stream=\"%s\"} "
                                         "%llu\n",
@@ -152,12 +174,13 @@ static void streams(FILE *f, const struct hp_operator *op)
                         }
                 }
         }
+        free(live);
 }
 
 /* The worker socket and checkpoint discovery. */
-static void ipc(FILE *f, const struct hp_agent *a)
+static void ipc(FILE *f, struct hp_agent *a)
 {
-        const struct hp_ipc_server *s = &a->ipc;
+        const struct hp_ipc_server *s = hp_agent_ipc(a);
 
         if (s->ckpt.have_max) {
                 family(f, "hyperpodrun_checkpoint_step", "gauge",
@@ -169,7 +192,8 @@ static void ipc(FILE *f, const struct hp_agent *a)
                        "Seconds since that step became complete (or came "
                        "from /start).");
                 fprintf(f, "hyperpodrun_checkpoint_age_seconds %.3f\n",
-                        (double)(uv_now(a->loop) - s->ckpt.max_at_ms) /
+                        (double)(uv_now(hp_agent_loop(a)) -
+                                 s->ckpt.max_at_ms) /
                                 1000.0);
         }
         family(f, "hyperpodrun_ipc_clients", "gauge",
@@ -196,10 +220,10 @@ static void ipc(FILE *f, const struct hp_agent *a)
  * dashboards built for NPD read them unchanged. */
 static void node_health(FILE *f, const struct hp_agent *a)
 {
-        const struct kmsg_watch *w = &a->health.watch;
+        const struct kmsg_watch *w = hp_agent_kmsg_watch(a);
         uint64_t old = 0;
 
-        if (!a->health.watching)
+        if (w == NULL)
                 return;
         family(f, "problem_counter", "counter",
                "Kernel log rule matches, by reason (temporary and "
@@ -258,9 +282,9 @@ static void bandwidths(FILE *f, const char *metric,
 /* --preflight nccl's figures, once it has run. */
 static void preflight(FILE *f, const struct hp_agent *a)
 {
-        const struct hp_preflight_result *r = &a->health.preflight_result;
+        const struct hp_preflight_result *r = hp_agent_preflight_result(a);
 
-        if (!a->health.preflight_finished)
+        if (r == NULL)
                 return;
         family(f, "hyperpodrun_preflight_passed", "gauge",
                "1 when the NCCL pre-flight all-reduce passed, 0 when not.");
@@ -276,13 +300,6 @@ static void preflight(FILE *f, const struct hp_agent *a)
                "Pre-flight all-reduce algorithm bandwidth in GB/s, by size; "
                "without a size, the best size's.");
         bandwidths(f, "hyperpodrun_preflight_algbw_gbps", r, false);
-}
-
-static uint64_t console_dropped(struct hp_console *con)
-{
-        int error;
-
-        return hp_console_lost_lines(con, &error);
 }
 
 char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
@@ -332,7 +349,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
         family(f, "hyperpodrun_workers_running", "gauge",
                "Processes of the current stage that have not exited.");
         fprintf(f, "hyperpodrun_workers_running %d\n",
-                a->group_active ? a->group.count - a->group.exited : 0);
+                hp_agent_workers_running(a));
         /* Under a flood the rules may run on their own thread: the streams
          * are read once every line read so far has been through them. */
         hp_agent_settle_rules(a);
@@ -350,11 +367,11 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
         fprintf(f,
                 "hyperpodrun_console_dropped_lines_total{stream=\"stdout\"} "
                 "%llu\n",
-                (unsigned long long)console_dropped(&a->console_out));
+                (unsigned long long)hp_agent_console_dropped(a, 1));
         fprintf(f,
                 "hyperpodrun_console_dropped_lines_total{stream=\"stderr\"} "
                 "%llu\n",
-                (unsigned long long)console_dropped(&a->console_err));
+                (unsigned long long)hp_agent_console_dropped(a, 2));
         ipc(f, a);
         node_health(f, a);
         preflight(f, a);

@@ -117,7 +117,7 @@ static void start_workers(struct hp_operator *op)
         op->rules_changed = false;
         /* A node that already faulted (kernel log, pre-flight) cannot run
          * the job: the operator is told instead. */
-        if (op->agent->health.fault[0] != '\0') {
+        if (hp_agent_node_fault(op->agent, NULL, NULL) != NULL) {
                 node_fault(op->agent, op);
                 return;
         }
@@ -148,8 +148,8 @@ static void next_stage(struct hp_operator *op)
          * reference: an /update between stages is picked up, its rules
          * included. */
         hp_op__round_from_job(op, &round);
-        round.nproc = op->agent->round.nproc;
-        op->agent->round = round;
+        round.nproc = hp_agent_round(op->agent)->nproc;
+        hp_agent_set_round(op->agent, &round);
         if (op->rules_changed) {
                 op->rules_changed = false;
                 r = hp_agent_use_rules(op->agent, op->job.ruleset);
@@ -213,7 +213,7 @@ static void kick_cb(uv_timer_t *timer)
         case HP_OP_STOPPING:
                 if (!hp_agent_workers_active(a)) {
                         stopped(op);
-                } else if (!a->group.stopping) {
+                } else if (!hp_agent_workers_stopping(a)) {
                         int sig = op->stop_graceful == 1
                                           ? SIGUSR1
                                           : op->cfg->shutdown_signal;
@@ -227,7 +227,7 @@ static void kick_cb(uv_timer_t *timer)
         case HP_OP_SHUTDOWN:
                 if (!hp_agent_workers_active(a))
                         hp_agent_finish(a, op->last_failure_code);
-                else if (!a->group.stopping)
+                else if (!hp_agent_workers_stopping(a))
                         /* torch's final shutdown: SIGTERM, then SIGKILL. */
                         hp_agent_stop_workers(a, SIGTERM,
                                               op->cfg->shutdown_timeout_ms);
@@ -239,22 +239,25 @@ static void kick_cb(uv_timer_t *timer)
 
 /* ---- Agent events ---- */
 
+static void add_stats_cb(void *ctx, int rank,
+                         const struct hp_stream_stats *out,
+                         const struct hp_stream_stats *err)
+{
+        struct hp_operator *op = ctx;
+
+        if (rank >= op->cfg->nproc)
+                return;
+        op->stream_totals[rank][0].lines += out->lines;
+        op->stream_totals[rank][0].bytes += out->bytes;
+        op->stream_totals[rank][1].lines += err->lines;
+        op->stream_totals[rank][1].bytes += err->bytes;
+        op->stream_totals[rank][0].file_lost += out->file_lost;
+        op->stream_totals[rank][1].file_lost += err->file_lost;
+}
+
 void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g)
 {
-        for (int i = 0; i < g->count; i++) {
-                const struct hp_worker *w = &g->workers[i];
-                int rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0;
-                if (rank >= op->cfg->nproc)
-                        continue;
-                op->stream_totals[rank][0].lines += w->out.stats.lines;
-                op->stream_totals[rank][0].bytes += w->out.stats.bytes;
-                op->stream_totals[rank][1].lines += w->err.stats.lines;
-                op->stream_totals[rank][1].bytes += w->err.stats.bytes;
-                op->stream_totals[rank][0].file_lost +=
-                        w->out.stats.file_lost;
-                op->stream_totals[rank][1].file_lost +=
-                        w->err.stats.file_lost;
-        }
+        hp_group_stream_stats(g, add_stats_cb, op);
 }
 
 static void worker_failed(struct hp_agent *a, const struct hp_group *g,
@@ -262,25 +265,26 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
 {
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
-        const struct hp_worker *w = g->first_failure;
+        struct hp_failure w;
+        bool failed = hp_group_failure(g, &w);
+        const char *silence = hp_agent_silence(a);
 
         op->last_failure_code = hp_agent_failure_exit_code(g);
         if (op->plr.state != HP_OP_RUNNING)
                 return;
         hp_agent_failure_message(a, g, msg, sizeof(msg));
-        if (a->forensics.silence[0] != '\0') {
+        if (silence[0] != '\0') {
                 size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "\n%s",
-                         a->forensics.silence);
+                snprintf(msg + used, sizeof(msg) - used, "\n%s", silence);
         }
         /* A rank that never ran (its log directory, its pipes, its
          * process could not be made) is not a crash of the job. */
-        fault(op, w != NULL && w->start_error != 0 ? "WorkerStartFailed"
-                                                   : "WorkerCrash",
+        fault(op, failed && w.start_failed ? "WorkerStartFailed"
+                                           : "WorkerCrash",
               msg);
-        if (w != NULL && w->exit_time > 0)
+        if (failed && w.exit_time > 0)
                 op->last_detection_latency_s =
-                        (double)wall_us() / 1e6 - w->exit_time;
+                        (double)wall_us() / 1e6 - w.exit_time;
 }
 
 static void stage_ended(struct hp_agent *a, enum hp_stage stage,
@@ -289,6 +293,8 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 {
         struct hp_operator *op = ctx;
 
+        if (result == HP_GROUP_FAILED)
+                hp_agent_print_failure_summary(a, g);
         hp_op__accumulate_stats(op, g);
         if (result == HP_GROUP_FAILED) {
                 op->last_failure_code = hp_agent_failure_exit_code(g);
@@ -317,38 +323,25 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         (void)stage;
 }
 
-static void rule_verdict(struct hp_agent *a, void *ctx)
+static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
+                         void *ctx)
 {
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
-        const char *rule = strchr(a->verdict, '_');
-        const char *what = strncmp(a->verdict, "LogHang_", 8) == 0
-                                   ? "HANGING"
-                           : strncmp(a->verdict, "LogSlow_", 8) == 0
-                                   ? "SLOW"
-                                   : "FAULTED";
+        char reason[HP_VERDICT_REASON_MAX];
+        const char *silence = hp_agent_silence(a);
 
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        if (a->verdict_line[0] != '\0')
-                snprintf(msg, sizeof(msg),
-                         "Log rule %s is %s on local rank %d; last matching "
-                         "line: %s",
-                         rule ? rule + 1 : a->verdict, what, a->verdict_rank,
-                         a->verdict_line);
-        else
-                snprintf(msg, sizeof(msg),
-                         "Log rule %s is %s on local rank %d; no line matched "
-                         "it yet",
-                         rule ? rule + 1 : a->verdict, what, a->verdict_rank);
-        if (a->forensics.silence[0] != '\0') {
+        (void)hp_verdict_reason(v, reason, sizeof(reason));
+        (void)hp_verdict_describe(v, msg, sizeof(msg));
+        if (silence[0] != '\0') {
                 size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "; %s",
-                         a->forensics.silence);
+                snprintf(msg + used, sizeof(msg) - used, "; %s", silence);
         }
-        op->last_detection_latency_s = (double)a->verdict_latency_ms / 1000.0;
+        op->last_detection_latency_s = (double)v->latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
-        fault(op, a->verdict, msg);
+        fault(op, reason, msg);
 }
 
 /* Distinct from WorkerCrash and the log rules' reasons: the operator can
@@ -357,16 +350,18 @@ static void node_fault(struct hp_agent *a, void *ctx)
 {
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
+        const char *line;
+        double wall;
+        const char *reason = hp_agent_node_fault(a, &line, &wall);
 
-        if (op->plr.state != HP_OP_RUNNING)
+        if (op->plr.state != HP_OP_RUNNING || reason == NULL)
                 return; /* reported when the next /start runs */
         snprintf(msg, sizeof(msg),
                  "The kernel log reports a hardware fault on this node "
                  "(%s): %s",
-                 a->cfg->kmsg, a->health.fault_line);
-        op->last_detection_latency_s = (double)wall_us() / 1e6 -
-                                       a->health.fault_wall;
-        fault(op, a->health.fault, msg);
+                 op->cfg->kmsg, line);
+        op->last_detection_latency_s = (double)wall_us() / 1e6 - wall;
+        fault(op, reason, msg);
 }
 
 static void preflight_passed(struct hp_agent *a, void *ctx)
@@ -406,7 +401,7 @@ static int env_int(const char *name, int def, int min, int max, int *out,
  * saved IP table version at once, as the reference does. */
 static void read_saved_ip_table(struct hp_operator *op)
 {
-        const struct hp_rdzv_options *opt = &op->agent->rdzv.opt;
+        const struct hp_rdzv_options *opt = hp_agent_rdzv_options(op->agent);
         char err[512];
         cJSON *doc = NULL;
         const cJSON *ts;
@@ -513,7 +508,7 @@ static int init_server(struct hp_operator *op, char *errbuf, size_t len)
         if (op->stream_totals == NULL)
                 return -ENOMEM;
         hp_httpd_limits_default(&limits);
-        r = hp_httpd_init(&op->httpd, op->agent->loop, &limits,
+        r = hp_httpd_init(&op->httpd, hp_agent_loop(op->agent), &limits,
                           hp_operator_handle, op);
         if (r < 0) {
                 snprintf(errbuf, len, "cannot start the HTTP server: %s",
@@ -523,9 +518,9 @@ static int init_server(struct hp_operator *op, char *errbuf, size_t len)
                 return r;
         }
         op->httpd_ready = true;
-        uv_timer_init(op->agent->loop, &op->kick);
-        uv_timer_init(op->agent->loop, &op->retry);
-        uv_timer_init(op->agent->loop, &op->remind);
+        uv_timer_init(hp_agent_loop(op->agent), &op->kick);
+        uv_timer_init(hp_agent_loop(op->agent), &op->retry);
+        uv_timer_init(hp_agent_loop(op->agent), &op->remind);
         op->timers_ready = true;
         return 0;
 }
@@ -543,7 +538,7 @@ int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
 
         init_fields(op, agent, cfg, now);
         op->observer = true;
-        op->assigned_rank = agent->round.node_rank;
+        op->assigned_rank = hp_agent_round(agent)->node_rank;
         hp_plr_transition(&op->plr, HP_OP_READY, now, NULL, NULL);
         hp_plr_transition(&op->plr, HP_OP_RUNNING, now, NULL, NULL);
         r = init_server(op, errbuf, len);
@@ -625,9 +620,8 @@ int hp_operator_run(struct hp_operator *op)
 {
         struct hp_agent *a = op->agent;
 
-        a->state = HP_AGENT_RUNNING;
-        uv_run(a->loop, UV_RUN_DEFAULT);
-        return a->exit_code;
+        uv_run(hp_agent_loop(a), UV_RUN_DEFAULT);
+        return hp_agent_exit_code(a);
 }
 
 void hp_operator_close(struct hp_operator *op)

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
@@ -96,45 +95,30 @@ oom:
 int hp_podcfg_read(const char *dir, cJSON **out, char *errbuf, size_t len)
 {
         char path[4096];
-        struct stat st;
         char *data;
-        ssize_t n;
-        int fd, r = 0;
+        size_t n;
+        int r;
 
         *out = NULL;
         if (hp_snprintf(path, sizeof(path), "%s/%s", dir, HP_OP_PODCFG_NAME) <
             0)
                 return -ENAMETOOLONG;
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-                if (errno == ENOENT)
-                        return 0;
-                r = -errno;
-                snprintf(errbuf, len, "cannot read %s: %s", path,
-                         strerror(errno));
-                return r;
-        }
-        if (fstat(fd, &st) < 0 || st.st_size > PODCFG_MAX_BYTES) {
+        r = hp_read_file(path, PODCFG_MAX_BYTES, &data, &n);
+        if (r == -ENOENT)
+                return 0;
+        if (r == -EFBIG || r == -ENODEV) {
                 snprintf(errbuf, len, "%s: not a regular file under %u bytes",
                          path, PODCFG_MAX_BYTES);
-                close(fd);
                 return HP_ECONFIG;
         }
-        data = malloc((size_t)st.st_size + 1);
-        if (data == NULL) {
-                close(fd);
-                return -ENOMEM;
-        }
-        n = read(fd, data, (size_t)st.st_size);
-        close(fd);
-        if (n < 0) {
-                r = -errno;
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
                 snprintf(errbuf, len, "cannot read %s: %s", path,
-                         strerror(errno));
-                free(data);
+                         strerror(-r));
                 return r;
         }
-        *out = cJSON_ParseWithLength(data, (size_t)n);
+        *out = cJSON_ParseWithLength(data, n);
         free(data);
         if (*out == NULL || !cJSON_IsObject(*out)) {
                 cJSON_Delete(*out);

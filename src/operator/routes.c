@@ -48,7 +48,7 @@ static void respond_status(struct hp_operator *op,
                  * from the initial True; the operator sees that. */
                 .spare = true,
         };
-        cJSON *progress = hp_ckpt_progress(&op->agent->ipc.ckpt);
+        cJSON *progress = hp_ckpt_progress(hp_agent_ckpt(op->agent));
         cJSON *ipr_owned = NULL;
         char *body;
 
@@ -198,7 +198,7 @@ static void handle_start(struct hp_operator *op,
                 hp_op__ipr_spare(op, body->spare, body->fault_count);
         store_job(op, body, false);
         /* Checkpoint discovery resumes from where the operator says. */
-        if (hp_ckpt_set_progress(&op->agent->ipc.ckpt, op->job.progress) < 0)
+        if (hp_ckpt_set_progress(hp_agent_ckpt(op->agent), op->job.progress) < 0)
                 hp_log_error("/start: out of memory for its progress");
         op->can_start = true;
         if (op->plr.inprocess) {

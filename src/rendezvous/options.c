@@ -38,16 +38,6 @@ static const struct key_row keys[] = {
         [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir", HP_RDZV_HYPERPOD },
 };
 
-const char *hp_rdzv__env_get(char *const *envp, const char *name)
-{
-        size_t len = strlen(name);
-
-        for (char *const *e = envp; e != NULL && *e != NULL; e++)
-                if (strncmp(*e, name, len) == 0 && (*e)[len] == '=')
-                        return *e + len + 1;
-        return NULL;
-}
-
 bool hp_rdzv__same_host(const char *name, const char *me)
 {
         size_t short_len = strcspn(me, ".");

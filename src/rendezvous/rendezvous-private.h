@@ -39,7 +39,4 @@ int hp_rdzv__check_flags(const struct hp_config *cfg, const char *source,
  * with a domain after the name ("ip-10-1-2-3.ec2.internal"). */
 bool hp_rdzv__same_host(const char *name, const char *me);
 
-/* The value of NAME in an environ-style array, or NULL. */
-const char *hp_rdzv__env_get(char *const *envp, const char *name);
-
 #endif

@@ -16,15 +16,12 @@
  * SageMaker's own agent network. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -279,65 +276,6 @@ out:
         return r;
 }
 
-/* Reads the whole file, at most RESOURCE_CONFIG_MAX bytes. */
-static int read_file(const char *path, char **text, size_t *len)
-{
-        struct stat st;
-        ssize_t got;
-        size_t used = 0;
-        char *buf;
-        int fd, r;
-
-        /* O_NONBLOCK: a FIFO must not hang the open; it is refused
-         * below with everything else that is not a regular file. */
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        if (fd < 0)
-                return -errno;
-        if (fstat(fd, &st) < 0) {
-                r = -errno;
-                goto err_close;
-        }
-        if (S_ISDIR(st.st_mode)) {
-                r = -EISDIR;
-                goto err_close;
-        }
-        if (!S_ISREG(st.st_mode)) {
-                r = -ENODEV;
-                goto err_close;
-        }
-        if (st.st_size > (off_t)RESOURCE_CONFIG_MAX) {
-                r = -EFBIG;
-                goto err_close;
-        }
-        buf = malloc((size_t)st.st_size + 1);
-        if (buf == NULL) {
-                r = -ENOMEM;
-                goto err_close;
-        }
-        while (used < (size_t)st.st_size) {
-                got = read(fd, buf + used, (size_t)st.st_size - used);
-                if (got < 0 && errno == EINTR)
-                        continue;
-                if (got < 0) {
-                        r = -errno;
-                        free(buf);
-                        goto err_close;
-                }
-                if (got == 0)
-                        break;
-                used += (size_t)got;
-        }
-        buf[used] = '\0';
-        close(fd);
-        *text = buf;
-        *len = used;
-        return 0;
-
-err_close:
-        close(fd);
-        return r;
-}
-
 /* This machine's IPv4 and IPv6 addresses, as text in addrs (each
  * INET6_ADDRSTRLEN bytes). */
 static size_t local_addresses(char (*addrs)[INET6_ADDRSTRLEN], size_t max)
@@ -397,7 +335,8 @@ int hp_rdzv__resource_config_next(struct hp_rdzv *rdzv,
                 me.hostname = rdzv->hostname;
         }
 
-        r = read_file(opt->resource_config, &json, &json_len);
+        r = hp_read_file(opt->resource_config, RESOURCE_CONFIG_MAX, &json,
+                         &json_len);
         if (r < 0) {
                 snprintf(errbuf, errlen,
                          "cannot read resource config '%s' (from %s): %s",

@@ -47,7 +47,7 @@ static const char *env_first(char *const *envp, const char *const *names,
                              size_t n, const char **name)
 {
         for (size_t i = 0; i < n; i++) {
-                const char *v = hp_rdzv__env_get(envp, names[i]);
+                const char *v = hp_env_get(envp, names[i]);
 
                 if (v != NULL) {
                         *name = names[i];
@@ -103,7 +103,7 @@ static int rank_from_node_id(char *const *envp, const char *node_id,
                              const char *count_var, char *errbuf,
                              size_t errlen, int *rank)
 {
-        const char *node_name = hp_rdzv__env_get(envp, "SLURMD_NODENAME");
+        const char *node_name = hp_env_get(envp, "SLURMD_NODENAME");
         int n = (int)list->count;
 
         if (hp_parse_int(node_id, 0, INT_MAX, rank) < 0) {
@@ -142,7 +142,7 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
         struct hp_hostlist env_hosts = { 0 }, fresh_hosts = { 0 };
         const struct hp_hostlist *hosts = &env_hosts;
         const char *count_var, *list_var, *count_text, *list_text, *me;
-        const char *node_id = hp_rdzv__env_get(envp, "SLURM_NODEID");
+        const char *node_id = hp_env_get(envp, "SLURM_NODEID");
         const char *me_source = "SLURMD_NODENAME";
         char reason[256];
         int nnodes, rank, env_rank, r;
@@ -198,7 +198,7 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
                         hosts = &fresh_hosts;
         }
 
-        me = hp_rdzv__env_get(envp, "SLURMD_NODENAME");
+        me = hp_env_get(envp, "SLURMD_NODENAME");
         if (me == NULL) {
                 me = hostname;
                 me_source = "the hostname";

@@ -24,16 +24,6 @@
 static const int forwarded_signals[] = { SIGTERM, SIGINT,  SIGHUP,
                                          SIGQUIT, SIGUSR1, SIGUSR2 };
 
-const char *hp_stage_name(enum hp_stage stage)
-{
-        static const char *const names[] = {
-                [HP_STAGE_PRE_TRAIN] = "pre_train",
-                [HP_STAGE_TRAIN] = "train",
-                [HP_STAGE_POST_TRAIN] = "post_train",
-        };
-        return names[stage];
-}
-
 static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
 {
         switch (stage) {
@@ -48,7 +38,7 @@ static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
 
 static void finish(struct hp_agent *a, int exit_code)
 {
-        a->state = HP_AGENT_FINISHED;
+        hp_agent__set_state(a, HP_AGENT_FINISHED, "finish");
         a->exit_code = exit_code;
         uv_stop(a->loop);
 }
@@ -64,24 +54,50 @@ static bool reap_managed(pid_t pid, void *ctx)
         if (a->health.preflight_running &&
             a->health.preflight.proc.pid == pid)
                 return true;
-        return a->group_active && hp_group_reap_pid(&a->group, pid);
+        return hp_group__active(&a->group) &&
+               hp_group__reap_pid(&a->group, pid);
 }
 
-void hp_agent__process_exited(struct hp_agent *a)
+/* After a child exit: reaps what else exited and checks whether the
+ * group is over. */
+static void process_exited(struct hp_agent *a)
 {
-        (void)hp_reaper_sweep(reap_managed, a);
+        (void)hp_reaper__sweep(reap_managed, a);
         /* A reaped process may have been the last of the group. */
-        if (a->group_active)
-                hp_group_recheck(&a->group);
+        if (hp_group__active(&a->group))
+                hp_group__recheck(&a->group);
 }
 
 static void sigchld_cb(uv_signal_t *handle, int signum)
 {
-        hp_agent__process_exited(handle->data);
+        process_exited(handle->data);
 }
 
-static void start_attempt(struct hp_agent *a);
-static void start_stage(struct hp_agent *a, enum hp_stage stage);
+static void rules_read_now_cb(void *ctx);
+static void rules_commit_cb(void *ctx);
+static void rules_verdict_cb(void *ctx, const struct hp_verdict *v);
+
+static void group_exited_cb(void *ctx)
+{
+        process_exited(ctx);
+}
+
+static hp_line_cb listener_for_cb(void *ctx, enum hp_stage stage,
+                                  int local_rank, void **listener_ctx)
+{
+        struct hp_agent *a = ctx;
+        struct hp_rulewatch__rank *m =
+                hp_rulewatch__rank(&a->rules,
+                                  hp_stage_local_rank(stage, local_rank));
+
+        *listener_ctx = m;
+        return m != NULL ? hp_rulewatch__line_cb : NULL;
+}
+
+static void group_failed_cb(struct hp_group *g, void *ctx)
+{
+        hp_agent__worker_failed(ctx, g);
+}
 
 /* Whether two fds lead to the same file, pipe or terminal (2>&1). */
 static bool same_file(int a, int b)
@@ -127,14 +143,23 @@ static void report_console_drops(struct hp_agent *a)
         report_console(a, 1);
 }
 
-static void group_done_cb(struct hp_group *g, enum hp_group_result result)
+static void group_done_cb(struct hp_group *g, enum hp_group_result result,
+                          void *ctx)
 {
-        struct hp_agent *a = g->agent;
+        struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
-        int code;
+        bool signalled = a->state == HP_AGENT_STOPPING;
 
-        a->group_active = false;
-        hp_agent__monitors_suspend(a);
+        /* A signal to the agent ends it with the group, as torchrun's
+         * does, whichever driver follows it; otherwise the driver decides
+         * what comes next. */
+        if (signalled)
+                finish(a, hp_selfdriven__next(&(struct hp_attempt_end){
+                                  .signal = a->received_signal })
+                                  .exit_code);
+        else
+                hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
+        hp_rulewatch__suspend(&a->rules);
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
@@ -142,81 +167,28 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result)
         hp_console_commit_ordered(&a->console_err);
         report_console_drops(a);
 
-        if (a->events != NULL && !a->received_signal) {
+        if (signalled) {
                 if (result == HP_GROUP_FAILED)
                         hp_agent__print_failure_summary(a, g);
-                a->events->stage_ended(a, stage, result, g, a->events_ctx);
-                hp_group_release(g);
+                else
+                        hp_log_info("stopped by %s",
+                                    hp_signal_name(a->received_signal));
+                hp_group__release(g);
                 return;
         }
+        a->events->stage_ended(a, stage, result, g, a->events_ctx);
+        /* Unless the driver started the next group from the callback
+         * (which released this one first). */
+        if (!hp_group__active(g))
+                hp_group__release(g);
+}
 
-        /* A node fault stopped the group: no restart on this node. */
-        if (a->health.fault[0] != '\0' && !a->received_signal) {
-                hp_group_release(g);
-                hp_agent__health_finish(a);
-                return;
-        }
-
-        /* A rule verdict stopped the group: the attempt failed, whatever
-         * the workers' exit statuses say (we killed them). */
-        if (a->verdict[0] != '\0' && !a->received_signal) {
-                hp_group_release(g);
-                if (a->restart_count < a->cfg->max_restarts) {
-                        a->restart_count++;
-                        hp_log_warn("%s: restarting the worker group "
-                                    "(restart %d of %d)",
-                                    a->verdict, a->restart_count,
-                                    a->cfg->max_restarts);
-                        hp_agent__monitors_clear(a);
-                        start_attempt(a);
-                } else {
-                        hp_log_error("%s ended the job: no restarts left "
-                                     "(--max-restarts %d); exit status %d",
-                                     a->verdict, a->cfg->max_restarts,
-                                     HP_EXIT_RULE_VERDICT);
-                        finish(a, HP_EXIT_RULE_VERDICT);
-                }
-                return;
-        }
-
-        if (result == HP_GROUP_FAILED) {
-                hp_agent__print_failure_summary(a, g);
-                code = hp_agent__root_cause_exit_code(g);
-                hp_group_release(g);
-                if (a->received_signal) {
-                        finish(a, 128 + a->received_signal);
-                } else if (a->restart_count < a->cfg->max_restarts) {
-                        a->restart_count++;
-                        hp_agent__monitors_clear(a);
-                        hp_log_warn("%s failed; restarting the worker group "
-                                    "(restart %d of %d)",
-                                    hp_stage_name(stage), a->restart_count,
-                                    a->cfg->max_restarts);
-                        start_attempt(a);
-                } else {
-                        if (a->cfg->max_restarts > 0)
-                                hp_log_error("no restarts left (--max-restarts "
-                                             "%d)",
-                                             a->cfg->max_restarts);
-                        finish(a, code);
-                }
-                return;
-        }
-        hp_group_release(g);
-        if (result == HP_GROUP_STOPPED || a->received_signal) {
-                hp_log_info("stopped by %s",
-                            hp_signal_name(a->received_signal));
-                finish(a, 128 + a->received_signal);
-                return;
-        }
-        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++) {
-                if (stage_enabled(a, (enum hp_stage)next)) {
-                        start_stage(a, (enum hp_stage)next);
-                        return;
-                }
-        }
-        hp_log_info("all stages succeeded");
-        finish(a, 0);
+int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage)
+{
+        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++)
+                if (stage_enabled(a, (enum hp_stage)next))
+                        return next;
+        return -1;
 }
 
 /* A stage's attempt directory is made when the stage starts, so that an
@@ -244,46 +216,64 @@ static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
 
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 {
+        char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
+        struct hp_group_params p = {
+                .stage = stage,
+                .count = hp_stage_processes(stage, a->round.nproc),
+                .cfg = a->cfg,
+                .round = &a->round,
+                .restart_count = a->restart_count,
+                .run_id = a->rdzv.run_id,
+                .hostname = a->hostname,
+                .attempt_dir = a->attempt_dir[stage],
+                .ipc_path = a->ipc.path,
+                .python_path = a->forensics.python_path,
+                .stacks_signal = a->forensics.stacks_signal,
+                .loop = a->loop,
+                .console_out = &a->console_out,
+                .console_err = a->console_for_err,
+                .hub = &a->stream_hub,
+                .scopes = &a->scopes,
+                .watcher = &a->watcher,
+                .listener_for = listener_for_cb,
+                .exited_cb = group_exited_cb,
+                .failed_cb = group_failed_cb,
+                .done_cb = group_done_cb,
+                .ctx = a,
+        };
         int r;
 
+        /* The last group, if the driver starts this one from the
+         * callback that reported its end. */
+        hp_group__release(&a->group);
         a->stage = stage;
-        a->group.done_cb = group_done_cb;
         prepare_attempt_dir(a, stage);
-        r = hp_group_start(&a->group, a, stage);
+        /* The flight recorder's files go in the attempt directory. */
+        if (hp_forensics__fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
+                                     sizeof(fr_pipe))) {
+                p.fr_pipe = fr_pipe;
+                p.fr_dump = fr_dump;
+        }
+        r = hp_group__start(&a->group, &p);
         if (r < 0) {
                 hp_log_error("%s: cannot start: %s", hp_stage_name(stage),
                              hp_strerror(r));
                 return r;
         }
-        a->group_active = true;
-        hp_agent__monitors_resume(a);
+        hp_agent__set_state(a, HP_AGENT_RUNNING, hp_stage_name(stage));
+        hp_rulewatch__resume(&a->rules, a->round.base_rank);
         return 0;
 }
 
-static void start_stage(struct hp_agent *a, enum hp_stage stage)
+void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 {
-        if (try_start_stage(a, stage) < 0)
-                finish(a, 1);
-}
-
-void hp_agent__rule_verdict(struct hp_agent *a)
-{
+        a->verdict = *v;
+        /* Which rank went quiet first, before anything is stopped. */
+        hp_forensics__note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        int report = hp_forensics_begin(&a->forensics, false);
-
-        if (a->events != NULL) {
-                a->events->rule_verdict(a, a->events_ctx);
-                return;
-        }
-        /* The workers are told with --shutdown-signal, as after a worker
-         * failure; the group's end then restarts or ends the job. */
-        if (a->group_active && !a->group.stopping &&
-            !(report == 0 &&
-              hp_forensics_defer_stop(&a->forensics, a->cfg->shutdown_signal,
-                                      a->cfg->shutdown_timeout_ms)))
-                hp_group_stop(&a->group, a->cfg->shutdown_signal,
-                              a->cfg->shutdown_timeout_ms);
+        a->verdict_report = hp_forensics__begin(&a->forensics, false) == 0;
+        a->events->rule_verdict(a, &a->verdict, a->events_ctx);
 }
 
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
@@ -291,10 +281,9 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
         a->forensics.silence[0] = '\0';
-        if (a->group_active && g == &a->group && g->count > 1)
-                hp_forensics_note_silence(a, "the failure");
-        if (a->events != NULL && a->events->worker_failed != NULL &&
-            !a->received_signal)
+        if (hp_group__active(&a->group) && g == &a->group && g->count > 1)
+                hp_forensics__note_silence(a, "the failure");
+        if (a->events->worker_failed != NULL && a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
 
@@ -316,71 +305,52 @@ static enum hp_stage first_stage(const struct hp_agent *a)
                                                     : HP_STAGE_TRAIN;
 }
 
-static void start_attempt(struct hp_agent *a)
-{
-        char err[512];
-        int r;
-
-        /* The first round was run by hp_agent_init, to fail before any
-         * process starts; each later attempt asks again, so a replaced
-         * node's address is picked up. */
-        if (a->restart_count > 0) {
-                r = hp_rdzv_next(&a->rdzv, &a->round, err, sizeof(err));
-                if (r < 0) {
-                        hp_log_error("rendezvous: %s", err);
-                        finish(a, 1);
-                        return;
-                }
-        }
-        log_attempt(a);
-        start_stage(a, first_stage(a));
-}
-
 void hp_agent_set_events(struct hp_agent *a,
                          const struct hp_agent_events *events, void *ctx)
 {
-        a->events = events;
-        a->events_ctx = ctx;
+        a->events = events != NULL ? events : &hp_selfdriven__events;
+        a->events_ctx = events != NULL ? ctx : NULL;
 }
 
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                    int restart_count)
 {
-        if (a->group_active)
+        if (hp_group__active(&a->group))
                 return -EBUSY;
-        a->round = *round;
+        if (round != &a->round)
+                a->round = *round;
         a->restart_count = restart_count;
-        a->verdict[0] = '\0';
+        memset(&a->verdict, 0, sizeof(a->verdict));
         log_attempt(a);
         return try_start_stage(a, first_stage(a));
 }
 
 int hp_agent_next_stage(struct hp_agent *a)
 {
-        if (a->group_active)
+        int next = hp_agent__next_enabled(a, a->stage);
+        int r;
+
+        if (hp_group__active(&a->group))
                 return -EBUSY;
-        for (int next = (int)a->stage + 1; next < HP_STAGE_COUNT; next++) {
-                if (stage_enabled(a, (enum hp_stage)next)) {
-                        int r = try_start_stage(a, (enum hp_stage)next);
-                        return r < 0 ? r : 1;
-                }
-        }
-        return 0;
+        if (next < 0)
+                return 0;
+        r = try_start_stage(a, (enum hp_stage)next);
+        return r < 0 ? r : 1;
 }
 
 bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
 {
-        if (!a->group_active)
+        if (!hp_group__active(&a->group))
                 return false;
         a->group.stop_requested = true;
-        if (!hp_forensics_defer_stop(&a->forensics, sig, timeout_ms))
-                hp_group_stop(&a->group, sig, timeout_ms);
+        if (!hp_forensics__defer_stop(&a->forensics, sig, timeout_ms))
+                hp_group__stop(&a->group, sig, timeout_ms);
         return true;
 }
 
 bool hp_agent_workers_active(const struct hp_agent *a)
 {
-        return a->group_active;
+        return hp_group__active(&a->group);
 }
 
 void hp_agent_finish(struct hp_agent *a, int exit_code)
@@ -399,24 +369,26 @@ static void signal_cb(uv_signal_t *handle, int signum)
 
         if (signum == SIGUSR1 || signum == SIGUSR2) {
                 /* SIGUSR2 also asks for a report, the job running on. */
-                if (signum == SIGUSR2 && a->group_active) {
-                        int r = hp_forensics_begin(&a->forensics, true);
+                if (signum == SIGUSR2 && hp_group__active(&a->group)) {
+                        int r = hp_forensics__begin(&a->forensics, true);
                         if (r < 0 && r != -ENOTSUP)
                                 hp_log_warn("SIGUSR2: no stacks report: %s",
                                             r == -EBUSY
                                                     ? "one is being collected"
                                                     : hp_strerror(r));
                 }
-                if (a->group_active)
-                        hp_group_signal(&a->group, signum);
+                if (hp_group__active(&a->group))
+                        hp_group__signal(&a->group, signum);
                 return;
         }
-        if (!a->group_active) {
+        if (!hp_group__active(&a->group)) {
                 finish(a, 128 + signum);
                 return;
         }
-        if (a->received_signal == 0) {
+        if (a->state == HP_AGENT_RUNNING) {
                 a->received_signal = signum;
+                hp_agent__set_state(a, HP_AGENT_STOPPING,
+                                    hp_signal_name(signum));
                 hp_log_warn("received %s: stopping the workers (%s, then "
                             "SIGKILL after %.3g s; send it again to kill "
                             "at once)",
@@ -425,7 +397,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
         }
         a->group.stop_requested = true;
         /* torchrun closes the group with the signal it received. */
-        hp_group_stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
+        hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
 /* A parent may exec us with signals blocked or ignored (a shell's
@@ -536,6 +508,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         int r;
 
         memset(a, 0, sizeof(*a));
+        a->events = &hp_selfdriven__events;
         a->loop = loop;
         a->cfg = cfg;
         a->scopes.dirfd = -1;
@@ -563,24 +536,35 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         }
         /* The rules first: a start refused for its rules file leaves no
          * log directory behind. */
-        r = hp_agent__monitors_init(a, errbuf, errlen);
+        r = hp_rulewatch__init(&a->rules,
+                              &(struct hp_rulewatch_params){
+                                      .loop = loop,
+                                      .nproc = a->round.nproc,
+                                      .monitored = cfg->monitored,
+                                      .rules_path = cfg->log_monitoring_config,
+                                      .strict = cfg->strict,
+                                      .read_now = rules_read_now_cb,
+                                      .commit_output = rules_commit_cb,
+                                      .on_verdict = rules_verdict_cb,
+                                      .ctx = a },
+                              errbuf, errlen);
         if (r == 0)
-                r = hp_forensics_init(&a->forensics, a, errbuf, errlen);
+                r = hp_forensics__init(&a->forensics, a, errbuf, errlen);
         if (r == 0)
                 r = hp_agent__health_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
 
@@ -595,8 +579,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 
         /* Before any thread exists, as it forks, and before we are a
          * subreaper, so that it is not our child. */
-        hp_scope_root_init(&a->scopes, cfg->cgroup);
-        r = hp_watcher_start(&a->watcher, a->scopes.path);
+        hp_scope__root_init(&a->scopes, cfg->cgroup);
+        r = hp_watcher__start(&a->watcher, a->scopes.path);
         if (r < 0)
                 hp_log_warn("cannot start the watcher (%s): if the agent is "
                             "killed, what the workers started survives it",
@@ -616,11 +600,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {
-                hp_watcher_stop(&a->watcher);
-                hp_scope_root_close(&a->scopes);
+                hp_watcher__stop(&a->watcher);
+                hp_scope__root_close(&a->scopes);
                 hp_agent__health_close(a);
-                hp_forensics_close(&a->forensics);
-                hp_agent__monitors_close(a);
+                hp_forensics__close(&a->forensics);
+                hp_rulewatch__close(&a->rules);
                 return r;
         }
         r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
@@ -638,6 +622,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_console_close(&a->console_out, 0);
                 goto err;
         }
+        hp_rulewatch__set_wall_offset(&a->rules,
+                                     a->stream_hub.wall_offset_ms);
         a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
                                      ? &a->console_out
                                      : &a->console_err;
@@ -656,11 +642,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         return 0;
 
 err:
-        hp_watcher_stop(&a->watcher);
-        hp_scope_root_close(&a->scopes);
+        hp_watcher__stop(&a->watcher);
+        hp_scope__root_close(&a->scopes);
         hp_agent__health_close(a);
         hp_ipc_server_close(&a->ipc);
-        hp_forensics_close(&a->forensics);
+        hp_forensics__close(&a->forensics);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
@@ -668,28 +654,14 @@ err:
 
 void hp_agent__preflight_passed(struct hp_agent *a)
 {
-        if (a->events != NULL) {
-                if (a->events->preflight_passed != NULL)
-                        a->events->preflight_passed(a, a->events_ctx);
-                return;
-        }
-        start_attempt(a);
+        if (a->events->preflight_passed != NULL)
+                a->events->preflight_passed(a, a->events_ctx);
 }
 
-int hp_agent_run(struct hp_agent *a)
+void hp_agent_print_failure_summary(struct hp_agent *a,
+                                    const struct hp_group *g)
 {
-        char err[1024];
-
-        a->state = HP_AGENT_RUNNING;
-        if (!a->cfg->preflight_nccl)
-                start_attempt(a);
-        else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
-                hp_log_error("--preflight nccl: %s", err);
-                finish(a, 2);
-        }
-        if (a->state != HP_AGENT_FINISHED)
-                uv_run(a->loop, UV_RUN_DEFAULT);
-        return a->exit_code;
+        hp_agent__print_failure_summary(a, g);
 }
 
 static void reap_leftovers(void)
@@ -715,20 +687,20 @@ void hp_agent_close(struct hp_agent *a)
         uv_close((uv_handle_t *)&a->group.timer, NULL);
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
-        hp_forensics_close(&a->forensics);
+        hp_forensics__close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
-        hp_agent__monitors_close(a);
+        hp_rulewatch__close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);
 
         /* Each group ended with everything it started; anything alive
          * now is a leftover of a group that gave up on it. The job is
          * over, so it goes too. */
-        if (hp_proc_kill_descendants(SIGKILL, true) > 0)
+        if (hp_proc__kill_descendants(SIGKILL, true) > 0)
                 reap_leftovers();
         else
-                (void)hp_reaper_sweep(NULL, NULL);
-        hp_watcher_stop(&a->watcher);
-        hp_scope_root_close(&a->scopes);
+                (void)hp_reaper__sweep(NULL, NULL);
+        hp_watcher__stop(&a->watcher);
+        hp_scope__root_close(&a->scopes);
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */
@@ -742,4 +714,62 @@ void hp_agent_close(struct hp_agent *a)
                 hp_log_warn("%llu of the agent's messages were dropped: "
                             "stderr was not read",
                             (unsigned long long)hp_log_dropped());
+}
+
+/* ---- The log rule watch's callbacks, and its driver-facing calls ---- */
+
+static void rules_read_now_cb(void *ctx)
+{
+        struct hp_agent *a = ctx;
+
+        hp_stream_hub_read_now(&a->stream_hub);
+}
+
+static void rules_commit_cb(void *ctx)
+{
+        struct hp_agent *a = ctx;
+
+        for (size_t i = 0; i < a->stream_hub.console_count; i++)
+                hp_console_commit_ordered(a->stream_hub.consoles[i]);
+}
+
+static void rules_verdict_cb(void *ctx, const struct hp_verdict *v)
+{
+        hp_agent__rule_verdict(ctx, v);
+}
+
+/* The verdict copy goes after the watch's settle, which may still bring
+ * one from a rule thread. */
+int hp_agent_use_rules(struct hp_agent *a, struct logmon_ruleset *rs)
+{
+        int r = hp_rulewatch__use(&a->rules, rs);
+
+        memset(&a->verdict, 0, sizeof(a->verdict));
+        return r;
+}
+
+void hp_agent_clear_rules(struct hp_agent *a)
+{
+        hp_rulewatch__clear(&a->rules);
+        memset(&a->verdict, 0, sizeof(a->verdict));
+}
+
+void hp_agent_settle_rules(struct hp_agent *a)
+{
+        hp_rulewatch__settle(&a->rules);
+}
+
+uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
+{
+        return hp_rulewatch__lines_skipped(&a->rules);
+}
+
+void hp_agent_suspend_rules(struct hp_agent *a)
+{
+        hp_rulewatch__suspend(&a->rules);
+}
+
+void hp_agent_resume_rules(struct hp_agent *a)
+{
+        hp_rulewatch__resume(&a->rules, a->round.base_rank);
 }

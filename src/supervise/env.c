@@ -8,16 +8,6 @@
 #include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
-const char *hp_env_get(char *const *envp, const char *name)
-{
-        size_t len = strlen(name);
-
-        for (; *envp; envp++)
-                if (strncmp(*envp, name, len) == 0 && (*envp)[len] == '=')
-                        return *envp + len + 1;
-        return NULL;
-}
-
 #define ENV_VARS 25
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,

@@ -454,7 +454,7 @@ static void main_thread_state(const struct hp_forensics_target *t, char *buf,
 
 /* ---- torch's NCCL flight recorder ---- */
 
-bool hp_forensics_fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
+bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
                               char *pipe, char *dump, size_t len)
 {
         const struct hp_agent *a = f->agent;
@@ -833,7 +833,7 @@ static void finish(struct hp_forensics *f)
         struct hp_agent *a = f->agent;
         uint64_t now = uv_now(a->loop);
         cJSON *doc = cJSON_CreateObject(), *ranks;
-        const char *rule = strchr(f->verdict, '_');
+        char reason[HP_VERDICT_REASON_MAX] = "";
         char path[PATH_MAX] = "", when[40], line[600];
         const char *dir = a->attempt_dir[f->stage];
         double wall = wall_now();
@@ -844,12 +844,11 @@ static void finish(struct hp_forensics *f)
         iso_time(wall, when, sizeof(when));
         cJSON_AddStringToObject(doc, "reason",
                                 f->on_request ? "request" : "verdict");
-        if (f->verdict[0] != '\0') {
-                cJSON_AddStringToObject(doc, "verdict", f->verdict);
-                cJSON_AddStringToObject(doc, "rule",
-                                        rule ? rule + 1 : f->verdict);
+        if (hp_verdict_reason(&f->verdict, reason, sizeof(reason)) >= 0) {
+                cJSON_AddStringToObject(doc, "verdict", reason);
+                cJSON_AddStringToObject(doc, "rule", f->verdict.rule);
                 cJSON_AddNumberToObject(doc, "verdict_local_rank",
-                                        a->verdict_rank);
+                                        f->verdict.local_rank);
         }
         cJSON_AddStringToObject(doc, "stage", hp_stage_name(f->stage));
         cJSON_AddNumberToObject(doc, "attempt", f->attempt);
@@ -927,7 +926,7 @@ static void finish(struct hp_forensics *f)
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
-                 f->verdict[0] ? f->verdict : "on request", stacks, python,
+                 reason[0] ? reason : "on request", stacks, python,
                  python == 1 ? "" : "s",
                  (unsigned long long)(now - f->started));
         if (dir[0] == '\0')
@@ -948,9 +947,9 @@ out:
         /* The stop that waited for the report, if its group still runs. */
         if (f->stop_pending) {
                 f->stop_pending = false;
-                if (a->group_active && !a->group.stopping &&
+                if (hp_group__active(&a->group) && !a->group.stopping &&
                     a->stage == f->stage && a->restart_count == f->attempt)
-                        hp_group_stop(&a->group, f->stop_signal,
+                        hp_group__stop(&a->group, f->stop_signal,
                                       f->stop_timeout_ms);
         }
 }
@@ -988,14 +987,14 @@ static uint64_t worker_last(const struct hp_worker *w)
                                                    : w->err.last_read;
 }
 
-void hp_forensics_note_silence(struct hp_agent *a, const char *event)
+void hp_forensics__note_silence(struct hp_agent *a, const char *event)
 {
         struct hp_forensics *f = &a->forensics;
         struct hp_silence *ranks;
         int n = 0;
 
         f->silence[0] = '\0';
-        if (!a->group_active || a->group.count == 0)
+        if (!hp_group__active(&a->group) || a->group.count == 0)
                 return;
         ranks = calloc((size_t)a->group.count, sizeof(*ranks));
         if (ranks == NULL)
@@ -1014,7 +1013,7 @@ void hp_forensics_note_silence(struct hp_agent *a, const char *event)
         hp_log_warn("who went silent: %s", f->silence);
 }
 
-int hp_forensics_begin(struct hp_forensics *f, bool on_request)
+int hp_forensics__begin(struct hp_forensics *f, bool on_request)
 {
         struct hp_agent *a = f->agent;
         const struct hp_group *g = &a->group;
@@ -1026,7 +1025,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!a->group_active || g->count == 0)
+        if (!hp_group__active(&a->group) || g->count == 0)
                 return -ESRCH;
         f->targets = calloc((size_t)g->count, sizeof(*f->targets));
         if (f->targets == NULL)
@@ -1038,10 +1037,12 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
         f->stage = a->stage;
         f->attempt = a->restart_count;
         f->deadline = f->started + a->cfg->hang_dump_timeout_ms;
-        snprintf(f->verdict, sizeof(f->verdict), "%s",
-                 on_request ? "" : a->verdict);
+        if (on_request)
+                memset(&f->verdict, 0, sizeof(f->verdict));
+        else
+                f->verdict = a->verdict;
         if (on_request || f->silence[0] == '\0')
-                hp_forensics_note_silence(a, on_request ? "the request"
+                hp_forensics__note_silence(a, on_request ? "the request"
                                                         : "the verdict");
         f->count = 0;
         for (int i = 0; i < g->count; i++) {
@@ -1052,7 +1053,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 t->local_rank = w->local_rank;
                 t->rank = w->rank;
                 t->pid = w->pid;
-                t->state = hp_worker_state_name(w->state);
+                t->state = hp_worker__state_name(w->state);
                 t->last_ms = worker_last(w);
                 t->wrote = w->out.stats.bytes + w->err.stats.bytes > 0;
                 t->processes = cJSON_CreateArray();
@@ -1078,7 +1079,7 @@ int hp_forensics_begin(struct hp_forensics *f, bool on_request)
                 if (t->stacks_from >= 0 && kill(t->stacks_pid, sig) == 0)
                         t->signalled = true;
         }
-        if (hp_forensics_fr_prefixes(f, f->stage, fr_pipe, fr_dump,
+        if (hp_forensics__fr_prefixes(f, f->stage, fr_pipe, fr_dump,
                                      sizeof(fr_pipe)))
                 for (int i = 0; i < f->count; i++)
                         fr_ask(&f->targets[i], fr_pipe, fr_dump);
@@ -1098,7 +1099,7 @@ int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
                 return -ENOTSUP;
         if (f->busy)
                 return -EBUSY;
-        if (!a->group_active || a->group.count == 0)
+        if (!hp_group__active(&a->group) || a->group.count == 0)
                 return -ESRCH;
         if (a->no_files || dir[0] == '\0')
                 return -ENOENT;
@@ -1107,10 +1108,10 @@ int hp_agent_stacks_report(struct hp_agent *a, char *path, size_t len)
                         f->requests + 1);
         if (r < 0)
                 return r;
-        return hp_forensics_begin(f, true);
+        return hp_forensics__begin(f, true);
 }
 
-bool hp_forensics_defer_stop(struct hp_forensics *f, int sig,
+bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms)
 {
         if (!f->busy)
@@ -1170,7 +1171,7 @@ static int prepare_python(struct hp_forensics *f, char *errbuf, size_t errlen)
         return 0;
 }
 
-int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
+int hp_forensics__init(struct hp_forensics *f, struct hp_agent *a,
                       char *errbuf, size_t errlen)
 {
         memset(f, 0, sizeof(*f));
@@ -1183,7 +1184,7 @@ int hp_forensics_init(struct hp_forensics *f, struct hp_agent *a,
         return prepare_python(f, errbuf, errlen);
 }
 
-void hp_forensics_close(struct hp_forensics *f)
+void hp_forensics__close(struct hp_forensics *f)
 {
         if (f->agent == NULL)
                 return; /* never initialised, or closed */

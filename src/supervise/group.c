@@ -60,7 +60,7 @@
 
 extern char **environ;
 
-const char *hp_worker_state_name(enum hp_worker_state state)
+const char *hp_worker__state_name(enum hp_worker_state state)
 {
         static const char *const names[] = {
                 [HP_WORKER_RUNNING] = "RUNNING",
@@ -77,8 +77,8 @@ static void worker_set_state(struct hp_worker *w, enum hp_worker_state state,
 {
         hp_log_debug("%s worker %d (pid %d): %s → %s → %s",
                      hp_stage_name(w->group->stage), w->local_rank, (int)w->pid,
-                     hp_worker_state_name(w->state), event,
-                     hp_worker_state_name(state));
+                     hp_worker__state_name(w->state), event,
+                     hp_worker__state_name(state));
         w->state = state;
 }
 
@@ -90,22 +90,55 @@ static double wall_now(void)
         return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static const char *kill_phase_name(enum hp_kill_phase phase)
+const char *hp_group__phase_name(enum hp_kill_phase phase)
 {
         static const char *const names[] = {
                 [HP_KILL_NONE] = "NONE",       [HP_KILL_SIGNALLED] = "SIGNALLED",
                 [HP_KILL_KILLED] = "KILLED",   [HP_KILL_FORCED] = "FORCED",
                 [HP_KILL_GAVE_UP] = "GAVE_UP",
         };
-        return names[phase];
+        return phase <= HP_KILL_GAVE_UP ? names[phase] : "?";
 }
 
+enum hp_kill_phase hp_group__phase_after_timeout(enum hp_kill_phase phase)
+{
+        switch (phase) {
+        case HP_KILL_SIGNALLED:
+                return HP_KILL_KILLED;
+        case HP_KILL_KILLED:
+                return HP_KILL_FORCED;
+        case HP_KILL_FORCED:
+                return HP_KILL_GAVE_UP;
+        default:
+                return phase;
+        }
+}
+
+bool hp_group__phase_allowed(enum hp_kill_phase from, enum hp_kill_phase to)
+{
+        /* A new group starts over from any phase; a stop only goes
+         * forward, one step at a time. */
+        if (to == HP_KILL_NONE)
+                return from <= HP_KILL_GAVE_UP;
+        if (from == HP_KILL_NONE)
+                return to == HP_KILL_SIGNALLED;
+        return from != to && hp_group__phase_after_timeout(from) == to;
+}
+
+/* The one way the kill phase changes. */
 static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
                             const char *event)
 {
-        hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
-                     kill_phase_name(g->kill_phase), event,
-                     kill_phase_name(phase));
+        if (!hp_group__phase_allowed(g->kill_phase, phase))
+                hp_log_error("bug: %s group: %s → %s → %s is not a step of "
+                             "a stop",
+                             hp_stage_name(g->stage),
+                             hp_group__phase_name(g->kill_phase), event,
+                             hp_group__phase_name(phase));
+        else
+                hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
+                             hp_group__phase_name(g->kill_phase), event,
+                             hp_group__phase_name(phase));
         g->kill_phase = phase;
 }
 
@@ -114,13 +147,13 @@ static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
 static bool scope_busy(struct hp_group *g)
 {
         struct hp_procs procs = { 0 };
-        int r = hp_scope_list(&g->scope, &procs);
+        int r = hp_scope__list(&g->scope, &procs);
         bool busy = r == 0 && procs.count > 0;
 
         if (r < 0)
                 hp_log_debug("%s group: cannot list its processes: %s",
                              hp_stage_name(g->stage), hp_strerror(r));
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
         return busy;
 }
 
@@ -135,21 +168,21 @@ static void group_check_done(struct hp_group *g)
                 return;
         if (g->kill_phase < HP_KILL_GAVE_UP && scope_busy(g)) {
                 if (!g->stopping)
-                        hp_group_stop(g, SIGTERM,
-                                      g->agent->cfg->shutdown_timeout_ms);
+                        hp_group__stop(g, SIGTERM,
+                                      g->cfg->shutdown_timeout_ms);
                 return;
         }
         uv_timer_stop(&g->timer);
         g->reported = true;
-        hp_scope_close(&g->scope);
-        hp_watcher_forget(&g->agent->watcher);
+        hp_scope__close(&g->scope);
+        hp_watcher__forget(g->watcher);
         if (g->first_failure != NULL)
                 result = HP_GROUP_FAILED;
         else if (g->stop_requested)
                 result = HP_GROUP_STOPPED;
         else
                 result = HP_GROUP_SUCCEEDED;
-        g->done_cb(g, result);
+        g->done_cb(g, result, g->ctx);
 }
 
 static void worker_unref(struct hp_worker *w)
@@ -215,8 +248,8 @@ static void signal_scope(struct hp_group *g, int sig)
         size_t n = 0;
         int found = 0;
 
-        if (hp_scope_list(&g->scope, &procs) < 0) {
-                hp_procs_free(&procs);
+        if (hp_scope__list(&g->scope, &procs) < 0) {
+                hp_procs__free(&procs);
                 return;
         }
         names[0] = '\0';
@@ -243,7 +276,7 @@ static void signal_scope(struct hp_group *g, int sig)
                             found == 1 ? "" : "es", found == 1 ? "it" : "them",
                             hp_signal_name(sig), names);
         }
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
 }
 
 /* After the kill phase: a pipe still open is held by a process outside
@@ -269,14 +302,14 @@ static void close_held_pipes(struct hp_worker *w)
                 /* Looked up before the close, which drops our end. */
                 if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
                     fstat(fd, &st) == 0)
-                        found = hp_proc_pipe_holders(st.st_ino, pids,
+                        found = hp_proc__pipe_holders(st.st_ino, pids,
                                                      HP_ARRAY_SIZE(pids));
                 if (hp_stream_drain_and_close(s))
                         continue; /* it ended meanwhile */
                 held = true;
                 for (int j = 0; j < found; j++) {
                         struct hp_proc p;
-                        bool known = hp_proc_read(pids[j], &p) == 0;
+                        bool known = hp_proc__read(pids[j], &p) == 0;
                         int r = snprintf(holders + n, sizeof(holders) - n,
                                          "%spid %d (%s)", n ? ", " : "",
                                          (int)pids[j], known ? p.comm : "?");
@@ -316,7 +349,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                 if (r > 0 && (size_t)r < sizeof(names) - n)
                         n += (size_t)r;
         }
-        if (hp_scope_list(&g->scope, &procs) == 0) {
+        if (hp_scope__list(&g->scope, &procs) == 0) {
                 for (size_t i = 0; i < procs.count; i++) {
                         const struct hp_proc *p = &procs.items[i];
                         int r;
@@ -331,7 +364,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                                 n += (size_t)r;
                 }
         }
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
         if (found == 0)
                 return;
         if (giving_up)
@@ -348,7 +381,7 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                             HP_GIVE_UP_MS / 1000.0, names);
 }
 
-void hp_group_recheck(struct hp_group *g)
+void hp_group__recheck(struct hp_group *g)
 {
         group_check_done(g);
 }
@@ -374,11 +407,11 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                             term_signal ? term_signal : (int)status);
                 if (g->first_failure == NULL) {
                         g->first_failure = w;
-                        hp_agent__worker_failed(g->agent, g);
+                        g->failed_cb(g, g->ctx);
                 }
                 if (!g->stopping)
-                        hp_group_stop(g, g->agent->cfg->shutdown_signal,
-                                      g->agent->cfg->shutdown_timeout_ms);
+                        hp_group__stop(g, g->cfg->shutdown_signal,
+                                      g->cfg->shutdown_timeout_ms);
                 return;
         }
         /* Once every process has exited, whatever they left (a
@@ -386,7 +419,7 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
          * setsid) is stopped the same way, so the pipes reach EOF and
          * nothing outlives the group. */
         if (g->exited == g->count && !g->stopping)
-                hp_group_stop(g, SIGTERM, g->agent->cfg->shutdown_timeout_ms);
+                hp_group__stop(g, SIGTERM, g->cfg->shutdown_timeout_ms);
 }
 
 /* Reaps the worker if it has exited: true once it has. */
@@ -394,7 +427,7 @@ static bool worker_reap(struct hp_worker *w)
 {
         int64_t exit_status;
         int term_signal;
-        int r = hp_spawn_reap(w->pidfd, &exit_status, &term_signal);
+        int r = hp_spawn__reap(w->pidfd, &exit_status, &term_signal);
 
         if (r == 0)
                 return false;
@@ -416,15 +449,15 @@ static void exit_poll_cb(uv_poll_t *handle, int status, int events)
 {
         struct hp_worker *w = hp_container_of(handle, struct hp_worker,
                                               exit_poll);
-        struct hp_agent *a = w->group->agent;
+        struct hp_group *g = w->group;
 
         (void)status;
         (void)events;
         if (worker_reap(w))
-                hp_agent__process_exited(a); /* last: it may end the group */
+                g->exited_cb(g->ctx); /* last: it may end the group */
 }
 
-bool hp_group_reap_pid(struct hp_group *g, pid_t pid)
+bool hp_group__reap_pid(struct hp_group *g, pid_t pid)
 {
         for (int i = 0; i < g->count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -454,25 +487,25 @@ static int open_log_file(struct hp_stream *s, const char *dir,
         return s->file_fd < 0 ? -errno : 0;
 }
 
-static void set_prefix(struct hp_group *g, struct hp_worker *w,
+static void set_prefix(const struct hp_group_params *p, struct hp_worker *w,
                        struct hp_stream *s)
 {
-        const struct hp_agent *a = g->agent;
         char rank[16], local_rank[16], group_rank[16], restarts[16], pid[16];
-        const char *role = g->stage == HP_STAGE_TRAIN ? a->cfg->role
-                                                      : hp_stage_name(g->stage);
+        /* A hook's prefix names the stage instead of the role. */
+        const char *role = p->stage == HP_STAGE_TRAIN ? p->cfg->role
+                                                      : hp_stage_name(p->stage);
         const struct hp_template_var vars[] = {
                 { "role_name", role },         { "rank", rank },
                 { "local_rank", local_rank },  { "group_rank", group_rank },
-                { "restart_count", restarts }, { "hostname", a->hostname },
+                { "restart_count", restarts }, { "hostname", p->hostname },
                 { "pid", pid },
                 /* A placeholder as long as the time, stamped per line by
                  * the stream. */
                 { "time", "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
                           "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01" },
         };
-        const char *tmpl = a->cfg->prefix_template
-                                   ? a->cfg->prefix_template
+        const char *tmpl = p->cfg->prefix_template
+                                   ? p->cfg->prefix_template
                                    : "[${role_name}${local_rank}]:";
         char err[256];
 
@@ -488,8 +521,8 @@ static void set_prefix(struct hp_group *g, struct hp_worker *w,
                 return;
         snprintf(rank, sizeof(rank), "%d", w->rank);
         snprintf(local_rank, sizeof(local_rank), "%d", w->local_rank);
-        snprintf(group_rank, sizeof(group_rank), "%d", a->round.node_rank);
-        snprintf(restarts, sizeof(restarts), "%d", a->restart_count);
+        snprintf(group_rank, sizeof(group_rank), "%d", p->round->node_rank);
+        snprintf(restarts, sizeof(restarts), "%d", p->restart_count);
         snprintf(pid, sizeof(pid), "%d", (int)w->pid);
         if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), s->prefix,
                                sizeof(s->prefix), &s->prefix_len, err,
@@ -505,11 +538,11 @@ static void set_prefix(struct hp_group *g, struct hp_worker *w,
 }
 
 /* Decides where one stream goes, per torchrun's -r/-t and the filter. */
-static int setup_stream(struct hp_group *g, struct hp_worker *w,
+static int setup_stream(const struct hp_group_params *p, struct hp_worker *w,
                         struct hp_stream *s, int bit)
 {
-        const struct hp_config *cfg = g->agent->cfg;
-        int rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0;
+        const struct hp_config *cfg = p->cfg;
+        int rank = hp_stage_local_rank(p->stage, w->local_rank);
         bool redirect = (cfg->redirects[rank] & bit) != 0;
         bool tee = (cfg->tee[rank] & bit) != 0;
         bool shown = !cfg->console_filter_set || cfg->console_shown[rank];
@@ -529,17 +562,12 @@ static int setup_stream(struct hp_group *g, struct hp_worker *w,
                 if (r < 0)
                         return r;
         }
-        if (bit == HP_STD_OUT) {
-                struct hp_monitor *m = hp_agent__monitor_for(
-                        g->agent, g->stage, w->local_rank);
-                if (m != NULL) {
-                        s->listener = hp_agent__monitor_line_cb;
-                        s->listener_ctx = m;
-                }
-        }
+        if (bit == HP_STD_OUT && p->listener_for != NULL)
+                s->listener = p->listener_for(p->ctx, p->stage, w->local_rank,
+                                              &s->listener_ctx);
         if (shown && (tee || !redirect))
-                s->console = bit == HP_STD_OUT ? &g->agent->console_out
-                                               : g->agent->console_for_err;
+                s->console = bit == HP_STD_OUT ? p->console_out
+                                               : p->console_err;
         s->prefixed = tee;
         return 0;
 }
@@ -560,7 +588,7 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
 
                 w->start_error = err;
                 w->start_step = step;
-                hp_worker_start_failure(w, why, sizeof(why));
+                hp_worker__start_failure(w, why, sizeof(why));
                 hp_log_error("%s worker %d (rank %d) could not start: %s",
                              hp_stage_name(g->stage), w->local_rank, w->rank,
                              why);
@@ -602,10 +630,9 @@ static bool pipe_limits_apply(void)
 
 /* The worker's end of a new pipe for one of its outputs, in *child_fd;
  * ours goes to the stream. */
-static int open_output_pipe(const struct hp_group *g, struct hp_stream *s,
-                            int *child_fd)
+static int open_output_pipe(const struct hp_group *g, int ranks,
+                            struct hp_stream *s, int *child_fd)
 {
-        int ranks = g->stage == HP_STAGE_TRAIN ? g->agent->round.nproc : 1;
         int budget = g->pipe_limits ? HP_OUTPUT_PIPES_MAX
                                     : HP_OUTPUT_PIPES_MAX_PRIVILEGED;
         int share = budget / (2 * (ranks > 0 ? ranks : 1));
@@ -631,51 +658,46 @@ static int open_output_pipe(const struct hp_group *g, struct hp_stream *s,
         return 0;
 }
 
-static int spawn_worker(struct hp_group *g, struct hp_worker *w,
-                        const struct hp_argv *cmd)
+static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
+                        struct hp_worker *w, const struct hp_argv *cmd)
 {
-        struct hp_agent *a = g->agent;
-        const struct hp_config *cfg = a->cfg;
+        const struct hp_config *cfg = p->cfg;
         struct hp_env_params params = {
-                .local_rank = g->stage == HP_STAGE_TRAIN ? w->local_rank : 0,
+                .local_rank = hp_stage_local_rank(g->stage, w->local_rank),
                 .rank = w->rank,
-                .group_rank = a->round.node_rank,
-                .local_world_size = g->stage == HP_STAGE_TRAIN ? a->round.nproc
-                                                               : 1,
-                .world_size = a->round.world_size,
-                .group_world_size = a->round.group_world_size,
+                .group_rank = p->round->node_rank,
+                .local_world_size = hp_stage_processes(g->stage,
+                                                       p->round->nproc),
+                .world_size = p->round->world_size,
+                .group_world_size = p->round->group_world_size,
                 .role = cfg->role,
-                .master_addr = a->round.master_addr,
-                .master_port = a->round.master_port,
-                .restart_count = a->restart_count,
+                .master_addr = p->round->master_addr,
+                .master_port = p->round->master_port,
+                .restart_count = p->restart_count,
                 /* Operator mode: the operator restarts, not the agent,
                  * so workers see what the reference's do: torch's
                  * WorkerSpec default. */
                 .max_restarts = hp_config_operator_mode(cfg)
                                         ? HP_OPERATOR_MAX_RESTARTS
                                         : cfg->max_restarts,
-                .run_id = a->rdzv.run_id,
+                .run_id = p->run_id,
                 .error_file = w->error_file,
-                .ipc_path = a->ipc.path,
-                .python_path = a->forensics.python_path,
-                .stacks_signal = a->forensics.python_path
-                                         ? a->forensics.stacks_signal
-                                         : NULL,
+                .ipc_path = p->ipc_path,
+                .python_path = p->python_path,
+                .stacks_signal = p->python_path ? p->stacks_signal : NULL,
         };
         struct hp_envbuf env = { 0 };
         struct hp_spawn_options opts;
         int child_fd[2] = { -1, -1 };
         int pidfd = -1, r;
-        char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
 
-        if (hp_forensics_fr_prefixes(&a->forensics, g->stage, fr_pipe,
-                                     fr_dump, sizeof(fr_pipe))) {
+        if (p->fr_pipe != NULL) {
                 params.fr_buffer_size =
                         getenv("TORCH_NCCL_TRACE_BUFFER_SIZE")
                                 ? NULL
                                 : HP_FR_BUFFER_SIZE;
-                params.fr_pipe_file = fr_pipe;
-                params.fr_dump_file = fr_dump;
+                params.fr_pipe_file = p->fr_pipe;
+                params.fr_dump_file = p->fr_dump;
         }
         r = hp_env_build(&params, environ, &env);
         if (r < 0) {
@@ -683,7 +705,7 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 return r;
         }
         for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
-                r = hp_stream_init(s, &a->stream_hub);
+                r = hp_stream_init(s, p->hub);
                 if (r < 0) {
                         worker_fail_to_start(w, r, HP_START_PIPE, NULL);
                         goto out;
@@ -696,20 +718,20 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 s->listener = NULL;
         }
 
-        r = setup_stream(g, w, &w->out, HP_STD_OUT);
+        r = setup_stream(p, w, &w->out, HP_STD_OUT);
         if (r < 0) {
                 worker_fail_to_start(w, r, HP_START_STDOUT_FILE, NULL);
                 goto out;
         }
-        r = setup_stream(g, w, &w->err, HP_STD_ERR);
+        r = setup_stream(p, w, &w->err, HP_STD_ERR);
         if (r < 0) {
                 worker_fail_to_start(w, r, HP_START_STDERR_FILE, NULL);
                 goto out;
         }
 
-        r = open_output_pipe(g, &w->out, &child_fd[0]);
+        r = open_output_pipe(g, p->count, &w->out, &child_fd[0]);
         if (r == 0)
-                r = open_output_pipe(g, &w->err, &child_fd[1]);
+                r = open_output_pipe(g, p->count, &w->err, &child_fd[1]);
         if (r < 0) {
                 worker_fail_to_start(w, r, HP_START_PIPE, NULL);
                 goto out;
@@ -722,12 +744,12 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
                 .stderr_fd = child_fd[1],
                 .cgroup_fd = g->scope.dirfd,
         };
-        r = hp_spawn(&opts, &w->pid, &pidfd);
+        r = hp_spawn__start(&opts, &w->pid, &pidfd);
         close(child_fd[0]);
         close(child_fd[1]);
         child_fd[0] = child_fd[1] = -1;
         if (r == 0) {
-                r = uv_poll_init(a->loop, &w->exit_poll, pidfd);
+                r = uv_poll_init(p->loop, &w->exit_poll, pidfd);
                 if (r < 0) {
                         /* Not watched, it could not be reaped: kill it. */
                         (void)kill(-w->pid, SIGKILL);
@@ -752,11 +774,11 @@ static int spawn_worker(struct hp_group *g, struct hp_worker *w,
         w->pidfd = pidfd;
         w->refs++;
         (void)uv_poll_start(&w->exit_poll, UV_READABLE, exit_poll_cb);
-        w->state = HP_WORKER_RUNNING;
+        worker_set_state(w, HP_WORKER_RUNNING, "spawned");
 
         /* The prefix may name the pid, known only now. */
-        set_prefix(g, w, &w->out);
-        set_prefix(g, w, &w->err);
+        set_prefix(p, w, &w->out);
+        set_prefix(p, w, &w->err);
         r = hp_stream_start(&w->out);
         if (r == 0)
                 r = hp_stream_start(&w->err);
@@ -796,8 +818,10 @@ static void timer_cb(uv_timer_t *timer)
 {
         struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
 
-        switch (g->kill_phase) {
-        case HP_KILL_SIGNALLED:
+        enum hp_kill_phase next = hp_group__phase_after_timeout(g->kill_phase);
+
+        switch (next) {
+        case HP_KILL_KILLED:
                 /* The grace period is over: everything the group started
                  * goes, wherever it went. */
                 group_set_phase(g, HP_KILL_KILLED, "timeout");
@@ -810,11 +834,11 @@ static void timer_cb(uv_timer_t *timer)
                                 signal_group(w, SIGKILL);
                         }
                 }
-                hp_scope_kill(&g->scope);
+                hp_scope__kill(&g->scope);
                 uv_timer_start(&g->timer, timer_cb, HP_DRAIN_GRACE_MS, 0);
                 group_check_done(g); /* a rank that never started */
                 return;
-        case HP_KILL_KILLED:
+        case HP_KILL_FORCED:
                 /* Whatever holds a pipe now is out of reach (or stuck):
                  * the group does not wait for it. */
                 group_set_phase(g, HP_KILL_FORCED, "grace over");
@@ -825,7 +849,7 @@ static void timer_cb(uv_timer_t *timer)
                 uv_timer_start(&g->timer, timer_cb, HP_GIVE_UP_MS, 0);
                 group_check_done(g); /* last: it may end the group */
                 return;
-        case HP_KILL_FORCED:
+        case HP_KILL_GAVE_UP:
                 group_set_phase(g, HP_KILL_GAVE_UP, "give up");
                 report_survivors(g, true);
                 for (int i = 0; i < g->count; i++)
@@ -837,7 +861,7 @@ static void timer_cb(uv_timer_t *timer)
         }
 }
 
-void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
+void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms)
 {
         if (g->stopping) {
                 /* A second stop (a second Ctrl-C) takes the next step at
@@ -864,17 +888,15 @@ void hp_group_stop(struct hp_group *g, int sig, uint64_t timeout_ms)
         uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
 }
 
-void hp_group_signal(struct hp_group *g, int sig)
+void hp_group__signal(struct hp_group *g, int sig)
 {
         for (int i = 0; i < g->count; i++)
                 if (g->workers[i].state < HP_WORKER_EXITED)
                         signal_group(&g->workers[i], sig);
 }
 
-static int prepare_dir(struct hp_group *g, struct hp_worker *w, int index)
+static int prepare_dir(const char *attempt, struct hp_worker *w, int index)
 {
-        struct hp_agent *a = g->agent;
-        const char *attempt = a->attempt_dir[g->stage];
         int r;
 
         w->dir[0] = '\0';
@@ -889,16 +911,22 @@ static int prepare_dir(struct hp_group *g, struct hp_worker *w, int index)
         return r;
 }
 
-int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
+int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
 {
-        const struct hp_config *cfg = a->cfg;
-        int count = stage == HP_STAGE_TRAIN ? a->round.nproc : 1;
+        const struct hp_config *cfg = p->cfg;
+        enum hp_stage stage = p->stage;
+        int count = p->count;
         char name[sizeof(g->scope.name)];
         size_t started = 0;
         pid_t *pgids;
         int r = 0;
 
-        g->agent = a;
+        g->cfg = cfg;
+        g->watcher = p->watcher;
+        g->exited_cb = p->exited_cb;
+        g->failed_cb = p->failed_cb;
+        g->done_cb = p->done_cb;
+        g->ctx = p->ctx;
         g->stage = stage;
         g->count = 0;
         g->exited = 0;
@@ -907,15 +935,15 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
         g->stop_requested = false;
         g->reported = false;
         g->escaped_logged = false;
-        g->kill_phase = HP_KILL_NONE;
+        group_set_phase(g, HP_KILL_NONE, "start");
         g->first_failure = NULL;
         g->pipe_limits = pipe_limits_apply();
         g->workers = calloc((size_t)count, sizeof(*g->workers));
         if (g->workers == NULL)
                 return -ENOMEM;
-        snprintf(name, sizeof(name), "attempt_%d.%s", a->restart_count,
+        snprintf(name, sizeof(name), "attempt_%d.%s", p->restart_count,
                  hp_stage_name(stage));
-        hp_scope_open(&a->scopes, &g->scope, name);
+        hp_scope__open(p->scopes, &g->scope, name);
 
         for (int i = 0; i < count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -923,12 +951,12 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
 
                 w->group = g;
                 w->local_rank = i;
-                w->rank = a->round.base_rank + i;
+                w->rank = p->round->base_rank + i;
                 w->state = HP_WORKER_DONE; /* until spawned */
                 w->pidfd = -1;
                 w->out.file_fd = w->err.file_fd = -1;
                 g->count = i + 1;
-                r = prepare_dir(g, w, i);
+                r = prepare_dir(p->attempt_dir, w, i);
                 if (r < 0) {
                         worker_fail_to_start(w, r, HP_START_LOG_DIR, NULL);
                         break;
@@ -944,7 +972,7 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
                 if (r < 0)
                         worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
                 else
-                        r = spawn_worker(g, w, &cmd); /* failures recorded */
+                        r = spawn_worker(g, p, w, &cmd); /* failures recorded */
                 hp_argv_free(&cmd);
                 if (r < 0)
                         break;
@@ -955,18 +983,23 @@ int hp_group_start(struct hp_group *g, struct hp_agent *a, enum hp_stage stage)
                 for (int i = 0; i < g->count; i++)
                         if (g->workers[i].pid > 0)
                                 pgids[started++] = g->workers[i].pid;
-                hp_watcher_add(&a->watcher, pgids, started);
+                hp_watcher__add(p->watcher, pgids, started);
                 free(pgids);
         }
         /* A rank that could not start fails the group: whatever started
          * is stopped, and the group reports the failure through done_cb
          * from the loop, once every handle is closed. */
         if (r < 0)
-                hp_group_stop(g, SIGKILL, 0);
+                hp_group__stop(g, SIGKILL, 0);
         return 0;
 }
 
-void hp_group_release(struct hp_group *g)
+bool hp_group__active(const struct hp_group *g)
+{
+        return g->workers != NULL && !g->reported;
+}
+
+void hp_group__release(struct hp_group *g)
 {
         free(g->workers);
         g->workers = NULL;

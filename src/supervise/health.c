@@ -188,23 +188,8 @@ static void node_faulted(struct hp_node_health *h)
         struct hp_agent *a = h->agent;
 
         start_action(h);
-        if (a->events != NULL) {
-                if (a->events->node_fault != NULL)
-                        a->events->node_fault(a, a->events_ctx);
-                return;
-        }
-        hp_log_error("%s: %sno restart on this node (exit status %d)",
-                     h->fault,
-                     a->group_active ? "stopping the workers; " : "",
-                     HP_EXIT_NODE_FAULT);
-        if (a->group_active) {
-                a->group.stop_requested = true;
-                if (!a->group.stopping)
-                        hp_group_stop(&a->group, a->cfg->shutdown_signal,
-                                      a->cfg->shutdown_timeout_ms);
-        } else if (a->state == HP_AGENT_RUNNING) {
-                hp_agent__health_finish(a);
-        }
+        if (a->events->node_fault != NULL)
+                a->events->node_fault(a, a->events_ctx);
 }
 
 void hp_agent__health_finish(struct hp_agent *a)
@@ -231,6 +216,8 @@ static void preflight_cb(struct hp_preflight *pf,
         h->preflight_result = *res;
         if (a->state == HP_AGENT_FINISHED)
                 return;
+        if (a->state == HP_AGENT_PREFLIGHT)
+                hp_agent__set_state(a, HP_AGENT_IDLE, "preflight ended");
         for (size_t i = 0; i < res->nsizes; i++)
                 hp_log_info("preflight: all-reduce of %llu bytes: %.1f us, "
                             "%.3f GB/s algorithm, %.3f GB/s bus bandwidth",
@@ -242,12 +229,9 @@ static void preflight_cb(struct hp_preflight *pf,
                 hp_agent__preflight_passed(a);
                 return;
         }
-        if (res->unavailable && a->events == NULL) {
-                /* Not the node's fault: the image lacks the libraries. */
-                hp_log_error("--preflight nccl: %s", res->reason);
-                hp_agent_finish(a, 2);
+        if (res->unavailable && a->events->preflight_unavailable != NULL &&
+            a->events->preflight_unavailable(a, res->reason, a->events_ctx))
                 return;
-        }
         if (h->fault[0] != '\0')
                 return;
         snprintf(h->fault, sizeof(h->fault), "NodeFault_NCCLPreflight");
@@ -279,6 +263,7 @@ int hp_agent_preflight_start(struct hp_agent *a, char *errbuf, size_t len)
         if (r < 0)
                 return r;
         h->preflight_running = true;
+        hp_agent__set_state(a, HP_AGENT_PREFLIGHT, "preflight started");
         hp_log_info("preflight: NCCL all-reduce over this node's GPUs, up to "
                     "%llu bytes, at most %.3g s%s%s",
                     (unsigned long long)opts.max_bytes,

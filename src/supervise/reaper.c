@@ -19,7 +19,7 @@
 
 #include "supervise-private.h"
 
-int hp_reaper_sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
+int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
 {
         pid_t last = 0;
         int reaped = 0;
@@ -54,7 +54,7 @@ int hp_reaper_sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
         return reaped;
 }
 
-int hp_proc_read(pid_t pid, struct hp_proc *p)
+int hp_proc__read(pid_t pid, struct hp_proc *p)
 {
         char path[64], buf[512];
         const char *open_paren, *close_paren;
@@ -92,12 +92,12 @@ int hp_proc_read(pid_t pid, struct hp_proc *p)
         return 0;
 }
 
-bool hp_proc_live(const struct hp_proc *p)
+bool hp_proc__live(const struct hp_proc *p)
 {
         return p->state != 'Z' && p->state != 'X' && p->state != 'x';
 }
 
-int hp_procs_push(struct hp_procs *list, const struct hp_proc *p)
+int hp_procs__push(struct hp_procs *list, const struct hp_proc *p)
 {
         if (list->count == list->cap) {
                 size_t cap = list->cap ? list->cap * 2 : 64;
@@ -112,7 +112,7 @@ int hp_procs_push(struct hp_procs *list, const struct hp_proc *p)
         return 0;
 }
 
-void hp_procs_free(struct hp_procs *list)
+void hp_procs__free(struct hp_procs *list)
 {
         free(list->items);
         memset(list, 0, sizeof(*list));
@@ -139,7 +139,7 @@ static int by_ppid(const void *a, const void *b)
         return (x->ppid > y->ppid) - (x->ppid < y->ppid);
 }
 
-int hp_proc_descendants(struct hp_procs *out)
+int hp_proc__descendants(struct hp_procs *out)
 {
         struct hp_procs all = { 0 };
         pid_t root = getpid();
@@ -161,10 +161,10 @@ int hp_proc_descendants(struct hp_procs *out)
                 /* A zombie needs reaping, not killing; and no live
                  * process has a zombie for a parent (orphans are
                  * reparented at once), so the tree stays whole. */
-                if (hp_proc_read((pid_t)atoi(de->d_name), &p) < 0 ||
-                    !hp_proc_live(&p))
+                if (hp_proc__read((pid_t)atoi(de->d_name), &p) < 0 ||
+                    !hp_proc__live(&p))
                         continue;
-                r = hp_procs_push(&all, &p);
+                r = hp_procs__push(&all, &p);
                 if (r < 0)
                         break;
         }
@@ -187,17 +187,17 @@ int hp_proc_descendants(struct hp_procs *out)
                                 hi = mid;
                 }
                 for (; lo < all.count && all.items[lo].ppid == parent; lo++) {
-                        r = hp_procs_push(out, &all.items[lo]);
+                        r = hp_procs__push(out, &all.items[lo]);
                         if (r < 0)
                                 goto out;
                 }
         }
 out:
-        hp_procs_free(&all);
+        hp_procs__free(&all);
         return r;
 }
 
-int hp_proc_pipe_holders(ino_t ino, pid_t *pids, size_t max)
+int hp_proc__pipe_holders(ino_t ino, pid_t *pids, size_t max)
 {
         char want[64];
         DIR *proc = opendir("/proc");
@@ -240,7 +240,7 @@ int hp_proc_pipe_holders(ino_t ino, pid_t *pids, size_t max)
         return (int)found;
 }
 
-int hp_proc_kill_descendants(int sig, bool warn)
+int hp_proc__kill_descendants(int sig, bool warn)
 {
         struct hp_procs procs = { 0 };
         int killed = 0;
@@ -248,7 +248,7 @@ int hp_proc_kill_descendants(int sig, bool warn)
         /* A process may fork between the reading and the kill: look
          * again until nothing is left, a few times at most. */
         for (int pass = 0; pass < 8; pass++) {
-                int r = hp_proc_descendants(&procs);
+                int r = hp_proc__descendants(&procs);
                 int now = 0;
 
                 if (r < 0) {
@@ -271,6 +271,6 @@ int hp_proc_kill_descendants(int sig, bool warn)
                 if (now == 0 || sig != SIGKILL)
                         break;
         }
-        hp_procs_free(&procs);
+        hp_procs__free(&procs);
         return killed;
 }

@@ -17,6 +17,9 @@
 
 /* The largest error file passed up: a traceback, not a log. */
 #define ERROR_FILE_MAX (4 * 1024 * 1024)
+/* The largest error file summarised; a larger one is not taken for
+ * JSON. */
+#define ERROR_REPORT_MAX (256 * 1024)
 
 /* What error.json says, in the two shapes torch writes. */
 struct error_report {
@@ -27,25 +30,23 @@ struct error_report {
 
 static void read_error_file(const char *path, struct error_report *rep)
 {
-        char buf[256 * 1024];
         const cJSON *msg, *extra, *stack, *ts;
         cJSON *root;
-        ssize_t n;
-        int fd;
+        char *buf;
+        size_t n;
+        int r;
 
         rep->present = false;
         rep->message[0] = '\0';
         if (path[0] == '\0')
                 return;
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
+        r = hp_read_file(path, ERROR_REPORT_MAX, &buf, &n);
+        if ((r < 0 && r != -EFBIG) || (r == 0 && n == 0)) {
+                free(buf);
                 return;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return;
-        buf[n] = '\0';
-        root = cJSON_Parse(buf);
+        }
+        root = r == 0 ? cJSON_Parse(buf) : NULL;
+        free(buf);
         if (root == NULL) {
                 snprintf(rep->message, sizeof(rep->message),
                          "(%s is not valid JSON)", path);
@@ -81,7 +82,7 @@ static void read_error_file(const char *path, struct error_report *rep)
         cJSON_Delete(root);
 }
 
-void hp_worker_start_failure(const struct hp_worker *w, char *buf,
+void hp_worker__start_failure(const struct hp_worker *w, char *buf,
                              size_t len)
 {
         const char *err = hp_strerror(w->start_error);
@@ -140,7 +141,7 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
         if (w->start_error != 0) {
                 char why[sizeof(rep.message) - 32];
 
-                hp_worker_start_failure(w, why, sizeof(why));
+                hp_worker__start_failure(w, why, sizeof(why));
                 snprintf(rep.message, sizeof(rep.message),
                          "never ran: %s", why);
                 rep.present = false;
@@ -230,24 +231,21 @@ static void note_root_cause(struct hp_agent *a, const struct hp_worker *w)
 void hp_agent_pass_error_file(const struct hp_agent *a, int exit_code)
 {
         const char *dest = getenv("TORCHELASTIC_ERROR_FILE");
+        const char *unread = "not JSON, or unreadable";
         char *buf = NULL, *text = NULL;
         cJSON *root = NULL, *msg;
-        ssize_t n;
+        size_t n;
         int fd, r;
 
         if (dest == NULL || *dest == '\0' || exit_code == 0 ||
             a->received_signal || a->root_error_file[0] == '\0' ||
             exit_code != a->root_exit_status)
                 return;
-        buf = malloc(ERROR_FILE_MAX + 1);
-        fd = open(a->root_error_file, O_RDONLY | O_CLOEXEC);
-        if (buf == NULL || fd < 0)
+        r = hp_read_file(a->root_error_file, ERROR_FILE_MAX, &buf, &n);
+        if (r == -ENOMEM)
+                unread = strerror(ENOMEM);
+        if (r < 0 || n == 0)
                 goto fail;
-        n = read(fd, buf, ERROR_FILE_MAX);
-        close(fd);
-        if (n <= 0)
-                goto fail;
-        buf[n] = '\0';
         root = cJSON_Parse(buf);
         if (root == NULL)
                 goto fail;
@@ -280,8 +278,7 @@ fail:
         hp_log_warn("cannot copy the root cause's error file %s to %s "
                     "(TORCHELASTIC_ERROR_FILE): %s",
                     a->root_error_file, dest,
-                    root == NULL && buf != NULL ? "not JSON, or unreadable"
-                                                : strerror(errno));
+                    root == NULL ? unread : strerror(errno));
 done:
         free(text);
         cJSON_Delete(root);
@@ -372,7 +369,7 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                         if (w->start_error != 0) {
                                 char why[sizeof(first) - 64];
 
-                                hp_worker_start_failure(w, why, sizeof(why));
+                                hp_worker__start_failure(w, why, sizeof(why));
                                 r = snprintf(buf + n, len - n,
                                              "\nLocal Rank %d (rank %d) "
                                              "never ran: %s",

@@ -4,26 +4,27 @@
  * The loop thread reads the workers' pipes, splits lines and writes the
  * log files and the console; running the rules there as well would make
  * a flood of monitored lines cost the I/O path several times what it
- * costs without rules. When a loop iteration brings more monitored lines than
- * HP_RULE_INLINE_MAX, monitor.c hands the rest to worker threads (one
- * per core, up to HP_RULE_WORKERS_MAX; local rank r to worker r % count):
+ * costs without rules. When a loop iteration brings more monitored lines
+ * than HP_RULE_INLINE_MAX, the rule watch (rulewatch.c) hands the rest to
+ * rule threads (one per core, up to HP_RULE_THREADS_MAX; local rank r to
+ * thread r % count):
  * each line is copied, with its rank and its loop time, into the
- * worker's ring, and the thread feeds them to the streams in order. With
+ * thread's ring, and the thread feeds them to the streams in order. With
  * the loop thread that makes more busy threads than cores, which lets the
  * scheduler balance reads and rules over all of them. A normal job
  * (hundreds of lines a second) never fills an iteration and never starts
  * a thread.
  *
  * Ownership is simple and checked by one rule: the loop thread touches
- * a rank's rule stream only when its worker is idle (every queued line fed,
- * no verdict waiting), which monitor.c ensures by calling
- * hp_rule_worker_settle() first. The worker touches them only while it
- * holds queued lines. So no stream is ever shared, and the engine stays
+ * a rank's rule stream only when its thread is idle (every queued line
+ * fed, no verdict waiting), which rulewatch.c ensures by calling
+ * hp_rulewatch__thread_settle() first. The thread touches them only while
+ * it holds queued lines. So no stream is ever shared, and the engine stays
  * single-threaded code.
  *
  * Two things a line can do need the loop: a verdict (a stream turned
  * SLOW, HANGING or FAULTED) and a deadline earlier than the armed timer.
- * For a verdict the worker stops right after that line, before a later
+ * For a verdict the thread stops right after that line, before a later
  * line can turn the stream back to HEALTHY, and wakes the loop, which
  * records the verdict and lets it go on. For a deadline it only wakes
  * the loop, which re-arms the timer.
@@ -37,10 +38,10 @@
  * reads, and so the workers, the files and the console. Past the budget
  * a line that finds the ring full is skipped, and a settle makes the
  * thread drop what it has not fed yet after its current line; both are
- * counted (hp_rule_worker_skipped). Rules that keep up never exhaust the
- * budget and skip nothing. Each rank goes to one thread, so the loop can
- * wait on a full ring while the other thread has emptied its own and a
- * core sits idle; a larger ring lets such a spell pass without a wait,
+ * counted (hp_rulewatch__thread_skipped). Rules that keep up never
+ * exhaust the budget and skip nothing. Each rank goes to one thread, so
+ * the loop can wait on a full ring while the other thread has emptied its
+ * own and a core sits idle; a larger ring lets such a spell pass without a wait,
  * and past 4 MiB a larger one does not help (BENCHMARKS.md). The ring
  * is allocated when a flood starts the thread; a steady job never has
  * one.
@@ -78,7 +79,7 @@ struct record {
  * waits in the run queue (BENCHMARKS.md). On a training node it also
  * means a flood's rule work yields to the training processes first.
  * Never below the lowest priority, 19. */
-#define WORKER_NICE 3
+#define THREAD_NICE 3
 /* The loop's waits for a rule thread (room in the ring, a settle) come
  * out of a budget that grows by 1/WAIT_SHARE of the time that passes, up
  * to WAIT_BURST_NS: a flood whose rules keep up never waits longer than
@@ -101,8 +102,8 @@ struct change {
         char line[CHANGE_LINE_MAX];
 };
 
-struct hp_rule_worker {
-        struct hp_agent *agent;
+struct hp_rule_thread {
+        struct hp_rulewatch *watch;
         uv_thread_t thread;
         uv_mutex_t mu;
         uv_cond_t work;     /* the thread waits for lines, or to go on */
@@ -116,7 +117,7 @@ struct hp_rule_worker {
         size_t consumed;  /* fed */
         bool paused;      /* stopped after a verdict line */
         int paused_rank;
-        bool verdict_taken; /* a->verdict is set: no need to stop */
+        bool verdict_taken; /* the watch judged: no need to stop */
         uint64_t armed;     /* the loop's timer deadline */
         bool deadline_earlier;
         bool stop;
@@ -158,7 +159,7 @@ static size_t padded(size_t len)
 /* The records (lines) in [from, to) of the ring. */
 /* The record that starts at *from, or after the padding at the ring's
  * end, with *from moved to its start; NULL when none starts before to. */
-static const struct record *next_record(const struct hp_rule_worker *w,
+static const struct record *next_record(const struct hp_rule_thread *w,
                                         size_t *from, size_t to)
 {
         while (*from < to) {
@@ -179,7 +180,7 @@ static const struct record *next_record(const struct hp_rule_worker *w,
         return NULL;
 }
 
-static uint64_t count_records(const struct hp_rule_worker *w, size_t from,
+static uint64_t count_records(const struct hp_rule_thread *w, size_t from,
                               size_t to)
 {
         const struct record *r;
@@ -192,7 +193,7 @@ static uint64_t count_records(const struct hp_rule_worker *w, size_t from,
         return n;
 }
 
-static void keep_changes(struct hp_rule_worker *w,
+static void keep_changes(struct hp_rule_thread *w,
                          const struct logmon_events *ev,
                          const struct record *r)
 {
@@ -212,24 +213,24 @@ static void keep_changes(struct hp_rule_worker *w,
 
 /* Logs the state changes the thread kept, on the loop thread while the
  * thread is stopped or idle. */
-static void log_changes(struct hp_rule_worker *w)
+static void log_changes(struct hp_rule_thread *w)
 {
         for (size_t i = 0; i < w->nchanges; i++) {
                 const struct change *c = &w->changes[i];
 
-                hp_agent__log_rule_change(w->agent, c->rank, &c->e, c->now,
-                                          c->line, c->len);
+                hp_rulewatch__log_change(w->watch, c->rank, &c->e, c->now,
+                                         c->line, c->len);
         }
         w->nchanges = 0;
 }
 
 /* Feeds [from, to) of the ring; stops after a line that needs a verdict
  * and returns where it stopped. */
-static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
+static size_t feed(struct hp_rule_thread *w, size_t from, size_t to,
                    bool verdict_taken, uint64_t armed, bool *verdict,
                    int *verdict_rank, bool *earlier)
 {
-        struct hp_agent *a = w->agent;
+        const struct hp_rulewatch *watch = w->watch;
         size_t limit = from + HANDOVER_BYTES;
         struct logmon_events *ev = &w->events;
 
@@ -240,7 +241,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
 
                 if (r == NULL)
                         break;
-                s = a->monitors[r->rank].rules;
+                s = watch->ranks[r->rank].stream;
                 /* No room for what this line could change: the loop logs
                  * what is there first. */
                 if (s != NULL && w->changes != NULL &&
@@ -257,7 +258,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
                 if (w->changes != NULL)
                         keep_changes(w, ev, r);
                 /* The loop's timer is armed no later than every stream's
-                 * deadline (monitor.c), and a line moves a deadline
+                 * deadline (rulewatch.c), and a line moves a deadline
                  * earlier only when a rule changes state (its first match
                  * trades the start cut-off for the recurring frequency; a
                  * match out of HANGING gives it a deadline again). Other
@@ -276,7 +277,7 @@ static size_t feed(struct hp_rule_worker *w, size_t from, size_t to,
         return from;
 }
 
-/* Lowers the calling thread's priority by WORKER_NICE. Linux keeps a nice
+/* Lowers the calling thread's priority by THREAD_NICE. Linux keeps a nice
  * value per thread, and uv_os_setpriority() is setpriority(PRIO_PROCESS)
  * on the id given, here the thread's. Lowering can only fail if the
  * thread is gone; it then runs at the loop's priority.
@@ -296,13 +297,13 @@ static void lower_priority(void)
         (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
         if (uv_os_getpriority(tid, &nice) < 0)
                 return;
-        nice = nice + WORKER_NICE > 19 ? 19 : nice + WORKER_NICE;
+        nice = nice + THREAD_NICE > 19 ? 19 : nice + THREAD_NICE;
         (void)uv_os_setpriority(tid, nice);
 }
 
-static void worker_main(void *arg)
+static void thread_main(void *arg)
 {
-        struct hp_rule_worker *w = arg;
+        struct hp_rule_thread *w = arg;
 
         lower_priority();
         uv_mutex_lock(&w->mu);
@@ -355,10 +356,10 @@ static void worker_main(void *arg)
         uv_mutex_unlock(&w->mu);
 }
 
-int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
-                       struct hp_rule_worker **out)
+int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             struct hp_rule_thread **out)
 {
-        struct hp_rule_worker *w;
+        struct hp_rule_thread *w;
         int r;
 
         w = calloc(1, sizeof(*w));
@@ -377,7 +378,7 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
                         return -ENOMEM;
                 }
         }
-        w->agent = a;
+        w->watch = watch;
         w->wake = wake;
         w->armed = UINT64_MAX;
         atomic_init(&w->done, 0);
@@ -394,7 +395,7 @@ int hp_rule_worker_new(struct hp_agent *a, uv_async_t *wake,
         r = uv_cond_init(&w->progress);
         if (r < 0)
                 goto fail_progress;
-        r = uv_thread_create(&w->thread, worker_main, w);
+        r = uv_thread_create(&w->thread, thread_main, w);
         if (r < 0)
                 goto fail_thread;
         *out = w;
@@ -413,7 +414,7 @@ fail_mutex:
         return r;
 }
 
-bool hp_rule_worker_idle(const struct hp_rule_worker *w)
+bool hp_rulewatch__thread_idle(const struct hp_rule_thread *w)
 {
         /* paused_flag is set before done moves past the verdict line, so
          * a done that shows every line fed also shows the pause. */
@@ -422,13 +423,13 @@ bool hp_rule_worker_idle(const struct hp_rule_worker *w)
                !atomic_load_explicit(&w->paused_flag, memory_order_relaxed);
 }
 
-void hp_rule_worker_log_changes(struct hp_rule_worker *w)
+void hp_rulewatch__thread_log_changes(struct hp_rule_thread *w)
 {
         if (w->nchanges > 0)
                 log_changes(w);
 }
 
-void hp_rule_worker_publish(struct hp_rule_worker *w)
+void hp_rulewatch__thread_publish(struct hp_rule_thread *w)
 {
         /* Called every loop iteration: nothing to hand over costs no
          * lock. */
@@ -444,17 +445,18 @@ void hp_rule_worker_publish(struct hp_rule_worker *w)
 
 /* Runs the loop's side of a verdict while the thread is stopped after it:
  * the streams are the loop's until it goes on. */
-static void take_verdict(struct hp_rule_worker *w,
-                         void (*on_verdict)(struct hp_agent *a, int rank))
+static void take_verdict(struct hp_rule_thread *w,
+                         void (*on_verdict)(struct hp_rulewatch *watch,
+                                            int rank))
 {
         int rank = w->paused_rank;
 
         uv_mutex_unlock(&w->mu);
         log_changes(w);
         if (rank >= 0)
-                on_verdict(w->agent, rank);
+                on_verdict(w->watch, rank);
         uv_mutex_lock(&w->mu);
-        w->verdict_taken = w->agent->verdict[0] != '\0';
+        w->verdict_taken = w->watch->judged;
         w->paused = false;
         atomic_store_explicit(&w->paused_flag, false, memory_order_relaxed);
         if (w->thread_waiting)
@@ -462,7 +464,7 @@ static void take_verdict(struct hp_rule_worker *w,
 }
 
 /* What the loop may still wait now (see WAIT_SHARE). */
-static int64_t budget_left(struct hp_rule_worker *w, uint64_t now)
+static int64_t budget_left(struct hp_rule_thread *w, uint64_t now)
 {
         w->budget_ns += (int64_t)((now - w->budget_at) / WAIT_SHARE);
         if (w->budget_ns > (int64_t)WAIT_BURST_NS)
@@ -474,8 +476,9 @@ static int64_t budget_left(struct hp_rule_worker *w, uint64_t now)
 /* Waits, out of the budget, until n more bytes fit in the ring, taking
  * a verdict the thread stopped for meanwhile; false when they still do
  * not fit. */
-static bool make_room(struct hp_rule_worker *w, size_t n,
-                      void (*on_verdict)(struct hp_agent *a, int rank))
+static bool make_room(struct hp_rule_thread *w, size_t n,
+                      void (*on_verdict)(struct hp_rulewatch *watch,
+                                         int rank))
 {
         uint64_t start = uv_hrtime(), now = start, deadline;
         bool room;
@@ -509,9 +512,10 @@ static bool make_room(struct hp_rule_worker *w, size_t n,
         return room;
 }
 
-void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
-                         const char *line, size_t len, uint64_t now,
-                         void (*on_verdict)(struct hp_agent *a, int rank))
+void hp_rulewatch__thread_push(struct hp_rule_thread *w, int rank,
+                               const char *line, size_t len, uint64_t now,
+                               void (*on_verdict)(struct hp_rulewatch *watch,
+                                                  int rank))
 {
         size_t need = padded(len), pos = w->staged % RING_SIZE;
         size_t skip = RING_SIZE - pos < need ? RING_SIZE - pos : 0;
@@ -521,7 +525,7 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
          * does not fit there. Publishing first: the thread may be waiting
          * for exactly what is staged. */
         if (w->staged + skip + need - w->consumed_seen > RING_SIZE) {
-                hp_rule_worker_publish(w);
+                hp_rulewatch__thread_publish(w);
                 w->consumed_seen =
                         atomic_load_explicit(&w->done, memory_order_acquire);
                 if (w->staged + skip + need - w->consumed_seen > RING_SIZE &&
@@ -545,12 +549,13 @@ void hp_rule_worker_push(struct hp_rule_worker *w, int rank,
         memcpy(r + 1, line, len);
         w->staged += need;
         if (w->staged - w->handed >= HANDOVER_BYTES)
-                hp_rule_worker_publish(w);
+                hp_rulewatch__thread_publish(w);
 }
 
-void hp_rule_worker_settle(struct hp_rule_worker *w,
-                           void (*on_verdict)(struct hp_agent *a, int rank),
-                           bool *deadline_earlier)
+void hp_rulewatch__thread_settle(struct hp_rule_thread *w,
+                                 void (*on_verdict)(struct hp_rulewatch *watch,
+                                                    int rank),
+                                 bool *deadline_earlier)
 {
         uint64_t start, deadline;
         int64_t left;
@@ -561,7 +566,7 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
         if (w->settling)
                 return;
         w->settling = true;
-        hp_rule_worker_publish(w);
+        hp_rulewatch__thread_publish(w);
         start = uv_hrtime();
         left = budget_left(w, start);
         deadline = start + (uint64_t)(left > 0 ? left : 0);
@@ -602,8 +607,8 @@ void hp_rule_worker_settle(struct hp_rule_worker *w,
         w->settling = false;
 }
 
-void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
-                        bool verdict_taken)
+void hp_rulewatch__thread_set(struct hp_rule_thread *w, uint64_t armed,
+                              bool verdict_taken)
 {
         uv_mutex_lock(&w->mu);
         w->armed = armed;
@@ -611,12 +616,12 @@ void hp_rule_worker_set(struct hp_rule_worker *w, uint64_t armed,
         uv_mutex_unlock(&w->mu);
 }
 
-uint64_t hp_rule_worker_skipped(const struct hp_rule_worker *w)
+uint64_t hp_rulewatch__thread_skipped(const struct hp_rule_thread *w)
 {
         return w->skipped;
 }
 
-void hp_rule_worker_free(struct hp_rule_worker *w)
+void hp_rulewatch__thread_free(struct hp_rule_thread *w)
 {
         if (w == NULL)
                 return;

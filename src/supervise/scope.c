@@ -124,7 +124,7 @@ static void root_fail(struct hp_scope_root *r, const char *what, int err)
         r->path[0] = '\0';
 }
 
-void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup)
+void hp_scope__root_init(struct hp_scope_root *r, bool use_cgroup)
 {
         char own[PATH_MAX];
         int probe_fd, err;
@@ -136,7 +136,7 @@ void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup)
                              "processes as its descendants");
                 return;
         }
-        if (!hp_spawn_can_join_cgroup()) {
+        if (!hp_spawn__can_join_cgroup()) {
                 root_fail(r, "clone3 into a cgroup", -ENOSYS);
                 return;
         }
@@ -179,7 +179,7 @@ void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup)
         }
         probe_fd = openat(r->dirfd, "probe",
                           O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        err = probe_fd < 0 ? -errno : hp_spawn_probe(probe_fd);
+        err = probe_fd < 0 ? -errno : hp_spawn__probe(probe_fd);
         if (probe_fd >= 0)
                 close(probe_fd);
         (void)unlinkat(r->dirfd, "probe", AT_REMOVEDIR);
@@ -192,7 +192,7 @@ void hp_scope_root_init(struct hp_scope_root *r, bool use_cgroup)
                      r->path);
 }
 
-void hp_scope_root_close(struct hp_scope_root *r)
+void hp_scope__root_close(struct hp_scope_root *r)
 {
         if (r->dirfd < 0)
                 return;
@@ -203,7 +203,7 @@ void hp_scope_root_close(struct hp_scope_root *r)
                              hp_strerror(-errno));
 }
 
-void hp_scope_open(struct hp_scope_root *r, struct hp_scope *s,
+void hp_scope__open(struct hp_scope_root *r, struct hp_scope *s,
                    const char *name)
 {
         s->root = r;
@@ -230,7 +230,7 @@ void hp_scope_open(struct hp_scope_root *r, struct hp_scope *s,
         }
 }
 
-void hp_scope_close(struct hp_scope *s)
+void hp_scope__close(struct hp_scope *s)
 {
         if (s->dirfd < 0)
                 return;
@@ -265,9 +265,9 @@ static int cgroup_procs(const struct hp_scope *s, struct hp_procs *out)
                         }
                         num[numlen] = '\0';
                         numlen = 0;
-                        if (hp_proc_read((pid_t)atoi(num), &p) == 0 &&
-                            hp_proc_live(&p))
-                                r = hp_procs_push(out, &p);
+                        if (hp_proc__read((pid_t)atoi(num), &p) == 0 &&
+                            hp_proc__live(&p))
+                                r = hp_procs__push(out, &p);
                 }
         }
         if (n < 0 && r == 0)
@@ -276,15 +276,15 @@ static int cgroup_procs(const struct hp_scope *s, struct hp_procs *out)
         return r;
 }
 
-int hp_scope_list(const struct hp_scope *s, struct hp_procs *out)
+int hp_scope__list(const struct hp_scope *s, struct hp_procs *out)
 {
         out->count = 0;
         if (s->dirfd >= 0)
                 return cgroup_procs(s, out);
-        return hp_proc_descendants(out);
+        return hp_proc__descendants(out);
 }
 
-void hp_scope_kill(const struct hp_scope *s)
+void hp_scope__kill(const struct hp_scope *s)
 {
         struct hp_procs procs = { 0 };
         int fd;
@@ -303,8 +303,8 @@ void hp_scope_kill(const struct hp_scope *s)
                 if (cgroup_procs(s, &procs) == 0)
                         for (size_t i = 0; i < procs.count; i++)
                                 (void)kill(procs.items[i].pid, SIGKILL);
-                hp_procs_free(&procs);
+                hp_procs__free(&procs);
                 return;
         }
-        (void)hp_proc_kill_descendants(SIGKILL, false);
+        (void)hp_proc__kill_descendants(SIGKILL, false);
 }

@@ -28,7 +28,8 @@ static int by_rank(const void *pa, const void *pb)
 
 /* Appends to buf at *at; on overflow the line ends in "..." and the
  * result is -ENOSPC, which later calls keep. */
-static int put(char *buf, size_t len, size_t *at, int r, const char *fmt, ...)
+__attribute__((format(printf, 5, 6))) static int
+put(char *buf, size_t len, size_t *at, int r, const char *fmt, ...)
 {
         va_list ap;
         int n;

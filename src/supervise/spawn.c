@@ -101,7 +101,7 @@ __asm__(".pushsection .text\n"
 #define HAVE_CLONE3_VM 0
 #endif
 
-bool hp_spawn_can_join_cgroup(void)
+bool hp_spawn__can_join_cgroup(void)
 {
         return HAVE_CLONE3_VM;
 }
@@ -171,7 +171,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
         return 127;
 }
 
-int hp_spawn(const struct hp_spawn_options *opts, pid_t *pid_out,
+int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid_out,
              int *pidfd_out)
 {
         struct spawn_child child = {
@@ -256,7 +256,7 @@ __attribute__((no_sanitize_address)) static int probe_main(void *arg)
 }
 #endif
 
-int hp_spawn_probe(int cgroup_fd)
+int hp_spawn__probe(int cgroup_fd)
 {
 #if HAVE_CLONE3_VM
         /* Room for the child's one call, with a sanitizer's frames. */
@@ -291,7 +291,7 @@ int hp_spawn_probe(int cgroup_fd)
 #endif
 }
 
-int hp_spawn_reap(int pidfd, int64_t *exit_status, int *term_signal)
+int hp_spawn__reap(int pidfd, int64_t *exit_status, int *term_signal)
 {
         siginfo_t info;
 

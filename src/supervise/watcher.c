@@ -181,7 +181,7 @@ __attribute__((noreturn)) static void watcher_main(int fd, pid_t agent,
         _exit(0);
 }
 
-int hp_watcher_start(struct hp_watcher *w, const char *cgroup_path)
+int hp_watcher__start(struct hp_watcher *w, const char *cgroup_path)
 {
         pid_t agent = getpid();
         int fds[2], ids[2] = { -1, -1 }, err = 0;
@@ -268,7 +268,7 @@ static void send_msg(struct hp_watcher *w, enum watch_op op, pid_t pid)
         send_msgs(w, &msg, 1);
 }
 
-void hp_watcher_add(struct hp_watcher *w, const pid_t *pgids, size_t count)
+void hp_watcher__add(struct hp_watcher *w, const pid_t *pgids, size_t count)
 {
         /* A write up to PIPE_BUF is whole; one wakes the watcher once. */
         struct watch_msg msgs[PIPE_BUF / sizeof(struct watch_msg)];
@@ -284,12 +284,12 @@ void hp_watcher_add(struct hp_watcher *w, const pid_t *pgids, size_t count)
         }
 }
 
-void hp_watcher_forget(struct hp_watcher *w)
+void hp_watcher__forget(struct hp_watcher *w)
 {
         send_msg(w, WATCH_FORGET, 0);
 }
 
-void hp_watcher_stop(struct hp_watcher *w)
+void hp_watcher__stop(struct hp_watcher *w)
 {
         if (w->fd < 0)
                 return;

@@ -144,7 +144,7 @@ static enum logmon_state final_state(const cJSON *expect, const char *rule,
 {
         const cJSON *final = cJSON_GetObjectItemCaseSensitive(expect, "final");
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(final, rule);
-        enum logmon_state state;
+        enum logmon_state state = LOGMON_WAITING;
 
         if (!cJSON_IsString(item) ||
             logmon_state_parse(item->valuestring, &state) != 0)

@@ -6,7 +6,11 @@
  * The derivations are table-driven on environment strings and on the
  * resource_config.json files in tests/unit/fixtures. scontrol is played by
  * small shell scripts the tests write, so that the stale-list, failure and
- * timeout paths run for real. */
+ * timeout paths run for real.
+ *
+ * Also self-driven mode's restart policy (src/supervise/selfdriven.c):
+ * what comes after a stage, one case at a time and over whole runs played
+ * by a fake driver. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +28,9 @@
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
 #include "hyperpod/rendezvous.h"
+#include "supervise-private.h"
+
+#include "table.h"
 
 extern char **environ;
 
@@ -1111,6 +1118,200 @@ static void test_resource_config_rounds(void **state)
         round_free(t);
 }
 
+
+/* ---- The restart policy ---- */
+
+#define FAILED HP_GROUP_FAILED
+#define STOPPED HP_GROUP_STOPPED
+#define OK HP_GROUP_SUCCEEDED
+
+static const struct {
+        const char *name;
+        struct hp_attempt_end end;
+        enum hp_next what;
+        int exit_code;
+} policy_cases[] = {
+        { "success with a stage left",
+          { .result = OK, .more_stages = true }, HP_NEXT_STAGE, 0 },
+        { "success of the last stage", { .result = OK }, HP_NEXT_EXIT, 0 },
+        { "a failure with restarts left",
+          { .result = FAILED, .restart_count = 0, .max_restarts = 2,
+            .failure_exit = 3 },
+          HP_NEXT_RESTART, 0 },
+        { "a failure on the last restart",
+          { .result = FAILED, .restart_count = 2, .max_restarts = 2,
+            .failure_exit = 3 },
+          HP_NEXT_EXIT, 3 },
+        { "a failure without --max-restarts: the root cause's status",
+          { .result = FAILED, .failure_exit = 137 }, HP_NEXT_EXIT, 137 },
+        { "a failure in pre-train with more stages: no next stage",
+          { .result = FAILED, .more_stages = true, .failure_exit = 1 },
+          HP_NEXT_EXIT, 1 },
+        { "a verdict with restarts left",
+          { .result = STOPPED, .verdict = true, .max_restarts = 1 },
+          HP_NEXT_RESTART, 0 },
+        { "a verdict with none left: timeout(1)'s status",
+          { .result = STOPPED, .verdict = true, .restart_count = 1,
+            .max_restarts = 1 },
+          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+        { "a verdict whatever the workers' statuses say",
+          { .result = FAILED, .verdict = true, .failure_exit = 1 },
+          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+        { "a verdict on a stage that succeeded still fails the attempt",
+          { .result = OK, .verdict = true, .more_stages = true },
+          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+        { "a node fault: no restart even with restarts left",
+          { .result = STOPPED, .node_fault = true, .max_restarts = 5 },
+          HP_NEXT_NODE_FAULT, HP_EXIT_NODE_FAULT },
+        { "a node fault wins over a verdict",
+          { .result = FAILED, .node_fault = true, .verdict = true,
+            .max_restarts = 5 },
+          HP_NEXT_NODE_FAULT, HP_EXIT_NODE_FAULT },
+        { "a stop nobody asked for", { .result = STOPPED }, HP_NEXT_EXIT,
+          128 },
+        { "SIGTERM to the agent: 128+15, no restart",
+          { .result = FAILED, .signal = 15, .max_restarts = 3,
+            .failure_exit = 1 },
+          HP_NEXT_EXIT, 143 },
+        { "SIGINT wins over a node fault and a verdict",
+          { .result = STOPPED, .signal = 2, .node_fault = true,
+            .verdict = true },
+          HP_NEXT_EXIT, 130 },
+};
+
+static void test_restart_policy(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(policy_cases); k++) {
+                struct hp_next_step got =
+                        hp_selfdriven__next(&policy_cases[k].end);
+
+                bool exits = got.what == HP_NEXT_EXIT ||
+                             got.what == HP_NEXT_NODE_FAULT;
+
+                if (got.what != policy_cases[k].what ||
+                    (exits && got.exit_code != policy_cases[k].exit_code))
+                        CASE_FAILED(failures,
+                                    "%s: %s with %d, expected %s with %d",
+                                    policy_cases[k].name,
+                                    hp_selfdriven__next_name(got.what), got.exit_code,
+                                    hp_selfdriven__next_name(policy_cases[k].what),
+                                    policy_cases[k].exit_code);
+        }
+        assert_int_equal(failures, 0);
+}
+
+/* What one stage that runs ends with, for the fake driver. */
+struct fake_end {
+        enum hp_group_result result;
+        bool verdict;
+        bool node_fault;
+        int failure_exit;
+};
+
+/* A whole self-driven run, played by a driver that does what
+ * selfdriven.c does with each decision: the stages that ran ("pre",
+ * "train", "post", "|" for a restart) and how it ended. */
+static const struct {
+        const char *name;
+        bool pre, post; /* the hooks configured */
+        int max_restarts;
+        struct fake_end ends[12];
+        int nends;
+        const char *trace;
+        int exit_code;
+} runs[] = {
+        { "three stages succeed", true, true, 0,
+          { { .result = OK }, { .result = OK }, { .result = OK } }, 3, "pre train post", 0 },
+        { "train only", false, false, 0, { { .result = OK } }, 1, "train", 0 },
+        { "train fails once, then succeeds", false, true, 1,
+          { { .result = FAILED, .failure_exit = 1 }, { .result = OK }, { .result = OK } }, 3,
+          "train | train post", 0 },
+        { "a restart starts over from pre-train", true, false, 2,
+          { { .result = OK }, { .result = FAILED, .failure_exit = 1 }, { .result = OK }, { .result = OK } }, 4,
+          "pre train | pre train", 0 },
+        { "restarts run out", false, false, 2,
+          { { .result = FAILED, .failure_exit = 7 }, { .result = FAILED, .failure_exit = 7 },
+            { .result = FAILED, .failure_exit = 9 } },
+          3, "train | train | train", 9 },
+        { "post-train fails with no restarts", false, true, 0,
+          { { .result = OK }, { .result = FAILED, .failure_exit = 2 } }, 2, "train post", 2 },
+        { "a hang restarts, then the job succeeds", false, false, 1,
+          { { .result = STOPPED, .verdict = true }, { .result = OK } }, 2, "train | train", 0 },
+        { "hangs until no restart is left", false, false, 1,
+          { { .result = STOPPED, .verdict = true }, { .result = STOPPED, .verdict = true } }, 2,
+          "train | train", HP_EXIT_RULE_VERDICT },
+        { "a node fault in train ends the job at once", true, true, 3,
+          { { .result = OK }, { .result = STOPPED, .node_fault = true } }, 2, "pre train",
+          HP_EXIT_NODE_FAULT },
+};
+
+static void test_restart_runs(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t k = 0; k < HP_ARRAY_SIZE(runs); k++) {
+                static const char *const names[] = { "pre", "train", "post" };
+                bool enabled[3] = { runs[k].pre, true, runs[k].post };
+                int first = runs[k].pre ? 0 : 1;
+                int stage = first, restarts = 0, exit_code = -1, i;
+                char trace[256] = "";
+                size_t n = 0;
+
+                for (i = 0; i < runs[k].nends && exit_code < 0; i++) {
+                        const struct fake_end *f = &runs[k].ends[i];
+                        struct hp_attempt_end e = {
+                                .result = f->result,
+                                .verdict = f->verdict,
+                                .node_fault = f->node_fault,
+                                .failure_exit = f->failure_exit,
+                                .more_stages = stage == 0 ||
+                                               (stage == 1 && enabled[2]),
+                                .restart_count = restarts,
+                                .max_restarts = runs[k].max_restarts,
+                        };
+                        struct hp_next_step next = hp_selfdriven__next(&e);
+
+                        n += (size_t)snprintf(trace + n, sizeof(trace) - n,
+                                              "%s%s", n ? " " : "",
+                                              names[stage]);
+                        switch (next.what) {
+                        case HP_NEXT_STAGE:
+                                do
+                                        stage++;
+                                while (!enabled[stage]);
+                                break;
+                        case HP_NEXT_RESTART:
+                                restarts++;
+                                stage = first;
+                                n += (size_t)snprintf(trace + n,
+                                                      sizeof(trace) - n,
+                                                      " |");
+                                break;
+                        case HP_NEXT_EXIT:
+                        case HP_NEXT_NODE_FAULT:
+                                exit_code = next.exit_code;
+                                break;
+                        }
+                }
+                if (exit_code < 0 || i != runs[k].nends)
+                        CASE_FAILED(failures, "%s: ended after %d of %d "
+                                    "stages with %d",
+                                    runs[k].name, i, runs[k].nends,
+                                    exit_code);
+                else if (strcmp(trace, runs[k].trace) != 0 ||
+                         exit_code != runs[k].exit_code)
+                        CASE_FAILED(failures, "%s: '%s', exit %d; expected "
+                                    "'%s', exit %d",
+                                    runs[k].name, trace, exit_code,
+                                    runs[k].trace, runs[k].exit_code);
+        }
+        assert_int_equal(failures, 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1123,6 +1324,8 @@ int main(void)
                 cmocka_unit_test(test_slurm_long_node_list),
                 cmocka_unit_test(test_slurm_finds_scontrol_in_path),
                 cmocka_unit_test(test_resource_config_rounds),
+                cmocka_unit_test(test_restart_policy),
+                cmocka_unit_test(test_restart_runs),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,15 +1,12 @@
 /* Where rules come from: a JSON list, a JSON object holding the list, or
  * the HyperPodPyTorchJob job.yaml a user applies with kubectl. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <yaml.h>
 
@@ -612,66 +609,33 @@ int logmon_config_parse(const char *name, const char *data, size_t n,
         return logmon__config_parse_yaml(name, data, n, out, errbuf, len);
 }
 
-/* Reads a whole small file. */
+/* Reads a whole small file, each failure in its own words. */
 static int slurp(const char *path, char **data, size_t *n, char *errbuf,
                  size_t len)
 {
-        /* O_NONBLOCK: a FIFO must not hang the open; only a regular file
-         * is read. */
-        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-        struct stat st;
-        size_t got;
-        FILE *f;
-        char *buf;
-        int err;
+        int err = hp_read_file(path, CONFIG_FILE_MAX, data, n);
 
-        /* Set on every path: a caller reads them only when 0 comes back,
-         * but -O3 cannot see that errno is never 0 after fopen fails. */
-        *data = NULL;
-        *n = 0;
-        if (fd < 0 || fstat(fd, &st) < 0) {
-                err = -errno;
-                snprintf(errbuf, len, "%s: %s", path, strerror(-err));
-                if (fd >= 0)
-                        close(fd);
-                return err;
-        }
-        if (!S_ISREG(st.st_mode)) {
+        switch (err) {
+        case 0:
+                return 0;
+        case -EISDIR:
+        case -ENODEV:
                 snprintf(errbuf, len,
                          "%s: not a regular file (a FIFO, device or "
                          "directory)",
                          path);
-                close(fd);
                 return HP_ECONFIG;
-        }
-        f = fdopen(fd, "rb");
-        if (f == NULL) {
-                err = -errno;
-                close(fd);
+        case -EFBIG:
+                return too_large(path, errbuf, len);
+        case -ENOMEM:
+                return err;
+        case -EIO:
+                snprintf(errbuf, len, "%s: read error", path);
+                return err;
+        default:
                 snprintf(errbuf, len, "%s: %s", path, strerror(-err));
                 return err;
         }
-        buf = malloc(CONFIG_FILE_MAX + 1);
-        if (buf == NULL) {
-                fclose(f);
-                return -ENOMEM;
-        }
-        got = fread(buf, 1, CONFIG_FILE_MAX + 1, f);
-        err = ferror(f) ? -EIO : 0;
-        fclose(f);
-        if (err == 0 && got > CONFIG_FILE_MAX) {
-                err = too_large(path, errbuf, len);
-        } else if (err != 0) {
-                snprintf(errbuf, len, "%s: read error", path);
-        }
-        if (err != 0) {
-                free(buf);
-                return err;
-        }
-        buf[got] = '\0';
-        *data = buf;
-        *n = got;
-        return 0;
 }
 
 int logmon_config_load(const char *path, cJSON **out, char *errbuf,

@@ -1,0 +1,170 @@
+/* What a driver may read of the agent and of a group in a callback: the
+ * public header keeps both opaque, so that the agent's fields are the
+ * module's own. */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+struct hp_agent *hp_agent_new(void)
+{
+        return calloc(1, sizeof(struct hp_agent));
+}
+
+void hp_agent_free(struct hp_agent *a)
+{
+        free(a);
+}
+
+uv_loop_t *hp_agent_loop(const struct hp_agent *a)
+{
+        return a->loop;
+}
+
+enum hp_agent_state hp_agent_state(const struct hp_agent *a)
+{
+        return a->state;
+}
+
+int hp_agent_exit_code(const struct hp_agent *a)
+{
+        return a->exit_code;
+}
+
+const struct hp_rdzv_info *hp_agent_round(const struct hp_agent *a)
+{
+        return &a->round;
+}
+
+void hp_agent_set_round(struct hp_agent *a, const struct hp_rdzv_info *round)
+{
+        if (round != &a->round)
+                a->round = *round;
+}
+
+const struct hp_rdzv_options *hp_agent_rdzv_options(const struct hp_agent *a)
+{
+        return &a->rdzv.opt;
+}
+
+enum hp_stage hp_agent_stage(const struct hp_agent *a)
+{
+        return a->stage;
+}
+
+bool hp_agent_workers_stopping(const struct hp_agent *a)
+{
+        return hp_group__active(&a->group) && a->group.stopping;
+}
+
+int hp_agent_workers_running(const struct hp_agent *a)
+{
+        return hp_group__active(&a->group) ? a->group.count - a->group.exited
+                                          : 0;
+}
+
+const char *hp_agent_silence(const struct hp_agent *a)
+{
+        return a->forensics.silence;
+}
+
+const struct hp_verdict *hp_agent_verdict(const struct hp_agent *a)
+{
+        return a->verdict.state != LOGMON_WAITING ? &a->verdict : NULL;
+}
+
+const char *hp_agent_node_fault(const struct hp_agent *a, const char **line,
+                                double *wall)
+{
+        if (line != NULL)
+                *line = a->health.fault_line;
+        if (wall != NULL)
+                *wall = a->health.fault_wall;
+        return a->health.fault[0] != '\0' ? a->health.fault : NULL;
+}
+
+const struct hp_preflight_result *
+hp_agent_preflight_result(const struct hp_agent *a)
+{
+        return a->health.preflight_finished ? &a->health.preflight_result
+                                            : NULL;
+}
+
+const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *a)
+{
+        return a->health.watching ? &a->health.watch : NULL;
+}
+
+struct hp_ipc_server *hp_agent_ipc(struct hp_agent *a)
+{
+        return &a->ipc;
+}
+
+struct hp_ckpt *hp_agent_ckpt(struct hp_agent *a)
+{
+        return &a->ipc.ckpt;
+}
+
+uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
+{
+        int error;
+
+        return hp_console_lost_lines(fd == STDOUT_FILENO ? &a->console_out
+                                                         : &a->console_err,
+                                     &error);
+}
+
+void hp_agent_stream_stats(const struct hp_agent *a, hp_stream_stats_cb visit,
+                           void *ctx)
+{
+        if (hp_group__active(&a->group))
+                hp_group_stream_stats(&a->group, visit, ctx);
+}
+
+bool hp_agent_rule_streams(const struct hp_agent *a,
+                           void (*visit)(void *ctx, int local_rank,
+                                         const struct logmon_stream *rules,
+                                         const struct logmon_ruleset *rs),
+                           void *ctx)
+{
+        const struct logmon_ruleset *rs = hp_rulewatch__ruleset(&a->rules);
+
+        if (rs == NULL)
+                return false;
+        for (int i = 0; visit != NULL && i < a->round.nproc; i++) {
+                const struct logmon_stream *s =
+                        hp_rulewatch__stream(&a->rules, i);
+                if (s != NULL)
+                        visit(ctx, i, s, rs);
+        }
+        return true;
+}
+
+bool hp_group_failure(const struct hp_group *g, struct hp_failure *out)
+{
+        const struct hp_worker *w = g->first_failure;
+
+        if (w == NULL)
+                return false;
+        *out = (struct hp_failure){
+                .local_rank = w->local_rank,
+                .rank = w->rank,
+                .start_failed = w->start_error != 0,
+                .exit_time = w->exit_time,
+        };
+        return true;
+}
+
+void hp_group_stream_stats(const struct hp_group *g, hp_stream_stats_cb visit,
+                           void *ctx)
+{
+        for (int i = 0; i < g->count; i++) {
+                const struct hp_worker *w = &g->workers[i];
+
+                visit(ctx, hp_stage_local_rank(g->stage, w->local_rank),
+                      &w->out.stats, &w->err.stats);
+        }
+}
