@@ -29,7 +29,7 @@ SERIES = [  # tool, label, colour, marker
 
 def load(results):
     out = {}
-    for name in ("launch", "pipeline", "hang", "restart", "steady", "static"):
+    for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -574,6 +574,48 @@ def restart_section(res):
     return out
 
 
+def ipr_section(res):
+    cases = res["cases"]
+    reps = max(len(c["runs"]) for c in cases.values())
+    out = ["## 7. In-process restart against process-level restart", "",
+           f"One agent in operator mode, {res['nproc']} ranks of bench/ipr_worker.py, driven "
+           "over HTTP: round 0 trains, local rank 0 fails "
+           f"{res['fault_ms']} ms in, the operator polls /status every millisecond until "
+           "\"faulted\", sends /stop, polls until \"ready\" and sends /start with "
+           "faultCount 1. From rank 0's last instruction before the fault to the last "
+           "rank training again. In-process (IPR, --inprocess-restart): rank 0 reports "
+           "job_fault and returns to the barrier, /stop broadcasts job_fault and the others "
+           "follow, /start sends job_start to the same processes. Process-level (PLR): rank "
+           "0 exits 1, /stop kills the group, /start spawns a new one. The plain worker "
+           "trains at once; the torch worker trains once `import torch` is done and a gloo "
+           "group has all-reduced, which PLR pays in every new process and IPR only for "
+           "the new group; the last column is the longest a rank of the new round took from "
+           "starting its process group to its first all-reduce done (torch's TCP store "
+           "and gloo's connections). That part is torch's and has two modes: torch 1.13's "
+           "store client that connects before rank 0's store listens tries again a second "
+           "later, so the torch rows land near their fast figure or a second above it, by "
+           f"the luck of which rank starts first. Median of {reps} runs.", "",
+           commands_block(res), "",
+           "| | fault → all training | fault → \"faulted\" | /stop → \"ready\" | "
+           "/start → all training | of which the process group |",
+           "|---|---|---|---|---|---|"]
+    for name, c in cases.items():
+        mode, kind = name.split("/")
+        if c["state"] != "measured":
+            out.append(f"| {mode.upper()}, {kind} worker | {c['state']} | | | | |")
+            continue
+        out.append(f"| {mode.upper()}, {kind} worker | {with_unit(c['recovery_ms'], 'ms')} | "
+                   f"{with_unit(c['fault_to_faulted_ms'], 'ms')} | "
+                   f"{with_unit(c['stop_to_ready_ms'], 'ms')} | "
+                   f"{with_unit(c['start_to_training_ms'], 'ms')} | "
+                   f"{with_unit(c.get('group_ms'), 'ms')} |")
+        ratio_ = cases.get(f"ipr/{kind}", {}).get("plr_over_ipr")
+        if mode == "plr" and ratio_:
+            out.append(f"| PLR / IPR, {kind} worker | {times(ratio_)} | | | | |")
+    out += ["", f"For scale: {res['reference']}."]
+    return out
+
+
 def steady_section(res, bare_ns=None):
     tools = res["tools"]
     out = ["## 5. Overhead of a steady job", "",
@@ -638,7 +680,8 @@ def document(data, plot_rel):
     sections = [("launch", launch_section),
                 ("pipeline", lambda res: pipeline_section(res, plot_rel)),
                 ("hang", hang_section), ("restart", restart_section),
-                ("steady", steady_section), ("static", static_section)]
+                ("steady", steady_section), ("static", static_section),
+                ("ipr", ipr_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

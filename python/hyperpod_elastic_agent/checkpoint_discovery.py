@@ -1,0 +1,5 @@
+"""``hyperpod_elastic_agent.checkpoint_discovery``: the checkpoint types."""
+
+from hyperpodrun_client import CheckpointType
+
+__all__ = ["CheckpointType"]
