@@ -329,25 +329,26 @@ static void free_targets(struct hp_forensics *f)
         f->count = 0;
 }
 
-static int write_report(const char *path, const char *text)
+/* The report as cJSON prints it, and a final newline; no fsync, which
+ * could hold up the loop while the workers write their logs. */
+static int write_report(const char *path, const cJSON *doc)
 {
-        char tmp[PATH_MAX];
-        int fd, r;
+        char *text = cJSON_Print(doc), *line;
+        size_t len;
+        int r;
 
-        if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0)
-                return -ENAMETOOLONG;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-                return -errno;
-        r = hp_write_all(fd, text, strlen(text));
-        if (r == 0)
-                r = hp_write_all(fd, "\n", 1);
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        if (r == 0 && rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0)
-                unlink(tmp);
+        if (text == NULL)
+                return -ENOMEM;
+        len = strlen(text);
+        line = realloc(text, len + 2);
+        if (line == NULL) {
+                free(text);
+                return -ENOMEM;
+        }
+        line[len] = '\n';
+        line[len + 1] = '\0';
+        r = hp_write_file_atomic(path, line, len + 1, 0644, 0);
+        free(line);
         return r;
 }
 
@@ -361,7 +362,6 @@ static void finish(struct hp_forensics *f)
         const char *dir = a->attempt_dir[f->stage];
         double wall = wall_now();
         int stacks = 0, python = 0, r = 0;
-        char *text = NULL;
 
         uv_timer_stop(&f->timer);
         iso_time(wall, when, sizeof(when));
@@ -443,9 +443,8 @@ static void finish(struct hp_forensics *f)
                 else
                         r = hp_snprintf(path, sizeof(path),
                                         "%s/hang-report.json", dir);
-                text = r < 0 ? NULL : cJSON_Print(doc);
-                r = text == NULL ? (r < 0 ? r : -ENOMEM)
-                                 : write_report(path, text);
+                if (r >= 0)
+                        r = write_report(path, doc);
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
@@ -462,7 +461,6 @@ static void finish(struct hp_forensics *f)
                 hp_log_warn("hang report in %s: %s", path, line);
 out:
         ras_end(f, NULL);
-        free(text);
         cJSON_Delete(doc);
         free_targets(f);
         f->busy = false;
