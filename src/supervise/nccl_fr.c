@@ -17,8 +17,9 @@
 
 #include "supervise-private.h"
 
-bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
-                              char *pipe, char *dump, size_t len)
+bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
+                               enum hp_stage stage, char *pipe, char *dump,
+                               size_t len)
 {
         const struct hp_agent *a = f->agent;
         const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
