@@ -170,6 +170,23 @@ const char *hp_env_get(char *const *envp, const char *name);
  */
 int hp_read_file(const char *path, size_t max, char **out, size_t *len);
 
+/* hp_write_file_atomic()'s flags. HP_WRITE_FSYNC: the data reaches the
+ * disk before the rename, so that a crash leaves the old file or the new
+ * one, never an empty one; it can wait on the disk, so a file written
+ * from the loop while workers run goes without. */
+#define HP_WRITE_FSYNC 1u
+
+/*
+ * Replaces the file at path with len bytes of data (borrowed), atomically:
+ * written to path.tmp (created with mode, less the umask), then renamed
+ * over path, so that a reader sees the old file or the new one, never a
+ * part. Returns 0 or -errno (-ENOENT for a missing directory, -ENOTDIR,
+ * -EISDIR when path is a directory, -ENAMETOOLONG, a write's); on failure
+ * path is untouched and path.tmp is gone.
+ */
+int hp_write_file_atomic(const char *path, const void *data, size_t len,
+                         unsigned mode, unsigned flags);
+
 /* mkdir -p with the given mode. Returns 0 or -errno. */
 int hp_mkdir_p(const char *path, unsigned mode);
 /* rm -rf that does not follow symlinks. A missing path is not an error. */

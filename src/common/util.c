@@ -225,6 +225,29 @@ out_close:
         return r;
 }
 
+int hp_write_file_atomic(const char *path, const void *data, size_t len,
+                         unsigned mode, unsigned flags)
+{
+        char tmp[PATH_MAX];
+        int fd, r;
+
+        if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0)
+                return -ENAMETOOLONG;
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
+        if (fd < 0)
+                return -errno;
+        r = hp_write_all(fd, data, len);
+        if (r == 0 && (flags & HP_WRITE_FSYNC) && fsync(fd) < 0)
+                r = -errno;
+        if (close(fd) < 0 && r == 0)
+                r = -errno;
+        if (r == 0 && rename(tmp, path) < 0)
+                r = -errno;
+        if (r < 0)
+                unlink(tmp);
+        return r;
+}
+
 int hp_mkdir_p(const char *path, unsigned mode)
 {
         char tmp[PATH_MAX];

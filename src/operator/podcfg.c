@@ -1,11 +1,9 @@
 /* pod_resourceconfig.json: the node IP table the operator sends with
  * /start and /update, kept on disk for the training framework (§5). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "hyperpod/common.h"
 #include "hyperpod/operator.h"
@@ -132,9 +130,9 @@ int hp_podcfg_read(const char *dir, cJSON **out, char *errbuf, size_t len)
 int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
                     size_t len)
 {
-        char path[4096], tmp[4096 + 8];
+        char path[4096];
         char *text = cJSON_PrintUnformatted(doc);
-        int fd, r;
+        int r;
 
         if (text == NULL)
                 return -ENOMEM;
@@ -150,28 +148,14 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
                 return r;
         }
         if (hp_snprintf(path, sizeof(path), "%s/%s", dir, HP_OP_PODCFG_NAME) <
-                    0 ||
-            hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0) {
+            0) {
                 free(text);
                 return -ENAMETOOLONG;
         }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) {
-                r = -errno;
-                goto fail;
-        }
-        r = hp_write_all(fd, text, strlen(text));
         /* fsync before the rename: a crash must leave the old file or the
          * new one, never an empty one. */
-        if (r == 0 && fsync(fd) < 0)
-                r = -errno;
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        if (r == 0 && rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0)
-                unlink(tmp);
-fail:
+        r = hp_write_file_atomic(path, text, strlen(text), 0644,
+                                 HP_WRITE_FSYNC);
         free(text);
         if (r < 0)
                 snprintf(errbuf, len, "cannot write %s: %s", path,

@@ -13,17 +13,14 @@
  * dump from there: nothing reaches the worker's stdout or stderr, so the
  * console log stays a faithful record for --replay.
  *
- * Everything runs on the loop: the /proc files read here (stat, wchan,
- * stack, fd links) never wait on the process they describe, unlike
- * cmdline or environ, which take its memory lock. The stacks are waited
- * for on a timer, at most --hang-dump-timeout.
+ * Everything runs on the loop: the process and thread states come from
+ * /proc files that never wait on the process they describe (procstate.c),
+ * and so do the fd links where the stack file is found. The stacks are
+ * waited for on a timer, at most --hang-dump-timeout.
  *
  * With --hang-dump full, two NCCL views join the report in the same
- * window: torch's NCCL flight recorder, which ProcessGroupNCCL dumps to
- * TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank> when a byte arrives on its pipe
- * TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe (the dump, a pickle, is
- * recorded by path and size, not parsed); and the text report of NCCL's
- * RAS thread, asked over TCP the way the ncclras client asks. */
+ * window: torch's NCCL flight recorder (nccl_fr.c) and the text report of
+ * NCCL's RAS thread (nccl_ras.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -54,32 +51,8 @@
 #define POLL_MS 20
 /* Bounds on what one report holds. */
 #define MAX_PROCS_PER_RANK 64
-#define MAX_THREADS_PER_PROC 512
 #define MAX_STACK_BYTES (256 * 1024)
 #define MAX_PROC_FDS 4096
-
-/* NCCL's RAS client protocol (src/ras/client.cc): "CLIENT PROTOCOL 2",
- * answered by "SERVER PROTOCOL n"; then "STATUS", answered by the text
- * report and the end of the connection. */
-#define RAS_DEFAULT_ADDR "127.0.0.1:28028"
-#define RAS_HELLO "CLIENT PROTOCOL 2\n"
-#define RAS_HELLO_ANSWER "SERVER PROTOCOL "
-#define RAS_STATUS "STATUS\n"
-#define RAS_MAX_REPORT (1024 * 1024)
-
-struct hp_forensics_ras {
-        struct hp_forensics *f; /* NULL once the report is written */
-        uv_tcp_t tcp;
-        uv_connect_t connect;
-        uv_write_t write;
-        char address[300];
-        char *text;
-        size_t len;
-        bool greeted;  /* the server's protocol line came */
-        bool done;
-        const char *status;
-        char detail[256];
-};
 
 static const char memfd_name[] = "/memfd:hyperpodrun-stacks";
 static const char stacks_header[] = "hyperpodrun-stacks 1\n";
@@ -139,14 +112,7 @@ struct hp_forensics_target {
         off_t stacks_seen;
         bool signalled;
         bool complete;
-        /* torch's NCCL flight recorder (--hang-dump full) */
-        const char *fr_status; /* NULL: not asked for */
-        char *fr_pipe;
-        char *fr_dump;
-        struct timespec fr_mtime; /* the dump as it was before the ask */
-        off_t fr_size;
-        off_t fr_seen;
-        bool fr_waiting;
+        struct hp_nccl_fr fr; /* torch's (--hang-dump full) */
 };
 
 static double wall_now(void)
@@ -171,111 +137,6 @@ static void iso_time(double wall, char *buf, size_t len)
                           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                           tm.tm_hour, tm.tm_min, tm.tm_sec,
                           ms > 999 ? 999 : ms < 0 ? 0 : ms);
-}
-
-/* Reads a small /proc file into buf, NUL-terminated, without its final
- * newline. Returns the length or -errno. */
-static ssize_t read_small(const char *path, char *buf, size_t len)
-{
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n, got = 0;
-
-        if (fd < 0)
-                return -errno;
-        while ((size_t)got < len - 1) {
-                n = read(fd, buf + got, len - 1 - (size_t)got);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        break;
-                got += n;
-        }
-        close(fd);
-        while (got > 0 && buf[got - 1] == '\n')
-                got--;
-        buf[got] = '\0';
-        return got;
-}
-
-/* The fields of a /proc stat line: comm (between the first '(' and the
- * last ')', which may hold anything), the state, the ppid and the pgrp. */
-static int parse_stat(const char *stat, char *comm, size_t comm_len,
-                      char *state, pid_t *ppid, pid_t *pgrp)
-{
-        const char *open_paren = strchr(stat, '(');
-        const char *close_paren = strrchr(stat, ')');
-        int pp, pg;
-        size_t n;
-
-        if (open_paren == NULL || close_paren == NULL ||
-            close_paren < open_paren)
-                return -EINVAL;
-        n = (size_t)(close_paren - open_paren - 1);
-        if (n >= comm_len)
-                n = comm_len - 1;
-        memcpy(comm, open_paren + 1, n);
-        comm[n] = '\0';
-        if (sscanf(close_paren + 1, " %c %d %d", state, &pp, &pg) != 3)
-                return -EINVAL;
-        *ppid = pp;
-        *pgrp = pg;
-        return 0;
-}
-
-static cJSON *threads_of(pid_t pid, bool kernel_stacks)
-{
-        cJSON *threads = cJSON_CreateArray();
-        char path[128], buf[4096], comm[64], state;
-        struct dirent *de;
-        DIR *dir;
-        int count = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-        dir = opendir(path);
-        if (dir == NULL || threads == NULL) {
-                if (dir != NULL)
-                        closedir(dir);
-                return threads;
-        }
-        while ((de = readdir(dir)) != NULL && count < MAX_THREADS_PER_PROC) {
-                pid_t ppid, pgrp;
-                int tid = atoi(de->d_name);
-                cJSON *t;
-
-                if (tid <= 0)
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
-                         (int)pid, tid);
-                if (read_small(path, buf, sizeof(buf)) < 0 ||
-                    parse_stat(buf, comm, sizeof(comm), &state, &ppid,
-                               &pgrp) < 0)
-                        continue;
-                t = cJSON_CreateObject();
-                if (t == NULL)
-                        break;
-                cJSON_AddNumberToObject(t, "tid", tid);
-                cJSON_AddStringToObject(t, "comm", comm);
-                buf[0] = state;
-                buf[1] = '\0';
-                cJSON_AddStringToObject(t, "state", buf);
-                snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
-                         (int)pid, tid);
-                if (read_small(path, buf, sizeof(buf)) < 0 ||
-                    strcmp(buf, "0") == 0)
-                        buf[0] = '\0';
-                cJSON_AddStringToObject(t, "wchan", buf);
-                if (kernel_stacks) {
-                        snprintf(path, sizeof(path),
-                                 "/proc/%d/task/%d/stack", (int)pid, tid);
-                        if (read_small(path, buf, sizeof(buf)) >= 0)
-                                cJSON_AddStringToObject(t, "kernel_stack",
-                                                        buf);
-                }
-                cJSON_AddItemToArray(threads, t);
-                count++;
-        }
-        closedir(dir);
-        return threads;
 }
 
 /* Opens the stack file our sitecustomize made in pid, through /proc, once
@@ -337,21 +198,15 @@ static void snapshot(struct hp_forensics *f, bool kernel_stacks, bool python)
                 return;
         }
         while ((de = readdir(dir)) != NULL) {
-                char path[64], buf[1024], comm[64], state;
                 struct hp_forensics_target *t = NULL;
-                pid_t ppid, pgrp;
+                struct hp_proc proc;
                 int pid = atoi(de->d_name);
                 cJSON *p;
 
-                if (pid <= 0)
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-                if (read_small(path, buf, sizeof(buf)) < 0 ||
-                    parse_stat(buf, comm, sizeof(comm), &state, &ppid,
-                               &pgrp) < 0)
+                if (pid <= 0 || hp_proc__read(pid, &proc) < 0)
                         continue;
                 for (int i = 0; i < f->count && t == NULL; i++)
-                        if (f->targets[i].pid == pgrp)
+                        if (f->targets[i].pid == proc.pgid)
                                 t = &f->targets[i];
                 if (t == NULL || t->processes == NULL ||
                     cJSON_GetArraySize(t->processes) >= MAX_PROCS_PER_RANK)
@@ -360,10 +215,10 @@ static void snapshot(struct hp_forensics *f, bool kernel_stacks, bool python)
                 if (p == NULL)
                         continue;
                 cJSON_AddNumberToObject(p, "pid", pid);
-                cJSON_AddNumberToObject(p, "ppid", ppid);
-                cJSON_AddStringToObject(p, "comm", comm);
+                cJSON_AddNumberToObject(p, "ppid", proc.ppid);
+                cJSON_AddStringToObject(p, "comm", proc.comm);
                 cJSON_AddItemToObject(p, "threads",
-                                      threads_of(pid, kernel_stacks));
+                                      hp_proc__threads(pid, kernel_stacks));
                 /* The worker itself first. */
                 if (pid == t->pid)
                         cJSON_InsertItemInArray(t->processes, 0, p);
@@ -452,344 +307,13 @@ static void main_thread_state(const struct hp_forensics_target *t, char *buf,
                  wchan && *wchan ? " in " : "", wchan ? wchan : "");
 }
 
-/* ---- torch's NCCL flight recorder ---- */
-
-bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
-                              char *pipe, char *dump, size_t len)
-{
-        const struct hp_agent *a = f->agent;
-        const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
-        const char *user_dump = getenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
-
-        /* The dumps go beside the report, the pipes in our private
-         * directory: both need log files. */
-        if (a == NULL || a->cfg->hang_dump != HP_HANG_DUMP_FULL ||
-            f->python_dir[0] == '\0' || a->attempt_dir[stage][0] == '\0')
-                return false;
-        if (user_pipe && *user_pipe)
-                snprintf(pipe, len, "%s", user_pipe);
-        else if (hp_snprintf(pipe, len, "%s/nccl-fr-", f->python_dir) < 0)
-                return false;
-        if (user_dump && *user_dump)
-                snprintf(dump, len, "%s", user_dump);
-        else if (hp_snprintf(dump, len, "%s/nccl-flight-recorder-rank-",
-                             a->attempt_dir[stage]) < 0)
-                return false;
-        return true;
-}
-
-static char *path_of(const char *prefix, int rank, const char *suffix)
-{
-        size_t len = strlen(prefix) + strlen(suffix) + 16;
-        char *path = malloc(len);
-
-        if (path != NULL)
-                snprintf(path, len, "%s%d%s", prefix, rank, suffix);
-        return path;
-}
-
-/* Asks one rank's ProcessGroupNCCL for its flight recorder. The pipe is
- * opened without waiting: with no reader (no flight recorder in that
- * process) the open fails at once, which is only recorded. */
-static void fr_ask(struct hp_forensics_target *t, const char *pipe_prefix,
-                   const char *dump_prefix)
-{
-        struct stat st;
-        int fd;
-
-        t->fr_pipe = path_of(pipe_prefix, t->rank, ".pipe");
-        t->fr_dump = path_of(dump_prefix, t->rank, "");
-        if (t->fr_pipe == NULL || t->fr_dump == NULL) {
-                t->fr_status = "out of memory";
-                return;
-        }
-        if (stat(t->fr_dump, &st) == 0) {
-                t->fr_mtime = st.st_mtim;
-                t->fr_size = st.st_size;
-        } else {
-                t->fr_size = -1;
-        }
-        fd = open(t->fr_pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0) {
-                t->fr_status = errno == ENXIO    ? "no reader"
-                               : errno == ENOENT ? "no pipe"
-                                                 : "cannot open the pipe";
-                return;
-        }
-        /* Never write into a file that only has the pipe's name. */
-        if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode)) {
-                t->fr_status = "not a pipe";
-        } else if (write(fd, "1\n", 2) < 0 && errno != EAGAIN) {
-                t->fr_status = "cannot write to the pipe";
-        } else {
-                /* EAGAIN: a full pipe holds an ask not yet read. */
-                t->fr_status = "no answer";
-                t->fr_waiting = true;
-                t->fr_seen = -1; /* two looks at the new size */
-        }
-        close(fd);
-}
-
-/* True while the dump is still awaited: it must have changed since the
- * ask and then kept its size for one poll period. */
-static bool fr_poll(struct hp_forensics_target *t)
-{
-        struct stat st;
-        bool changed;
-
-        if (!t->fr_waiting)
-                return false;
-        if (stat(t->fr_dump, &st) < 0)
-                return true;
-        changed = t->fr_size < 0 || st.st_size != t->fr_size ||
-                  st.st_mtim.tv_sec != t->fr_mtime.tv_sec ||
-                  st.st_mtim.tv_nsec != t->fr_mtime.tv_nsec;
-        if (!changed)
-                return true;
-        if (st.st_size > 0 && st.st_size == t->fr_seen) {
-                t->fr_waiting = false;
-                t->fr_status = "complete";
-                return false;
-        }
-        t->fr_seen = st.st_size;
-        t->fr_status = "cut at the timeout";
-        return true;
-}
-
-static void fr_report(const struct hp_forensics_target *t, cJSON *o)
-{
-        cJSON *fr;
-        struct stat st;
-
-        if (t->fr_status == NULL)
-                return;
-        fr = cJSON_AddObjectToObject(o, "nccl_flight_recorder");
-        if (fr == NULL)
-                return;
-        cJSON_AddStringToObject(fr, "status", t->fr_status);
-        if (t->fr_pipe != NULL)
-                cJSON_AddStringToObject(fr, "pipe", t->fr_pipe);
-        if (t->fr_dump != NULL && strcmp(t->fr_status, "complete") == 0 &&
-            stat(t->fr_dump, &st) == 0) {
-                cJSON_AddStringToObject(fr, "path", t->fr_dump);
-                cJSON_AddNumberToObject(fr, "size", (double)st.st_size);
-        }
-}
-
-/* ---- NCCL's RAS ---- */
-
-static void ras_finish(struct hp_forensics_ras *q, const char *status,
-                       int err)
-{
-        if (q->done)
-                return;
-        q->done = true;
-        q->status = status;
-        if (err < 0)
-                snprintf(q->detail, sizeof(q->detail), "%s",
-                         uv_strerror(err));
-        uv_read_stop((uv_stream_t *)&q->tcp);
-}
-
-static void ras_free(uv_handle_t *h)
-{
-        struct hp_forensics_ras *q = h->data;
-
-        free(q->text);
-        free(q);
-}
-
-static void ras_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-        struct hp_forensics_ras *q = h->data;
-        /* One byte is kept for the NUL. */
-        size_t room = RAS_MAX_REPORT - q->len;
-
-        (void)suggested;
-        buf->base = q->text + q->len;
-        buf->len = room > 65536 ? 65536 : room;
-}
-
-static void ras_written(uv_write_t *req, int status)
-{
-        struct hp_forensics_ras *q = req->data;
-
-        if (status < 0 && q->f != NULL)
-                ras_finish(q, "error", status);
-}
-
-static void ras_send(struct hp_forensics_ras *q, const char *text)
-{
-        uv_buf_t buf = uv_buf_init((char *)text, (unsigned)strlen(text));
-        int r;
-
-        q->write.data = q;
-        r = uv_write(&q->write, (uv_stream_t *)&q->tcp, &buf, 1, ras_written);
-        if (r < 0)
-                ras_finish(q, "error", r);
-}
-
-static void ras_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
-{
-        struct hp_forensics_ras *q = s->data;
-        char *nl;
-
-        (void)buf;
-        if (q->f == NULL || q->done)
-                return;
-        if (n == UV_EOF) {
-                ras_finish(q, q->greeted ? "complete" : "closed", 0);
-                return;
-        }
-        if (n < 0) {
-                ras_finish(q, "error", (int)n);
-                return;
-        }
-        q->len += (size_t)n;
-        q->text[q->len] = '\0';
-        if (!q->greeted && (nl = memchr(q->text, '\n', q->len)) != NULL) {
-                size_t rest = q->len - (size_t)(nl + 1 - q->text);
-
-                if (strncmp(q->text, RAS_HELLO_ANSWER,
-                            sizeof(RAS_HELLO_ANSWER) - 1) != 0) {
-                        *nl = '\0';
-                        snprintf(q->detail, sizeof(q->detail), "%.150s",
-                                 q->text);
-                        ras_finish(q, "unexpected answer", 0);
-                        return;
-                }
-                memmove(q->text, nl + 1, rest);
-                q->len = rest;
-                q->text[q->len] = '\0';
-                q->greeted = true;
-                ras_send(q, RAS_STATUS);
-        } else if (!q->greeted && q->len >= 1024) {
-                ras_finish(q, "unexpected answer", 0);
-        }
-        if (q->len >= RAS_MAX_REPORT)
-                ras_finish(q, "cut at 1 MiB", 0);
-}
-
-static void ras_connected(uv_connect_t *req, int status)
-{
-        struct hp_forensics_ras *q = req->data;
-        int r;
-
-        if (q->f == NULL || q->done)
-                return;
-        if (status < 0) {
-                ras_finish(q, status == UV_ECONNREFUSED ? "not available"
-                                                        : "error",
-                           status);
-                return;
-        }
-        r = uv_read_start((uv_stream_t *)&q->tcp, ras_alloc, ras_read);
-        if (r < 0) {
-                ras_finish(q, "error", r);
-                return;
-        }
-        ras_send(q, RAS_HELLO);
-}
-
-/* "127.0.0.1:28028", "[::1]:28028" or "localhost:28028". */
-static int ras_parse(const char *text, struct sockaddr_storage *sa)
-{
-        char host[256];
-        const char *colon = strrchr(text, ':');
-        char *end;
-        long port;
-        size_t n;
-
-        if (colon == NULL || colon == text)
-                return -EINVAL;
-        port = strtol(colon + 1, &end, 10);
-        if (colon[1] == '\0' || *end != '\0' || port <= 0 || port > 65535)
-                return -EINVAL;
-        n = (size_t)(colon - text);
-        if (text[0] == '[' && n >= 2 && text[n - 1] == ']') {
-                text++;
-                n -= 2;
-        }
-        if (n >= sizeof(host))
-                return -EINVAL;
-        memcpy(host, text, n);
-        host[n] = '\0';
-        if (strcmp(host, "localhost") == 0)
-                snprintf(host, sizeof(host), "127.0.0.1");
-        if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)sa) == 0 ||
-            uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)sa) == 0)
-                return 0;
-        return -EINVAL;
-}
-
-/* Starts the RAS query: NCCL_RAS_ADDR from our environment (which the
- * workers inherit), else NCCL's default port on this host. Not asked
- * when the environment turns RAS off. */
-static void ras_begin(struct hp_forensics *f)
-{
-        const char *enable = getenv("NCCL_RAS_ENABLE");
-        const char *addr = getenv("NCCL_RAS_ADDR");
-        struct hp_forensics_ras *q;
-        struct sockaddr_storage sa;
-        int r;
-
-        if (enable != NULL && strcmp(enable, "0") == 0)
-                return;
-        q = calloc(1, sizeof(*q));
-        if (q == NULL)
-                return;
-        q->text = malloc(RAS_MAX_REPORT + 1);
-        if (q->text == NULL) {
-                free(q);
-                return;
-        }
-        q->text[0] = '\0';
-        q->f = f;
-        f->ras = q;
-        snprintf(q->address, sizeof(q->address), "%s",
-                 addr && *addr ? addr : RAS_DEFAULT_ADDR);
-        uv_tcp_init(f->agent->loop, &q->tcp);
-        q->tcp.data = q;
-        q->connect.data = q;
-        if (ras_parse(q->address, &sa) < 0) {
-                snprintf(q->detail, sizeof(q->detail),
-                         "NCCL_RAS_ADDR '%.150s' (from the environment) is "
-                         "not <ip>:<port>", q->address);
-                ras_finish(q, "error", 0);
-                return;
-        }
-        r = uv_tcp_connect(&q->connect, &q->tcp, (struct sockaddr *)&sa,
-                           ras_connected);
-        if (r < 0)
-                ras_finish(q, r == UV_ECONNREFUSED ? "not available"
-                                                   : "error",
-                           r);
-}
-
-/* Puts the RAS answer in the report and lets the query go. */
+/* Puts the RAS answer in doc (unless NULL) and lets the query go. */
 static void ras_end(struct hp_forensics *f, cJSON *doc)
 {
-        struct hp_forensics_ras *q = f->ras;
-        cJSON *o;
+        struct hp_nccl_ras *q = f->ras;
 
-        if (q == NULL)
-                return;
         f->ras = NULL;
-        if (!q->done)
-                ras_finish(q, q->greeted && q->len > 0 ? "cut at the timeout"
-                                                       : "no answer",
-                           0);
-        o = doc ? cJSON_AddObjectToObject(doc, "nccl_ras") : NULL;
-        if (o != NULL) {
-                cJSON_AddStringToObject(o, "address", q->address);
-                cJSON_AddStringToObject(o, "status", q->status);
-                if (q->detail[0] != '\0')
-                        cJSON_AddStringToObject(o, "detail", q->detail);
-                if (q->greeted)
-                        cJSON_AddStringToObject(o, "report", q->text);
-        }
-        q->f = NULL;
-        uv_close((uv_handle_t *)&q->tcp, ras_free);
+        hp_nccl_ras__end(q, doc);
 }
 
 static void free_targets(struct hp_forensics *f)
@@ -798,33 +322,33 @@ static void free_targets(struct hp_forensics *f)
                 if (f->targets[i].stacks_fd >= 0)
                         close(f->targets[i].stacks_fd);
                 cJSON_Delete(f->targets[i].processes);
-                free(f->targets[i].fr_pipe);
-                free(f->targets[i].fr_dump);
+                hp_nccl_fr__free(&f->targets[i].fr);
         }
         free(f->targets);
         f->targets = NULL;
         f->count = 0;
 }
 
-static int write_report(const char *path, const char *text)
+/* The report as cJSON prints it, and a final newline; no fsync, which
+ * could hold up the loop while the workers write their logs. */
+static int write_report(const char *path, const cJSON *doc)
 {
-        char tmp[PATH_MAX];
-        int fd, r;
+        char *text = cJSON_Print(doc), *line;
+        size_t len;
+        int r;
 
-        if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0)
-                return -ENAMETOOLONG;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-                return -errno;
-        r = hp_write_all(fd, text, strlen(text));
-        if (r == 0)
-                r = hp_write_all(fd, "\n", 1);
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
-        if (r == 0 && rename(tmp, path) < 0)
-                r = -errno;
-        if (r < 0)
-                unlink(tmp);
+        if (text == NULL)
+                return -ENOMEM;
+        len = strlen(text);
+        line = realloc(text, len + 2);
+        if (line == NULL) {
+                free(text);
+                return -ENOMEM;
+        }
+        line[len] = '\n';
+        line[len + 1] = '\0';
+        r = hp_write_file_atomic(path, line, len + 1, 0644, 0);
+        free(line);
         return r;
 }
 
@@ -838,7 +362,6 @@ static void finish(struct hp_forensics *f)
         const char *dir = a->attempt_dir[f->stage];
         double wall = wall_now();
         int stacks = 0, python = 0, r = 0;
-        char *text = NULL;
 
         uv_timer_stop(&f->timer);
         iso_time(wall, when, sizeof(when));
@@ -901,7 +424,7 @@ static void finish(struct hp_forensics *f)
                         innermost_frame(dump, frame, sizeof(frame));
                 }
                 free(dump);
-                fr_report(t, o);
+                hp_nccl_fr__report(&t->fr, o);
                 main_thread_state(t, state, sizeof(state));
                 cJSON_AddItemToObject(o, "processes", t->processes);
                 hp_log_warn("hang report: rank %d (local %d, pid %d): %s%s%s",
@@ -920,9 +443,8 @@ static void finish(struct hp_forensics *f)
                 else
                         r = hp_snprintf(path, sizeof(path),
                                         "%s/hang-report.json", dir);
-                text = r < 0 ? NULL : cJSON_Print(doc);
-                r = text == NULL ? (r < 0 ? r : -ENOMEM)
-                                 : write_report(path, text);
+                if (r >= 0)
+                        r = write_report(path, doc);
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
@@ -939,7 +461,6 @@ static void finish(struct hp_forensics *f)
                 hp_log_warn("hang report in %s: %s", path, line);
 out:
         ras_end(f, NULL);
-        free(text);
         cJSON_Delete(doc);
         free_targets(f);
         f->busy = false;
@@ -964,7 +485,7 @@ static void poll_cb(uv_timer_t *timer)
                 struct hp_forensics_target *t = &f->targets[i];
                 off_t size;
 
-                if (fr_poll(t))
+                if (hp_nccl_fr__poll(&t->fr))
                         waiting = true;
                 if (!t->signalled || t->complete)
                         continue;
@@ -975,7 +496,7 @@ static void poll_cb(uv_timer_t *timer)
                         waiting = true;
                 t->stacks_seen = size;
         }
-        if (f->ras != NULL && !f->ras->done)
+        if (hp_nccl_ras__waiting(f->ras))
                 waiting = true;
         if (!waiting || uv_now(f->agent->loop) >= f->deadline)
                 finish(f);
@@ -1082,9 +603,10 @@ int hp_forensics__begin(struct hp_forensics *f, bool on_request)
         if (hp_forensics__fr_prefixes(f, f->stage, fr_pipe, fr_dump,
                                      sizeof(fr_pipe)))
                 for (int i = 0; i < f->count; i++)
-                        fr_ask(&f->targets[i], fr_pipe, fr_dump);
+                        hp_nccl_fr__ask(&f->targets[i].fr,
+                                        f->targets[i].rank, fr_pipe, fr_dump);
         if (a->cfg->hang_dump == HP_HANG_DUMP_FULL)
-                ras_begin(f);
+                f->ras = hp_nccl_ras__begin(a->loop);
         uv_timer_start(&f->timer, poll_cb, POLL_MS, POLL_MS);
         return 0;
 }

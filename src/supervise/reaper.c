@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -52,49 +51,6 @@ int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
                 }
         }
         return reaped;
-}
-
-int hp_proc__read(pid_t pid, struct hp_proc *p)
-{
-        char path[64], buf[512];
-        const char *open_paren, *close_paren;
-        int fd, ppid, pgid;
-        size_t comm_len;
-        ssize_t n;
-        char state;
-
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return errno == ENOENT ? -ESRCH : -errno;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return -ESRCH;
-        buf[n] = '\0';
-        /* The command name may itself hold spaces and parentheses: the
-         * fields start after the last ")". */
-        open_paren = strchr(buf, '(');
-        close_paren = strrchr(buf, ')');
-        if (open_paren == NULL || close_paren == NULL ||
-            close_paren < open_paren ||
-            sscanf(close_paren + 1, " %c %d %d", &state, &ppid, &pgid) != 3)
-                return -EINVAL;
-        comm_len = (size_t)(close_paren - open_paren - 1);
-        if (comm_len >= sizeof(p->comm))
-                comm_len = sizeof(p->comm) - 1;
-        memcpy(p->comm, open_paren + 1, comm_len);
-        p->comm[comm_len] = '\0';
-        p->pid = pid;
-        p->ppid = ppid;
-        p->pgid = pgid;
-        p->state = state;
-        return 0;
-}
-
-bool hp_proc__live(const struct hp_proc *p)
-{
-        return p->state != 'Z' && p->state != 'X' && p->state != 'x';
 }
 
 int hp_procs__push(struct hp_procs *list, const struct hp_proc *p)

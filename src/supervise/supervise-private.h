@@ -113,6 +113,7 @@ struct hp_group {
 };
 
 struct hp_forensics_target;
+struct hp_nccl_ras;
 
 /* A hang report being collected: the /proc states are read at once, the
  * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
@@ -132,7 +133,7 @@ struct hp_forensics {
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
         char *python_path;      /* the workers' PYTHONPATH, or NULL */
         char stacks_signal[16]; /* its number, for the workers' env */
-        struct hp_forensics_ras *ras; /* the NCCL RAS query, or NULL */
+        struct hp_nccl_ras *ras; /* the NCCL RAS query, or NULL */
         enum hp_stage stage;    /* of the group being reported on */
         int attempt;
         struct hp_forensics_target *targets;
@@ -485,7 +486,7 @@ extern const struct hp_agent_events hp_selfdriven__events;
  * subreaper) here. Returns how many orphans were reaped. */
 int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx);
 
-/* ---- Processes in /proc (reaper.c) ---- */
+/* ---- Processes in /proc (procstate.c, reaper.c) ---- */
 
 struct hp_proc {
         pid_t pid;
@@ -506,6 +507,10 @@ struct hp_procs {
 int hp_proc__read(pid_t pid, struct hp_proc *p);
 /* Not a zombie. */
 bool hp_proc__live(const struct hp_proc *p);
+/* The threads of pid, at most 512, as a JSON array of {tid, comm, state,
+ * wchan} (and kernel_stack when asked for); an empty array when the
+ * process is gone, NULL only without memory. */
+struct cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks);
 int hp_procs__push(struct hp_procs *list, const struct hp_proc *p);
 void hp_procs__free(struct hp_procs *list);
 /* Every live descendant of this process. */
@@ -660,16 +665,54 @@ int hp_forensics__begin(struct hp_forensics *f, bool on_request);
  * when the stop was taken to be sent then. */
 bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
                              uint64_t timeout_ms);
+/* Stops collecting, removes the sitecustomize directory. */
+void hp_forensics__close(struct hp_forensics *f);
+
+/* ---- torch's NCCL flight recorder in a hang report (nccl_fr.c) ---- */
+
 /* With --hang-dump full and log files: the prefixes of torch's flight
  * recorder trigger pipes and dump files for stage's workers (the user's
  * TORCH_NCCL_DEBUG_INFO_PIPE_FILE / _TEMP_FILE where set, else ours), each
  * of len bytes; false when the flight recorder is not asked for. */
-bool hp_forensics__fr_prefixes(const struct hp_forensics *f, enum hp_stage stage,
-                              char *pipe, char *dump, size_t len);
+bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
+                               enum hp_stage stage, char *pipe, char *dump,
+                               size_t len);
 /* The flight recorder's ring size we give the workers, unless they have
  * their own TORCH_NCCL_TRACE_BUFFER_SIZE: torch's documented example. */
 #define HP_FR_BUFFER_SIZE "2000"
-/* Stops collecting, removes the sitecustomize directory. */
-void hp_forensics__close(struct hp_forensics *f);
+
+/* One rank's dump; zero-initialise, then hp_nccl_fr__free. */
+struct hp_nccl_fr {
+        const char *status;     /* NULL: not asked for */
+        char *pipe;
+        char *dump;
+        struct timespec mtime;  /* the dump as it was before the ask */
+        off_t size;
+        off_t seen;
+        bool waiting;
+};
+
+/* Asks rank's ProcessGroupNCCL for its flight recorder through the pipe
+ * pipe_prefix<rank>.pipe, the dump to come in dump_prefix<rank>. */
+void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
+                     const char *pipe_prefix, const char *dump_prefix);
+/* Looks at the dump again: true while it is still awaited. */
+bool hp_nccl_fr__poll(struct hp_nccl_fr *fr);
+/* Adds "nccl_flight_recorder" to a rank's object o, when it was asked. */
+void hp_nccl_fr__report(const struct hp_nccl_fr *fr, struct cJSON *o);
+void hp_nccl_fr__free(struct hp_nccl_fr *fr);
+
+/* ---- NCCL's RAS in a hang report (nccl_ras.c) ---- */
+
+/* Starts the query on loop: NCCL_RAS_ADDR from our environment (which the
+ * workers inherit), else NCCL's default port on this host. NULL when the
+ * environment turns RAS off, or without memory. */
+struct hp_nccl_ras *hp_nccl_ras__begin(uv_loop_t *loop);
+/* True while the answer is awaited (false for NULL). */
+bool hp_nccl_ras__waiting(const struct hp_nccl_ras *q);
+/* Adds "nccl_ras" to doc unless doc is NULL (the answer, or why there is
+ * none) and lets the query go; q is freed once its socket is closed.
+ * NULL is ignored. */
+void hp_nccl_ras__end(struct hp_nccl_ras *q, struct cJSON *doc);
 
 #endif

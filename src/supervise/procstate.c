@@ -1,0 +1,151 @@
+/* What /proc says about a process and its threads: the fields of its stat
+ * line, and each thread's state, wait channel and kernel stack. These
+ * files never wait on the process they describe, unlike cmdline or
+ * environ, which take its memory lock, so they are read on the loop. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "hyperpod/common.h"
+#include "hyperpod/supervise.h"
+
+#include "supervise-private.h"
+
+/* Bounds on what one process's entry in a report holds. */
+#define MAX_THREADS_PER_PROC 512
+
+/* Reads a small /proc file into buf, NUL-terminated, without its final
+ * newline. Returns the length or -errno. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n, got = 0;
+
+        if (fd < 0)
+                return -errno;
+        while ((size_t)got < len - 1) {
+                n = read(fd, buf + got, len - 1 - (size_t)got);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                got += n;
+        }
+        close(fd);
+        while (got > 0 && buf[got - 1] == '\n')
+                got--;
+        buf[got] = '\0';
+        return got;
+}
+
+/* The stat file at path, of a process or a thread: 0, -ESRCH when it is
+ * gone, -EINVAL when the line does not parse. */
+static int read_stat(const char *path, pid_t pid, struct hp_proc *p)
+{
+        char buf[512];
+        const char *open_paren, *close_paren;
+        int fd, ppid, pgid;
+        size_t comm_len;
+        ssize_t n;
+        char state;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? -ESRCH : -errno;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -ESRCH;
+        buf[n] = '\0';
+        /* The command name may itself hold spaces and parentheses: the
+         * fields start after the last ")". */
+        open_paren = strchr(buf, '(');
+        close_paren = strrchr(buf, ')');
+        if (open_paren == NULL || close_paren == NULL ||
+            close_paren < open_paren ||
+            sscanf(close_paren + 1, " %c %d %d", &state, &ppid, &pgid) != 3)
+                return -EINVAL;
+        comm_len = (size_t)(close_paren - open_paren - 1);
+        if (comm_len >= sizeof(p->comm))
+                comm_len = sizeof(p->comm) - 1;
+        memcpy(p->comm, open_paren + 1, comm_len);
+        p->comm[comm_len] = '\0';
+        p->pid = pid;
+        p->ppid = ppid;
+        p->pgid = pgid;
+        p->state = state;
+        return 0;
+}
+
+int hp_proc__read(pid_t pid, struct hp_proc *p)
+{
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        return read_stat(path, pid, p);
+}
+
+bool hp_proc__live(const struct hp_proc *p)
+{
+        return p->state != 'Z' && p->state != 'X' && p->state != 'x';
+}
+
+cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks)
+{
+        cJSON *threads = cJSON_CreateArray();
+        char path[128], buf[4096];
+        struct dirent *de;
+        DIR *dir;
+        int count = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        dir = opendir(path);
+        if (dir == NULL || threads == NULL) {
+                if (dir != NULL)
+                        closedir(dir);
+                return threads;
+        }
+        while ((de = readdir(dir)) != NULL && count < MAX_THREADS_PER_PROC) {
+                struct hp_proc th;
+                int tid = atoi(de->d_name);
+                cJSON *t;
+
+                if (tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/stat",
+                         (int)pid, tid);
+                if (read_stat(path, tid, &th) < 0)
+                        continue;
+                t = cJSON_CreateObject();
+                if (t == NULL)
+                        break;
+                cJSON_AddNumberToObject(t, "tid", tid);
+                cJSON_AddStringToObject(t, "comm", th.comm);
+                buf[0] = th.state;
+                buf[1] = '\0';
+                cJSON_AddStringToObject(t, "state", buf);
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan",
+                         (int)pid, tid);
+                if (read_small(path, buf, sizeof(buf)) < 0 ||
+                    strcmp(buf, "0") == 0)
+                        buf[0] = '\0';
+                cJSON_AddStringToObject(t, "wchan", buf);
+                if (kernel_stacks) {
+                        snprintf(path, sizeof(path),
+                                 "/proc/%d/task/%d/stack", (int)pid, tid);
+                        if (read_small(path, buf, sizeof(buf)) >= 0)
+                                cJSON_AddStringToObject(t, "kernel_stack",
+                                                        buf);
+                }
+                cJSON_AddItemToArray(threads, t);
+                count++;
+        }
+        closedir(dir);
+        return threads;
+}
