@@ -122,7 +122,8 @@ def main():
     lines = [f"Paired runs, {args.rounds} rounds, order flipped each round: "
              f"before {bins['before']}, after {bins['after']}.", "",
              "| figure | unit | before (median) | after (median) | after/before "
-             "(median of rounds) | better |", "|---|---|---|---|---|---|"]
+             "(median of rounds) | rounds' range | better |",
+             "|---|---|---|---|---|---|---|"]
     for name in names:
         for fig, unit, _, higher in FIGURES[name]:
             v = values[(name, fig)]
@@ -131,8 +132,10 @@ def main():
             better = "after" if (r > 1) == higher and r != 1 else "before"
             if abs(r - 1) < 0.02:
                 better = "same (within 2 %)"
+            spread = f"{min(ratios):.3f}–{max(ratios):.3f}" if ratios else ""
             lines.append(f"| {fig} | {unit} | {num(statistics.median(v['before']))} | "
-                         f"{num(statistics.median(v['after']))} | {r:.3f} | {better} |")
+                         f"{num(statistics.median(v['after']))} | {r:.3f} | {spread} | "
+                         f"{better} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
