@@ -607,7 +607,10 @@ int hp_forensics__begin(struct hp_forensics *f, bool on_request)
                                         f->targets[i].rank, fr_pipe, fr_dump);
         if (a->cfg->hang_dump == HP_HANG_DUMP_FULL)
                 f->ras = hp_nccl_ras__begin(a->loop);
-        uv_timer_start(&f->timer, poll_cb, POLL_MS, POLL_MS);
+        /* The first look comes on the next loop iteration: a report that
+         * awaits nothing (no Python worker, no NCCL view) is written and
+         * the stop goes ahead at once rather than a period later. */
+        uv_timer_start(&f->timer, poll_cb, 0, POLL_MS);
         return 0;
 }
 
