@@ -91,7 +91,9 @@ def machine_section(data):
         ("memory", f"{m['memory_gib']} GiB"),
         ("kernel", m["kernel"]),
         ("OS", m["os"]),
-        ("hyperpodrun", f"{m['hyperpodrun']} ({m['commit']})"),
+        # --version names its commit already when it was built from git.
+        ("hyperpodrun", m["hyperpodrun"] if m["commit"] in m["hyperpodrun"]
+         else f"{m['hyperpodrun']} ({m['commit']})"),
         ("torchrun", f"torch {m['torch']} (Debian python3-torch), through "
                      "bench/torchrun_compat.py"),
         ("Python", m["python"]),
