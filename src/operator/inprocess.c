@@ -762,18 +762,14 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
 
 static void node_fault(struct hp_agent *a, void *ctx)
 {
-        char msg[HP_OP_MESSAGE_MAX];
-
         const struct hp_operator *op = ctx;
+        char msg[HP_OP_MESSAGE_MAX];
         const char *line;
         const char *reason = hp_agent_node_fault(a, &line, NULL);
 
         if (reason == NULL)
                 return;
-        snprintf(msg, sizeof(msg),
-                 "The kernel log reports a hardware fault on this node "
-                 "(%s): %s",
-                 op->cfg->kmsg, line);
+        hp_op__node_fault_message(op, line, msg, sizeof(msg));
         verdict(ctx, reason, msg);
 }
 

@@ -356,12 +356,18 @@ static void node_fault(struct hp_agent *a, void *ctx)
 
         if (op->plr.state != HP_OP_RUNNING || reason == NULL)
                 return; /* reported when the next /start runs */
-        snprintf(msg, sizeof(msg),
+        hp_op__node_fault_message(op, line, msg, sizeof(msg));
+        op->last_detection_latency_s = (double)wall_us() / 1e6 - wall;
+        fault(op, reason, msg);
+}
+
+void hp_op__node_fault_message(const struct hp_operator *op,
+                               const char *line, char *msg, size_t len)
+{
+        snprintf(msg, len,
                  "The kernel log reports a hardware fault on this node "
                  "(%s): %s",
                  op->cfg->kmsg, line);
-        op->last_detection_latency_s = (double)wall_us() / 1e6 - wall;
-        fault(op, reason, msg);
 }
 
 static void preflight_passed(struct hp_agent *a, void *ctx)
