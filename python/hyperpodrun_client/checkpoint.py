@@ -4,13 +4,12 @@ and asks on start for the latest step every local rank completed."""
 import enum
 import json
 import os
-import socket
 import threading
 import uuid
 from typing import Optional
 
-from ._wire import SOCKET_ENV, HyperPodIPCException
-from ._wire import frame as _frame
+from . import _wire
+from ._wire import HyperPodIPCException
 from ._wire import read_frame as _read_frame
 
 
@@ -37,24 +36,14 @@ class CheckpointDiscoverySocketClient:
         num_data_checkpoints: int = 0,
         timeout: Optional[float] = 60.0,
     ):
-        path = os.environ.get(SOCKET_ENV, "")
-        if not path:
-            raise ValueError(f"{SOCKET_ENV} not set. Can't initialize client")
+        path = _wire.socket_path()
         self.prefix = prefix
         self.num_model_checkpoints = num_model_checkpoints
         self.num_data_checkpoints = num_data_checkpoints
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.client_id = str(uuid.uuid4())
         self._lock = threading.Lock()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(path)
-        except OSError as ex:
-            self._sock.close()
-            raise HyperPodIPCException(
-                f"cannot connect to the agent's worker socket {path}: {ex}"
-            ) from ex
+        self._sock = _wire.connect(path, timeout)
         self._send("init", {})
         self._send(
             "ckpt_init",
@@ -75,13 +64,11 @@ class CheckpointDiscoverySocketClient:
         )
 
     def _send(self, message_type: str, message: dict) -> None:
-        message = dict(message)
-        message["type"] = message_type
-        message["local_rank"] = self.local_rank
-        message["client_id"] = self.client_id
+        data = _wire.client_frame(message_type, self.local_rank,
+                                  self.client_id, message)
         try:
             with self._lock:
-                self._sock.sendall(_frame(message))
+                self._sock.sendall(data)
         except OSError as ex:
             raise HyperPodIPCException(
                 f"cannot send {message_type} to the agent: {ex}"
@@ -109,13 +96,8 @@ class CheckpointDiscoverySocketClient:
         with self._lock:
             try:
                 self._sock.sendall(
-                    _frame(
-                        {
-                            "type": "ckpt_info_get",
-                            "local_rank": self.local_rank,
-                            "client_id": self.client_id,
-                        }
-                    )
+                    _wire.client_frame("ckpt_info_get", self.local_rank,
+                                       self.client_id, {})
                 )
                 while True:
                     reply = json.loads(_read_frame(self._sock))

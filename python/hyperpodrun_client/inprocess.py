@@ -21,8 +21,8 @@ import time
 import uuid
 from typing import Any, Dict, Optional, Tuple
 
-from ._wire import SOCKET_ENV, HyperPodIPCException
-from ._wire import frame as _frame
+from . import _wire
+from ._wire import HyperPodIPCException
 from ._wire import read_frame as _read_frame
 
 logger = logging.getLogger(__name__)
@@ -95,9 +95,7 @@ class InProcessRestartSocketClient:
     """
 
     def __init__(self, timeout: Optional[float] = 60.0):
-        path = os.environ.get(SOCKET_ENV, "")
-        if not path:
-            raise ValueError(f"{SOCKET_ENV} not set. Can't initialize client")
+        path = _wire.socket_path()
         self.server_socket_path = path
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.client_id = str(uuid.uuid4())
@@ -113,15 +111,7 @@ class InProcessRestartSocketClient:
         # calls hyperpod_wait_fault, and only the latest ones matter.
         self._inbox = {t: collections.deque(maxlen=_INBOX_MAX) for t in _INBOUND}
         self._closed: Optional[str] = None
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(path)
-        except OSError as ex:
-            self._sock.close()
-            raise HyperPodIPCException(
-                f"cannot connect to the agent's worker socket {path}: {ex}"
-            ) from ex
+        self._sock = _wire.connect(path, timeout)
         # The reader blocks in recv for as long as the job runs.
         self._sock.settimeout(None)
         self._send("init", {})
@@ -139,13 +129,11 @@ class InProcessRestartSocketClient:
     # -- the connection ----------------------------------------------------
 
     def _send(self, message_type: str, message: dict) -> None:
-        message = dict(message)
-        message["type"] = message_type
-        message["local_rank"] = self.local_rank
-        message["client_id"] = self.client_id
+        data = _wire.client_frame(message_type, self.local_rank,
+                                  self.client_id, message)
         try:
             with self._send_lock:
-                self._sock.sendall(_frame(message))
+                self._sock.sendall(data)
         except OSError as ex:
             with self._cond:
                 why = self._closed or ex
