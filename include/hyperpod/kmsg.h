@@ -29,8 +29,10 @@ struct kmsg_record {
         size_t msg_len;   /* the first line only, without "\n" */
 };
 
-/* Parses one record (buf need not end in "\n"). Returns 0, or -EBADMSG
- * when buf is not in the /dev/kmsg format. */
+/* Parses one record (buf need not end in "\n"). Returns 0; -EBADMSG
+ * when buf is not in the /dev/kmsg format; -EPROTO when it starts as a
+ * record ("<prio>,") but its sequence number or timestamp is not a
+ * decimal number (a negative timestamp, say). */
 int kmsg_record_parse(const char *buf, size_t len, struct kmsg_record *out);
 
 /* ---- Rules: node-problem-detector's kernel-monitor JSON ---- */
@@ -138,7 +140,9 @@ struct kmsg_watch {
         bool eof;
         uint64_t records;    /* read and parsed */
         uint64_t overwritten; /* EPIPE: the kernel overwrote unread ones */
-        uint64_t malformed;  /* not in the record format */
+        uint64_t malformed;  /* not in the record format, or a broken
+                              * record in a byte stream */
+        bool warned_broken;  /* a broken record was logged once */
         uint64_t truncated;  /* longer than a buffer */
         kmsg_watch_hit_cb hit_cb;
         void *data;

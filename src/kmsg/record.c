@@ -34,12 +34,16 @@ int kmsg_record_parse(const char *buf, size_t len, struct kmsg_record *out)
                 return -EBADMSG;
         /* The flags field may be followed by more comma-separated fields
          * in later kernels: only the first three are read. */
-        if (number(&p, semi, ',', &prio) < 0 || prio > 1023 ||
-            number(&p, semi, ',', &seq) < 0)
+        if (number(&p, semi, ',', &prio) < 0 || prio > 1023)
                 return -EBADMSG;
+        /* From here on the line has a record's header: a bad sequence
+         * number or timestamp (a negative one, say) makes it a broken
+         * record, not a plain line to be taken as logged now. */
+        if (number(&p, semi, ',', &seq) < 0)
+                return -EPROTO;
         if (number(&p, semi, ',', &usec) < 0 &&
             number(&p, semi + 1, ';', &usec) < 0)
-                return -EBADMSG;
+                return -EPROTO;
         out->prio = (int)prio;
         out->seq = seq;
         out->usec = usec;

@@ -54,15 +54,38 @@ static void dispatch(struct kmsg_watch *w, const struct kmsg_record *rec)
         }
 }
 
+/* A record whose header is broken is never matched: its time cannot be
+ * placed before or after the start, and taking it as logged now would
+ * turn an old fault into a new one. Counted; the first one is logged. */
+static void broken_record(struct kmsg_watch *w, const char *line, size_t len)
+{
+        w->malformed++;
+        if (w->warned_broken)
+                return;
+        w->warned_broken = true;
+        if (len > 0 && line[len - 1] == '\n')
+                len--;
+        hp_log_warn("kernel log '%s': ignoring a record whose sequence number "
+                    "or timestamp is not a decimal number: '%.*s' (further "
+                    "ones are counted in /metrics as malformed)",
+                    w->path, (int)(len > 200 ? 200 : len), line);
+}
+
 /* A line of a byte stream: a record, or a plain line taken as a message
  * logged now. */
 static void stream_line(struct kmsg_watch *w, const char *line, size_t len)
 {
         struct kmsg_record rec;
+        int r;
 
         if (len == 0 || line[0] == ' ')
                 return;
-        if (kmsg_record_parse(line, len, &rec) < 0) {
+        r = kmsg_record_parse(line, len, &rec);
+        if (r == -EPROTO) {
+                broken_record(w, line, len);
+                return;
+        }
+        if (r < 0) {
                 w->malformed++;
                 rec.prio = 6;
                 rec.seq = 0;
@@ -91,7 +114,7 @@ static void stop_reading(struct kmsg_watch *w, const char *why)
 static int read_device(struct kmsg_watch *w)
 {
         char buf[8192];
-        int n = 0;
+        int n = 0, r;
 
         while (n < KMSG_WATCH_RECORDS_PER_TURN && w->active) {
                 struct kmsg_record rec;
@@ -116,7 +139,12 @@ static int read_device(struct kmsg_watch *w)
                         return -1;
                 }
                 n++;
-                if (kmsg_record_parse(buf, (size_t)got, &rec) < 0) {
+                r = kmsg_record_parse(buf, (size_t)got, &rec);
+                if (r == -EPROTO) {
+                        broken_record(w, buf, (size_t)got);
+                        continue;
+                }
+                if (r < 0) {
                         w->malformed++;
                         continue;
                 }

@@ -72,6 +72,22 @@ class Fifo:
             os.close(fd)
 
 
+# An old record: logged at boot, so older than the start minus the 1 s
+# lookback of lookback_config()'s copies on any machine, booted a minute
+# ago or a year ago.
+OLD_USEC = 0
+
+
+def lookback_config(tmp_path, config, lookback="1s"):
+    """A copy of an example config with a short lookback window, so that
+    an old record needs no long uptime."""
+    data = json.loads(Path(config).read_text())
+    data["lookback"] = lookback
+    copy = tmp_path / f"lookback-{Path(config).name}"
+    copy.write_text(json.dumps(data))
+    return copy
+
+
 def worker(tmp_path):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -107,17 +123,23 @@ def test_fifo_permanent_self_driven(hpr, tmp_path, config, line, reason):
 
 def test_fifo_temporary_counts_and_old_records_ignored(hpr, tmp_path):
     """A temporary rule only logs and counts; a permanent record from
-    before the start (minus the config's 5 m lookback) is not a fault."""
+    before the start (minus the config's lookback) is not a fault, nor is
+    one whose timestamp is broken (negative, not a number): those are
+    counted as malformed and the first is logged."""
     fifo = Fifo(tmp_path / "kmsg")
-    proc, work = start_self_driven(hpr, tmp_path, fifo.path, [NEURON, XID],
+    configs = [lookback_config(tmp_path, NEURON),
+               lookback_config(tmp_path, XID)]
+    proc, work = start_self_driven(hpr, tmp_path, fifo.path, configs,
                                    extra=["--server-port", "0",
                                           "--server-host", "127.0.0.1"])
     port = int(deadline_poll(
         lambda: re.search(rb"listening on http://127\.0\.0\.1:(\d+)",
                           proc.console_err()), 10, what="the port").group(1))
-    old = boot_usec() - 600 * 1000000
+    old = OLD_USEC
     fifo.write(record(DMA, usec=old, seq=1) + record(XID79, usec=old, seq=2)
-               + record(XID13, seq=3))
+               + record(XID79 + " negative", usec=-129185342, seq=3)
+               + record(XID79 + " not a number", usec="12x4", seq=4)
+               + record(XID13, seq=5))
 
     import http.client
 
@@ -140,11 +162,15 @@ def test_fifo_temporary_counts_and_old_records_ignored(hpr, tmp_path):
     # The two old records, once for each config.
     assert 'hyperpodrun_kmsg_records_total{result="old"} 4' in m
     assert 'hyperpodrun_kmsg_records_total{result="read"} 3' in m
+    assert 'hyperpodrun_kmsg_records_total{result="malformed"} 2' in m
     (work / "go").touch()
     r = proc.wait(30)
     assert r.rc == 0, r.describe()
     assert "Xid13GraphicsEngineException (temporary)" in r.err
     assert "NodeFault" not in r.err
+    assert r.err.count("ignoring a record whose sequence number or "
+                       "timestamp is not a decimal number") == 1, r.err
+    assert "-129185342" in r.err and "12x4" not in r.err
 
 
 def test_fifo_burst_then_fault(hpr, tmp_path):
@@ -442,10 +468,10 @@ def test_regular_file_is_tailed(hpr, tmp_path):
     """--kmsg naming a file (a saved kernel log): read from its start,
     records outside the window ignored, then followed as it grows."""
     log = tmp_path / "kern.log"
-    old = boot_usec() - 600 * 1000000
-    log.write_text(record(XID79 + " old", usec=old, seq=1)
+    log.write_text(record(XID79 + " old", usec=OLD_USEC, seq=1)
                    + "plain text line\n")
-    proc, _ = start_self_driven(hpr, tmp_path, log, [XID])
+    proc, _ = start_self_driven(hpr, tmp_path, log,
+                                [lookback_config(tmp_path, XID)])
     with open(log, "a") as f:
         f.write(record(XID79 + " new", seq=2))
     r = proc.wait(30)
