@@ -73,6 +73,9 @@ int main(int argc, char **argv)
         uv_loop_t loop;
         int code, r;
 
+        /* A stop sent while we start must not find the default action:
+         * held until the agent's handlers are in place. */
+        hp_signals_hold();
         /* Before anything opens a file: a closed standard stream would
          * lend its number to one. */
         r = hp_std_fds_open();
@@ -117,8 +120,11 @@ int main(int argc, char **argv)
                 }
                 return 0;
         }
-        if (cfg.replay_log != NULL)
+        if (cfg.replay_log != NULL) {
+                /* No agent: Ctrl-C ends a replay at once. */
+                hp_signals_release();
                 return replay(&cfg);
+        }
         r = hp_config_check_files(&cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);

@@ -103,6 +103,17 @@ void hp_random_name(char *buf, size_t len);
  * 0 or -errno. */
 int hp_std_fds_open(void);
 
+/* The signals the agent answers (those that stop it or that it forwards
+ * to the workers, and SIGCHLD), from the first line of main until its
+ * handlers are in place: hp_signals_hold() makes them the only blocked
+ * signals and sets every ignored signal back to its default action (a
+ * parent may exec us with SIGTERM blocked or SIGINT ignored, as tini
+ * notes), so that one sent while the agent starts waits instead of
+ * killing it; hp_signals_release() unblocks them once handled, and a
+ * pending one is then answered like any other. */
+void hp_signals_hold(void);
+void hp_signals_release(void);
+
 /* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0
  * or -errno. Blocking: only for files and for the console writer thread. */
 int hp_write_all(int fd, const void *buf, size_t len);

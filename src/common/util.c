@@ -102,6 +102,44 @@ void hp_random_name(char *buf, size_t len)
                 buf[i] = alphabet[bytes[i] % (sizeof(alphabet) - 1)];
 }
 
+static void answered_signals(sigset_t *set)
+{
+        static const int answered[] = { SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
+                                        SIGUSR1, SIGUSR2, SIGCHLD };
+
+        sigemptyset(set);
+        for (size_t i = 0; i < HP_ARRAY_SIZE(answered); i++)
+                sigaddset(set, answered[i]);
+}
+
+void hp_signals_hold(void)
+{
+        struct sigaction dfl;
+        sigset_t held;
+
+        answered_signals(&held);
+        (void)sigprocmask(SIG_SETMASK, &held, NULL);
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++) {
+                struct sigaction old;
+
+                if (sig == SIGKILL || sig == SIGSTOP ||
+                    sigaction(sig, NULL, &old) < 0)
+                        continue; /* and glibc's own, which it refuses */
+                if (old.sa_handler == SIG_IGN)
+                        (void)sigaction(sig, &dfl, NULL);
+        }
+}
+
+void hp_signals_release(void)
+{
+        sigset_t held;
+
+        answered_signals(&held);
+        (void)sigprocmask(SIG_UNBLOCK, &held, NULL);
+}
+
 int hp_std_fds_open(void)
 {
         for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {

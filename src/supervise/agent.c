@@ -400,33 +400,6 @@ static void signal_cb(uv_signal_t *handle, int signum)
         hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
-/* A parent may exec us with signals blocked or ignored (a shell's
- * background job ignores SIGINT and SIGQUIT; a launcher may block SIGTERM
- * or SIGCHLD): a blocked SIGTERM would make a stop wait for SIGKILL, a
- * blocked SIGCHLD leave orphans as zombies. As tini does, the mask is
- * cleared and every ignored signal goes back to its default action, while
- * this is the only thread (a thread made later inherits the mask). The
- * agent then sets up its own handlers. */
-static void reset_signals(void)
-{
-        struct sigaction dfl;
-        sigset_t none;
-
-        sigemptyset(&none);
-        (void)sigprocmask(SIG_SETMASK, &none, NULL);
-        memset(&dfl, 0, sizeof(dfl));
-        dfl.sa_handler = SIG_DFL;
-        for (int sig = 1; sig < NSIG; sig++) {
-                struct sigaction old;
-
-                if (sig == SIGKILL || sig == SIGSTOP ||
-                    sigaction(sig, NULL, &old) < 0)
-                        continue; /* and glibc's own, which it refuses */
-                if (old.sa_handler == SIG_IGN)
-                        (void)sigaction(sig, &dfl, NULL);
-        }
-}
-
 static int make_run_dir(const char *root, const char *prefix,
                         const char *run_id, char *out, size_t len)
 {
@@ -515,7 +488,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         a->watcher.fd = -1;
         a->watcher.pidfd = -1;
         loop->data = a;
-        reset_signals();
+        /* main holds them from its first line; a caller that did not is
+         * covered from here. */
+        hp_signals_hold();
 
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
@@ -638,6 +613,8 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         uv_signal_init(loop, &a->sigchld);
         a->sigchld.data = a;
         uv_signal_start(&a->sigchld, sigchld_cb, SIGCHLD);
+        /* A signal sent while the agent started is answered now. */
+        hp_signals_release();
         uv_timer_init(loop, &a->group.timer);
         return 0;
 

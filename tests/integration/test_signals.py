@@ -287,6 +287,37 @@ while True:
     assert not (out / "worker_ran").exists()
 
 
+def test_signal_while_starting(hpr, tmp_path):
+    """A SIGTERM that arrives before the agent's handlers exist waits for
+    them and is answered as a stop (exit 143, no worker started), instead
+    of the default action killing the agent. The agent is held in its
+    start, before the handlers: the Slurm rendezvous runs scontrol and
+    waits for it, and this scontrol waits for the test's go."""
+    out = tmp_path / "o"
+    out.mkdir()
+    scontrol = write_exec(tmp_path / "scontrol", f"""#!/bin/sh
+touch '{out}/asked'
+i=0
+while [ ! -e '{out}/go' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo 'JobId=4242 NodeList=127.0.0.1 BatchHost=127.0.0.1'
+""")
+    worker = write_exec(tmp_path / "w.sh",
+                        f"#!/bin/sh\ntouch '{out}/worker_ran'\n")
+    env = {"SLURM_JOB_ID": 4242, "SLURM_JOB_NUM_NODES": 1,
+           "SLURM_JOB_NODELIST": "127.0.0.1", "SLURM_NODEID": 0,
+           "SLURM_PROCID": 0, "SLURM_LOCALID": 0,
+           "SLURMD_NODENAME": "127.0.0.1"}
+    proc = hpr.start(["--rdzv-backend", "slurm", "--rdzv-conf",
+                      f"scontrol={scontrol},scontrol_timeout=120",
+                      "--no-python", worker], env=env)
+    wait_for_files([out / "asked"], timeout=60, proc=proc)
+    proc.signal(signal.SIGTERM)
+    (out / "go").touch()
+    r = proc.wait(60)
+    assert r.rc == 143, r.describe()
+    assert not (out / "worker_ran").exists()
+
+
 def test_background_child_holding_pipes(hpr, tmp_path):
     """The worker exits 0 and leaves a child in its group that keeps its
     stdout and stderr open: the job is done, the child is stopped."""
