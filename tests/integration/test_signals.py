@@ -149,8 +149,13 @@ def test_failure_shutdown_signal_sigterm_obeyed(hpr, tmp_path):
         extra=["--shutdown-signal", "SIGTERM", "--shutdown-timeout", "30"])
     r = proc.wait(20)
     assert r.rc == 3, r.describe()
-    assert names(out / "sig_w_1") == ["SIGTERM"]
-    assert r.elapsed < 10, "waited for the timeout although the worker exited"
+    rec = records(out / "sig_w_1")
+    assert [n for n, _ in rec] == ["SIGTERM"], r.describe()
+    # Well inside the 30 s timeout, however slow the machine.
+    waited = proc.end - rec[0][1]
+    assert waited < 15, \
+        f"ended {waited:.2f}s after SIGTERM: waited for the timeout " \
+        "although the worker exited"
     # The root cause is the worker that failed, not the one we stopped.
     assert "rank      : 0 (local_rank: 0)" in r.err.split("Root Cause")[1]
 
