@@ -122,7 +122,7 @@ int main(int argc, char **argv)
         }
         if (cfg.replay_log != NULL) {
                 /* No agent: Ctrl-C ends a replay at once. */
-                hp_signals_release();
+                (void)hp_signals_release();
                 return replay(&cfg);
         }
         r = hp_config_check_files(&cfg, err, sizeof(err));

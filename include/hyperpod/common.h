@@ -112,7 +112,10 @@ int hp_std_fds_open(void);
  * killing it; hp_signals_release() unblocks them once handled, and a
  * pending one is then answered like any other. */
 void hp_signals_hold(void);
-void hp_signals_release(void);
+/* Returns the first stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) that
+ * was pending, or 0: the caller knows a stop came before it started
+ * anything, while the signal still reaches its handler. */
+int hp_signals_release(void);
 
 /* Writes all of buf to fd, retrying on EINTR and short writes. Returns 0
  * or -errno. Blocking: only for files and for the console writer thread. */

@@ -132,12 +132,19 @@ void hp_signals_hold(void)
         }
 }
 
-void hp_signals_release(void)
+int hp_signals_release(void)
 {
-        sigset_t held;
+        static const int stops[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT };
+        sigset_t held, pending;
+        int first = 0;
 
+        if (sigpending(&pending) == 0)
+                for (size_t i = 0; i < HP_ARRAY_SIZE(stops) && !first; i++)
+                        if (sigismember(&pending, stops[i]) == 1)
+                                first = stops[i];
         answered_signals(&held);
         (void)sigprocmask(SIG_UNBLOCK, &held, NULL);
+        return first;
 }
 
 int hp_std_fds_open(void)

@@ -613,8 +613,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         uv_signal_init(loop, &a->sigchld);
         a->sigchld.data = a;
         uv_signal_start(&a->sigchld, sigchld_cb, SIGCHLD);
-        /* A signal sent while the agent started is answered now. */
-        hp_signals_release();
+        /* A signal sent while the agent started is answered now; a stop
+         * among them also keeps the first attempt from starting. */
+        a->signal_at_start = hp_signals_release();
         uv_timer_init(loop, &a->group.timer);
         return 0;
 

@@ -213,7 +213,11 @@ int hp_agent_run(struct hp_agent *a)
         char err[1024];
 
         hp_agent_set_events(a, &hp_selfdriven__events, NULL);
-        if (!a->cfg->preflight_nccl)
+        /* The signal's own handler, on the loop, then ends the agent. */
+        if (a->signal_at_start)
+                hp_log_warn("received %s while starting: nothing is started",
+                            hp_signal_name(a->signal_at_start));
+        else if (!a->cfg->preflight_nccl)
                 start_attempt(a);
         else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
                 hp_log_error("--preflight nccl: %s", err);

@@ -315,6 +315,7 @@ struct hp_agent {
         int restart_count;
         int exit_code;
         int received_signal; /* the signal that stops it (STOPPING) */
+        int signal_at_start; /* a stop sent before the handlers existed */
         bool verdict_report; /* a hang report was started for the verdict */
         bool no_files;
         char hostname[256];
