@@ -8,7 +8,7 @@
 #include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
-#define ENV_VARS 25
+#define ENV_VARS 27
 
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
@@ -40,8 +40,13 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 /* Optional (NULL: not set, an inherited one is kept). */
                 { "PYTHONPATH", p->python_path },
                 { "HYPERPODRUN_STACKS_SIGNAL", p->stacks_signal },
+                /* Both names of each: torch 2.8 and later read the
+                 * TORCH_FR_ one and warn when only the old one is set;
+                 * torch 2.3 to 2.7 read the old one. */
+                { "TORCH_FR_BUFFER_SIZE", p->fr_buffer_size },
                 { "TORCH_NCCL_TRACE_BUFFER_SIZE", p->fr_buffer_size },
                 { "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", p->fr_pipe_file },
+                { "TORCH_FR_DUMP_TEMP_FILE", p->fr_dump_file },
                 { "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", p->fr_dump_file },
         };
         size_t n_inherited = 0, bytes = 0, n = 0;

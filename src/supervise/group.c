@@ -693,7 +693,8 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
 
         if (p->fr_pipe != NULL) {
                 params.fr_buffer_size =
-                        getenv("TORCH_NCCL_TRACE_BUFFER_SIZE")
+                        getenv("TORCH_FR_BUFFER_SIZE") ||
+                                        getenv("TORCH_NCCL_TRACE_BUFFER_SIZE")
                                 ? NULL
                                 : HP_FR_BUFFER_SIZE;
                 params.fr_pipe_file = p->fr_pipe;

@@ -1,5 +1,6 @@
 /* torch's NCCL flight recorder in a hang report (--hang-dump full):
- * ProcessGroupNCCL dumps it to TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank> when a
+ * ProcessGroupNCCL dumps it to TORCH_FR_DUMP_TEMP_FILE<rank> (torch >= 2.8;
+ * before, and still read after it, TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when a
  * byte arrives on its pipe TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe. The
  * dump, a pickle, is recorded by path and size, not parsed. */
 #include <errno.h>
@@ -23,7 +24,11 @@ bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
 {
         const struct hp_agent *a = f->agent;
         const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
-        const char *user_dump = getenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
+        /* torch reads the new name first, as here. */
+        const char *user_dump = getenv("TORCH_FR_DUMP_TEMP_FILE");
+
+        if (user_dump == NULL || *user_dump == '\0')
+                user_dump = getenv("TORCH_NCCL_DEBUG_INFO_TEMP_FILE");
 
         /* The dumps go beside the report, the pipes in our private
          * directory: both need log files. */

@@ -673,13 +673,15 @@ void hp_forensics__close(struct hp_forensics *f);
 
 /* With --hang-dump full and log files: the prefixes of torch's flight
  * recorder trigger pipes and dump files for stage's workers (the user's
- * TORCH_NCCL_DEBUG_INFO_PIPE_FILE / _TEMP_FILE where set, else ours), each
+ * TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE or
+ * TORCH_NCCL_DEBUG_INFO_TEMP_FILE where set, else ours), each
  * of len bytes; false when the flight recorder is not asked for. */
 bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
                                enum hp_stage stage, char *pipe, char *dump,
                                size_t len);
 /* The flight recorder's ring size we give the workers, unless they have
- * their own TORCH_NCCL_TRACE_BUFFER_SIZE: torch's documented example. */
+ * their own TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE: torch's
+ * documented example. */
 #define HP_FR_BUFFER_SIZE "2000"
 
 /* One rank's dump; zero-initialise, then hp_nccl_fr__free. */

@@ -31,7 +31,8 @@ HANG_RULE = {
 
 
 FR_VARS = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
-           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_RAS_ENABLE")
+           "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_BUFFER_SIZE",
+           "TORCH_FR_DUMP_TEMP_FILE", "NCCL_RAS_ENABLE")
 
 
 def rules(tmp_path):
@@ -138,13 +139,19 @@ def test_a_missing_flight_recorder_costs_nothing(hpr, tmp_path, mode,
     assert report["collect_ms"] < 5000, report
 
 
-def test_the_users_flight_recorder_variables_are_kept(hpr, tmp_path):
+@pytest.mark.parametrize("names", [
+    ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+    # torch 2.8's names, which torch 2.11 reads first.
+    ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"),
+])
+def test_the_users_flight_recorder_variables_are_kept(hpr, tmp_path, names):
     own = tmp_path / "fr"
     own.mkdir()
+    buffer_name, dump_name = names
     r = run_fr(hpr, tmp_path, "serve", nproc=1, env={
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "7",
+        buffer_name: "7",
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{own}/pipe-",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{own}/dump-"})
+        dump_name: f"{own}/dump-"})
     assert r.rc == 124, r.describe()
     assert f"fifo stem={own}/pipe- buffer=7 dump={own}/dump-0" in r.out
     fr = report_of(hpr)["ranks"][0]["nccl_flight_recorder"]

@@ -2,12 +2,14 @@
 without a GPU: it plays ProcessGroupNCCL's side of the dump trigger as
 torch's source does it (DumpPipe and DebugInfoWriter), then hangs.
 
-With TORCH_NCCL_TRACE_BUFFER_SIZE > 0 and TORCH_NCCL_DEBUG_INFO_PIPE_FILE
-set, it makes the FIFO <pipe file><RANK>.pipe, opens it O_RDONLY |
-O_NONBLOCK, and polls it from a thread (torch's heartbeat monitor does);
-once any byte arrives it writes a pickled dict to
-<TORCH_NCCL_DEBUG_INFO_TEMP_FILE><RANK> (torch's default prefix
-/tmp/nccl_trace_rank_).
+With a ring size > 0 and TORCH_NCCL_DEBUG_INFO_PIPE_FILE set, it makes
+the FIFO <pipe file><RANK>.pipe, opens it O_RDONLY | O_NONBLOCK, and polls
+it from a thread (torch's heartbeat monitor does); once any byte arrives it
+writes a pickled dict to <dump file><RANK> (torch's default prefix
+/tmp/nccl_trace_rank_). As torch 2.8 and later (checked against 2.11), the
+ring size and the dump file are read from TORCH_FR_BUFFER_SIZE and
+TORCH_FR_DUMP_TEMP_FILE first, then from their deprecated names
+TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_NCCL_DEBUG_INFO_TEMP_FILE.
 
 argv[1]: "serve" (the above), "deaf" (makes the FIFO, never opens it: no
 reader), or "none" (no FIFO at all)."""
@@ -21,9 +23,20 @@ import time
 MODE = sys.argv[1] if len(sys.argv) > 1 else "serve"
 RANK = int(os.environ["RANK"])
 STEM = os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "")
-DUMP = os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-                      "/tmp/nccl_trace_rank_") + str(RANK)
-BUFFER = int(os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "0"))
+
+
+def cvar(*names, default):
+    """torch's getCvarString: the first name that is set."""
+    for name in names:
+        if name in os.environ:
+            return os.environ[name]
+    return default
+
+
+DUMP = cvar("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+            default="/tmp/nccl_trace_rank_") + str(RANK)
+BUFFER = int(cvar("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                  default="0"))
 
 
 def dump():
