@@ -65,7 +65,7 @@ def pids_of(agent, word):
             for local, ls in lines(agent).items()}
 
 
-def wait_line(agent, local, text, timeout=60, count=1):
+def wait_line(agent, local, text, timeout=180, count=1):
     def seen():
         if agent.proc.poll() is not None:
             pytest.fail("hyperpodrun exited\n" + agent.proc.describe())
@@ -184,7 +184,8 @@ def full_stop_then_train(a, old_pids, port, why):
         if all(new.get(local) and new[local][-1] not in old_pids[local]
                for local in (0, 1)):
             return new
-    new = deadline_poll(new_at_barrier, 10, what="new processes at the barrier")
+    new = deadline_poll(new_at_barrier, 120,
+                        what="new processes at the barrier")
     assert not any(pid_alive(p) for v in old_pids.values() for p in v)
     start(a, 0, 1, 1, port)
     a.wait_status("completed", timeout=120)
