@@ -83,6 +83,13 @@ int hp_parse_int(const char *text, int min, int max, int *out);
 /* Seconds as a decimal ("15", "0.5"), non-negative, to milliseconds. */
 int hp_parse_seconds_ms(const char *text, uint64_t *out_ms);
 
+/* The shortest decimal that reads back as v ("15.96", not
+ * "15.960000000000001"), as Python's repr and JSON encoders print it;
+ * "nan", "inf" and "-inf" for what JSON cannot hold. buf holds at least
+ * HP_DOUBLE_LEN bytes. Returns buf. */
+#define HP_DOUBLE_LEN 32
+const char *hp_format_double(double v, char *buf);
+
 /* Epoch ms as "2025-06-17T05:51:29.300Z" (UTC, always this long for
  * years 0 to 9999) into buf, which holds HP_ISO8601_MS_LEN + 1 bytes. */
 #define HP_ISO8601_MS_LEN 24

@@ -2,6 +2,7 @@
  * file-system walks. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -43,6 +44,23 @@ int hp_parse_int(const char *text, int min, int max, int *out)
                 return HP_ECONFIG;
         *out = (int)v;
         return 0;
+}
+
+const char *hp_format_double(double v, char *buf)
+{
+        /* For a normal double a 15-digit form that reads back is the
+         * shortest one: a shorter decimal that reads back lies within half
+         * an ulp, well inside the 15-digit rounding step, so %.15g gives
+         * it. A subnormal has fewer digits of precision: tried from 1.
+         * 17 digits always read back. */
+        int first = v != 0 && fabs(v) < DBL_MIN ? 1 : 15;
+
+        for (int digits = first; digits <= 17; digits++) {
+                snprintf(buf, HP_DOUBLE_LEN, "%.*g", digits, v);
+                if (!isfinite(v) || strtod(buf, NULL) == v)
+                        break;
+        }
+        return buf;
 }
 
 int hp_parse_seconds_ms(const char *text, uint64_t *out_ms)

@@ -354,6 +354,7 @@ static void print_rule(FILE *out, const struct logmon_ruleset *rs,
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(obj,
                                                              "stopPattern");
         struct logmon_rule_limits lim;
+        char number[HP_DOUBLE_LEN];
 
         logmon_ruleset_rule_limits(rs, i, &lim);
         fprintf(out, "rule %zu: %s\n", i, logmon_ruleset_rule_name(rs, i));
@@ -369,9 +370,10 @@ static void print_rule(FILE *out, const struct logmon_ruleset *rs,
                       "HANGING when a match is not followed by another "
                       "within it");
         if (lim.metric)
-                fprintf(out, "  metric: capture 1 %s %.17g in %" PRIu32
+                fprintf(out, "  metric: capture 1 %s %s in %" PRIu32
                         " data point%s in a row makes it SLOW\n", lim.op,
-                        lim.threshold, lim.datapoints,
+                        hp_format_double(lim.threshold, number),
+                        lim.datapoints,
                         lim.datapoints == 1 ? "" : "s");
         else
                 fputs("  metric: none (the rule never reports SLOW)\n", out);

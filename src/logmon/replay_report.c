@@ -154,6 +154,7 @@ void logmon__write_values(struct logmon_replay *r, size_t stream,
 {
         struct replay_stream *st = &r->streams[stream];
         struct logmon_rule_limits lim;
+        char number[HP_DOUBLE_LEN];
         struct logmon_rule_info info;
         size_t i;
 
@@ -178,7 +179,8 @@ void logmon__write_values(struct logmon_replay *r, size_t stream,
                  * parses, as in Python): null. */
                 fputs(",\"event\":\"value\",\"value\":", r->out);
                 if (isfinite(info.last_value))
-                        fprintf(r->out, "%.17g", info.last_value);
+                        fputs(hp_format_double(info.last_value, number),
+                              r->out);
                 else
                         fputs("null", r->out);
                 fprintf(r->out, ",\"line_no\":%" PRIu64 "}\n", line_no);
@@ -260,6 +262,7 @@ static void summary_verdict(struct logmon_replay *r)
 static void summary(struct logmon_replay *r)
 {
         struct logmon_rule_info info;
+        char number[HP_DOUBLE_LEN];
         size_t i, j, k;
         FILE *f = r->out;
 
@@ -317,9 +320,10 @@ static void summary(struct logmon_replay *r)
                 fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
                 logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
                 if (lim.metric)
-                        fprintf(f, ",\"threshold\":%.17g,\"operator\":"
+                        fprintf(f, ",\"threshold\":%s,\"operator\":"
                                    "\"%s\",\"datapoints\":%" PRIu32,
-                                lim.threshold, lim.op, lim.datapoints);
+                                hp_format_double(lim.threshold, number),
+                                lim.op, lim.datapoints);
                 if (lim.cutoff_ms != UINT64_MAX)
                         fprintf(f, ",\"cutoff\":%" PRIu64 ".%03" PRIu64,
                                 lim.cutoff_ms / 1000, lim.cutoff_ms % 1000);

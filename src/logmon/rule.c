@@ -96,7 +96,10 @@ static const char *describe(const cJSON *item, char *buf, size_t len)
         if (cJSON_IsObject(item))
                 return "an object";
         if (cJSON_IsNumber(item)) {
-                snprintf(buf, len, "the number %.17g", item->valuedouble);
+                char number[HP_DOUBLE_LEN];
+
+                snprintf(buf, len, "the number %s",
+                         hp_format_double(item->valuedouble, number));
                 return buf;
         }
         if (cJSON_IsString(item)) {

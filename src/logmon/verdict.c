@@ -28,7 +28,7 @@ static void why(const struct logmon_stream *s, size_t rule,
                 const struct logmon_rule_limits *lim, int64_t wall_offset_ms,
                 char *buf, size_t len)
 {
-        char last[48];
+        char last[48], value[HP_DOUBLE_LEN], threshold[HP_DOUBLE_LEN];
 
         switch (info->state) {
         case LOGMON_HANGING:
@@ -47,10 +47,11 @@ static void why(const struct logmon_stream *s, size_t rule,
                          last, (double)lim->freq_ms / 1e3);
                 return;
         case LOGMON_SLOW:
-                snprintf(buf, len, "metric %.17g %s threshold %.17g in %" PRIu32
+                snprintf(buf, len, "metric %s %s threshold %s in %" PRIu32
                          " data point%s in a row "
                          "(metricEvaluationDataPoints %" PRIu32 ")",
-                         info->last_value, lim->op, lim->threshold,
+                         hp_format_double(info->last_value, value), lim->op,
+                         hp_format_double(lim->threshold, threshold),
                          info->consecutive, info->consecutive == 1 ? "" : "s",
                          lim->datapoints);
                 return;

@@ -467,6 +467,27 @@ def test_metric_values_and_rule_limits_for_plots(hpr, tmp_path):
                                  "cutoff": 10.0, "frequency": 5.0}]
 
 
+def test_numbers_print_in_their_shortest_form(hpr, tmp_path):
+    """A metric and a threshold print as the shortest decimal that reads
+    back as the same double (15.96, not 15.960000000000001), in the text
+    verdict, the JSON values and the JSON summary alike."""
+    rules = write(tmp_path, "rules.json", [{
+        "name": "Slow", "logPattern": r".*samples/sec (\S+)",
+        "metricThreshold": 217.77, "operator": "lteq",
+        "metricEvaluationDataPoints": 1}])
+    log = write(tmp_path, "train.log", "1750000000 samples/sec 15.96\n")
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--replay-format", "json")
+    assert rc == 0, err
+    assert '"value":15.96,' in out, out
+    assert '"threshold":217.77,' in out, out
+    assert "15.96 lteq threshold 217.77 in" in out, out
+    rc, out, err = replay(hpr, "--replay", log, "--log-monitoring-config",
+                          rules, "--replay-format", "text")
+    assert rc == 0, err
+    assert "metric 15.96 lteq threshold 217.77 in 1 data point" in out, out
+
+
 def test_plot_tool_draws_a_replay(hpr, tmp_path):
     d = EXAMPLES / "LowThroughputDetection"
     rc, out, err = replay(hpr, "--replay", d / "failing.log",

@@ -1,12 +1,13 @@
 /* Unit tests for helpers of src/common/util.c: hp_read_file, the one
  * whole-file reader with a ceiling (real files, a directory and a FIFO
  * in a fresh temporary directory), hp_write_file_atomic, the one atomic
- * writer (a file made, one replaced, paths it must refuse), and
- * hp_env_get. */
+ * writer (a file made, one replaced, paths it must refuse), hp_env_get,
+ * and hp_format_double. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -271,6 +272,44 @@ static void test_write_file_atomic(void **state)
         assert_int_equal(failures, 0);
 }
 
+/* The shortest text that reads back as the same double. */
+static void test_format_double(void **state)
+{
+        static const struct {
+                double v;
+                const char *text;
+        } doubles[] = {
+                { 15.96, "15.96" },
+                { 217.77, "217.77" },
+                { 0.1, "0.1" },
+                { 0.1 + 0.2, "0.30000000000000004" },
+                { 1.0 / 3.0, "0.3333333333333333" },
+                { 5.0, "5" },
+                { -0.0, "-0" },
+                { 50.0, "50" },
+                { 1e21, "1e+21" },
+                { 123456789012345678.0, "1.2345678901234568e+17" },
+                { 5e-324, "5e-324" },
+                { 2.5e-320, "2.5e-320" },
+                { 1.7976931348623157e308, "1.7976931348623157e+308" },
+                { INFINITY, "inf" },
+                { -INFINITY, "-inf" },
+                { NAN, "nan" },
+        };
+        char buf[HP_DOUBLE_LEN];
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(doubles); i++) {
+                const char *got = hp_format_double(doubles[i].v, buf);
+
+                if (strcmp(got, doubles[i].text) != 0)
+                        fail_msg("case %zu: '%s', expected '%s'", i, got,
+                                 doubles[i].text);
+                if (isfinite(doubles[i].v) && strtod(got, NULL) != doubles[i].v)
+                        fail_msg("case %zu: '%s' does not read back", i, got);
+        }
+}
+
 static void test_env_get(void **state)
 {
         static char *const envp[] = { "A=1", "AB=2", "C=", "D", "E==x",
@@ -305,6 +344,7 @@ int main(void)
                 cmocka_unit_test(test_read_file),
                 cmocka_unit_test(test_write_file_atomic),
                 cmocka_unit_test(test_env_get),
+                cmocka_unit_test(test_format_double),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
