@@ -433,7 +433,15 @@ void hp_console_put_message(struct hp_console *con, const char *msg,
                                 { (void *)"\n", 1 },
                         };
 
-                        (void)writev(con->fd, parts, 2);
+                        ssize_t n = writev(con->fd, parts, 2);
+
+                        /* Counted as the writer thread counts its own
+                         * failed writes; the lock orders it with them. */
+                        if (n < (ssize_t)(len + 1)) {
+                                uv_mutex_lock(&con->lock);
+                                con->lines_failed++;
+                                uv_mutex_unlock(&con->lock);
+                        }
                 }
                 return;
         }
