@@ -199,19 +199,72 @@ int hp_read_file(const char *path, size_t max, char **out, size_t *len);
 
 /*
  * Replaces the file at path with len bytes of data (borrowed), atomically:
- * written to path.tmp (created with mode, less the umask), then renamed
- * over path, so that a reader sees the old file or the new one, never a
- * part. Returns 0 or -errno (-ENOENT for a missing directory, -ENOTDIR,
- * -EISDIR when path is a directory, -ENAMETOOLONG, a write's); on failure
- * path is untouched and path.tmp is gone.
+ * written to a new file path.tmp.XXXXXX (random, created exclusively and
+ * never through a symlink, with mode less the umask), then renamed over
+ * path, so that a reader sees the old file or the new one, never a part,
+ * and a link planted at path or at a temporary name is replaced or
+ * refused, never written through. Returns 0 or -errno (-ENOENT for a
+ * missing directory, -ENOTDIR, -EISDIR when path is a directory,
+ * -ENAMETOOLONG, a write's); on failure path is untouched and the
+ * temporary file is gone.
  */
 int hp_write_file_atomic(const char *path, const void *data, size_t len,
                          unsigned mode, unsigned flags);
+/* The same for name (one component) in the directory dirfd. */
+int hp_write_file_atomic_at(int dirfd, const char *name, const void *data,
+                            size_t len, unsigned mode, unsigned flags);
 
 /* mkdir -p with the given mode. Returns 0 or -errno. */
 int hp_mkdir_p(const char *path, unsigned mode);
-/* rm -rf that does not follow symlinks. A missing path is not an error. */
+/*
+ * rm -rf that follows no symlink: the tree is walked by directory fds
+ * (openat with O_NOFOLLOW, unlinkat), so a directory renamed or replaced
+ * by a link while it is removed cannot lead it outside the tree; a link
+ * is removed, never what it points to. A missing path is not an error.
+ * hp_remove_tree_at() removes name (one component) in dirfd; the path
+ * form resolves all of path but its last component as usual.
+ */
 int hp_remove_tree(const char *path);
+int hp_remove_tree_at(int dirfd, const char *name);
+
+/*
+ * Makes name (one component) in dirfd a new directory of mode 0700,
+ * exclusively (an existing name, even a symlink, is -EEXIST), and opens
+ * it without following a link. Returns the directory's fd (close-on-exec)
+ * or -errno.
+ */
+int hp_mkdir_private_at(int dirfd, const char *name);
+
+/*
+ * Whether pid, which a leftover file of ours is named after, may be a
+ * live hyperpodrun other than this one: alive, and named hyperpodrun or
+ * running this program. Unsure (another user's process whose executable
+ * cannot be read) counts as yes: its files are left alone.
+ */
+bool hp_pid_is_other_agent(long pid);
+
+/* hp_dir_open_trusted()'s flags. HP_DIR_CREATE: make missing directories
+ * (mode 0755, less the umask), as mkdir -p. HP_DIR_STICKY_OK: the
+ * directory itself may be writable by others when its sticky bit is set
+ * (a parent for private directories, as /tmp is). */
+#define HP_DIR_CREATE 1u
+#define HP_DIR_STICKY_OK 2u
+
+/*
+ * Opens the directory at path (relative to the working directory when not
+ * absolute) for the agent to write in, after checking that no user but
+ * root and the agent's euid can change what is written there. Walking
+ * from / with O_NOFOLLOW, every directory on the way and every symlink
+ * followed must be owned by root or the euid; a directory on the way must
+ * not be writable by its group or others unless its sticky bit is set
+ * (then no one can rename what they do not own in it); the directory
+ * itself must not be writable by its group or others (see
+ * HP_DIR_STICKY_OK). Returns the directory's fd (O_DIRECTORY,
+ * close-on-exec), HP_ECONFIG when a check fails, errbuf naming the path,
+ * its owner and its mode, or -errno, errbuf naming the path.
+ */
+int hp_dir_open_trusted(const char *path, unsigned flags, char *errbuf,
+                        size_t len);
 
 /*
  * Python string.Template-style expansion of "${name}" and "$name" ("$$" is

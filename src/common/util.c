@@ -2,8 +2,8 @@
  * file-system walks. */
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <float.h>
-#include <ftw.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -288,26 +288,70 @@ out_close:
         return r;
 }
 
-int hp_write_file_atomic(const char *path, const void *data, size_t len,
-                         unsigned mode, unsigned flags)
+int hp_write_file_atomic_at(int dirfd, const char *name, const void *data,
+                            size_t len, unsigned mode, unsigned flags)
 {
-        char tmp[PATH_MAX];
-        int fd, r;
+        char tmp[NAME_MAX + 1];
+        int fd = -1, r;
 
-        if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp", path) < 0)
-                return -ENAMETOOLONG;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)mode);
-        if (fd < 0)
-                return -errno;
+        if (name[0] == '\0' || strchr(name, '/') != NULL)
+                return -EINVAL;
+        /* A new name each time, made exclusively: whatever sits at a
+         * name we might use (a link planted there) makes us pick
+         * another, and nothing is opened through a link. */
+        for (int tries = 0; fd < 0; tries++) {
+                char rand[7];
+
+                if (tries == 100)
+                        return -EEXIST;
+                hp_random_name(rand, 6);
+                rand[6] = '\0';
+                if (hp_snprintf(tmp, sizeof(tmp), "%s.tmp.%s", name, rand) <
+                    0)
+                        return -ENAMETOOLONG;
+                fd = openat(dirfd, tmp,
+                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                    O_CLOEXEC,
+                            (mode_t)mode);
+                if (fd < 0 && errno != EEXIST)
+                        return -errno;
+        }
         r = hp_write_all(fd, data, len);
         if (r == 0 && (flags & HP_WRITE_FSYNC) && fsync(fd) < 0)
                 r = -errno;
         if (close(fd) < 0 && r == 0)
                 r = -errno;
-        if (r == 0 && rename(tmp, path) < 0)
+        /* rename replaces a link at name; it never follows it. */
+        if (r == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
                 r = -errno;
         if (r < 0)
-                unlink(tmp);
+                unlinkat(dirfd, tmp, 0);
+        return r;
+}
+
+int hp_write_file_atomic(const char *path, const void *data, size_t len,
+                         unsigned mode, unsigned flags)
+{
+        const char *slash = strrchr(path, '/');
+        char dir[PATH_MAX];
+        size_t dir_len;
+        int dirfd, r;
+
+        if (slash == NULL)
+                return hp_write_file_atomic_at(AT_FDCWD, path, data, len,
+                                               mode, flags);
+        if (slash[1] == '\0')
+                return -EISDIR;
+        dir_len = slash == path ? 1 : (size_t)(slash - path);
+        if (dir_len >= sizeof(dir))
+                return -ENAMETOOLONG;
+        memcpy(dir, path, dir_len);
+        dir[dir_len] = '\0';
+        dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd < 0)
+                return -errno;
+        r = hp_write_file_atomic_at(dirfd, slash + 1, data, len, mode, flags);
+        close(dirfd);
         return r;
 }
 
@@ -341,21 +385,326 @@ int hp_mkdir_p(const char *path, unsigned mode)
         return 0;
 }
 
-static int remove_entry_cb(const char *path, const struct stat *st, int type,
-                           struct FTW *ftw)
+int hp_mkdir_private_at(int dirfd, const char *name)
 {
-        if (remove(path) < 0 && errno != ENOENT)
+        struct stat st;
+        int fd;
+
+        if (mkdirat(dirfd, name, 0700) < 0)
                 return -errno;
-        return 0;
+        fd = openat(dirfd, name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        /* The one we made (only someone who can write dirfd could have
+         * swapped it), and 0700 whatever the umask. */
+        if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
+            fchmod(fd, 0700) < 0) {
+                close(fd);
+                return -EPERM;
+        }
+        return fd;
+}
+
+/* Deeper than this, a tree is not one we made: it is left, and said. */
+#define REMOVE_DEPTH_MAX 128
+/* Passes over a directory whose entries change while it is read. */
+#define REMOVE_PASSES 8
+
+static int remove_at(int dirfd, const char *name, int depth)
+{
+        DIR *d;
+        int fd, r = 0;
+
+        /* Anything but a directory, a link included, goes with its name. */
+        if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+                return 0;
+        if (errno != EISDIR && errno != EPERM)
+                return -errno;
+        if (depth >= REMOVE_DEPTH_MAX)
+                return -ELOOP;
+        fd = openat(dirfd, name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC |
+                            O_NONBLOCK);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -errno;
+        d = fdopendir(fd);
+        if (d == NULL) {
+                r = -errno;
+                close(fd);
+                return r;
+        }
+        for (int pass = 0;; pass++) {
+                bool removed = false;
+                struct dirent *de;
+
+                r = 0;
+                rewinddir(d);
+                while ((de = readdir(d)) != NULL) {
+                        int e;
+
+                        if (strcmp(de->d_name, ".") == 0 ||
+                            strcmp(de->d_name, "..") == 0)
+                                continue;
+                        e = remove_at(fd, de->d_name, depth + 1);
+                        if (e == 0)
+                                removed = true;
+                        else if (r == 0)
+                                r = e;
+                }
+                if (unlinkat(dirfd, name, AT_REMOVEDIR) == 0 ||
+                    errno == ENOENT) {
+                        r = 0;
+                        break;
+                }
+                if (errno != ENOTEMPTY && errno != EEXIST) {
+                        r = -errno;
+                        break;
+                }
+                /* Emptied while we read it, or still being filled. */
+                if (!removed || pass + 1 == REMOVE_PASSES) {
+                        if (r == 0)
+                                r = -ENOTEMPTY;
+                        break;
+                }
+        }
+        closedir(d);
+        return r;
+}
+
+int hp_remove_tree_at(int dirfd, const char *name)
+{
+        return remove_at(dirfd, name, 0);
 }
 
 int hp_remove_tree(const char *path)
 {
-        int r = nftw(path, remove_entry_cb, 16, FTW_DEPTH | FTW_PHYS);
+        return remove_at(AT_FDCWD, path, 0);
+}
 
+bool hp_pid_is_other_agent(long pid)
+{
+        char path[64], comm[32] = "";
+        struct stat self, other;
+        ssize_t n;
+        int fd;
+
+        if (pid <= 0 || pid > INT32_MAX || (pid_t)pid == getpid())
+                return false;
+        if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+                return false;
+        snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return errno != ENOENT; /* gone meanwhile: not alive */
+        n = read(fd, comm, sizeof(comm) - 1);
+        close(fd);
+        if (n > 0 && strcmp(comm, "hyperpodrun\n") == 0)
+                return true;
+        /* Installed under another name (a torchrun link): the same
+         * program file. */
+        snprintf(path, sizeof(path), "/proc/%ld/exe", pid);
+        if (stat("/proc/self/exe", &self) < 0 || stat(path, &other) < 0)
+                return errno != ENOENT;
+        return self.st_dev == other.st_dev && self.st_ino == other.st_ino;
+}
+
+/* HP_ECONFIG, said in errbuf, when st (path's) may be changed by someone
+ * who is neither root nor the agent's user; last: the directory itself. */
+static int check_trusted(const char *path, const struct stat *st, bool last,
+                         unsigned flags, char *errbuf, size_t len)
+{
+        uid_t euid = geteuid();
+        unsigned mode = (unsigned)st->st_mode & 07777;
+        bool link = S_ISLNK(st->st_mode);
+        bool sticky = (st->st_mode & S_ISVTX) != 0;
+
+        if (st->st_uid != 0 && st->st_uid != euid) {
+                snprintf(errbuf, len,
+                         "%s'%s' is owned by uid %u (mode %04o), not by root "
+                         "or uid %u (the agent's)",
+                         link ? "the symlink " : "", path,
+                         (unsigned)st->st_uid, mode, (unsigned)euid);
+                return HP_ECONFIG;
+        }
+        if (link || (st->st_mode & (S_IWGRP | S_IWOTH)) == 0)
+                return 0;
+        if (sticky && (!last || (flags & HP_DIR_STICKY_OK)))
+                return 0;
+        snprintf(errbuf, len,
+                 "'%s' is writable by %s (mode %04o, owner uid %u, group "
+                 "gid %u)%s",
+                 path,
+                 (st->st_mode & S_IWOTH) ? "every user" : "its group",
+                 mode, (unsigned)st->st_uid, (unsigned)st->st_gid,
+                 last ? "" : " without the sticky bit");
+        return HP_ECONFIG;
+}
+
+/* done (a directory's path) with name appended, or done's parent for
+ * "..": into out. */
+static int walk_join(const char *done, const char *name, char *out,
+                     size_t len)
+{
+        if (strcmp(name, "..") == 0) {
+                const char *slash = strrchr(done, '/');
+                size_t n = slash == NULL || slash == done
+                                   ? 1
+                                   : (size_t)(slash - done);
+
+                if (n >= len)
+                        return -ENAMETOOLONG;
+                memcpy(out, done, n);
+                out[n] = '\0';
+                return 0;
+        }
+        return hp_snprintf(out, len, "%s%s%s", done,
+                           strcmp(done, "/") == 0 ? "" : "/", name) < 0
+                       ? -ENAMETOOLONG
+                       : 0;
+}
+
+/* The symlink name in dirfd (at path): checked, and its target put in
+ * front of rest, which becomes todo. Returns 1 for an absolute target. */
+static int walk_link(int dirfd, const char *name, const char *path,
+                     const char *rest, char *todo, size_t todo_len,
+                     char *errbuf, size_t len)
+{
+        char target[PATH_MAX], joined[2 * PATH_MAX];
+        struct stat st;
+        ssize_t n;
+        int r;
+
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISLNK(st.st_mode))
+                return -ENOTDIR;
+        r = check_trusted(path, &st, false, 0, errbuf, len);
         if (r < 0)
-                return errno == ENOENT ? 0 : -errno;
-        return r;
+                return r;
+        n = readlinkat(dirfd, name, target, sizeof(target) - 1);
+        if (n < 0)
+                return -errno;
+        target[n] = '\0';
+        if (hp_snprintf(joined, sizeof(joined), "%s/%s", target, rest) < 0 ||
+            hp_snprintf(todo, todo_len, "%s", joined) < 0)
+                return -ENAMETOOLONG;
+        return target[0] == '/';
+}
+
+int hp_dir_open_trusted(const char *path, unsigned flags, char *errbuf,
+                        size_t len)
+{
+        const int open_flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                               O_CLOEXEC;
+        char todo[2 * PATH_MAX], done[PATH_MAX], next_done[PATH_MAX];
+        char cwd[PATH_MAX];
+        struct stat st;
+        int fd, links = 0, r = 0;
+        char *p;
+
+        snprintf(errbuf, len, "'%s'", path);
+        if (path[0] == '\0')
+                return -ENOENT;
+        if (path[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
+                return -errno;
+        if (hp_snprintf(todo, sizeof(todo), "%s%s%s",
+                        path[0] == '/' ? "" : cwd, path[0] == '/' ? "" : "/",
+                        path) < 0)
+                return -ENAMETOOLONG;
+        fd = open("/", open_flags);
+        if (fd < 0)
+                return -errno;
+        snprintf(done, sizeof(done), "/");
+        if (fstat(fd, &st) < 0)
+                r = -errno;
+        else
+                r = check_trusted(done, &st, false, 0, errbuf, len);
+        p = todo;
+        while (r == 0) {
+                char *name = p, *rest;
+                int next;
+
+                while (*name == '/')
+                        name++;
+                if (*name == '\0')
+                        break;
+                rest = strchr(name, '/');
+                if (rest != NULL)
+                        *rest++ = '\0';
+                else
+                        rest = name + strlen(name);
+                p = rest;
+                if (strcmp(name, ".") == 0)
+                        continue;
+                r = walk_join(done, name, next_done, sizeof(next_done));
+                if (r < 0) {
+                        snprintf(errbuf, len, "'%s'", path);
+                        break;
+                }
+                next = openat(fd, name, open_flags);
+                if (next < 0 && errno == ENOENT && (flags & HP_DIR_CREATE)) {
+                        if (mkdirat(fd, name, 0755) < 0 && errno != EEXIST) {
+                                r = -errno;
+                                snprintf(errbuf, len, "'%s'", next_done);
+                                break;
+                        }
+                        next = openat(fd, name, open_flags);
+                }
+                if (next < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+                        /* A symlink on the way: its owner is checked, then
+                         * its target walked, from / or from here. */
+                        char left[2 * PATH_MAX];
+
+                        snprintf(left, sizeof(left), "%s", rest);
+                        if (++links > 40) {
+                                r = -ELOOP;
+                        } else {
+                                r = walk_link(fd, name, next_done, left, todo,
+                                              sizeof(todo), errbuf, len);
+                        }
+                        if (r == 1) {
+                                close(fd);
+                                fd = open("/", open_flags);
+                                if (fd < 0) {
+                                        r = -errno;
+                                        break;
+                                }
+                                snprintf(done, sizeof(done), "/");
+                        }
+                        if (r == -ENOTDIR || r == -ELOOP ||
+                            r == -ENAMETOOLONG)
+                                snprintf(errbuf, len, "'%s'", next_done);
+                        if (r < 0)
+                                break;
+                        r = 0;
+                        p = todo;
+                        continue;
+                }
+                if (next < 0) {
+                        r = -errno;
+                        snprintf(errbuf, len, "'%s'", next_done);
+                        break;
+                }
+                close(fd);
+                fd = next;
+                memcpy(done, next_done, sizeof(done));
+                if (fstat(fd, &st) < 0)
+                        r = -errno;
+                else
+                        r = check_trusted(done, &st, false, 0, errbuf, len);
+        }
+        if (r == 0) {
+                if (fstat(fd, &st) < 0)
+                        r = -errno;
+                else
+                        r = check_trusted(done, &st, true, flags, errbuf,
+                                          len);
+        }
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        return fd;
 }
 
 const char *hp_signal_name(int signum)

@@ -4,13 +4,17 @@
  * so other message families add handlers without touching the transport.
  * Nothing here blocks: reads are dispatched as they come, replies are
  * queued with a cap, and bad input closes or is ignored per connection. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
@@ -653,6 +657,64 @@ static const char *temp_dir(void)
         return "/tmp";
 }
 
+/* Whether no one listens on dir/name: a connection is refused. */
+static bool nobody_listens(const char *dir, const char *name)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        bool refused;
+        int fd;
+
+        if (hp_snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", dir,
+                        name) < 0)
+                return false;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+                return false;
+        refused = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 &&
+                  errno == ECONNREFUSED;
+        close(fd);
+        return refused;
+}
+
+/* A SIGKILLed agent leaves its socket in dir. One that is provably a dead
+ * agent's goes: our name, a socket of our user, the pid in its name no
+ * live hyperpodrun's (ours is replaced at bind), and no one listening on
+ * it (an agent of another pid namespace sharing dir still listens). */
+static void remove_stale_sockets(const char *dir)
+{
+        static const char prefix[] = "hyperpod_elastic_agent_";
+        const size_t plen = sizeof(prefix) - 1;
+        struct dirent *de;
+        DIR *d = opendir(dir);
+
+        if (d == NULL)
+                return;
+        while ((de = readdir(d)) != NULL) {
+                const char *digits = de->d_name + plen;
+                struct stat st;
+                char *end;
+                long pid;
+
+                if (strncmp(de->d_name, prefix, plen) != 0 || *digits < '1' ||
+                    *digits > '9')
+                        continue;
+                pid = strtol(digits, &end, 10);
+                if (strcmp(end, ".sock") != 0 || pid == (long)getpid())
+                        continue;
+                if (fstatat(dirfd(d), de->d_name, &st,
+                            AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISSOCK(st.st_mode) || st.st_uid != geteuid() ||
+                    hp_pid_is_other_agent(pid) ||
+                    !nobody_listens(dir, de->d_name))
+                        continue;
+                if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+                        hp_log_info("worker socket: removed %s/%s, left by "
+                                    "agent %ld, which is gone",
+                                    dir, de->d_name, pid);
+        }
+        closedir(d);
+}
+
 int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         char *errbuf, size_t errlen)
 {
@@ -689,6 +751,7 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                          nranks);
                 return r;
         }
+        remove_stale_sockets(temp_dir());
         if (unlink(s->path) == 0)
                 hp_log_debug("worker socket: removed a stale %s", s->path);
         r = uv_pipe_init(loop, &s->listener, 0);

@@ -192,26 +192,36 @@ int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage)
 }
 
 /* A stage's attempt directory is made when the stage starts, so that an
- * attempt that failed in pre-train leaves no empty train directory. */
+ * attempt that failed in pre-train leaves no empty train directory. It is
+ * made in the run directory's fd, private, after what a reused attempt
+ * number left there is removed by fd: a run directory renamed, or a link
+ * planted in it, leads nowhere else. */
 static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
 {
         char *dir = a->attempt_dir[stage];
+        char name[32];
         int r;
 
         dir[0] = '\0';
+        if (a->attempt_fd[stage] >= 0)
+                close(a->attempt_fd[stage]);
+        a->attempt_fd[stage] = -1;
         if (a->run_dir[stage][0] == '\0')
                 return;
+        snprintf(name, sizeof(name), "attempt_%d", a->restart_count);
         /* Too long: each rank's directory fails to start it. */
-        (void)hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/attempt_%d",
-                          a->run_dir[stage], a->restart_count);
+        (void)hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/%s",
+                          a->run_dir[stage], name);
         /* As torch does: a reused attempt number starts clean. */
-        r = hp_remove_tree(dir);
+        r = hp_remove_tree_at(a->run_fd[stage], name);
         if (r < 0)
                 hp_log_warn("cannot clear '%s' for attempt %d: %s", dir,
                             a->restart_count, hp_strerror(r));
         /* Not made (a full disk): each rank fails to start, naming its
          * own directory, and the attempt fails. */
-        (void)hp_mkdir_p(dir, 0755);
+        r = hp_mkdir_private_at(a->run_fd[stage], name);
+        if (r >= 0)
+                a->attempt_fd[stage] = r;
 }
 
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
@@ -248,6 +258,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         hp_group__release(&a->group);
         a->stage = stage;
         prepare_attempt_dir(a, stage);
+        p.attempt_fd = a->attempt_fd[stage]; /* made just now */
         /* The flight recorder's files go in the attempt directory. */
         if (hp_forensics__fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
                                      sizeof(fr_pipe))) {
@@ -400,23 +411,104 @@ static void signal_cb(uv_signal_t *handle, int signum)
         hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
-static int make_run_dir(const char *root, const char *prefix,
+/* A new private directory (0700) <prefix><run_id>_XXXXXXXX in dirfd
+ * (root, its path), as torchrun's mkdtemp: its path in out, its fd
+ * returned, or -errno. */
+static int make_run_dir(int dirfd, const char *root, const char *prefix,
                         const char *run_id, char *out, size_t len)
 {
         for (int tries = 0; tries < 100; tries++) {
-                char rand[9];
+                char rand[9], name[NAME_MAX + 1];
+                int fd;
 
                 hp_random_name(rand, 8);
                 rand[8] = '\0';
-                if (hp_snprintf(out, len, "%s/%s%s_%s", root, prefix, run_id,
-                                rand) < 0)
+                if (hp_snprintf(name, sizeof(name), "%s%s_%s", prefix, run_id,
+                                rand) < 0 ||
+                    hp_snprintf(out, len, "%s%s%s", root,
+                                strcmp(root, "/") == 0 ? "" : "/", name) < 0)
                         return -ENAMETOOLONG;
-                if (mkdir(out, 0755) == 0)
-                        return 0;
-                if (errno != EEXIST)
-                        return -errno;
+                fd = hp_mkdir_private_at(dirfd, name);
+                if (fd != -EEXIST)
+                        return fd;
         }
         return -EEXIST;
+}
+
+static void close_log_dirs(struct hp_agent *a)
+{
+        for (int s = 0; s < HP_STAGE_COUNT; s++) {
+                if (a->attempt_fd[s] >= 0)
+                        close(a->attempt_fd[s]);
+                if (a->run_fd[s] >= 0)
+                        close(a->run_fd[s]);
+                a->attempt_fd[s] = a->run_fd[s] = -1;
+        }
+        if (a->log_root_fd >= 0)
+                close(a->log_root_fd);
+        a->log_root_fd = -1;
+}
+
+#define UNSAFE_FIX                                                           \
+        ": another user could redirect what the agent writes there; use a " \
+        "directory that only root or the agent's user owns and can write "  \
+        "(chown root, chmod go-w), on a path no other user can change"
+
+/* The log root: --log-dir, checked (and made), or a new private
+ * torchelastic_XXXXXXXX in a checked $TMPDIR. */
+static int open_log_root(struct hp_agent *a, char *errbuf, size_t errlen)
+{
+        const struct hp_config *cfg = a->cfg;
+        const char *tmp = getenv("TMPDIR");
+        char why[PATH_MAX + 256];
+        int fd, r;
+
+        if (cfg->log_dir != NULL) {
+                if (hp_snprintf(a->log_root, sizeof(a->log_root), "%s",
+                                cfg->log_dir) < 0)
+                        return -ENAMETOOLONG;
+                fd = hp_dir_open_trusted(a->log_root, HP_DIR_CREATE, why,
+                                         sizeof(why));
+                if (fd == HP_ECONFIG)
+                        snprintf(errbuf, errlen,
+                                 "--log-dir '%s' refused: %s" UNSAFE_FIX
+                                 ", or choose another --log-dir",
+                                 cfg->log_dir, why);
+                else if (fd < 0)
+                        snprintf(errbuf, errlen,
+                                 "--log-dir '%s' cannot be created: %s: %s",
+                                 cfg->log_dir, why, hp_strerror(fd));
+                if (fd < 0)
+                        return HP_ECONFIG;
+                a->log_root_fd = fd;
+                return 0;
+        }
+        if (tmp == NULL || *tmp == '\0')
+                tmp = "/tmp";
+        fd = hp_dir_open_trusted(tmp, HP_DIR_STICKY_OK, why, sizeof(why));
+        if (fd == HP_ECONFIG)
+                snprintf(errbuf, errlen,
+                         "cannot create the log directory in %s (TMPDIR or "
+                         "/tmp): %s" UNSAFE_FIX
+                         ", or set TMPDIR or --log-dir to one",
+                         tmp, why);
+        else if (fd < 0)
+                snprintf(errbuf, errlen,
+                         "cannot create a log directory in %s: %s: %s", tmp,
+                         why, hp_strerror(fd));
+        if (fd < 0)
+                return HP_ECONFIG;
+        r = make_run_dir(fd, tmp, "torchelastic", "", a->log_root,
+                         sizeof(a->log_root));
+        close(fd);
+        if (r < 0) {
+                snprintf(errbuf, errlen,
+                         "cannot create a log directory in %s: %s", tmp,
+                         hp_strerror(r));
+                return HP_ECONFIG;
+        }
+        a->log_root_fd = r;
+        return 0;
 }
 
 static int prepare_log_dirs(struct hp_agent *a, char *errbuf, size_t errlen)
@@ -429,46 +521,33 @@ static int prepare_log_dirs(struct hp_agent *a, char *errbuf, size_t errlen)
                 a->no_files = true;
                 return 0;
         }
-        if (cfg->log_dir != NULL) {
-                if (hp_snprintf(a->log_root, sizeof(a->log_root), "%s",
-                                cfg->log_dir) < 0)
-                        goto too_long;
-                r = hp_mkdir_p(a->log_root, 0755);
-                if (r < 0) {
-                        snprintf(errbuf, errlen,
-                                 "--log-dir '%s' cannot be created: %s",
-                                 cfg->log_dir, hp_strerror(r));
-                        return HP_ECONFIG;
-                }
-        } else {
-                const char *tmp = getenv("TMPDIR");
-                r = make_run_dir(tmp && *tmp ? tmp : "/tmp", "torchelastic",
-                                 "", a->log_root, sizeof(a->log_root));
-                if (r < 0) {
-                        snprintf(errbuf, errlen,
-                                 "cannot create a log directory in %s: %s",
-                                 tmp && *tmp ? tmp : "/tmp", hp_strerror(r));
-                        return HP_ECONFIG;
-                }
-        }
+        r = open_log_root(a, errbuf, errlen);
+        if (r == -ENAMETOOLONG)
+                goto too_long;
+        if (r < 0)
+                return r;
         for (int s = 0; s < HP_STAGE_COUNT; s++) {
                 a->run_dir[s][0] = '\0';
                 if (!stage_enabled(a, (enum hp_stage)s))
                         continue;
-                r = make_run_dir(a->log_root, prefixes[s], a->rdzv.run_id,
-                                 a->run_dir[s], sizeof(a->run_dir[s]));
+                r = make_run_dir(a->log_root_fd, a->log_root, prefixes[s],
+                                 a->rdzv.run_id, a->run_dir[s],
+                                 sizeof(a->run_dir[s]));
                 if (r == -ENAMETOOLONG)
                         goto too_long;
                 if (r < 0) {
                         snprintf(errbuf, errlen,
                                  "log directory '%s' is not writable: %s",
                                  a->log_root, hp_strerror(r));
+                        close_log_dirs(a);
                         return HP_ECONFIG;
                 }
+                a->run_fd[s] = r;
         }
         return 0;
 
 too_long:
+        close_log_dirs(a);
         snprintf(errbuf, errlen, "--log-dir '%s' is too long", cfg->log_dir);
         return HP_ECONFIG;
 }
@@ -486,6 +565,9 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         a->cfg = cfg;
         a->scopes.dirfd = -1;
         a->watcher.fd = -1;
+        a->log_root_fd = -1;
+        for (int st = 0; st < HP_STAGE_COUNT; st++)
+                a->run_fd[st] = a->attempt_fd[st] = -1;
         a->watcher.pidfd = -1;
         loop->data = a;
         /* main holds them from its first line; a caller that did not is
@@ -580,6 +662,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_agent__health_close(a);
                 hp_forensics__close(&a->forensics);
                 hp_rulewatch__close(&a->rules);
+                close_log_dirs(a);
                 return r;
         }
         r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
@@ -625,6 +708,7 @@ err:
         hp_agent__health_close(a);
         hp_ipc_server_close(&a->ipc);
         hp_forensics__close(&a->forensics);
+        close_log_dirs(a);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
@@ -679,6 +763,7 @@ void hp_agent_close(struct hp_agent *a)
                 (void)hp_reaper__sweep(NULL, NULL);
         hp_watcher__stop(&a->watcher);
         hp_scope__root_close(&a->scopes);
+        close_log_dirs(a);
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -331,7 +332,7 @@ static void free_targets(struct hp_forensics *f)
 
 /* The report as cJSON prints it, and a final newline; no fsync, which
  * could hold up the loop while the workers write their logs. */
-static int write_report(const char *path, const cJSON *doc)
+static int write_report(int dirfd, const char *name, const cJSON *doc)
 {
         char *text = cJSON_Print(doc), *line;
         size_t len;
@@ -347,7 +348,13 @@ static int write_report(const char *path, const cJSON *doc)
         }
         line[len] = '\n';
         line[len + 1] = '\0';
-        r = hp_write_file_atomic(path, line, len + 1, 0644, 0);
+        if (dirfd < 0) {
+                free(line);
+                return -ENOENT; /* the attempt's directory was not made */
+        }
+        /* In the attempt's directory, by its fd: private to the agent's
+         * user, as the logs are. */
+        r = hp_write_file_atomic_at(dirfd, name, line, len + 1, 0600, 0);
         free(line);
         return r;
 }
@@ -436,15 +443,16 @@ static void finish(struct hp_forensics *f)
         }
         ras_end(f, doc);
         if (dir[0] != '\0') {
+                char name[64];
+
                 if (f->on_request)
-                        r = hp_snprintf(path, sizeof(path),
-                                        "%s/stacks-report-%u.json", dir,
-                                        ++f->requests);
+                        snprintf(name, sizeof(name), "stacks-report-%u.json",
+                                 ++f->requests);
                 else
-                        r = hp_snprintf(path, sizeof(path),
-                                        "%s/hang-report.json", dir);
+                        snprintf(name, sizeof(name), "hang-report.json");
+                r = hp_snprintf(path, sizeof(path), "%s/%s", dir, name);
                 if (r >= 0)
-                        r = write_report(path, doc);
+                        r = write_report(a->attempt_fd[f->stage], name, doc);
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
@@ -650,31 +658,148 @@ bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
         return true;
 }
 
+#define PYTHON_DIR_PREFIX "hyperpodrun-py-"
+
+/* Whether name, in the directory dirfd, is something an agent puts in its
+ * Python directory: our sitecustomize.py, Python's __pycache__ of it, and
+ * the flight recorder's pipes (nccl-fr-<rank>.pipe), all of our user. */
+static bool python_dir_entry_ours(int dirfd, const char *name, bool cache)
+{
+        size_t len = strlen(name);
+        struct stat st;
+
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+                return true;
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            st.st_uid != geteuid())
+                return false;
+        if (cache)
+                return S_ISREG(st.st_mode) &&
+                       strncmp(name, "sitecustomize.", 14) == 0 && len > 4 &&
+                       strcmp(name + len - 4, ".pyc") == 0;
+        if (strcmp(name, "sitecustomize.py") == 0)
+                return S_ISREG(st.st_mode);
+        if (strncmp(name, "nccl-fr-", 8) == 0 && len > 13 &&
+            strcmp(name + len - 5, ".pipe") == 0 &&
+            strspn(name + 8, "0123456789") == len - 13)
+                return S_ISFIFO(st.st_mode);
+        if (strcmp(name, "__pycache__") != 0 || !S_ISDIR(st.st_mode))
+                return false;
+        {
+                int fd = openat(dirfd, name,
+                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                        O_CLOEXEC);
+                DIR *d = fd < 0 ? NULL : fdopendir(fd);
+                struct dirent *de;
+                bool ours = d != NULL;
+
+                if (d == NULL && fd >= 0)
+                        close(fd);
+                while (ours && (de = readdir(d)) != NULL)
+                        ours = python_dir_entry_ours(fd, de->d_name, true);
+                if (d != NULL)
+                        closedir(d);
+                return ours;
+        }
+}
+
+/* A SIGKILLed agent leaves its Python directory in tmp. One that is
+ * provably a dead agent's goes: our name (hyperpodrun-py-<pid>-XXXXXX), a
+ * 0700 directory of our user, the pid no live hyperpodrun's, no one
+ * holding its lock (a live agent holds it, in any pid namespace), and
+ * nothing in it but what an agent puts there. */
+static void remove_stale_python_dirs(const char *tmp)
+{
+        struct dirent *de;
+        DIR *d = opendir(tmp);
+
+        if (d == NULL)
+                return;
+        while ((de = readdir(d)) != NULL) {
+                const char *digits = de->d_name + strlen(PYTHON_DIR_PREFIX);
+                struct dirent *in;
+                struct stat st;
+                bool ours;
+                DIR *sub;
+                char *end;
+                long pid;
+                int fd;
+
+                if (strncmp(de->d_name, PYTHON_DIR_PREFIX,
+                            strlen(PYTHON_DIR_PREFIX)) != 0 ||
+                    *digits < '1' || *digits > '9')
+                        continue;
+                pid = strtol(digits, &end, 10);
+                if (*end != '-' || strlen(end + 1) != 6 ||
+                    hp_pid_is_other_agent(pid))
+                        continue;
+                fd = openat(dirfd(d), de->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
+                    (st.st_mode & 07777) != 0700 ||
+                    flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                        close(fd);
+                        continue;
+                }
+                sub = fdopendir(fd);
+                if (sub == NULL) {
+                        close(fd);
+                        continue;
+                }
+                ours = true;
+                while (ours && (in = readdir(sub)) != NULL)
+                        ours = python_dir_entry_ours(fd, in->d_name, false);
+                /* Removed while we hold its lock: an agent that started
+                 * meanwhile never takes a directory it did not make. */
+                if (ours && hp_remove_tree_at(dirfd(d), de->d_name) == 0)
+                        hp_log_info("removed %s/%s, left by agent %ld, which "
+                                    "is gone",
+                                    tmp, de->d_name, pid);
+                closedir(sub);
+        }
+        closedir(d);
+}
+
 /* Writes sitecustomize.py into a private directory of $TMPDIR, removed at
  * exit, and builds the workers' PYTHONPATH with it first. */
-static int prepare_python(struct hp_forensics *f, char *errbuf, size_t errlen)
+static int prepare_python(struct hp_forensics *f, const char *tmp,
+                          char *errbuf, size_t errlen)
 {
-        const char *tmp = getenv("TMPDIR");
         const char *inherited = getenv("PYTHONPATH");
         char file[PATH_MAX];
         size_t len;
         int fd, r;
 
         if (hp_snprintf(f->python_dir, sizeof(f->python_dir),
-                        "%s/hyperpodrun-py-XXXXXX",
-                        tmp && *tmp ? tmp : "/tmp") < 0 ||
+                        "%s/" PYTHON_DIR_PREFIX "%d-XXXXXX", tmp,
+                        (int)getpid()) < 0 ||
             mkdtemp(f->python_dir) == NULL) {
                 r = f->python_dir[0] ? -errno : -ENAMETOOLONG;
                 snprintf(errbuf, errlen,
                          "--hang-dump: cannot create a directory in %s: %s",
-                         tmp && *tmp ? tmp : "/tmp", hp_strerror(r));
+                         tmp, hp_strerror(r));
                 f->python_dir[0] = '\0';
+                return HP_ECONFIG;
+        }
+        /* Held until we exit: the directory is a live agent's. */
+        f->python_dir_fd = open(f->python_dir,
+                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                        O_CLOEXEC);
+        if (f->python_dir_fd < 0 ||
+            flock(f->python_dir_fd, LOCK_EX | LOCK_NB) < 0) {
+                r = -errno;
+                snprintf(errbuf, errlen, "--hang-dump: cannot lock '%s': %s",
+                         f->python_dir, hp_strerror(r));
                 return HP_ECONFIG;
         }
         if (hp_snprintf(file, sizeof(file), "%s/sitecustomize.py",
                         f->python_dir) < 0)
                 return -ENAMETOOLONG;
-        fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = openat(f->python_dir_fd, "sitecustomize.py",
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
         r = fd < 0 ? -errno : hp_write_all(fd, sitecustomize,
                                            sizeof(sitecustomize) - 1);
         if (fd >= 0 && close(fd) < 0 && r == 0)
@@ -699,14 +824,20 @@ static int prepare_python(struct hp_forensics *f, char *errbuf, size_t errlen)
 int hp_forensics__init(struct hp_forensics *f, struct hp_agent *a,
                       char *errbuf, size_t errlen)
 {
+        const char *tmp = getenv("TMPDIR");
+
         memset(f, 0, sizeof(*f));
         f->agent = a;
+        f->python_dir_fd = -1;
         uv_timer_init(a->loop, &f->timer);
+        if (tmp == NULL || *tmp == '\0')
+                tmp = "/tmp";
+        remove_stale_python_dirs(tmp);
         /* Python stacks are read from the worker's memory file; without
          * log files there is no report to put them in. */
         if (a->cfg->hang_dump == HP_HANG_DUMP_OFF || a->no_files)
                 return 0;
-        return prepare_python(f, errbuf, errlen);
+        return prepare_python(f, tmp, errbuf, errlen);
 }
 
 void hp_forensics__close(struct hp_forensics *f)
@@ -724,4 +855,8 @@ void hp_forensics__close(struct hp_forensics *f)
         if (f->python_dir[0] != '\0')
                 (void)hp_remove_tree(f->python_dir);
         f->python_dir[0] = '\0';
+        /* The lock goes last, with the directory. */
+        if (f->python_dir_fd >= 0)
+                close(f->python_dir_fd);
+        f->python_dir_fd = -1;
 }

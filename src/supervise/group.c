@@ -472,19 +472,31 @@ bool hp_group__reap_pid(struct hp_group *g, pid_t pid)
         return false;
 }
 
-/* Opens dir/name for s, which keeps the path for its messages. */
-static int open_log_file(struct hp_stream *s, const char *dir,
+/* Opens name in the rank's directory (dir, open as dir_fd) for s, which
+ * keeps the path for its messages: private to the agent's user (0600),
+ * and never through a link, nor anything but a regular file. */
+static int open_log_file(struct hp_stream *s, int dir_fd, const char *dir,
                          const char *name)
 {
+        struct stat st;
         int r = hp_snprintf(s->file_path, sizeof(s->file_path), "%s/%s", dir,
                             name);
 
         if (r < 0)
                 return -ENAMETOOLONG;
-        s->file_fd = open(s->file_path,
-                          O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND,
-                          0644);
-        return s->file_fd < 0 ? -errno : 0;
+        s->file_fd = openat(dir_fd, name,
+                            O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+                                    O_APPEND | O_NOFOLLOW | O_NONBLOCK,
+                            0600);
+        if (s->file_fd < 0)
+                return -errno;
+        if (fstat(s->file_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+            fcntl(s->file_fd, F_SETFL, O_APPEND) < 0) {
+                close(s->file_fd);
+                s->file_fd = -1;
+                return -EPERM;
+        }
+        return 0;
 }
 
 static void set_prefix(const struct hp_group_params *p, struct hp_worker *w,
@@ -556,7 +568,7 @@ static int setup_stream(const struct hp_group_params *p, struct hp_worker *w,
         s->listener_ctx = NULL;
         s->console = NULL;
         if ((redirect || tee) && w->dir[0] != '\0') {
-                r = open_log_file(s, w->dir,
+                r = open_log_file(s, w->dir_fd, w->dir,
                                   bit == HP_STD_OUT ? "stdout.log"
                                                     : "stderr.log");
                 if (r < 0)
@@ -896,20 +908,28 @@ void hp_group__signal(struct hp_group *g, int sig)
                         signal_group(&g->workers[i], sig);
 }
 
-static int prepare_dir(const char *attempt, struct hp_worker *w, int index)
+/* The rank's directory, made private (0700) in the attempt's, which
+ * was made empty for this attempt: a name already there is refused. */
+static int prepare_dir(const struct hp_group_params *p, struct hp_worker *w,
+                       int index)
 {
-        int r;
+        char name[16];
 
         w->dir[0] = '\0';
         w->error_file[0] = '\0';
-        if (attempt[0] == '\0')
+        w->dir_fd = -1;
+        if (p->attempt_dir[0] == '\0')
                 return 0; /* --log-dir /dev/null */
-        if (hp_snprintf(w->dir, sizeof(w->dir), "%s/%d", attempt, index) < 0 ||
+        if (hp_snprintf(w->dir, sizeof(w->dir), "%s/%d", p->attempt_dir,
+                        index) < 0 ||
             hp_snprintf(w->error_file, sizeof(w->error_file), "%s/error.json",
                         w->dir) < 0)
                 return -ENAMETOOLONG;
-        r = hp_mkdir_p(w->dir, 0755);
-        return r;
+        if (p->attempt_fd < 0)
+                return -ENOENT; /* the attempt's directory was not made */
+        snprintf(name, sizeof(name), "%d", index);
+        w->dir_fd = hp_mkdir_private_at(p->attempt_fd, name);
+        return w->dir_fd < 0 ? w->dir_fd : 0;
 }
 
 int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
@@ -957,7 +977,7 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
                 w->pidfd = -1;
                 w->out.file_fd = w->err.file_fd = -1;
                 g->count = i + 1;
-                r = prepare_dir(p->attempt_dir, w, i);
+                r = prepare_dir(p, w, i);
                 if (r < 0) {
                         worker_fail_to_start(w, r, HP_START_LOG_DIR, NULL);
                         break;
@@ -975,6 +995,9 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
                 else
                         r = spawn_worker(g, p, w, &cmd); /* failures recorded */
                 hp_argv_free(&cmd);
+                if (w->dir_fd >= 0)
+                        close(w->dir_fd);
+                w->dir_fd = -1;
                 if (r < 0)
                         break;
         }

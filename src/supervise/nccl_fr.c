@@ -78,10 +78,14 @@ void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
         } else {
                 fr->size = -1;
         }
-        fd = open(fr->pipe, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        /* Never through a link: a pipe's name is no one else's to
+         * point somewhere. */
+        fd = open(fr->pipe,
+                  O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
         if (fd < 0) {
                 fr->status = errno == ENXIO    ? "no reader"
                              : errno == ENOENT ? "no pipe"
+                             : errno == ELOOP  ? "not a pipe"
                                                : "cannot open the pipe";
                 return;
         }

@@ -235,7 +235,7 @@ void hp_agent_pass_error_file(const struct hp_agent *a, int exit_code)
         char *buf = NULL, *text = NULL;
         cJSON *root = NULL, *msg;
         size_t n;
-        int fd, r;
+        int r;
 
         if (dest == NULL || *dest == '\0' || exit_code == 0 ||
             a->received_signal || a->root_error_file[0] == '\0' ||
@@ -259,13 +259,9 @@ void hp_agent_pass_error_file(const struct hp_agent *a, int exit_code)
         text = cJSON_PrintUnformatted(root);
         if (text == NULL)
                 goto fail;
-        (void)unlink(dest);
-        fd = open(dest, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0)
-                goto fail;
-        r = hp_write_all(fd, text, strlen(text));
-        if (close(fd) < 0 && r == 0)
-                r = -errno;
+        /* A new file renamed over dest: a link planted at dest is
+         * replaced, never written through. */
+        r = hp_write_file_atomic(dest, text, strlen(text), 0644, 0);
         if (r < 0) {
                 errno = -r;
                 goto fail;

@@ -51,6 +51,7 @@ struct hp_worker {
         double exit_time; /* wall clock, seconds */
         char dir[PATH_MAX];
         char error_file[PATH_MAX];
+        int dir_fd; /* dir, open while the worker is started; else -1 */
 };
 
 /* Where the processes of the agent's groups are kept track of (scope.c):
@@ -131,6 +132,9 @@ struct hp_forensics {
         struct hp_verdict verdict; /* the agent's; state WAITING: none */
         char silence[512];      /* the latest silence line, or "" */
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
+        /* python_dir, open and flock()ed for as long as we live: how a
+         * later agent tells a dead agent's directory from a live one's. */
+        int python_dir_fd;
         char *python_path;      /* the workers' PYTHONPATH, or NULL */
         char stacks_signal[16]; /* its number, for the workers' env */
         struct hp_nccl_ras *ras; /* the NCCL RAS query, or NULL */
@@ -326,6 +330,12 @@ struct hp_agent {
         struct hp_verdict verdict; /* this attempt's; state WAITING: none */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
+        /* The same directories, open: everything the agent makes or
+         * writes in them is reached from these fds, never through a path
+         * that someone could have redirected meanwhile. -1: none. */
+        int log_root_fd;
+        int run_fd[HP_STAGE_COUNT];
+        int attempt_fd[HP_STAGE_COUNT];
         /* The last failure's root cause, for TORCHELASTIC_ERROR_FILE: its
          * error file ("" when it wrote none), torch's exitcode (-N for a
          * signal) and the exit status it gives the agent. */
@@ -359,6 +369,7 @@ struct hp_group_params {
         const char *run_id;
         const char *hostname;
         const char *attempt_dir; /* its ranks' directories go in; "": none */
+        int attempt_fd;          /* attempt_dir, open; -1: none */
         const char *ipc_path;    /* the worker socket */
         /* --hang-dump: the workers' PYTHONPATH and stacks signal, and the
          * flight recorder's file prefixes; NULL when not set. */

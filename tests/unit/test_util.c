@@ -1,8 +1,11 @@
 /* Unit tests for helpers of src/common/util.c: hp_read_file, the one
  * whole-file reader with a ceiling (real files, a directory and a FIFO
  * in a fresh temporary directory), hp_write_file_atomic, the one atomic
- * writer (a file made, one replaced, paths it must refuse), hp_env_get,
- * and hp_format_double. */
+ * writer (a file made, one replaced, paths it must refuse, links planted
+ * at its names), hp_remove_tree (links planted in the tree, a directory
+ * renamed and replaced by a link, a tree deeper than PATH_MAX),
+ * hp_dir_open_trusted (owners and modes on the way to a log root),
+ * hp_env_get, and hp_format_double. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -310,6 +313,264 @@ static void test_format_double(void **state)
         }
 }
 
+#define VICTIM_TEXT "root's own file, which no one may overwrite\n"
+
+/* A file outside the tree that a planted link points to. */
+static void make_victim(const char *path)
+{
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+        assert_true(fd >= 0);
+        assert_int_equal(hp_write_all(fd, VICTIM_TEXT, strlen(VICTIM_TEXT)),
+                         0);
+        close(fd);
+}
+
+static void test_write_file_atomic_links(void **state)
+{
+        char links_dir[] = "/tmp/hp-writelink-XXXXXX";
+        char victim[PATH_MAX], path[PATH_MAX], link[PATH_MAX + 8];
+        struct stat st;
+
+        (void)state;
+        assert_non_null(mkdtemp(links_dir));
+        snprintf(victim, sizeof(victim), "%s/victim", links_dir);
+        make_victim(victim);
+        /* The old temporary name, planted as a link: neither followed
+         * nor truncated through. */
+        snprintf(path, sizeof(path), "%s/stacks-report-1.json", links_dir);
+        snprintf(link, sizeof(link), "%s.tmp", path);
+        assert_int_equal(symlink(victim, link), 0);
+        assert_int_equal(hp_write_file_atomic(path, "{}\n", 3, 0600, 0), 0);
+        assert_true(holds(victim, VICTIM_TEXT));
+        assert_true(holds(path, "{}\n"));
+        assert_int_equal(lstat(link, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        /* A link at the name itself is replaced, not written through. */
+        snprintf(path, sizeof(path), "%s/hang-report.json", links_dir);
+        assert_int_equal(symlink(victim, path), 0);
+        assert_int_equal(hp_write_file_atomic(path, "{}\n", 3, 0600, 0), 0);
+        assert_true(holds(victim, VICTIM_TEXT));
+        assert_int_equal(lstat(path, &st), 0);
+        assert_true(S_ISREG(st.st_mode));
+        assert_int_equal(st.st_mode & 07777, 0600);
+        /* The report, a victim, a link, a report: no temporary left. */
+        assert_int_equal(entries_in(links_dir), 4);
+        assert_int_equal(hp_remove_tree(links_dir), 0);
+}
+
+static void make_dir(const char *base, const char *name)
+{
+        char path[PATH_MAX];
+
+        snprintf(path, sizeof(path), "%s/%s", base, name);
+        assert_int_equal(mkdir(path, 0700), 0);
+}
+
+static void make_file(const char *base, const char *name)
+{
+        char path[PATH_MAX];
+
+        snprintf(path, sizeof(path), "%s/%s", base, name);
+        make_victim(path);
+}
+
+static bool exists(const char *base, const char *name)
+{
+        char path[PATH_MAX];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "%s/%s", base, name);
+        return lstat(path, &st) == 0;
+}
+
+static void test_remove_tree_links(void **state)
+{
+        char base[] = "/tmp/hp-rmtree-XXXXXX";
+        char path[PATH_MAX], target[PATH_MAX], name[201];
+        int run_fd, fd;
+
+        (void)state;
+        assert_non_null(mkdtemp(base));
+        make_dir(base, "victim");
+        make_file(base, "victim/precious");
+
+        /* Links inside the tree go; what they point to stays. */
+        make_dir(base, "tree");
+        make_dir(base, "tree/a");
+        make_file(base, "tree/a/file");
+        snprintf(target, sizeof(target), "%s/victim", base);
+        snprintf(path, sizeof(path), "%s/tree/a/dir-link", base);
+        assert_int_equal(symlink(target, path), 0);
+        snprintf(target, sizeof(target), "%s/victim/precious", base);
+        snprintf(path, sizeof(path), "%s/tree/file-link", base);
+        assert_int_equal(symlink(target, path), 0);
+        snprintf(path, sizeof(path), "%s/tree", base);
+        assert_int_equal(hp_remove_tree(path), 0);
+        assert_false(exists(base, "tree"));
+        assert_true(exists(base, "victim/precious"));
+
+        /* A link given as the tree: the link goes. */
+        snprintf(target, sizeof(target), "%s/victim", base);
+        snprintf(path, sizeof(path), "%s/top-link", base);
+        assert_int_equal(symlink(target, path), 0);
+        assert_int_equal(hp_remove_tree(path), 0);
+        assert_false(exists(base, "top-link"));
+        assert_true(exists(base, "victim/precious"));
+
+        /* The attack on an attempt directory: the run directory is
+         * renamed and a link to a victim directory put in its place
+         * before the attempt is cleared. By the run directory's fd, the
+         * moved directory is cleared; a path would lead to the victim. */
+        make_dir(base, "run");
+        make_dir(base, "run/attempt_1");
+        make_file(base, "run/attempt_1/stdout.log");
+        make_dir(base, "victim/attempt_1");
+        make_file(base, "victim/attempt_1/keep");
+        snprintf(path, sizeof(path), "%s/run", base);
+        run_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(run_fd >= 0);
+        snprintf(target, sizeof(target), "%s/run.moved", base);
+        assert_int_equal(rename(path, target), 0);
+        assert_int_equal(symlink("victim", path), 0);
+        assert_int_equal(hp_remove_tree_at(run_fd, "attempt_1"), 0);
+        close(run_fd);
+        assert_false(exists(base, "run.moved/attempt_1"));
+        assert_true(exists(base, "victim/attempt_1/keep"));
+
+        /* Deeper than PATH_MAX, which no path-based walk can name. */
+        memset(name, 'd', sizeof(name) - 1);
+        name[sizeof(name) - 1] = '\0';
+        make_dir(base, "deep");
+        snprintf(path, sizeof(path), "%s/deep", base);
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        for (int i = 0; i < 2 * PATH_MAX / (int)sizeof(name); i++) {
+                int next;
+
+                assert_int_equal(mkdirat(fd, name, 0700), 0);
+                next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                assert_true(next >= 0);
+                close(fd);
+                fd = next;
+        }
+        close(fd);
+        assert_int_equal(hp_remove_tree(path), 0);
+        assert_false(exists(base, "deep"));
+
+        /* Missing: nothing to do. */
+        assert_int_equal(hp_remove_tree(path), 0);
+        assert_int_equal(hp_remove_tree(base), 0);
+}
+
+/* A directory on the way to a log root, as the case sets it up under the
+ * test's directory: its mode and owner; a symlink when link is set. */
+struct trust_step {
+        const char *name;
+        unsigned mode;
+        unsigned uid;
+        const char *link; /* a symlink to this instead of a directory */
+};
+
+struct trust_case {
+        const char *name;
+        struct trust_step steps[3];
+        unsigned flags;
+        bool trusted;
+        const char *says; /* in errbuf when refused */
+        bool root_only;   /* needs another uid's files: chown */
+};
+
+#define OTHER_UID 65534u
+
+static const struct trust_case trust_cases[] = {
+        { "our 0755 directory", { { "a", 0755, 0, NULL } }, 0, true, NULL,
+          false },
+        { "our 0700 directory", { { "a", 0700, 0, NULL } }, 0, true, NULL,
+          false },
+        { "writable by others", { { "a", 0777, 0, NULL } }, 0, false,
+          "is writable by every user (mode 0777", false },
+        { "writable by its group", { { "a", 0775, 0, NULL } }, 0, false,
+          "is writable by its group (mode 0775", false },
+        { "sticky, as the root itself", { { "a", 01777, 0, NULL } }, 0,
+          false, "mode 1777", false },
+        { "sticky, as a parent for private directories",
+          { { "a", 01777, 0, NULL } }, HP_DIR_STICKY_OK, true, NULL, false },
+        { "under a sticky directory",
+          { { "a", 01777, 0, NULL }, { "a/b", 0755, 0, NULL } }, 0, true,
+          NULL,
+          false },
+        { "under a directory writable by others",
+          { { "a", 0777, 0, NULL }, { "a/b", 0755, 0, NULL } }, 0, false,
+          "without the sticky bit", false },
+        { "made where missing, under ours",
+          { { "a", 0755, 0, NULL }, { "a/b", 0, 0, NULL } }, HP_DIR_CREATE,
+          true, NULL, false },
+        { "our symlink to ours",
+          { { "a", 0755, 0, NULL }, { "l", 0, 0, "a" } }, 0, true, NULL,
+          false },
+        { "another uid's directory", { { "a", 0755, OTHER_UID, NULL } }, 0,
+          false, "is owned by uid 65534 (mode 0755), not by root", true },
+        { "under another uid's directory",
+          { { "a", 0755, OTHER_UID, NULL }, { "a/b", 0755, 0, NULL } }, 0,
+          false, "is owned by uid 65534", true },
+        { "another uid's symlink in a sticky directory",
+          { { "a", 01777, 0, NULL }, { "b", 0755, 0, NULL },
+            { "a/l", 0, OTHER_UID, "../b" } }, 0, false,
+          "the symlink", true },
+};
+
+static void test_dir_open_trusted(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t i = 0; i < sizeof(trust_cases) / sizeof(trust_cases[0]);
+             i++) {
+                const struct trust_case *c = &trust_cases[i];
+                char base[] = "/tmp/hp-trust-XXXXXX";
+                char path[PATH_MAX] = "", err[PATH_MAX + 256] = "";
+                int fd;
+
+                if (c->root_only && geteuid() != 0) {
+                        print_message("skipped (needs root): %s\n", c->name);
+                        continue;
+                }
+                assert_non_null(mkdtemp(base));
+                assert_int_equal(chmod(base, 0755), 0);
+                for (size_t k = 0; k < 3 && c->steps[k].name; k++) {
+                        const struct trust_step *t = &c->steps[k];
+
+                        snprintf(path, sizeof(path), "%s/%s", base, t->name);
+                        if (t->link != NULL) {
+                                assert_int_equal(symlink(t->link, path), 0);
+                                assert_int_equal(lchown(path, t->uid, 0), 0);
+                                continue;
+                        }
+                        if (t->mode == 0)
+                                continue; /* to be made */
+                        assert_int_equal(mkdir(path, 0700), 0);
+                        assert_int_equal(chmod(path, t->mode), 0);
+                        if (t->uid != 0)
+                                assert_int_equal(chown(path, t->uid, 0), 0);
+                }
+                fd = hp_dir_open_trusted(path, c->flags, err, sizeof(err));
+                if (c->trusted && fd < 0)
+                        CASE_FAILED(failures, "%s: refused (%d): %s", c->name,
+                                    fd, err);
+                else if (!c->trusted && fd >= 0)
+                        CASE_FAILED(failures, "%s: trusted", c->name);
+                else if (!c->trusted && (fd != HP_ECONFIG ||
+                                         strstr(err, c->says) == NULL))
+                        CASE_FAILED(failures, "%s: got %d, '%s', want '%s'",
+                                    c->name, fd, err, c->says);
+                if (fd >= 0)
+                        close(fd);
+                assert_int_equal(hp_remove_tree(base), 0);
+        }
+        assert_int_equal(failures, 0);
+}
+
 static void test_env_get(void **state)
 {
         static char *const envp[] = { "A=1", "AB=2", "C=", "D", "E==x",
@@ -343,6 +604,9 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_read_file),
                 cmocka_unit_test(test_write_file_atomic),
+                cmocka_unit_test(test_write_file_atomic_links),
+                cmocka_unit_test(test_remove_tree_links),
+                cmocka_unit_test(test_dir_open_trusted),
                 cmocka_unit_test(test_env_get),
                 cmocka_unit_test(test_format_double),
         };
