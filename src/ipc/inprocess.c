@@ -66,9 +66,19 @@ static void at_barrier_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
 static void past_barrier_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                             const cJSON *msg, void *ctx)
 {
+        /* Only a job_start lets a rank past: a stray message (a second
+         * client, a call twice) would leave /start waiting for a barrier
+         * the rank is no longer counted at. */
+        if (hp_ipc_ranks_past_barrier(&s->ranks, cl->local_rank) < 0) {
+                s->stats.ignored++;
+                hp_ipc__conn_warn(cl->conn, "past_rcb_barrier from local "
+                                            "rank %d, which no job_start "
+                                            "released; ignored",
+                                  cl->local_rank);
+                return;
+        }
         hp_log_info("worker socket: local rank %d passed the barrier",
                     cl->local_rank);
-        hp_ipc_ranks_past_barrier(&s->ranks, cl->local_rank);
         changed(s);
 }
 

@@ -357,6 +357,87 @@ def test_bad_barrier_messages_change_nothing(hpr, tmp_path):
     assert a.shutdown().rc == 0
 
 
+def stray(a, tmp_path, msg, seen):
+    """A second client of local rank 0 sends msg; returns once the agent
+    logged one of seen (the old or the new wording)."""
+    s = raw_client(a, tmp_path)
+    cid = str(uuid.uuid4())
+    send_raw(s, {"type": "init", "local_rank": 0, "client_id": cid})
+    send_raw(s, dict(msg, local_rank=0, client_id=cid))
+    deadline_poll(lambda: any(t in a.proc.console_err().decode()
+                              for t in seen),
+                  20, what="the stray message handled")
+    s.close()
+
+
+def test_stray_past_barrier_while_ready_is_ignored(hpr, tmp_path):
+    """A past_rcb_barrier from a rank no job_start released (a second
+    client, a call twice) is ignored: /start still releases every rank.
+    Before, the rank stopped counting at the barrier and /start went
+    RUNNING with job_start sent to no rank, for ever."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    stray(a, tmp_path, {"type": "past_rcb_barrier"},
+          ["local rank 0 passed the barrier",
+           "past_rcb_barrier from local rank 0, which no job_start "
+           "released; ignored"])
+    a.start()
+    for lr in range(2):
+        wait_event(a, lr, "job_start", timeout=20)
+    st = a.wait_status("running")
+    assert st["reason"] == "Running"
+    # The real past_rcb_barrier of each released rank counts.
+    deadline_poll(lambda: a.proc.console_err().decode().count(
+        "passed the barrier") >= 2, 20, what="both ranks past the barrier")
+    assert a.shutdown().rc == 0
+
+
+def test_stray_fault_while_ready_pause_counts_held_ranks(hpr, tmp_path):
+    """A job_fault from a rank waiting at the barrier: /start reports it,
+    and /stop's pause counts the ranks already at the barrier (they never
+    answer the pause's job_fault). Before, STOPPING for ever."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    first = pids(a)
+    stray(a, tmp_path, {"type": "job_fault", "rank": 0, "reason": "Stray",
+                        "message": "not from the worker"},
+          ["reported a fault (in_process_restart): Stray"])
+    a.start()
+    st = a.wait_status("faulted")
+    assert st["reason"] == "Stray"
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    a.wait_status("ready", timeout=20)
+    err = a.proc.console_err().decode()
+    assert ("local ranks 0, 1 already at the barrier; waiting for none"
+            in err)
+    a.start(fault_count=1)
+    for lr in range(2):
+        m = wait_event(a, lr, "job_start")
+        assert m["pid"] == first[lr]
+        assert m["msg"]["worker_envs"]["JOB_RESTART_COUNT"] == "1"
+    a.wait_status("running")
+    assert a.shutdown().rc == 0
+
+
+def test_shutdown_ends_a_pause_that_never_ends(hpr, tmp_path):
+    """A rank that never comes back to the barrier and no
+    --inprocess-timeout: the pause waits, and /shutdown ends it (the
+    reference refuses /shutdown in STOPPING: only a signal ended it)."""
+    a = agent(hpr, tmp_path, env={"IPRW_DEAF": "1"})
+    released(a)
+    first = pids(a)
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    wait_event(a, 1, "job_fault")
+    wait_event(a, 0, "at_barrier", count=2)
+    assert a.status()["status"] == "stopping"
+    r = a.shutdown(timeout=20)
+    assert r.rc == 0, r.describe()
+    assert not any(pid_alive(p) for p in first)
+    assert "agent state STOPPING → SHUTDOWN" in r.stderr.decode()
+
+
 def test_null_ip_entry_holds_job_start_until_update(hpr, tmp_path):
     a = agent(hpr, tmp_path)
     a.wait_status("ready")
