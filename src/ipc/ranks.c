@@ -337,9 +337,17 @@ int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
         for (int i = 0, n = 0; i < t->nranks && used < message_len; i++) {
                 if (t->ranks[i].state != HP_IPC_RANK_FAILED)
                         continue;
-                used += (size_t)snprintf(message + used, message_len - used,
-                                         "%s%lld", n++ ? ", " : "",
-                                         (long long)t->ranks[i].rank);
+                /* A rank the fault did not name: its local rank. */
+                if (t->ranks[i].rank < 0)
+                        used += (size_t)snprintf(message + used,
+                                                 message_len - used,
+                                                 "%s(local rank %d)",
+                                                 n++ ? ", " : "", i);
+                else
+                        used += (size_t)snprintf(message + used,
+                                                 message_len - used,
+                                                 "%s%lld", n++ ? ", " : "",
+                                                 (long long)t->ranks[i].rank);
         }
         return 0;
 }

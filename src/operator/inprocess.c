@@ -485,6 +485,7 @@ static void next_stage(struct hp_operator *op, bool training)
 static void send_start(struct hp_operator *op)
 {
         struct hp_agent *a = op->agent;
+        struct hp_rdzv_info round;
         char why[256];
 
         hp_ipc_ranks_reset(&hp_agent_ipc(a)->ranks, false);
@@ -497,9 +498,16 @@ static void send_start(struct hp_operator *op)
                 fault(op, why);
                 return;
         }
+        /* The processes now have their ranks: what the agent prints and
+         * its rules' verdicts name them too. */
+        current_round(op, &round);
+        hp_agent_rerank(a, &round);
         hp_log_info("in-process restart: job_start sent to local ranks 0-%d "
-                    "(JOB_RESTART_COUNT %d)",
-                    op->cfg->nproc - 1, restart_count(op));
+                    "(node rank %d, ranks %d-%d, master %s:%d, "
+                    "JOB_RESTART_COUNT %d)",
+                    op->cfg->nproc - 1, round.node_rank, round.base_rank,
+                    round.base_rank + op->cfg->nproc - 1, round.master_addr,
+                    round.master_port, restart_count(op));
         snprintf(op->plr.reason, sizeof(op->plr.reason), "Running");
         op->ipr.priority = false;
         op->ipr.holding = false;

@@ -427,10 +427,18 @@ static void finish(struct hp_forensics *f)
                 hp_nccl_fr__report(&t->fr, o);
                 main_thread_state(t, state, sizeof(state));
                 cJSON_AddItemToObject(o, "processes", t->processes);
-                hp_log_warn("hang report: rank %d (local %d, pid %d): %s%s%s",
-                            t->rank, t->local_rank, (int)t->pid,
-                            state[0] ? state : "gone",
-                            frame[0] ? "; Python: " : "", frame);
+                if (t->rank >= 0)
+                        hp_log_warn("hang report: rank %d (local %d, pid "
+                                    "%d): %s%s%s",
+                                    t->rank, t->local_rank, (int)t->pid,
+                                    state[0] ? state : "gone",
+                                    frame[0] ? "; Python: " : "", frame);
+                else /* no global rank yet (in-process restart) */
+                        hp_log_warn("hang report: local rank %d (pid %d): "
+                                    "%s%s%s",
+                                    t->local_rank, (int)t->pid,
+                                    state[0] ? state : "gone",
+                                    frame[0] ? "; Python: " : "", frame);
                 t->processes = NULL;
                 cJSON_AddItemToArray(ranks, o);
         }
@@ -525,6 +533,7 @@ void hp_forensics__note_silence(struct hp_agent *a, const char *event)
                 if (w->refs == 0 && w->state == HP_WORKER_DONE)
                         continue; /* finished, or never started */
                 ranks[n].rank = w->rank;
+                ranks[n].local_rank = w->local_rank;
                 ranks[n].last_ms = worker_last(w);
                 n++;
         }

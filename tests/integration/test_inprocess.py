@@ -5,6 +5,7 @@ HTTP, and the training processes speak the worker socket with raw frames
 
 import json
 import os
+import re
 import socket
 import struct
 import time
@@ -286,7 +287,7 @@ def test_job_fault_without_rank(hpr, tmp_path):
     assert st["reason"] == "NoRank"
     err = a.proc.console_err().decode()
     assert ('job_fault from local rank 0: "rank" is missing, not a global '
-            'rank; kept as -1') in err
+            'rank; kept as unknown (-1 in /status)') in err
     # The rank is still the one that failed; the agent goes on.
     a.post("/stop")
     a.wait_status("ready")
@@ -571,3 +572,57 @@ def test_node_fault_faults_and_keeps_the_node_down(hpr, tmp_path):
     assert not any(pid_alive(p) for p in first)
     assert latest_pids(a) == first, "a process started on a faulted node"
     assert a.shutdown().rc == 0
+
+
+# What a placeholder rank looked like in the agent's sentences: "node rank
+# -1", "(rank -1)", "node -1 of 1", "master :-1", "rank      : -2".
+PLACEHOLDER = re.compile(r"rank[ :]*-\d|node -\d|ranks -\d|:-1\b|rank -\d")
+
+
+def no_placeholder(text):
+    found = [m.group(0) + " in: " + text[max(0, m.start() - 80):m.end() + 40]
+             for m in PLACEHOLDER.finditer(text)]
+    assert not found, "\n".join(found)
+
+
+def test_crash_before_start_prints_no_placeholder_rank(hpr, tmp_path):
+    """Before /start the processes have no global rank, the node no node
+    rank and no master: the start line, the FAULTED message, the failure
+    summary and the silence line say so instead of printing -1."""
+    a = agent(hpr, tmp_path, env={"IPRW_EXIT_AT_BARRIER": "1"})
+    st = a.wait_status("faulted")
+    assert st["reason"] == "WorkerCrash"
+    msg = st["message"]
+    assert "(node rank not known yet)" in msg, msg
+    assert "\nLocal Rank 1 exited with code 3" in msg, msg
+    no_placeholder(msg)
+
+    def summary():
+        err = a.proc.console_err().decode()
+        return err if "Root Cause" in err and "who went silent" in err \
+            else None
+    err = deadline_poll(summary, 20, what="the failure summary")
+    assert ("attempt 0: 2 workers, 1 node (node rank and master not known "
+            "yet), world size 2, run id") in err
+    assert "rank      : unknown (local_rank: 1)" in err
+    assert re.search(r"who went silent: .*local rank", err), err
+    no_placeholder(err)
+    assert a.shutdown().rc != 0
+
+
+def test_crash_after_start_names_the_ranks_start_gave(hpr, tmp_path):
+    """After /start the same processes have the ranks job_start gave
+    them, and the agent's texts name those."""
+    a = agent(hpr, tmp_path)
+    released(a, {"rank": 1, "nnodes": 2, "master_addr": "10.0.0.5",
+                 "master_port": 29511})
+    command(a, 1, "exit 3")
+    st = a.wait_status("faulted")
+    msg = st["message"]
+    assert msg.startswith("train failed on node rank 1 ("), msg
+    assert "\nLocal Rank 1 (rank 3) exited with code 3" in msg, msg
+    err = a.proc.console_err().decode()
+    assert ("job_start sent to local ranks 0-1 (node rank 1, ranks 2-3, "
+            "master 10.0.0.5:29511") in err
+    no_placeholder(err)
+    assert a.shutdown().rc != 0

@@ -511,6 +511,12 @@ static void test_ranks_faults_and_data(void **state)
                          0);
         assert_int_equal(t.ranks[0].group_rank, -1);
         assert_null(hp_ipc_ranks_worker_data(&t));
+        /* The message names it by its local rank, not as rank -1. */
+        assert_int_equal(hp_ipc_ranks_fault(&t, reason, sizeof(reason),
+                                            message, sizeof(message)),
+                         0);
+        assert_string_equal(message, "The processes reported a failure on "
+                                     "ranks (local rank 0)");
         hp_ipc_ranks_reset(&t, true);
         hp_ipc_ranks_free(&t);
         cJSON_Delete(data);

@@ -13,6 +13,8 @@ IPRW_DIR/cmd<LOCAL_RANK>, read every few milliseconds while training:
 
 Environment knobs (per local rank lists, comma separated):
   IPRW_NO_BARRIER=1,3   these ranks never send at_rcb_barrier
+  IPRW_EXIT_AT_BARRIER=1  these ranks exit with code 3 once at the barrier,
+                        before any job_start
   IPRW_DEAF=1           these ranks ignore job_fault while training (a
                         pause waits for them for ever)
   IPRW_DROP=init:1      local rank 1 closes its socket after init
@@ -107,6 +109,8 @@ def barrier(s, rd):
         idle()
     send(s, "at_rcb_barrier")
     record("at_barrier")
+    if LR in ranks("IPRW_EXIT_AT_BARRIER"):
+        sys.exit(3)
     dropped(s, "barrier")
     while True:
         m = rd.poll(3600)
