@@ -352,6 +352,21 @@ static int write_report(const char *path, const cJSON *doc)
         return r;
 }
 
+/* A report on request was written to path: the one written
+ * HP_STACKS_REPORTS_KEPT before it goes, so that requests in a loop
+ * cannot fill the disk. Only files this agent wrote are removed. */
+static void keep_report(struct hp_forensics *f, const char *path)
+{
+        char *slot = f->kept[f->requests % HP_STACKS_REPORTS_KEPT];
+
+        if (slot[0] != '\0' && strcmp(slot, path) != 0 &&
+            unlink(slot) < 0 && errno != ENOENT)
+                hp_log_warn("hang report: cannot remove the older report "
+                            "'%s': %s",
+                            slot, hp_strerror(-errno));
+        snprintf(slot, PATH_MAX, "%s", path);
+}
+
 static void finish(struct hp_forensics *f)
 {
         struct hp_agent *a = f->agent;
@@ -453,6 +468,8 @@ static void finish(struct hp_forensics *f)
                                         "%s/hang-report.json", dir);
                 if (r >= 0)
                         r = write_report(path, doc);
+                if (r >= 0 && f->on_request)
+                        keep_report(f, path);
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
