@@ -409,7 +409,11 @@ static void finish(struct hp_forensics *f)
 
                 if (o == NULL)
                         break;
-                cJSON_AddNumberToObject(o, "rank", t->rank);
+                /* null: no global rank yet (in-process restart). */
+                if (t->rank >= 0)
+                        cJSON_AddNumberToObject(o, "rank", t->rank);
+                else
+                        cJSON_AddNullToObject(o, "rank");
                 cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
                 cJSON_AddNumberToObject(o, "pid", t->pid);
                 cJSON_AddStringToObject(o, "state", t->state);

@@ -626,3 +626,33 @@ def test_crash_after_start_names_the_ranks_start_gave(hpr, tmp_path):
             "master 10.0.0.5:29511") in err
     no_placeholder(err)
     assert a.shutdown().rc != 0
+
+
+def test_stacks_report_before_and_after_start(hpr, tmp_path):
+    """A stacks report of processes waiting for /start has no global
+    ranks to give (null, and the log names local ranks); after /start it
+    has the ranks job_start gave."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+
+    def report():
+        def taken():
+            code, _, body = a.post("/debug/stacks")
+            assert code in (202, 429), body
+            return json.loads(body)["report"] if code == 202 else None
+        path = deadline_poll(taken, 30, interval=0.1, what="a report")
+        deadline_poll(lambda: os.path.exists(path), 30, what=path)
+        with open(path) as f:
+            return json.load(f)
+    before = report()
+    assert sorted(r["local_rank"] for r in before["ranks"]) == [0, 1]
+    assert all(r["rank"] is None for r in before["ranks"]), before["ranks"]
+    assert "who went silent" in a.proc.console_err().decode()
+    released(a, {"rank": 1, "nnodes": 2})
+    after = report()
+    assert sorted(r["rank"] for r in after["ranks"]) == [2, 3]
+    err = a.proc.console_err().decode()
+    assert "hang report: local rank 0 (pid" in err
+    assert "hang report: rank 2 (local 0, pid" in err
+    no_placeholder(err)
+    assert a.shutdown().rc == 0
