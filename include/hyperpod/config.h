@@ -106,6 +106,9 @@ struct hp_config {
         const char *server_flag_given;
         const char *server_log_level;
         uint64_t server_shutdown_timeout_ms;
+        /* --server-token-file: every request but /healthz must carry
+         * "Authorization: Bearer <its content>"; NULL: no token. */
+        const char *server_token_file;
 
         /* log monitoring */
         const char *log_monitoring_config; /* rules file, or NULL */

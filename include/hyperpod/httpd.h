@@ -20,6 +20,7 @@ struct hp_httpd_request {
         const char *path;          /* NUL-terminated, without query string; percent-decoding NOT applied */
         const char *query;         /* NUL-terminated, "" when none */
         const char *content_type;  /* NUL-terminated header value, NULL when absent */
+        const char *authorization; /* the first Authorization value, NUL-terminated, NULL when absent */
         const char *body;          /* NUL-terminated for convenience; body_len bytes */
         size_t body_len;
         bool has_body;             /* Content-Length or chunked body present, even if empty */
@@ -31,6 +32,10 @@ struct hp_httpd_request {
 struct hp_httpd_response {
         int status;                /* 200, 404, 422, ... */
         const char *content_type;  /* NULL: no Content-Type header (the reference sends none for /status) */
+        /* Further header lines, each "name: value\r\n" (at most
+         * HP_HTTPD_HEADERS_MAX bytes in all, or the response is a 500), or
+         * NULL; borrowed like body. */
+        const char *headers;
         const char *body;          /* may be NULL when body_len is 0 */
         size_t body_len;
 };
@@ -43,6 +48,8 @@ struct hp_httpd_response {
  * before reading further). The handler may call hp_httpd_close(); the
  * response it returns is still sent, with "connection: close".
  */
+#define HP_HTTPD_HEADERS_MAX 512
+
 typedef void (*hp_httpd_handler)(void *ctx, const struct hp_httpd_request *req,
                                  struct hp_httpd_response *res);
 

@@ -173,6 +173,13 @@ struct hp_ipc_rank {
          * barrier: it counts once the agent waits, as the reference's
          * queue does, and a job_start forgets it. */
         bool queued;
+        /* Sent at_rcb_barrier and got no job_start since: the rank waits
+         * at the barrier, whatever it said after (a job_fault), so a
+         * pause counts it there at once. */
+        bool held;
+        /* Got job_start and sent no at_rcb_barrier since: only such a
+         * rank may be past the barrier. */
+        bool released;
         bool failed;                /* shown in worker_data */
         int64_t rank;               /* global rank, -1: unknown */
         int64_t group_rank;         /* rank // nproc, -1: unknown */
@@ -192,14 +199,25 @@ struct hp_ipc_ranks {
 int hp_ipc_ranks_init(struct hp_ipc_ranks *t, int nranks);
 void hp_ipc_ranks_free(struct hp_ipc_ranks *t);
 /* at_rcb_barrier from a local rank (0 <= lr < nranks, checked by the
- * caller): counted at once while waiting, else queued. */
+ * caller): counted at once while waiting, else queued; the rank is held
+ * at the barrier until a job_start releases it. */
 void hp_ipc_ranks_at_barrier(struct hp_ipc_ranks *t, int lr);
-/* The agent starts waiting for the barrier: queued ranks count now. */
-void hp_ipc_ranks_wait_begin(struct hp_ipc_ranks *t);
+/* The agent starts waiting for the barrier: queued and held ranks count
+ * now. Returns how many count at once. */
+int hp_ipc_ranks_wait_begin(struct hp_ipc_ranks *t);
 void hp_ipc_ranks_wait_end(struct hp_ipc_ranks *t);
+/* job_start went to local rank lr: no longer held, released. */
+void hp_ipc_ranks_release(struct hp_ipc_ranks *t, int lr);
 /* past_rcb_barrier: PAST_BARRIER, data forgotten, mode back to
- * in_process_restart, failed cleared. */
-void hp_ipc_ranks_past_barrier(struct hp_ipc_ranks *t, int lr);
+ * in_process_restart, failed cleared. Only from a released rank: from
+ * any other (a second client, a call twice, a call before job_start) it
+ * changes nothing and returns -EPROTO. */
+int hp_ipc_ranks_past_barrier(struct hp_ipc_ranks *t, int lr);
+/* "0, 2, 3" into buf: the local ranks whose state is (not, when !is)
+ * state. Returns how many. */
+int hp_ipc_ranks_list(const struct hp_ipc_ranks *t,
+                      enum hp_ipc_rank_state state, bool is, char *buf,
+                      size_t len);
 /* job_fault: FAILED with a copy of reason and message (NULL: none). rank
  * is the global rank (-1 unknown); group_rank = rank // nproc. Returns 0
  * or -ENOMEM (the rank is FAILED all the same). */
@@ -215,8 +233,8 @@ void hp_ipc_ranks_set_rank_info(struct hp_ipc_ranks *t, int lr, int64_t rank,
 /* rank_labels: replaces the labels (copied), kept across resets. */
 int hp_ipc_ranks_set_labels(struct hp_ipc_ranks *t, const cJSON *labels);
 /* Before a job_start (clear_data false) or at a full stop (true): every
- * rank HEALTHY with no fault and no queued barrier message, ranks
- * unknown; data is kept unless clear_data. */
+ * rank HEALTHY with no fault, no queued barrier message, neither held
+ * nor released, ranks unknown; data is kept unless clear_data. */
 void hp_ipc_ranks_reset(struct hp_ipc_ranks *t, bool clear_data);
 bool hp_ipc_ranks_all_at_barrier(const struct hp_ipc_ranks *t);
 bool hp_ipc_ranks_any_failed(const struct hp_ipc_ranks *t);

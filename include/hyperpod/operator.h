@@ -255,6 +255,39 @@ struct hp_op_status {
  * malloc'd string or NULL (ENOMEM). */
 char *hp_op_status_render(const struct hp_op_status *st);
 
+/* ---- Who may call, and how often (auth.c) ---- */
+
+/* The most a --server-token-file may hold. */
+#define HP_OP_TOKEN_MAX 4096
+
+/* --server-token-file: reads the token from path, which must be a
+ * regular file of at most HP_OP_TOKEN_MAX bytes, owned by this user or
+ * root, neither readable nor writable by others nor writable by its
+ * group, holding one line of visible ASCII (a final newline is dropped).
+ * *out (malloc'd, NUL-terminated) and *len on success; otherwise a
+ * negative errno (-EPERM for the owner or the mode) and the reason, naming
+ * the path, in errbuf. */
+int hp_op_token_load(const char *path, char **out, size_t *len, char *errbuf,
+                     size_t errlen);
+/* Whether an Authorization value (NULL: none) is "Bearer <token>" (the
+ * scheme in any case, blanks around the token ignored), compared in a
+ * time that does not depend on where a wrong one differs. */
+bool hp_op_token_matches(const char *token, size_t len,
+                         const char *authorization);
+
+/* At most one thing per interval (POST /debug/stacks). Pure: the caller
+ * passes the loop's time. Zeroed: nothing done yet. */
+struct hp_op_limit {
+        bool used;
+        uint64_t next_ms; /* loop ms from which the next is allowed */
+};
+
+/* 0 when allowed at now_ms, else how many ms are left to wait. */
+uint64_t hp_op_limit_wait(const struct hp_op_limit *l, uint64_t now_ms);
+/* It was done at now_ms: the next waits interval_ms. */
+void hp_op_limit_note(struct hp_op_limit *l, uint64_t now_ms,
+                      uint64_t interval_ms);
+
 /* ---------------------------------------------------------------------
  * The control server
  */
@@ -302,6 +335,11 @@ struct hp_operator {
                 uint64_t file_lost;
         } (*stream_totals)[2]; /* per local rank: stdout, stderr */
         char *response;         /* the last response body (malloc'd) */
+        char *token;            /* --server-token-file's, or NULL */
+        size_t token_len;
+        uint64_t unauthorized;  /* requests answered 401 */
+        struct hp_op_limit stacks_limit; /* POST /debug/stacks */
+        char headers[96];       /* extra header lines of a response */
         char *detail_log;       /* scratch for logging bad requests */
         /* --inprocess-restart (inprocess.c): the worker group as the
          * reference's main loop sees it, the barrier wait, and the flags

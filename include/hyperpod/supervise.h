@@ -124,8 +124,9 @@ int hp_verdict_describe(const struct hp_verdict *v, char *buf, size_t len);
 
 /* One rank's last output, for the silence line. */
 struct hp_silence {
-        int rank;         /* global rank */
+        int rank;         /* global rank; negative: not known yet */
         uint64_t last_ms; /* loop clock: its last output, or its start */
+        int local_rank;   /* named instead while any rank is unknown */
 };
 
 /* Ranks that went quiet closer together than this are not told apart:
@@ -329,6 +330,12 @@ const struct hp_rdzv_info *hp_agent_round(const struct hp_agent *agent);
 /* Replaces the round for the next stage (copied). */
 void hp_agent_set_round(struct hp_agent *agent,
                         const struct hp_rdzv_info *round);
+/* In-process restart's job_start: the running processes take the
+ * round's ranks without a restart. Replaces the round (copied), and each
+ * running worker's global rank becomes base_rank + its local rank, for
+ * what the agent prints and reports (a negative rank is one the agent
+ * does not know yet, printed as such). */
+void hp_agent_rerank(struct hp_agent *agent, const struct hp_rdzv_info *round);
 const struct hp_rdzv_options *hp_agent_rdzv_options(
         const struct hp_agent *agent);
 /* The stage running, or the last one that ran. */

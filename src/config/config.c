@@ -1143,6 +1143,7 @@ static const struct conversion conversions[] = {
           CHOICES(log_levels) },
         { ROW(SERVER_SHUTDOWN_TIMEOUT, SECONDS),
           FIELD(server_shutdown_timeout_ms) },
+        { ROW(SERVER_TOKEN_FILE, TEXT), FIELD(server_token_file) },
 
         { ROW(LOG_MONITORING_CONFIG, TEXT),
           FIELD(log_monitoring_config) },
@@ -1240,7 +1241,14 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"
                 : raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text
                         ? "--server-shutdown-timeout"
+                : raw[HP_OPT_SERVER_TOKEN_FILE].text ? "--server-token-file"
                         : "";
+        /* The operator must reach the agent from its own pod, as in the
+         * reference; a self-driven job's read-only routes are for this
+         * node unless --server-host says otherwise. */
+        if (!hp_config_operator_mode(cfg) &&
+            raw[HP_OPT_SERVER_HOST].text == NULL)
+                cfg->server_host = "127.0.0.1";
 
         /* Operator mode keeps the HyperPod layout every AWS sample asks
          * for (--tee 3 --log-dir /tmp/hyperpod); self-driven modes keep

@@ -42,7 +42,12 @@ enum conn_state {
 enum header_pos { HEADER_NONE, HEADER_FIELD, HEADER_VALUE };
 
 /* The headers the server looks at; all others are skipped. */
-enum header_kind { HEADER_OTHER, HEADER_CONTENT_TYPE, HEADER_EXPECT };
+enum header_kind {
+        HEADER_OTHER,
+        HEADER_CONTENT_TYPE,
+        HEADER_AUTHORIZATION,
+        HEADER_EXPECT,
+};
 
 struct growbuf {
         char *data;
@@ -83,6 +88,9 @@ struct hp_httpd_conn {
         bool has_content_type;
         bool content_type_done;
         size_t content_type_off;
+        bool has_authorization;
+        bool authorization_done;
+        size_t authorization_off;
         char expect[16];
         size_t expect_len;
         bool has_body;
@@ -358,13 +366,14 @@ static void count_status(struct hp_httpd_stats *s, int status)
 /* Formats and queues one response. The body is copied, so the caller's
  * buffer is free again on return. */
 static void conn_respond(struct hp_httpd_conn *c, int status,
-                         const char *content_type, const char *body,
-                         size_t body_len, bool send_body)
+                         const char *content_type, const char *headers,
+                         const char *body, size_t body_len, bool send_body)
 {
         struct growbuf *o = &c->out;
         /* RFC 9110: no Content-Length and no body with 1xx, 204 and 304. */
         bool bodyless = status < 200 || status == 204 || status == 304;
         size_t ct_len = content_type ? strlen(content_type) : 0;
+        size_t h_len = headers ? strlen(headers) : 0;
         uv_buf_t buf;
         int n;
         int r;
@@ -372,7 +381,8 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
         if (bodyless)
                 body_len = 0;
         o->len = 0;
-        if (growbuf_reserve(o, HTTPD_HEAD_ROOM + ct_len + body_len) < 0) {
+        if (growbuf_reserve(o, HTTPD_HEAD_ROOM + ct_len + h_len + body_len) <
+            0) {
                 hp_log_error("http: %s: no memory for a %zu-byte response",
                              c->peer, body_len);
                 conn_close(c);
@@ -386,6 +396,8 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
         if (content_type != NULL)
                 n += snprintf(o->data + n, o->cap - (size_t)n,
                               "content-type: %s\r\n", content_type);
+        if (headers != NULL)
+                n += snprintf(o->data + n, o->cap - (size_t)n, "%s", headers);
         if (!c->keep_alive)
                 n += snprintf(o->data + n, o->cap - (size_t)n,
                               "connection: close\r\n");
@@ -431,7 +443,8 @@ static void conn_respond_error(struct hp_httpd_conn *c, int status,
         /* The write gets a deadline of its own, whatever the request
          * timer had left. */
         conn_arm(c, c->server->limits.request_timeout_ms);
-        conn_respond(c, status, "application/json", body, (size_t)n, true);
+        conn_respond(c, status, "application/json", NULL, body, (size_t)n,
+                     true);
 }
 
 static void continue_cb(uv_write_t *req, int status)
@@ -492,6 +505,8 @@ static int on_message_begin(http_parser *p)
         c->header_pos = HEADER_NONE;
         c->has_content_type = false;
         c->content_type_done = false;
+        c->has_authorization = false;
+        c->authorization_done = false;
         c->expect_len = 0;
         c->has_body = false;
         c->body_len = 0;
@@ -523,12 +538,22 @@ static int finish_url(struct hp_httpd_conn *c)
         return req_append(c, "", 1);
 }
 
+/* The end of a kept value: its NUL. */
 static int finish_value(struct hp_httpd_conn *c)
 {
-        if (c->header_pos != HEADER_VALUE ||
-            c->header_kind != HEADER_CONTENT_TYPE || c->content_type_done)
+        bool *done;
+
+        if (c->header_pos != HEADER_VALUE)
                 return 0;
-        c->content_type_done = true;
+        if (c->header_kind == HEADER_CONTENT_TYPE)
+                done = &c->content_type_done;
+        else if (c->header_kind == HEADER_AUTHORIZATION)
+                done = &c->authorization_done;
+        else
+                return 0;
+        if (*done)
+                return 0;
+        *done = true;
         return req_append(c, "", 1);
 }
 
@@ -565,6 +590,10 @@ static enum header_kind classify_field(struct hp_httpd_conn *c)
         /* Only the first Content-Type counts. */
         if (strcasecmp(c->field, "content-type") == 0 && !c->has_content_type)
                 return HEADER_CONTENT_TYPE;
+        /* Only the first Authorization counts, too. */
+        if (strcasecmp(c->field, "authorization") == 0 &&
+            !c->has_authorization)
+                return HEADER_AUTHORIZATION;
         if (strcasecmp(c->field, "expect") == 0)
                 return HEADER_EXPECT;
         return HEADER_OTHER;
@@ -580,12 +609,16 @@ static int on_header_value(http_parser *p, const char *at, size_t len)
                 if (c->header_kind == HEADER_CONTENT_TYPE) {
                         c->has_content_type = true;
                         c->content_type_off = c->req.len;
+                } else if (c->header_kind == HEADER_AUTHORIZATION) {
+                        c->has_authorization = true;
+                        c->authorization_off = c->req.len;
                 }
         }
         if (add_header_bytes(c, len) < 0)
                 return -1;
         switch (c->header_kind) {
         case HEADER_CONTENT_TYPE:
+        case HEADER_AUTHORIZATION:
                 return req_append(c, at, len);
         case HEADER_EXPECT:
                 /* An overlong value is kept as a length that matches
@@ -709,6 +742,9 @@ static void conn_dispatch(struct hp_httpd_conn *c)
         req.content_type = c->has_content_type
                                    ? c->req.data + c->content_type_off
                                    : NULL;
+        req.authorization = c->has_authorization
+                                    ? c->req.data + c->authorization_off
+                                    : NULL;
         req.body = c->req.data + c->body_off;
         req.body_len = c->body_len;
         req.has_body = c->has_body;
@@ -721,7 +757,9 @@ static void conn_dispatch(struct hp_httpd_conn *c)
         c->state = CONN_WRITING;
         h->handler(h->ctx, &req, &res);
         if (res.status < 100 || res.status > 999 ||
-            (res.body == NULL && res.body_len > 0)) {
+            (res.body == NULL && res.body_len > 0) ||
+            (res.headers != NULL &&
+             strlen(res.headers) > HP_HTTPD_HEADERS_MAX)) {
                 hp_log_error("http: %s: the handler for %s %s gave status %d "
                              "with %zu body bytes; answering 500",
                              c->peer, req.method_name, req.path, res.status,
@@ -733,8 +771,8 @@ static void conn_dispatch(struct hp_httpd_conn *c)
         hp_log_debug("http: %s \"%s %s%s%s\" %d", c->peer, req.method_name,
                      req.path, req.query[0] ? "?" : "", req.query,
                      res.status);
-        conn_respond(c, res.status, res.content_type, res.body, res.body_len,
-                     req.method != HTTP_HEAD);
+        conn_respond(c, res.status, res.content_type, res.headers, res.body,
+                     res.body_len, req.method != HTTP_HEAD);
 }
 
 /* Parses what is buffered, answering at most one request, then reads on

@@ -30,7 +30,8 @@ static int64_t message_rank(struct hp_ipc_client *cl, const cJSON *msg,
         if (hp_ipc__json_int(v, &rank) && rank >= 0)
                 return rank;
         hp_ipc__conn_warn(cl->conn, "%s from local rank %d: \"rank\" is %s, "
-                                    "not a global rank; kept as -1",
+                                    "not a global rank; kept as unknown (-1 "
+                                    "in /status)",
                           type, cl->local_rank,
                           hp_ipc__show(v, shown, sizeof(shown)));
         return -1;
@@ -66,9 +67,19 @@ static void at_barrier_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
 static void past_barrier_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                             const cJSON *msg, void *ctx)
 {
+        /* Only a job_start lets a rank past: a stray message (a second
+         * client, a call twice) would leave /start waiting for a barrier
+         * the rank is no longer counted at. */
+        if (hp_ipc_ranks_past_barrier(&s->ranks, cl->local_rank) < 0) {
+                s->stats.ignored++;
+                hp_ipc__conn_warn(cl->conn, "past_rcb_barrier from local "
+                                            "rank %d, which no job_start "
+                                            "released; ignored",
+                                  cl->local_rank);
+                return;
+        }
         hp_log_info("worker socket: local rank %d passed the barrier",
                     cl->local_rank);
-        hp_ipc_ranks_past_barrier(&s->ranks, cl->local_rank);
         changed(s);
 }
 
@@ -94,6 +105,7 @@ static void job_fault_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         const char *name = message_text(cl, msg, "job_fault", "restart_mode");
         const char *reason = message_text(cl, msg, "job_fault", "reason");
         const char *message = message_text(cl, msg, "job_fault", "message");
+        char global[32] = "";
 
         if (name != NULL && hp_restart_mode_parse(name, &mode) < 0)
                 hp_ipc__conn_warn(cl->conn, "job_fault from local rank %d: "
@@ -104,9 +116,12 @@ static void job_fault_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                                             "local_process_level_restart; "
                                             "in_process_restart assumed",
                                   cl->local_rank, name);
-        hp_log_warn("worker socket: local rank %d (rank %" PRId64 ") "
-                    "reported a fault (%s): %s%s%s",
-                    cl->local_rank, rank, hp_restart_mode_name(mode),
+        /* A rank the message did not give is left out, not printed -1. */
+        if (rank >= 0)
+                snprintf(global, sizeof(global), " (rank %" PRId64 ")", rank);
+        hp_log_warn("worker socket: local rank %d%s reported a fault (%s): "
+                    "%s%s%s",
+                    cl->local_rank, global, hp_restart_mode_name(mode),
                     reason ? reason : "no reason",
                     message ? ": " : "", message ? message : "");
         if (hp_ipc_ranks_fail(&s->ranks, cl->local_rank, rank, mode, reason,

@@ -88,20 +88,32 @@ void hp_ipc_ranks_free(struct hp_ipc_ranks *t)
 
 void hp_ipc_ranks_at_barrier(struct hp_ipc_ranks *t, int lr)
 {
+        struct hp_ipc_rank *r = &t->ranks[lr];
+
+        r->held = true;
+        r->released = false;
         if (t->waiting)
-                t->ranks[lr].state = HP_IPC_RANK_AT_BARRIER;
+                r->state = HP_IPC_RANK_AT_BARRIER;
         else
-                t->ranks[lr].queued = true;
+                r->queued = true;
 }
 
-void hp_ipc_ranks_wait_begin(struct hp_ipc_ranks *t)
+int hp_ipc_ranks_wait_begin(struct hp_ipc_ranks *t)
 {
+        int n = 0;
+
         t->waiting = true;
         for (int i = 0; i < t->nranks; i++) {
-                if (t->ranks[i].queued)
-                        t->ranks[i].state = HP_IPC_RANK_AT_BARRIER;
-                t->ranks[i].queued = false;
+                struct hp_ipc_rank *r = &t->ranks[i];
+                /* A rank held since an earlier wait never answers the
+                 * pause's job_fault: it is at the barrier already. */
+                if (r->queued || r->held)
+                        r->state = HP_IPC_RANK_AT_BARRIER;
+                r->queued = false;
+                if (r->state == HP_IPC_RANK_AT_BARRIER)
+                        n++;
         }
+        return n;
 }
 
 void hp_ipc_ranks_wait_end(struct hp_ipc_ranks *t)
@@ -109,15 +121,44 @@ void hp_ipc_ranks_wait_end(struct hp_ipc_ranks *t)
         t->waiting = false;
 }
 
-void hp_ipc_ranks_past_barrier(struct hp_ipc_ranks *t, int lr)
+void hp_ipc_ranks_release(struct hp_ipc_ranks *t, int lr)
+{
+        t->ranks[lr].held = false;
+        t->ranks[lr].released = true;
+}
+
+int hp_ipc_ranks_past_barrier(struct hp_ipc_ranks *t, int lr)
 {
         struct hp_ipc_rank *r = &t->ranks[lr];
 
+        if (!r->released)
+                return -EPROTO;
         cJSON_Delete(r->data);
         r->data = NULL;
         r->state = HP_IPC_RANK_PAST_BARRIER;
         r->failed = false;
         r->mode = HP_RESTART_IN_PROCESS;
+        return 0;
+}
+
+int hp_ipc_ranks_list(const struct hp_ipc_ranks *t,
+                      enum hp_ipc_rank_state state, bool is, char *buf,
+                      size_t len)
+{
+        size_t used = 0;
+        int n = 0;
+
+        if (len > 0)
+                buf[0] = '\0';
+        for (int i = 0; i < t->nranks; i++) {
+                if ((t->ranks[i].state == state) != is)
+                        continue;
+                if (used < len)
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "%s%d", n ? ", " : "", i);
+                n++;
+        }
+        return n;
 }
 
 /* Python's floor division, which the reference's rank // nproc is. */
@@ -188,7 +229,7 @@ void hp_ipc_ranks_reset(struct hp_ipc_ranks *t, bool clear_data)
                 struct hp_ipc_rank *r = &t->ranks[i];
                 clear_fault(r);
                 r->state = HP_IPC_RANK_HEALTHY;
-                r->queued = false;
+                r->queued = r->held = r->released = false;
                 r->rank = r->group_rank = -1;
                 if (clear_data) {
                         cJSON_Delete(r->data);
@@ -296,9 +337,17 @@ int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
         for (int i = 0, n = 0; i < t->nranks && used < message_len; i++) {
                 if (t->ranks[i].state != HP_IPC_RANK_FAILED)
                         continue;
-                used += (size_t)snprintf(message + used, message_len - used,
-                                         "%s%lld", n++ ? ", " : "",
-                                         (long long)t->ranks[i].rank);
+                /* A rank the fault did not name: its local rank. */
+                if (t->ranks[i].rank < 0)
+                        used += (size_t)snprintf(message + used,
+                                                 message_len - used,
+                                                 "%s(local rank %d)",
+                                                 n++ ? ", " : "", i);
+                else
+                        used += (size_t)snprintf(message + used,
+                                                 message_len - used,
+                                                 "%s%lld", n++ ? ", " : "",
+                                                 (long long)t->ranks[i].rank);
         }
         return 0;
 }

@@ -67,23 +67,38 @@ static void timer_cb(uv_timer_t *t)
 static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
 {
         struct hp_op_ipr *ipr = &op->ipr;
+        struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
         uint64_t timeout = op->cfg->inprocess_timeout_ms;
+        char limit[48], held[128], missing[128];
+        int n;
 
         ipr->wait = kind;
-        hp_ipc_ranks_wait_begin(&hp_agent_ipc(op->agent)->ranks);
+        n = hp_ipc_ranks_wait_begin(ranks);
         ipr->deadline = 0;
         if (timeout > 0) {
                 ipr->deadline = uv_now(hp_agent_loop(op->agent)) + timeout;
                 uv_timer_start(&ipr->timer, timer_cb, timeout, 0);
+                snprintf(limit, sizeof(limit), "at most %.3g s",
+                         (double)timeout / 1000.0);
+        } else {
+                snprintf(limit, sizeof(limit), "no limit");
         }
-        if (timeout > 0)
+        if (n == 0) {
                 hp_log_info("in-process restart: waiting for local ranks "
-                            "0-%d at the barrier (at most %.3g s)",
-                            op->cfg->nproc - 1, (double)timeout / 1000.0);
-        else
-                hp_log_info("in-process restart: waiting for local ranks "
-                            "0-%d at the barrier (no limit)",
-                            op->cfg->nproc - 1);
+                            "0-%d at the barrier (%s)",
+                            op->cfg->nproc - 1, limit);
+                return;
+        }
+        /* Held ranks (at the barrier since the last wait, or back there
+         * before it began) count at once: they never answer again. */
+        hp_ipc_ranks_list(ranks, HP_IPC_RANK_AT_BARRIER, true, held,
+                          sizeof(held));
+        hp_ipc_ranks_list(ranks, HP_IPC_RANK_AT_BARRIER, false, missing,
+                          sizeof(missing));
+        hp_log_info("in-process restart: local rank%s %s already at the "
+                    "barrier; waiting for %s (%s)",
+                    n > 1 ? "s" : "", held,
+                    missing[0] ? missing : "none", limit);
 }
 
 static void end_wait(struct hp_operator *op)
@@ -249,7 +264,7 @@ oom:
 /* Sends type with each rank's data to every local rank: 0, or -1 with
  * why (a rank without a client, a write that failed). */
 static int send_rank_info(struct hp_operator *op, const char *type,
-                          char *why, size_t len)
+                          bool release, char *why, size_t len)
 {
         struct hp_agent *a = op->agent;
         struct hp_rdzv_info round;
@@ -285,6 +300,8 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                 hp_ipc_ranks_set_rank_info(&hp_agent_ipc(a)->ranks, lr,
                                            round.base_rank + lr,
                                            round.node_rank);
+                if (release)
+                        hp_ipc_ranks_release(&hp_agent_ipc(a)->ranks, lr);
         }
         return 0;
 }
@@ -300,7 +317,8 @@ int hp_op__ipr_update(struct hp_operator *op)
                             "cleared for the operator to send again");
                 return -1;
         }
-        if (send_rank_info(op, "job_rank_info", why, sizeof(why)) < 0) {
+        if (send_rank_info(op, "job_rank_info", false, why, sizeof(why)) <
+            0) {
                 hp_log_warn("/update: %s; ipversion cleared for the operator "
                             "to send again",
                             why);
@@ -467,10 +485,11 @@ static void next_stage(struct hp_operator *op, bool training)
 static void send_start(struct hp_operator *op)
 {
         struct hp_agent *a = op->agent;
+        struct hp_rdzv_info round;
         char why[256];
 
         hp_ipc_ranks_reset(&hp_agent_ipc(a)->ranks, false);
-        if (send_rank_info(op, "job_start", why, sizeof(why)) < 0) {
+        if (send_rank_info(op, "job_start", true, why, sizeof(why)) < 0) {
                 hp_log_error("in-process restart: job_start: %s", why);
                 snprintf(op->ipr.failure_reason,
                          sizeof(op->ipr.failure_reason), "WorkerFault");
@@ -479,9 +498,16 @@ static void send_start(struct hp_operator *op)
                 fault(op, why);
                 return;
         }
+        /* The processes now have their ranks: what the agent prints and
+         * its rules' verdicts name them too. */
+        current_round(op, &round);
+        hp_agent_rerank(a, &round);
         hp_log_info("in-process restart: job_start sent to local ranks 0-%d "
-                    "(JOB_RESTART_COUNT %d)",
-                    op->cfg->nproc - 1, restart_count(op));
+                    "(node rank %d, ranks %d-%d, master %s:%d, "
+                    "JOB_RESTART_COUNT %d)",
+                    op->cfg->nproc - 1, round.node_rank, round.base_rank,
+                    round.base_rank + op->cfg->nproc - 1, round.master_addr,
+                    round.master_port, restart_count(op));
         snprintf(op->plr.reason, sizeof(op->plr.reason), "Running");
         op->ipr.priority = false;
         op->ipr.holding = false;

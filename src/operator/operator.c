@@ -457,12 +457,15 @@ static int try_listen(struct hp_operator *op, char *errbuf, size_t len)
                             len);
         if (r == 0) {
                 op->listening = true;
-                hp_log_info("%s listening on http://%s%s%s:%d",
+                hp_log_info("%s listening on http://%s%s%s:%d%s",
                             op->observer ? "read-only API (/status, "
                                            "/metrics, /healthz)"
                                          : "operator API",
                             v6 ? "[" : "", host, v6 ? "]" : "",
-                            hp_httpd_port(&op->httpd));
+                            hp_httpd_port(&op->httpd),
+                            op->token ? ", a token required but for "
+                                        "/healthz (--server-token-file)"
+                                      : "");
         }
         return r;
 }
@@ -508,6 +511,13 @@ static int init_server(struct hp_operator *op, char *errbuf, size_t len)
 {
         struct hp_httpd_limits limits;
         int r;
+
+        if (op->cfg->server_token_file != NULL) {
+                r = hp_op_token_load(op->cfg->server_token_file, &op->token,
+                                     &op->token_len, errbuf, len);
+                if (r < 0)
+                        return r;
+        }
 
         op->stream_totals = calloc((size_t)op->cfg->nproc,
                                    sizeof(*op->stream_totals));
@@ -650,4 +660,9 @@ void hp_operator_close(struct hp_operator *op)
         op->response = NULL;
         free(op->stream_totals);
         op->stream_totals = NULL;
+        if (op->token != NULL) {
+                explicit_bzero(op->token, op->token_len);
+                free(op->token);
+                op->token = NULL;
+        }
 }

@@ -38,7 +38,10 @@ static const unsigned allowed[HP_OP_STATE_COUNT] = {
 };
 
 /* IPR_VALID_TRANSITIONS, §3.6: a full stop goes back to INIT from
- * anywhere but COMPLETED, and a fault may come before any /start. */
+ * anywhere but COMPLETED, and a fault may come before any /start.
+ * Beyond the reference, /shutdown ends STOPPING too: a pause without
+ * --inprocess-timeout waits for ranks that may never come back to the
+ * barrier, and the operator must be able to end that. */
 static const unsigned allowed_ipr[HP_OP_STATE_COUNT] = {
         [HP_OP_INIT] = BIT(HP_OP_READY) | BIT(HP_OP_SHUTDOWN) |
                        BIT(HP_OP_FAULTED),
@@ -49,7 +52,8 @@ static const unsigned allowed_ipr[HP_OP_STATE_COUNT] = {
                           BIT(HP_OP_SHUTDOWN),
         [HP_OP_FAULTED] = BIT(HP_OP_INIT) | BIT(HP_OP_STOPPING) |
                           BIT(HP_OP_SHUTDOWN),
-        [HP_OP_STOPPING] = BIT(HP_OP_READY) | BIT(HP_OP_INIT),
+        [HP_OP_STOPPING] = BIT(HP_OP_READY) | BIT(HP_OP_INIT) |
+                           BIT(HP_OP_SHUTDOWN),
         [HP_OP_COMPLETED] = BIT(HP_OP_SHUTDOWN) | BIT(HP_OP_STOPPING),
         [HP_OP_SHUTDOWN] = 0,
 };

@@ -15,6 +15,10 @@
 #define JSON_TYPE "application/json"
 /* The most of a request body or a 422 that goes into one log line. */
 #define LOG_ECHO_MAX 2048
+/* POST /debug/stacks: at most one report started per this many ms (and
+ * one at a time), so that a loop of requests cannot keep the workers'
+ * stack handlers busy or fill the disk. */
+#define STACKS_INTERVAL_MS 1000
 
 static void respond(struct hp_operator *op, struct hp_httpd_response *res,
                     int status, const char *type, char *body)
@@ -25,6 +29,16 @@ static void respond(struct hp_operator *op, struct hp_httpd_response *res,
         res->content_type = type;
         res->body = body;
         res->body_len = body ? strlen(body) : 0;
+        res->headers = NULL;
+}
+
+/* Adds one header line to the response (after respond()). */
+static void add_header(struct hp_operator *op, struct hp_httpd_response *res,
+                       const char *name, const char *value)
+{
+        snprintf(op->headers, sizeof(op->headers), "%s: %s\r\n", name,
+                 value);
+        res->headers = op->headers;
 }
 
 static void respond_static(struct hp_operator *op,
@@ -273,21 +287,46 @@ static void handle_shutdown(struct hp_operator *op,
         respond(op, res, 200, NULL, NULL);
 }
 
-/* GET /debug/stacks: the SIGUSR2 report, asked over HTTP. It only reads
+static void too_many(struct hp_operator *op, struct hp_httpd_response *res,
+                     const char *body, uint64_t wait_ms)
+{
+        char secs[24];
+
+        respond_static(op, res, 429, JSON_TYPE, body);
+        /* Whole seconds, rounded up, at least 1. */
+        snprintf(secs, sizeof(secs), "%llu",
+                 (unsigned long long)(wait_ms ? (wait_ms + 999) / 1000 : 1));
+        add_header(op, res, "Retry-After", secs);
+}
+
+/* POST /debug/stacks: the SIGUSR2 report, asked over HTTP. It only reads
  * (/proc, the workers' stack files) and signals nothing but the stack
- * handler, so self-driven modes serve it too. */
+ * handler, so self-driven modes serve it too. It writes a file, so it is
+ * a POST, one report at a time and at most one per STACKS_INTERVAL_MS;
+ * the agent keeps the latest few files (forensics.c). */
 static void handle_stacks(struct hp_operator *op,
                           struct hp_httpd_response *res)
 {
+        uint64_t now = uv_now(hp_agent_loop(op->agent));
+        uint64_t wait = hp_op_limit_wait(&op->stacks_limit, now);
         char path[PATH_MAX];
         cJSON *doc;
         char *body;
-        int r = hp_agent_stacks_report(op->agent, path, sizeof(path));
+        int r;
 
+        if (wait > 0) {
+                too_many(op, res, "{\"detail\":\"at most one stacks report "
+                                  "per second; ask again after "
+                                  "Retry-After\"}",
+                         wait);
+                return;
+        }
+        r = hp_agent_stacks_report(op->agent, path, sizeof(path));
         if (r == -EBUSY) {
-                respond_static(op, res, 429, JSON_TYPE,
-                               "{\"detail\":\"a hang report is being "
-                               "collected; ask again once it is written\"}");
+                too_many(op, res, "{\"detail\":\"a hang report is being "
+                                  "collected; ask again once it is "
+                                  "written\"}",
+                         0);
                 return;
         }
         if (r < 0) {
@@ -305,7 +344,8 @@ static void handle_stacks(struct hp_operator *op,
                                  "start\"}");
                 return;
         }
-        hp_log_info("GET /debug/stacks: stacks report to %s", path);
+        hp_op_limit_note(&op->stacks_limit, now, STACKS_INTERVAL_MS);
+        hp_log_info("POST /debug/stacks: stacks report to %s", path);
         doc = cJSON_CreateObject();
         if (doc == NULL || cJSON_AddStringToObject(doc, "report", path) ==
                                    NULL ||
@@ -333,8 +373,22 @@ static const struct route {
         { "/shutdown", HTTP_POST, R_SHUTDOWN },
         { "/metrics", HTTP_GET, R_METRICS },
         { "/healthz", HTTP_GET, R_HEALTHZ },
-        { "/debug/stacks", HTTP_GET, R_STACKS },
+        { "/debug/stacks", HTTP_POST, R_STACKS },
 };
+
+/* "GET, POST": the methods path takes, for a 405's Allow. */
+static void allowed_methods(const char *path, char *buf, size_t len)
+{
+        size_t used = 0;
+
+        buf[0] = '\0';
+        for (size_t i = 0; i < HP_ARRAY_SIZE(routes) && used < len; i++)
+                if (strcmp(routes[i].path, path) == 0)
+                        used += (size_t)snprintf(
+                                buf + used, len - used, "%s%s",
+                                used ? ", " : "",
+                                http_method_str(routes[i].method));
+}
 
 static void route_request(struct hp_operator *op,
                           const struct hp_httpd_request *req,
@@ -361,10 +415,16 @@ static void route_request(struct hp_operator *op,
                         route = &routes[i];
         }
         if (route == NULL) {
+                char allow[48];
+
                 respond_static(op, res, path_known ? 405 : 404, JSON_TYPE,
                                path_known ? "{\"detail\":\"Method Not "
                                             "Allowed\"}"
                                           : "{\"detail\":\"Not Found\"}");
+                if (path_known) {
+                        allowed_methods(req->path, allow, sizeof(allow));
+                        add_header(op, res, "Allow", allow);
+                }
                 return;
         }
         if (op->observer && (route->id == R_START || route->id == R_UPDATE ||
@@ -430,12 +490,40 @@ static void route_request(struct hp_operator *op,
         }
 }
 
+/* With --server-token-file, every request but /healthz (the kubelet's
+ * probes carry no secret) needs the token: 401 otherwise, logged at 1,
+ * 2, 4, 8... so that a flood cannot fill the log. */
+static bool authorized(struct hp_operator *op,
+                       const struct hp_httpd_request *req,
+                       struct hp_httpd_response *res)
+{
+        if (op->token == NULL || strcmp(req->path, "/healthz") == 0 ||
+            hp_op_token_matches(op->token, op->token_len, req->authorization))
+                return true;
+        op->unauthorized++;
+        if ((op->unauthorized & (op->unauthorized - 1)) == 0)
+                hp_log_warn("%s %s from %s: 401, %s (%llu such request%s so "
+                            "far)",
+                            req->method_name, req->path, req->peer,
+                            req->authorization ? "a wrong token"
+                                               : "no Authorization header",
+                            (unsigned long long)op->unauthorized,
+                            op->unauthorized == 1 ? "" : "s");
+        respond_static(op, res, 401, JSON_TYPE,
+                       "{\"detail\":\"Not authenticated: this agent needs "
+                       "'Authorization: Bearer <token>' "
+                       "(--server-token-file)\"}");
+        add_header(op, res, "WWW-Authenticate", "Bearer");
+        return false;
+}
+
 void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,
                         struct hp_httpd_response *res)
 {
         struct hp_operator *op = ctx;
 
-        route_request(op, req, res);
+        if (authorized(op, req, res))
+                route_request(op, req, res);
         /* The access log of --server-log-level debug or trace; the
          * operator polls /status often, so it is off by default. */
         if (op->log_requests)

@@ -45,6 +45,17 @@ void hp_agent_set_round(struct hp_agent *a, const struct hp_rdzv_info *round)
                 a->round = *round;
 }
 
+void hp_agent_rerank(struct hp_agent *a, const struct hp_rdzv_info *round)
+{
+        hp_agent_set_round(a, round);
+        if (a->group.workers == NULL)
+                return;
+        for (int i = 0; i < a->group.count; i++) {
+                struct hp_worker *w = &a->group.workers[i];
+                w->rank = round->base_rank + w->local_rank;
+        }
+}
+
 const struct hp_rdzv_options *hp_agent_rdzv_options(const struct hp_agent *a)
 {
         return &a->rdzv.opt;

@@ -300,14 +300,28 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
 
 static void log_attempt(const struct hp_agent *a)
 {
-        hp_log_info("attempt %d: %d worker%s, node %d of %d, world size %d, "
-                    "master %s:%d, run id %s%s%s",
-                    a->restart_count, a->round.nproc,
-                    a->round.nproc == 1 ? "" : "s", a->round.node_rank,
-                    a->round.nnodes, a->round.world_size, a->round.master_addr,
-                    a->round.master_port, a->rdzv.run_id,
-                    a->no_files ? "" : ", logs in ",
-                    a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
+        const struct hp_rdzv_info *r = &a->round;
+
+        /* In-process restart starts its processes before the operator
+         * says where the node sits: no node rank, no master yet. */
+        if (r->node_rank < 0)
+                hp_log_info("attempt %d: %d worker%s, %d node%s (node rank "
+                            "and master not known yet), world size %d, run "
+                            "id %s%s%s",
+                            a->restart_count, r->nproc,
+                            r->nproc == 1 ? "" : "s", r->nnodes,
+                            r->nnodes == 1 ? "" : "s", r->world_size,
+                            a->rdzv.run_id, a->no_files ? "" : ", logs in ",
+                            a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
+        else
+                hp_log_info("attempt %d: %d worker%s, node %d of %d, world "
+                            "size %d, master %s:%d, run id %s%s%s",
+                            a->restart_count, r->nproc,
+                            r->nproc == 1 ? "" : "s", r->node_rank,
+                            r->nnodes, r->world_size, r->master_addr,
+                            r->master_port, a->rdzv.run_id,
+                            a->no_files ? "" : ", logs in ",
+                            a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
 }
 
 static enum hp_stage first_stage(const struct hp_agent *a)

@@ -359,6 +359,21 @@ static int write_report(int dirfd, const char *name, const cJSON *doc)
         return r;
 }
 
+/* A report on request was written to path: the one written
+ * HP_STACKS_REPORTS_KEPT before it goes, so that requests in a loop
+ * cannot fill the disk. Only files this agent wrote are removed. */
+static void keep_report(struct hp_forensics *f, const char *path)
+{
+        char *slot = f->kept[f->requests % HP_STACKS_REPORTS_KEPT];
+
+        if (slot[0] != '\0' && strcmp(slot, path) != 0 &&
+            unlink(slot) < 0 && errno != ENOENT)
+                hp_log_warn("hang report: cannot remove the older report "
+                            "'%s': %s",
+                            slot, hp_strerror(-errno));
+        snprintf(slot, PATH_MAX, "%s", path);
+}
+
 static void finish(struct hp_forensics *f)
 {
         struct hp_agent *a = f->agent;
@@ -401,7 +416,11 @@ static void finish(struct hp_forensics *f)
 
                 if (o == NULL)
                         break;
-                cJSON_AddNumberToObject(o, "rank", t->rank);
+                /* null: no global rank yet (in-process restart). */
+                if (t->rank >= 0)
+                        cJSON_AddNumberToObject(o, "rank", t->rank);
+                else
+                        cJSON_AddNullToObject(o, "rank");
                 cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
                 cJSON_AddNumberToObject(o, "pid", t->pid);
                 cJSON_AddStringToObject(o, "state", t->state);
@@ -434,10 +453,18 @@ static void finish(struct hp_forensics *f)
                 hp_nccl_fr__report(&t->fr, o);
                 main_thread_state(t, state, sizeof(state));
                 cJSON_AddItemToObject(o, "processes", t->processes);
-                hp_log_warn("hang report: rank %d (local %d, pid %d): %s%s%s",
-                            t->rank, t->local_rank, (int)t->pid,
-                            state[0] ? state : "gone",
-                            frame[0] ? "; Python: " : "", frame);
+                if (t->rank >= 0)
+                        hp_log_warn("hang report: rank %d (local %d, pid "
+                                    "%d): %s%s%s",
+                                    t->rank, t->local_rank, (int)t->pid,
+                                    state[0] ? state : "gone",
+                                    frame[0] ? "; Python: " : "", frame);
+                else /* no global rank yet (in-process restart) */
+                        hp_log_warn("hang report: local rank %d (pid %d): "
+                                    "%s%s%s",
+                                    t->local_rank, (int)t->pid,
+                                    state[0] ? state : "gone",
+                                    frame[0] ? "; Python: " : "", frame);
                 t->processes = NULL;
                 cJSON_AddItemToArray(ranks, o);
         }
@@ -453,6 +480,8 @@ static void finish(struct hp_forensics *f)
                 r = hp_snprintf(path, sizeof(path), "%s/%s", dir, name);
                 if (r >= 0)
                         r = write_report(a->attempt_fd[f->stage], name, doc);
+                if (r >= 0 && f->on_request)
+                        keep_report(f, path);
         }
         snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
@@ -533,6 +562,7 @@ void hp_forensics__note_silence(struct hp_agent *a, const char *event)
                 if (w->refs == 0 && w->state == HP_WORKER_DONE)
                         continue; /* finished, or never started */
                 ranks[n].rank = w->rank;
+                ranks[n].local_rank = w->local_rank;
                 ranks[n].last_ms = worker_last(w);
                 n++;
         }

@@ -282,10 +282,21 @@ static void signal_scope(struct hp_group *g, int sig)
 /* After the kill phase: a pipe still open is held by a process outside
  * the group's reach (given away, or stuck). The pipe is closed so that
  * the group can end, naming its holder. */
+/* " (rank 3)", or nothing while the global rank is not known (in-process
+ * restart before /start). */
+static const char *rank_text(const struct hp_worker *w, char *buf,
+                             size_t len)
+{
+        buf[0] = '\0';
+        if (w->rank >= 0)
+                snprintf(buf, len, " (rank %d)", w->rank);
+        return buf;
+}
+
 static void close_held_pipes(struct hp_worker *w)
 {
         struct hp_stream *streams[] = { &w->out, &w->err };
-        char holders[256];
+        char holders[256], text[24];
         size_t n = 0;
         bool held = false;
 
@@ -319,11 +330,12 @@ static void close_held_pipes(struct hp_worker *w)
                 }
         }
         if (held)
-                hp_log_warn("%s worker %d (rank %d): its output pipe is still "
-                            "held after the stop by %s; closed it, so what "
-                            "that writes now is not captured",
+                hp_log_warn("%s worker %d%s: its output pipe is still held "
+                            "after the stop by %s; closed it, so what that "
+                            "writes now is not captured",
                             hp_stage_name(w->group->stage), w->local_rank,
-                            w->rank, n > 0 ? holders : "a process not found");
+                            rank_text(w, text, sizeof(text)),
+                            n > 0 ? holders : "a process not found");
 }
 
 /* Names what SIGKILL has not ended yet: a worker not reaped, or a
@@ -531,9 +543,15 @@ static void set_prefix(const struct hp_group_params *p, struct hp_worker *w,
          * as torchrun's inherited fd would: without a prefix. */
         if (!s->prefixed)
                 return;
-        snprintf(rank, sizeof(rank), "%d", w->rank);
+        /* Ranks not known yet (in-process restart before /start): "?". */
+        snprintf(rank, sizeof(rank), "?");
+        if (w->rank >= 0)
+                snprintf(rank, sizeof(rank), "%d", w->rank);
         snprintf(local_rank, sizeof(local_rank), "%d", w->local_rank);
-        snprintf(group_rank, sizeof(group_rank), "%d", p->round->node_rank);
+        snprintf(group_rank, sizeof(group_rank), "?");
+        if (p->round->node_rank >= 0)
+                snprintf(group_rank, sizeof(group_rank), "%d",
+                         p->round->node_rank);
         snprintf(restarts, sizeof(restarts), "%d", p->restart_count);
         snprintf(pid, sizeof(pid), "%d", (int)w->pid);
         if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), s->prefix,
@@ -596,14 +614,14 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
         struct hp_group *g = w->group;
 
         if (step != HP_START_EXEC) {
-                char why[PATH_MAX + 128];
+                char why[PATH_MAX + 128], text[24];
 
                 w->start_error = err;
                 w->start_step = step;
                 hp_worker__start_failure(w, why, sizeof(why));
-                hp_log_error("%s worker %d (rank %d) could not start: %s",
-                             hp_stage_name(g->stage), w->local_rank, w->rank,
-                             why);
+                hp_log_error("%s worker %d%s could not start: %s",
+                             hp_stage_name(g->stage), w->local_rank,
+                             rank_text(w, text, sizeof(text)), why);
         } else {
                 hp_log_error("%s worker %d: cannot execute '%s': %s",
                              hp_stage_name(g->stage), w->local_rank, program,

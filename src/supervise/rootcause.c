@@ -132,7 +132,7 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                           int index)
 {
         struct error_report rep;
-        char when[64], text[10240], exitcode[32];
+        char when[64], text[10240], exitcode[32], rank[16];
         time_t t;
         struct tm tm;
         int n;
@@ -149,6 +149,12 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
         t = (time_t)failure_time(w, &rep);
         localtime_r(&t, &tm);
         strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
+        /* In-process restart's processes before the operator's /start
+         * have no global rank yet. */
+        if (w->rank < 0)
+                snprintf(rank, sizeof(rank), "unknown");
+        else
+                snprintf(rank, sizeof(rank), "%d", w->rank);
         if (w->term_signal)
                 snprintf(exitcode, sizeof(exitcode), "%d", -w->term_signal);
         else
@@ -169,11 +175,11 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                      "[%d]:\n"
                      "  time      : %s\n"
                      "  host      : %s\n"
-                     "  rank      : %d (local_rank: %d)\n"
+                     "  rank      : %s (local_rank: %d)\n"
                      "  exitcode  : %s (pid: %d)\n"
                      "  error_file: %s\n"
                      "  traceback : ",
-                     index, when, a->hostname, w->rank, w->local_rank,
+                     index, when, a->hostname, rank, w->local_rank,
                      exitcode, (int)w->pid,
                      rep.present ? w->error_file : "<N/A>");
         for (const char *p = rep.message; *p && n < (int)sizeof(text) - 4; p++) {
@@ -344,15 +350,23 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
         if (len == 0)
                 return -EINVAL;
         buf[0] = '\0';
-        r = snprintf(buf, len, "%s failed on node rank %d (%s):",
-                     hp_stage_name(g->stage), a->round.node_rank, a->hostname);
+        /* A node rank and global ranks the agent does not know yet (an
+         * in-process restart before /start) are left out. */
+        if (a->round.node_rank < 0)
+                r = snprintf(buf, len, "%s failed on %s (node rank not "
+                                       "known yet):",
+                             hp_stage_name(g->stage), a->hostname);
+        else
+                r = snprintf(buf, len, "%s failed on node rank %d (%s):",
+                             hp_stage_name(g->stage), a->round.node_rank,
+                             a->hostname);
         n = r > 0 ? ((size_t)r < len ? (size_t)r : len - 1) : 0;
         /* The root cause first, then the others in local-rank order. */
         for (int pass = 0; pass < 2; pass++) {
                 for (int i = 0; i < g->count; i++) {
                         const struct hp_worker *w = &g->workers[i];
                         struct error_report rep;
-                        char first[512];
+                        char first[512], rank[24] = "";
                         const char *nl;
                         size_t msg_len;
 
@@ -362,14 +376,17 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                                 continue;
                         if (!worker_failed(w))
                                 continue;
+                        if (w->rank >= 0)
+                                snprintf(rank, sizeof(rank), " (rank %d)",
+                                         w->rank);
                         if (w->start_error != 0) {
                                 char why[sizeof(first) - 64];
 
                                 hp_worker__start_failure(w, why, sizeof(why));
                                 r = snprintf(buf + n, len - n,
-                                             "\nLocal Rank %d (rank %d) "
-                                             "never ran: %s",
-                                             w->local_rank, w->rank, why);
+                                             "\nLocal Rank %d%s never ran: "
+                                             "%s",
+                                             w->local_rank, rank, why);
                                 if (r < 0 || (size_t)r >= len - n)
                                         return 0;
                                 n += (size_t)r;
@@ -395,9 +412,9 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                                  nl ? nl + 1 : rep.message);
                         first[strcspn(first, "\n")] = '\0';
                         r = snprintf(buf + n, len - n,
-                                     "\nLocal Rank %d (rank %d) exited with "
-                                     "code %lld%s%s",
-                                     w->local_rank, w->rank,
+                                     "\nLocal Rank %d%s exited with code "
+                                     "%lld%s%s",
+                                     w->local_rank, rank,
                                      w->term_signal
                                              ? -(long long)w->term_signal
                                              : (long long)w->exit_status,

@@ -49,17 +49,20 @@ put(char *buf, size_t len, size_t *at, int r, const char *fmt, ...)
         return 0;
 }
 
-/* "rank 3" or "ranks 0-2,4-7" for the ranks of ranks[0..n). */
+/* "rank 3" or "ranks 0-2,4-7" for the ranks of ranks[0..n); "local
+ * rank 1" and so on with local. */
 static int put_ranks(char *buf, size_t len, size_t *at, int r,
-                     const struct hp_silence *ranks, size_t n)
+                     const struct hp_silence *ranks, size_t n, bool local)
 {
         int *sorted = malloc(n * sizeof(*sorted));
 
         if (sorted == NULL)
                 return put(buf, len, at, r, "%zu ranks", n);
         for (size_t i = 0; i < n; i++)
-                sorted[i] = ranks[i].rank;
+                sorted[i] = local ? ranks[i].local_rank : ranks[i].rank;
         qsort(sorted, n, sizeof(*sorted), by_rank);
+        if (local)
+                r = put(buf, len, at, r, "local ");
         r = put(buf, len, at, r, n == 1 ? "rank " : "ranks ");
         for (size_t i = 0; i < n;) {
                 size_t j = i;
@@ -97,12 +100,18 @@ int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
 {
         size_t at = 0;
         int r = 0;
+        bool local = false;
 
         if (len == 0)
                 return -ENOSPC;
         buf[0] = '\0';
         if (count == 0)
                 return put(buf, len, &at, r, "no rank to compare");
+        /* Global ranks the agent does not know yet (in-process restart
+         * before /start): the line names local ranks. */
+        for (size_t i = 0; i < count; i++)
+                if (ranks[i].rank < 0)
+                        local = true;
         for (size_t i = 0; i < count; i++)
                 if (ranks[i].last_ms > now_ms)
                         ranks[i].last_ms = now_ms;
@@ -111,7 +120,7 @@ int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
         if (count == 1 ||
             ranks[1].last_ms - ranks[0].last_ms >= HP_SILENCE_TIE_MS) {
                 /* One rank went quiet before all the others. */
-                r = put_ranks(buf, len, &at, r, ranks, 1);
+                r = put_ranks(buf, len, &at, r, ranks, 1, local);
                 r = put(buf, len, &at, r, " silent since ");
                 r = put_time(buf, len, &at, r, ranks[0].last_ms, now_ms,
                              now_wall);
@@ -126,7 +135,7 @@ int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
                 if (count == 1)
                         return r;
                 r = put(buf, len, &at, r, "; ");
-                r = put_ranks(buf, len, &at, r, ranks + 1, count - 1);
+                r = put_ranks(buf, len, &at, r, ranks + 1, count - 1, local);
                 if (now_ms - ranks[count - 1].last_ms < HP_SILENCE_TIE_MS) {
                         r = put(buf, len, &at, r, " still writing");
                         return r;
@@ -146,14 +155,14 @@ int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
         /* No rank stopped first: they went quiet together, or none did. */
         if (now_ms - ranks[0].last_ms < HP_SILENCE_TIE_MS) {
                 r = put(buf, len, &at, r, count == 2 ? "both " : "all ");
-                r = put_ranks(buf, len, &at, r, ranks, count);
+                r = put_ranks(buf, len, &at, r, ranks, count, local);
                 return put(buf, len, &at, r, " still writing");
         }
         if (count == 2)
                 r = put(buf, len, &at, r, "both ");
         else
                 r = put(buf, len, &at, r, "all %zu ", count);
-        r = put_ranks(buf, len, &at, r, ranks, count);
+        r = put_ranks(buf, len, &at, r, ranks, count, local);
         r = put(buf, len, &at, r, " silent since ");
         r = put_time(buf, len, &at, r, ranks[0].last_ms, now_ms, now_wall);
         return put(buf, len, &at, r,

@@ -116,6 +116,10 @@ struct hp_group {
 struct hp_forensics_target;
 struct hp_nccl_ras;
 
+/* Reports written on request (SIGUSR2, POST /debug/stacks) that are kept:
+ * a new one deletes the one this many before it. */
+#define HP_STACKS_REPORTS_KEPT 8
+
 /* A hang report being collected: the /proc states are read at once, the
  * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
 struct hp_forensics {
@@ -129,6 +133,9 @@ struct hp_forensics {
         uint64_t deadline;      /* loop ms */
         bool on_request;        /* SIGUSR2, not a verdict */
         unsigned requests;      /* reports written on request */
+        /* The latest HP_STACKS_REPORTS_KEPT of them, a ring at
+         * requests % HP_STACKS_REPORTS_KEPT ("": none). */
+        char kept[HP_STACKS_REPORTS_KEPT][PATH_MAX];
         struct hp_verdict verdict; /* the agent's; state WAITING: none */
         char silence[512];      /* the latest silence line, or "" */
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */

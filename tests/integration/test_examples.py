@@ -119,3 +119,32 @@ def test_eks_dockerfile_entrypoint_execs_hyperpodrun(hpr, tmp_path):
                 env={"CUDA_VISIBLE_DEVICES": "0"})
     assert r.rc == 0, r.describe()
     assert b"[default0]:trained" in r.stdout, r.describe()
+
+
+def test_eks_networkpolicy_admits_only_the_operator_to_the_api():
+    """networkpolicy.yaml selects job.yaml's pods, lets only the operator's
+    namespace reach port 8080, and keeps every other port open between
+    the job's own pods (a policy that selects a pod denies the rest)."""
+    yaml = pytest.importorskip("yaml")
+    job = yaml.safe_load((EKS / "job.yaml").read_text())
+    pol = yaml.safe_load((EKS / "networkpolicy.yaml").read_text())
+    labels = job["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]
+    assert pol["kind"] == "NetworkPolicy"
+    assert pol["metadata"]["namespace"] == job["metadata"]["namespace"]
+    assert pol["spec"]["podSelector"]["matchLabels"] == labels
+    assert pol["spec"]["policyTypes"] == ["Ingress"]
+
+    def covers(rule, proto, port):
+        return any(p["protocol"] == proto and
+                   p["port"] <= port <= p.get("endPort", p["port"])
+                   for p in rule["ports"])
+    api = [r for r in pol["spec"]["ingress"] if covers(r, "TCP", 8080)]
+    assert len(api) == 1
+    assert all("namespaceSelector" in f for f in api[0]["from"])
+    peers = [r for r in pol["spec"]["ingress"]
+             if any(f.get("podSelector", {}).get("matchLabels") == labels
+                    for f in r["from"])]
+    assert len(peers) == 1
+    for port in (1, 29500, 8079, 8081, 65535):
+        assert covers(peers[0], "TCP", port), port
+    assert covers(peers[0], "UDP", 8080)

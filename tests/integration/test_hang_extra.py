@@ -3,7 +3,7 @@ recorder and NCCL's RAS report. No GPU here: the other side of each
 protocol is a stand-in (helpers/fake_flight_recorder.py plays
 ProcessGroupNCCL's dump pipe, helpers/fake_nccl_ras.py NCCL's RAS
 thread), written from the protocols in torch's and NCCL's sources.
-Then GET /debug/stacks, the SIGUSR2 report asked over HTTP."""
+Then POST /debug/stacks, the SIGUSR2 report asked over HTTP."""
 
 import http.client
 import json
@@ -237,19 +237,38 @@ def test_nccl_ras_enable_0_is_respected(hpr, tmp_path, ras_server):
     assert "nccl_ras" not in report_of(hpr)
 
 
-# ---- GET /debug/stacks ----
+# ---- POST /debug/stacks ----
 
 READONLY_RE = re.compile(rb"read-only API \(/status, /metrics, /healthz\) "
                          rb"listening on http://127\.0\.0\.1:(\d+)")
 
 
-def http_get(port, path, method="GET"):
+def http_get(port, path, method="GET", headers=False):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
     conn.request(method, path)
     resp = conn.getresponse()
     out = resp.status, resp.read()
+    hdrs = {k.lower(): v for k, v in resp.getheaders()}
     conn.close()
-    return out
+    return out + (hdrs,) if headers else out
+
+
+def stacks(port):
+    return http_get(port, "/debug/stacks", method="POST")
+
+
+def stacks_taken(port, p, timeout=30):
+    """POSTs until a report is taken (at most one a second): its path."""
+    def taken():
+        if p.poll() is not None:
+            pytest.fail("hyperpodrun exited\n" + p.describe())
+        code, body = stacks(port)
+        if code == 202:
+            return json.loads(body)["report"]
+        assert code == 429, body
+        return None
+    return deadline_poll(taken, timeout, interval=0.1,
+                         what="a stacks report taken")
 
 
 def start_with_api(hpr, tmp_path, extra=(), script=None):
@@ -273,7 +292,7 @@ def start_with_api(hpr, tmp_path, extra=(), script=None):
 
 def test_debug_stacks_writes_a_report_and_stops_nothing(hpr, tmp_path):
     p, port = start_with_api(hpr, tmp_path)
-    code, body = http_get(port, "/debug/stacks")
+    code, body = stacks(port)
     assert code == 202, body
     path = json.loads(body)["report"]
     assert path.endswith("/attempt_0/stacks-report-1.json"), path
@@ -286,9 +305,7 @@ def test_debug_stacks_writes_a_report_and_stops_nothing(hpr, tmp_path):
     for x in report["ranks"]:
         assert x["python"]["status"] == "complete", x
     # The next one is numbered on.
-    code, body = http_get(port, "/debug/stacks")
-    assert code == 202 and json.loads(body)["report"].endswith(
-        "stacks-report-2.json"), body
+    assert stacks_taken(port, p).endswith("stacks-report-2.json")
     # The job ran on and ends as it would have.
     assert p.poll() is None
     (tmp_path / "done").write_text("")
@@ -309,17 +326,24 @@ def test_a_second_debug_stacks_while_one_is_collected_is_429(hpr, tmp_path):
         "    time.sleep(0.02)\n")
     p, port = start_with_api(hpr, tmp_path, ("--hang-dump-timeout", "5"),
                              script=script)
-    code, body = http_get(port, "/debug/stacks")
+    code, body = stacks(port)
     assert code == 202, body
     path = json.loads(body)["report"]
-    code, body = http_get(port, "/debug/stacks")
-    assert code == 429, body
-    assert b"being collected" in body
+
+    # First the rate limit answers, then (a second on, the report not
+    # written) the collection in progress.
+    def busy():
+        code, body, hdrs = http_get(port, "/debug/stacks", method="POST",
+                                    headers=True)
+        assert code == 429, body
+        assert int(hdrs["retry-after"]) >= 1
+        return b"being collected" in body
+    deadline_poll(busy, 30, interval=0.1, what="429 being collected")
+    assert not os.path.exists(path)
     deadline_poll(lambda: os.path.exists(path) or p.poll() is not None,
                   timeout=30, what=path)
     # Once written, a new one is taken.
-    code, body = http_get(port, "/debug/stacks")
-    assert code == 202 and body.endswith(b'stacks-report-2.json"}'), body
+    assert stacks_taken(port, p).endswith("stacks-report-2.json")
     (tmp_path / "done").write_text("")
     assert p.wait(60).rc == 0
 
@@ -331,10 +355,8 @@ def test_a_second_debug_stacks_while_one_is_collected_is_429(hpr, tmp_path):
 def test_debug_stacks_is_409_where_it_makes_no_sense(hpr, tmp_path, extra,
                                                      detail):
     p, port = start_with_api(hpr, tmp_path, extra)
-    code, body = http_get(port, "/debug/stacks")
+    code, body = stacks(port)
     assert code == 409 and detail in body, body
-    code, body = http_get(port, "/debug/stacks", method="POST")
-    assert code == 405, body
     (tmp_path / "done").write_text("")
     assert p.wait(60).rc == 0
     assert not list(hpr.log_dir.rglob("stacks-report-*.json"))
@@ -349,7 +371,57 @@ def test_debug_stacks_without_a_group_is_409(hpr, tmp_path):
     m = deadline_poll(lambda: re.search(
         rb"operator API listening on http://127\.0\.0\.1:(\d+)",
         p.console_err()), 15, what="the API")
-    code, body = http_get(int(m.group(1)), "/debug/stacks")
+    code, body = stacks(int(m.group(1)))
     assert code == 409 and b"no worker group" in body, body
     p.signal(signal.SIGTERM)
     p.wait(30)
+
+
+def test_debug_stacks_get_is_405(hpr, tmp_path):
+    """A report writes a file: GET, which a crawler or a prefetch may
+    send, takes none."""
+    p, port = start_with_api(hpr, tmp_path)
+    code, body, hdrs = http_get(port, "/debug/stacks", headers=True)
+    assert code == 405, body
+    assert hdrs["allow"] == "POST"
+    (tmp_path / "done").write_text("")
+    assert p.wait(60).rc == 0
+    assert not list(hpr.log_dir.rglob("stacks-report-*.json"))
+
+
+def report_files(hpr):
+    return sorted(hpr.log_dir.rglob("stacks-report-*.json"),
+                  key=lambda f: int(f.stem.rsplit("-", 1)[1]))
+
+
+def test_debug_stacks_is_rate_limited_and_keeps_the_last_reports(
+        hpr, tmp_path):
+    """50 requests in a burst start one report (the rest 429 with a
+    Retry-After); reports taken one after the other keep only the latest
+    8 files. On main, 10 s of GETs wrote 4,194 files."""
+    p, port = start_with_api(hpr, tmp_path)
+    codes = []
+    for _ in range(50):
+        code, body, hdrs = http_get(port, "/debug/stacks", method="POST",
+                                    headers=True)
+        codes.append(code)
+        if code == 429:
+            assert int(hdrs["retry-after"]) == 1, hdrs
+    # A burst that outlasts the interval on a slow machine takes a second.
+    assert codes[0] == 202 and codes.count(202) <= 2, codes
+    assert codes.count(429) >= 48, codes
+    taken = codes.count(202)
+    last = None
+    while taken < 11:
+        last = stacks_taken(port, p)
+        taken += 1
+    assert last.endswith(f"stacks-report-{taken}.json"), last
+    deadline_poll(lambda: os.path.exists(last) or p.poll() is not None,
+                  timeout=30, what=last)
+    names = [f.name for f in report_files(hpr)]
+    assert names == [f"stacks-report-{n}.json"
+                     for n in range(taken - 7, taken + 1)], names
+    err = p.console_err().decode()
+    assert err.count("POST /debug/stacks: stacks report to") == taken
+    (tmp_path / "done").write_text("")
+    assert p.wait(60).rc == 0

@@ -5,6 +5,7 @@ HTTP, and the training processes speak the worker socket with raw frames
 
 import json
 import os
+import re
 import socket
 import struct
 import time
@@ -286,7 +287,7 @@ def test_job_fault_without_rank(hpr, tmp_path):
     assert st["reason"] == "NoRank"
     err = a.proc.console_err().decode()
     assert ('job_fault from local rank 0: "rank" is missing, not a global '
-            'rank; kept as -1') in err
+            'rank; kept as unknown (-1 in /status)') in err
     # The rank is still the one that failed; the agent goes on.
     a.post("/stop")
     a.wait_status("ready")
@@ -355,6 +356,87 @@ def test_bad_barrier_messages_change_nothing(hpr, tmp_path):
     a.wait_status("ready")
     s.close()
     assert a.shutdown().rc == 0
+
+
+def stray(a, tmp_path, msg, seen):
+    """A second client of local rank 0 sends msg; returns once the agent
+    logged one of seen (the old or the new wording)."""
+    s = raw_client(a, tmp_path)
+    cid = str(uuid.uuid4())
+    send_raw(s, {"type": "init", "local_rank": 0, "client_id": cid})
+    send_raw(s, dict(msg, local_rank=0, client_id=cid))
+    deadline_poll(lambda: any(t in a.proc.console_err().decode()
+                              for t in seen),
+                  20, what="the stray message handled")
+    s.close()
+
+
+def test_stray_past_barrier_while_ready_is_ignored(hpr, tmp_path):
+    """A past_rcb_barrier from a rank no job_start released (a second
+    client, a call twice) is ignored: /start still releases every rank.
+    Before, the rank stopped counting at the barrier and /start went
+    RUNNING with job_start sent to no rank, for ever."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    stray(a, tmp_path, {"type": "past_rcb_barrier"},
+          ["local rank 0 passed the barrier",
+           "past_rcb_barrier from local rank 0, which no job_start "
+           "released; ignored"])
+    a.start()
+    for lr in range(2):
+        wait_event(a, lr, "job_start", timeout=20)
+    st = a.wait_status("running")
+    assert st["reason"] == "Running"
+    # The real past_rcb_barrier of each released rank counts.
+    deadline_poll(lambda: a.proc.console_err().decode().count(
+        "passed the barrier") >= 2, 20, what="both ranks past the barrier")
+    assert a.shutdown().rc == 0
+
+
+def test_stray_fault_while_ready_pause_counts_held_ranks(hpr, tmp_path):
+    """A job_fault from a rank waiting at the barrier: /start reports it,
+    and /stop's pause counts the ranks already at the barrier (they never
+    answer the pause's job_fault). Before, STOPPING for ever."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    first = pids(a)
+    stray(a, tmp_path, {"type": "job_fault", "rank": 0, "reason": "Stray",
+                        "message": "not from the worker"},
+          ["reported a fault (in_process_restart): Stray"])
+    a.start()
+    st = a.wait_status("faulted")
+    assert st["reason"] == "Stray"
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    a.wait_status("ready", timeout=20)
+    err = a.proc.console_err().decode()
+    assert ("local ranks 0, 1 already at the barrier; waiting for none"
+            in err)
+    a.start(fault_count=1)
+    for lr in range(2):
+        m = wait_event(a, lr, "job_start")
+        assert m["pid"] == first[lr]
+        assert m["msg"]["worker_envs"]["JOB_RESTART_COUNT"] == "1"
+    a.wait_status("running")
+    assert a.shutdown().rc == 0
+
+
+def test_shutdown_ends_a_pause_that_never_ends(hpr, tmp_path):
+    """A rank that never comes back to the barrier and no
+    --inprocess-timeout: the pause waits, and /shutdown ends it (the
+    reference refuses /shutdown in STOPPING: only a signal ended it)."""
+    a = agent(hpr, tmp_path, env={"IPRW_DEAF": "1"})
+    released(a)
+    first = pids(a)
+    code, _, _ = a.post("/stop")
+    assert code == 200
+    wait_event(a, 1, "job_fault")
+    wait_event(a, 0, "at_barrier", count=2)
+    assert a.status()["status"] == "stopping"
+    r = a.shutdown(timeout=20)
+    assert r.rc == 0, r.describe()
+    assert not any(pid_alive(p) for p in first)
+    assert "agent state STOPPING → SHUTDOWN" in r.stderr.decode()
 
 
 def test_null_ip_entry_holds_job_start_until_update(hpr, tmp_path):
@@ -489,4 +571,88 @@ def test_node_fault_faults_and_keeps_the_node_down(hpr, tmp_path):
     assert st["reason"] == "NodeFault_Xid79FallenOffTheBus"
     assert not any(pid_alive(p) for p in first)
     assert latest_pids(a) == first, "a process started on a faulted node"
+    assert a.shutdown().rc == 0
+
+
+# What a placeholder rank looked like in the agent's sentences: "node rank
+# -1", "(rank -1)", "node -1 of 1", "master :-1", "rank      : -2".
+PLACEHOLDER = re.compile(r"rank[ :]*-\d|node -\d|ranks -\d|:-1\b|rank -\d")
+
+
+def no_placeholder(text):
+    found = [m.group(0) + " in: " + text[max(0, m.start() - 80):m.end() + 40]
+             for m in PLACEHOLDER.finditer(text)]
+    assert not found, "\n".join(found)
+
+
+def test_crash_before_start_prints_no_placeholder_rank(hpr, tmp_path):
+    """Before /start the processes have no global rank, the node no node
+    rank and no master: the start line, the FAULTED message, the failure
+    summary and the silence line say so instead of printing -1."""
+    a = agent(hpr, tmp_path, env={"IPRW_EXIT_AT_BARRIER": "1"})
+    st = a.wait_status("faulted")
+    assert st["reason"] == "WorkerCrash"
+    msg = st["message"]
+    assert "(node rank not known yet)" in msg, msg
+    assert "\nLocal Rank 1 exited with code 3" in msg, msg
+    no_placeholder(msg)
+
+    def summary():
+        err = a.proc.console_err().decode()
+        return err if "Root Cause" in err and "who went silent" in err \
+            else None
+    err = deadline_poll(summary, 20, what="the failure summary")
+    assert ("attempt 0: 2 workers, 1 node (node rank and master not known "
+            "yet), world size 2, run id") in err
+    assert "rank      : unknown (local_rank: 1)" in err
+    assert re.search(r"who went silent: .*local rank", err), err
+    no_placeholder(err)
+    assert a.shutdown().rc != 0
+
+
+def test_crash_after_start_names_the_ranks_start_gave(hpr, tmp_path):
+    """After /start the same processes have the ranks job_start gave
+    them, and the agent's texts name those."""
+    a = agent(hpr, tmp_path)
+    released(a, {"rank": 1, "nnodes": 2, "master_addr": "10.0.0.5",
+                 "master_port": 29511})
+    command(a, 1, "exit 3")
+    st = a.wait_status("faulted")
+    msg = st["message"]
+    assert msg.startswith("train failed on node rank 1 ("), msg
+    assert "\nLocal Rank 1 (rank 3) exited with code 3" in msg, msg
+    err = a.proc.console_err().decode()
+    assert ("job_start sent to local ranks 0-1 (node rank 1, ranks 2-3, "
+            "master 10.0.0.5:29511") in err
+    no_placeholder(err)
+    assert a.shutdown().rc != 0
+
+
+def test_stacks_report_before_and_after_start(hpr, tmp_path):
+    """A stacks report of processes waiting for /start has no global
+    ranks to give (null, and the log names local ranks); after /start it
+    has the ranks job_start gave."""
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+
+    def report():
+        def taken():
+            code, _, body = a.post("/debug/stacks")
+            assert code in (202, 429), body
+            return json.loads(body)["report"] if code == 202 else None
+        path = deadline_poll(taken, 30, interval=0.1, what="a report")
+        deadline_poll(lambda: os.path.exists(path), 30, what=path)
+        with open(path) as f:
+            return json.load(f)
+    before = report()
+    assert sorted(r["local_rank"] for r in before["ranks"]) == [0, 1]
+    assert all(r["rank"] is None for r in before["ranks"]), before["ranks"]
+    assert "who went silent" in a.proc.console_err().decode()
+    released(a, {"rank": 1, "nnodes": 2})
+    after = report()
+    assert sorted(r["rank"] for r in after["ranks"]) == [2, 3]
+    err = a.proc.console_err().decode()
+    assert "hang report: local rank 0 (pid" in err
+    assert "hang report: rank 2 (local 0, pid" in err
+    no_placeholder(err)
     assert a.shutdown().rc == 0

@@ -27,8 +27,8 @@ static const char *const ipr_allowed[] = {
         "READY>FAULTED",     "RUNNING>INIT",      "RUNNING>COMPLETED",
         "RUNNING>FAULTED",   "RUNNING>STOPPING",  "RUNNING>SHUTDOWN",
         "FAULTED>INIT",      "FAULTED>STOPPING",  "FAULTED>SHUTDOWN",
-        "STOPPING>READY",    "STOPPING>INIT",     "COMPLETED>SHUTDOWN",
-        "COMPLETED>STOPPING",
+        "STOPPING>READY",    "STOPPING>INIT",     "STOPPING>SHUTDOWN",
+        "COMPLETED>SHUTDOWN", "COMPLETED>STOPPING",
 };
 
 static void test_ipr_table(void **state)
@@ -366,6 +366,73 @@ static void test_ranks_barrier_queue(void **state)
         hp_ipc_ranks_free(&t);
 }
 
+/* A rank waiting at the barrier: held until a job_start releases it;
+ * only a released rank may say it passed, and a held one counts at the
+ * next wait whatever it said since (a stray job_fault). */
+static void test_ranks_held_and_released(void **state)
+{
+        struct hp_ipc_ranks t;
+        char list[64];
+
+        (void)state;
+        assert_int_equal(hp_ipc_ranks_init(&t, 3), 0);
+        /* Before any job_start: past_rcb_barrier changes nothing. */
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 0), -EPROTO);
+        assert_int_equal(t.ranks[0].state, HP_IPC_RANK_HEALTHY);
+        assert_int_equal(hp_ipc_ranks_wait_begin(&t), 0);
+        hp_ipc_ranks_at_barrier(&t, 0);
+        hp_ipc_ranks_at_barrier(&t, 1);
+        hp_ipc_ranks_at_barrier(&t, 2);
+        assert_true(hp_ipc_ranks_all_at_barrier(&t));
+        hp_ipc_ranks_wait_end(&t);
+        /* READY: a stray past_rcb_barrier from a held rank is refused
+         * and the rank still counts at the barrier. */
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 1), -EPROTO);
+        assert_true(hp_ipc_ranks_all_at_barrier(&t));
+        /* A stray job_fault fails the rank, yet a pause counts it at
+         * the barrier at once: it never answers the pause. */
+        assert_int_equal(hp_ipc_ranks_fail(&t, 0, 0, HP_RESTART_IN_PROCESS,
+                                           "Stray", NULL),
+                         0);
+        assert_false(hp_ipc_ranks_all_at_barrier(&t));
+        assert_int_equal(hp_ipc_ranks_wait_begin(&t), 3);
+        assert_true(hp_ipc_ranks_all_at_barrier(&t));
+        hp_ipc_ranks_wait_end(&t);
+        /* job_start: released, so past_rcb_barrier counts; no longer
+         * held, so a pause waits for the rank to come back. */
+        hp_ipc_ranks_reset(&t, false);
+        for (int lr = 0; lr < 3; lr++)
+                hp_ipc_ranks_release(&t, lr);
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 0), 0);
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 0), 0);
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 1), 0);
+        assert_int_equal(t.ranks[0].state, HP_IPC_RANK_PAST_BARRIER);
+        /* Rank 2 is back before the pause begins, rank 0 during it. */
+        hp_ipc_ranks_at_barrier(&t, 2);
+        assert_int_equal(hp_ipc_ranks_wait_begin(&t), 1);
+        assert_int_equal(hp_ipc_ranks_list(&t, HP_IPC_RANK_AT_BARRIER, true,
+                                           list, sizeof(list)),
+                         1);
+        assert_string_equal(list, "2");
+        assert_int_equal(hp_ipc_ranks_list(&t, HP_IPC_RANK_AT_BARRIER,
+                                           false, list, sizeof(list)),
+                         2);
+        assert_string_equal(list, "0, 1");
+        hp_ipc_ranks_at_barrier(&t, 0);
+        /* Back at the barrier: no longer released. */
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 0), -EPROTO);
+        assert_int_equal(t.ranks[0].state, HP_IPC_RANK_AT_BARRIER);
+        assert_false(hp_ipc_ranks_all_at_barrier(&t));
+        hp_ipc_ranks_at_barrier(&t, 1);
+        assert_true(hp_ipc_ranks_all_at_barrier(&t));
+        /* A full stop forgets both. */
+        hp_ipc_ranks_reset(&t, true);
+        assert_false(t.ranks[1].held);
+        assert_false(t.ranks[1].released);
+        assert_int_equal(hp_ipc_ranks_wait_begin(&t), 0);
+        hp_ipc_ranks_free(&t);
+}
+
 static void test_ranks_faults_and_data(void **state)
 {
         struct hp_ipc_ranks t;
@@ -432,8 +499,10 @@ static void test_ranks_faults_and_data(void **state)
                                   "\"data\":{\"step\":7}}]");
         free(text);
         cJSON_Delete(list);
-        /* Past the barrier the data goes. */
-        hp_ipc_ranks_past_barrier(&t, 2);
+        /* Past the barrier the data goes, once a job_start let the rank
+         * through. */
+        hp_ipc_ranks_release(&t, 2);
+        assert_int_equal(hp_ipc_ranks_past_barrier(&t, 2), 0);
         assert_null(hp_ipc_ranks_worker_data(&t));
         /* null data is no data; a fault without rank is group -1. */
         assert_int_equal(hp_ipc_ranks_set_data(&t, 0, -1, NULL), 0);
@@ -442,6 +511,12 @@ static void test_ranks_faults_and_data(void **state)
                          0);
         assert_int_equal(t.ranks[0].group_rank, -1);
         assert_null(hp_ipc_ranks_worker_data(&t));
+        /* The message names it by its local rank, not as rank -1. */
+        assert_int_equal(hp_ipc_ranks_fault(&t, reason, sizeof(reason),
+                                            message, sizeof(message)),
+                         0);
+        assert_string_equal(message, "The processes reported a failure on "
+                                     "ranks (local rank 0)");
         hp_ipc_ranks_reset(&t, true);
         hp_ipc_ranks_free(&t);
         cJSON_Delete(data);
@@ -558,6 +633,7 @@ int main(void)
                 cmocka_unit_test(test_ipr_flag_picks_the_table),
                 cmocka_unit_test(test_decide),
                 cmocka_unit_test(test_ranks_barrier_queue),
+                cmocka_unit_test(test_ranks_held_and_released),
                 cmocka_unit_test(test_ranks_faults_and_data),
                 cmocka_unit_test(test_ranks_labels),
                 cmocka_unit_test(test_restart_modes),

@@ -646,56 +646,63 @@ static const struct ipr_case {
         const char *reason;  /* NULL: none */
         const char *data;    /* printed, NULL: none */
         const char *labels;  /* printed */
+        bool released;       /* job_start went to local rank 0 before */
 } ipr_cases[] = {
         { "a fault", "{\"type\":\"job_fault\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"rank\":3,\"restart_mode\":"
           "\"local_process_level_restart\",\"reason\":\"R\","
           "\"message\":\"M\"}",
           HP_IPC_RANK_FAILED, 3, HP_RESTART_LOCAL_PROCESS_LEVEL, "R", NULL,
-          "{}" },
+          "{}", false },
         { "a fault without rank still counts",
           "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
           "\"a\",\"reason\":\"NoRank\"}",
           HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, "NoRank", NULL,
-          "{}" },
+          "{}", false },
         { "an unknown mode is in_process_restart, a number is no reason",
           "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
           "\"a\",\"rank\":\"2\",\"restart_mode\":\"bogus\","
           "\"reason\":5}",
-          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, NULL, NULL, "{}" },
+          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, NULL, NULL, "{}",
+          false },
         { "data", "{\"type\":\"job_data\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"rank\":2,\"data\":{\"a\":1}}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
-          "{}" },
+          "{}", false },
         { "a rank outside the node is ignored",
           "{\"type\":\"past_rcb_barrier\",\"local_rank\":7,"
           "\"client_id\":\"a\"}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
-          "{}" },
+          "{}", false },
         { "a client without init is ignored",
           "{\"type\":\"past_rcb_barrier\",\"local_rank\":0,"
           "\"client_id\":\"nobody\"}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
-          "{}" },
+          "{}", false },
         { "labels that are not an object are ignored",
           "{\"type\":\"rank_labels\",\"local_rank\":0,\"client_id\":"
           "\"a\",\"labels\":\"PP\"}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
-          "{}" },
+          "{}", false },
         { "labels", "{\"type\":\"rank_labels\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"labels\":{\"PP\":\"1\"}}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
-          "{\"PP\":\"1\"}" },
+          "{\"PP\":\"1\"}", false },
+        { "past the barrier before any job_start is ignored",
+          "{\"type\":\"past_rcb_barrier\",\"local_rank\":0,"
+          "\"client_id\":\"a\"}",
+          HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
+          "{\"PP\":\"1\"}", false },
         { "past the barrier: data and fault forgotten",
           "{\"type\":\"past_rcb_barrier\",\"local_rank\":0,"
           "\"client_id\":\"a\"}",
           HP_IPC_RANK_PAST_BARRIER, 2, HP_RESTART_IN_PROCESS, NULL, NULL,
-          "{\"PP\":\"1\"}" },
+          "{\"PP\":\"1\"}", true },
         { "at the barrier, queued until the agent waits",
           "{\"type\":\"at_rcb_barrier\",\"local_rank\":0,"
           "\"client_id\":\"a\"}",
           HP_IPC_RANK_PAST_BARRIER, 2, HP_RESTART_IN_PROCESS, NULL, NULL,
-          "{\"PP\":\"1\"}" },
+          "{\"PP\":\"1\"}", false },
 };
 
 static void test_server_inprocess_messages(void **state)
@@ -732,6 +739,8 @@ static void test_server_inprocess_messages(void **state)
                 char *data = r->data ? cJSON_PrintUnformatted(r->data) : NULL;
                 char *labels;
 
+                if (c->released)
+                        hp_ipc_ranks_release(&s->ranks, 0);
                 send_frame(fd, c->frame);
                 settle(&loop, fd, "a", 0);
                 free(data);

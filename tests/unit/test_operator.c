@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -707,9 +708,125 @@ static void test_podcfg_files(void **state)
         rmdir(dir);
 }
 
+/* ---- The token and the rate limit (auth.c) ---- */
+
+static void test_token_matches(void **state)
+{
+        static const char tok[] = "s3cr3t";
+        static const struct {
+                const char *header; /* NULL: none */
+                bool ok;
+        } cases[] = {
+                { "Bearer s3cr3t", true },   { "bearer s3cr3t", true },
+                { "BEARER \t s3cr3t ", true }, { NULL, false },
+                { "", false },                { "Bearer", false },
+                { "Bearer ", false },         { "Bearers3cr3t", false },
+                { "Basic s3cr3t", false },    { "Bearer s3cr3", false },
+                { "Bearer s3cr3tt", false },  { "Bearer s3cr3T", false },
+                { "Bearer  x s3cr3t", false }, { "Bearer s3cr3t x", false },
+        };
+        int failures = 0;
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++)
+                if (hp_op_token_matches(tok, strlen(tok), cases[i].header) !=
+                    cases[i].ok) {
+                        print_error("'%s': expected %s\n",
+                                    cases[i].header ? cases[i].header
+                                                    : "(none)",
+                                    cases[i].ok ? "a match" : "no match");
+                        failures++;
+                }
+        assert_int_equal(failures, 0);
+}
+
+static void write_mode(const char *path, const char *text, mode_t mode)
+{
+        FILE *f = fopen(path, "w");
+
+        assert_non_null(f);
+        fputs(text, f);
+        fclose(f);
+        assert_int_equal(chmod(path, mode), 0);
+}
+
+static void test_token_load(void **state)
+{
+        char dir[] = "/tmp/hp-token-XXXXXX", path[64], err[512];
+        char *tok;
+        size_t len;
+
+        (void)state;
+        assert_non_null(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/token", dir);
+        /* One line, its newline dropped. */
+        write_mode(path, "abc-DEF_123\n", 0600);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         0);
+        assert_string_equal(tok, "abc-DEF_123");
+        assert_int_equal(len, 11);
+        free(tok);
+        /* 0400 and 0640 are fine: others cannot read, nobody else writes. */
+        write_mode(path, "abc", 0640);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         0);
+        free(tok);
+        /* Readable or writable by others, writable by the group. */
+        write_mode(path, "abc", 0604);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -EPERM);
+        assert_null(tok);
+        assert_non_null(strstr(err, "(mode 0604, owner uid"));
+        assert_non_null(strstr(err, "is readable by others"));
+        write_mode(path, "abc", 0660);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -EPERM);
+        assert_non_null(strstr(err, "writable by its group or others"));
+        /* Empty, two words, a second line: refused, named. */
+        write_mode(path, "\n", 0600);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -EINVAL);
+        assert_non_null(strstr(err, "is empty"));
+        write_mode(path, "a b\n", 0600);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -EINVAL);
+        assert_non_null(strstr(err, "byte 1 of the token is 0x20"));
+        write_mode(path, "a\nb\n", 0600);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -EINVAL);
+        /* Not a regular file, not there. */
+        assert_int_equal(hp_op_token_load(dir, &tok, &len, err, sizeof(err)),
+                         -EINVAL);
+        assert_non_null(strstr(err, "is not a regular file"));
+        assert_int_equal(unlink(path), 0);
+        assert_int_equal(hp_op_token_load(path, &tok, &len, err, sizeof(err)),
+                         -ENOENT);
+        assert_non_null(strstr(err, path));
+        assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_limit(void **state)
+{
+        struct hp_op_limit l = { 0 };
+
+        (void)state;
+        /* The first is allowed at any time, 0 included. */
+        assert_int_equal(hp_op_limit_wait(&l, 0), 0);
+        hp_op_limit_note(&l, 0, 1000);
+        assert_int_equal(hp_op_limit_wait(&l, 0), 1000);
+        assert_int_equal(hp_op_limit_wait(&l, 999), 1);
+        assert_int_equal(hp_op_limit_wait(&l, 1000), 0);
+        hp_op_limit_note(&l, 5000, 1000);
+        assert_int_equal(hp_op_limit_wait(&l, 5500), 500);
+        assert_int_equal(hp_op_limit_wait(&l, 7000), 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_token_matches),
+                cmocka_unit_test(test_token_load),
+                cmocka_unit_test(test_limit),
                 cmocka_unit_test(test_plr_table),
                 cmocka_unit_test(test_plr_transitions_keep_first_order),
                 cmocka_unit_test(test_isoformat),

@@ -30,59 +30,69 @@ struct silence_case {
 
 static const struct silence_case cases[] = {
         { "one rank stopped a step before the others in a collective",
-          { { 0, 97000 }, { 1, 97000 }, { 2, 96700 }, { 3, 97004 } }, 4,
+          { { 0, 97000, 0 }, { 1, 97000, 1 }, { 2, 96700, 2 },
+            { 3, 97004, 3 } }, 4,
           "the verdict", 0, 0,
           "rank 2 silent since 22:13:16.700 (3.3 s before the verdict, 0.3 s "
           "before the others); ranks 0-1,3 silent since 22:13:17.000 "
           "(blocked in a collective?)" },
         { "the others spread out: their first and last times",
-          { { 0, 97000 }, { 1, 97100 }, { 2, 97200 }, { 3, 97300 },
-            { 4, 97400 }, { 5, 40000 }, { 6, 97500 }, { 7, 97000 } }, 8,
+          { { 0, 97000, 0 }, { 1, 97100, 1 }, { 2, 97200, 2 }, { 3, 97300, 3 },
+            { 4, 97400, 4 }, { 5, 40000, 5 }, { 6, 97500, 6 },
+            { 7, 97000, 7 } }, 8,
           "the verdict", 0, 0,
           "rank 5 silent since 22:12:20.000 (60.0 s before the verdict, 57.0 "
           "s before the others); ranks 0-4,6-7 silent since "
           "22:13:17.000-22:13:17.500 (blocked in a collective?)" },
         { "one other is just 'the other'",
-          { { 0, 99000 }, { 1, 90000 } }, 2, "the failure", 0, 0,
+          { { 0, 99000, 0 }, { 1, 90000, 1 } }, 2, "the failure", 0, 0,
           "rank 1 silent since 22:13:10.000 (10.0 s before the failure, 9.0 s "
           "before the other); rank 0 silent since 22:13:19.000 (blocked in a "
           "collective?)" },
         { "the others still writing (a SLOW verdict)",
-          { { 0, 99990 }, { 1, 90000 }, { 2, 99960 } }, 3, "the verdict", 0,
-          0,
+          { { 0, 99990, 0 }, { 1, 90000, 1 }, { 2, 99960, 2 } }, 3,
+          "the verdict", 0, 0,
           "rank 1 silent since 22:13:10.000 (10.0 s before the verdict, 10.0 "
           "s before the others); ranks 0,2 still writing" },
         { "closer than HP_SILENCE_TIE_MS: none stopped first",
-          { { 3, 97010 }, { 1, 97000 }, { 0, 97049 }, { 2, 97020 } }, 4,
+          { { 3, 97010, 3 }, { 1, 97000, 1 }, { 0, 97049, 0 },
+            { 2, 97020, 2 } }, 4,
           "the verdict", 0, 0,
           "all 4 ranks 0-3 silent since 22:13:17.000 (3.0 s before the "
           "verdict; none stopped first)" },
         { "two together",
-          { { 4, 97000 }, { 6, 97000 } }, 2, "the request", 0, 0,
+          { { 4, 97000, 4 }, { 6, 97000, 6 } }, 2, "the request", 0, 0,
           "both ranks 4,6 silent since 22:13:17.000 (3.0 s before the "
           "request; none stopped first)" },
         { "all still writing",
-          { { 0, 99990 }, { 1, 99980 }, { 2, 100000 } }, 3, "the request", 0,
-          0, "all ranks 0-2 still writing" },
+          { { 0, 99990, 0 }, { 1, 99980, 1 }, { 2, 100000, 2 } }, 3,
+          "the request", 0, 0, "all ranks 0-2 still writing" },
         { "a single rank",
-          { { 7, 97000 } }, 1, "the verdict", 0, 0,
+          { { 7, 97000, 7 } }, 1, "the verdict", 0, 0,
           "rank 7 silent since 22:13:17.000 (3.0 s before the verdict)" },
         { "a time after now counts as now",
-          { { 0, NOW + 5000 }, { 1, 90000 } }, 2, "the verdict", 0, 0,
+          { { 0, NOW + 5000, 0 }, { 1, 90000, 1 } }, 2, "the verdict", 0, 0,
           "rank 1 silent since 22:13:10.000 (10.0 s before the verdict, 10.0 "
           "s before the other); rank 0 still writing" },
         { "ranges and single ranks in one list",
-          { { 1, 97000 }, { 3, 97000 }, { 5, 97000 }, { 6, 97000 },
-            { 7, 97000 }, { 0, 10000 } }, 6, "the verdict", 0, 0,
+          { { 1, 97000, 1 }, { 3, 97000, 3 }, { 5, 97000, 5 }, { 6, 97000, 6 },
+            { 7, 97000, 7 }, { 0, 10000, 0 } }, 6, "the verdict", 0, 0,
           "rank 0 silent since 22:11:50.000 (90.0 s before the verdict, 87.0 "
           "s before the others); ranks 1,3,5-7 silent since 22:13:17.000 "
           "(blocked in a collective?)" },
         { "nothing to compare",
-          { { 0, 0 } }, 0, "the verdict", 0, 0, "no rank to compare" },
+          { { 0, 0, 0 } }, 0, "the verdict", 0, 0, "no rank to compare" },
         { "a buffer too small: cut, with a marker",
-          { { 0, 97000 }, { 1, 97000 }, { 2, 96700 }, { 3, 97000 } }, 4,
+          { { 0, 97000, 0 }, { 1, 97000, 1 }, { 2, 96700, 2 },
+            { 3, 97000, 3 } }, 4,
           "the verdict", 40, -ENOSPC,
           "rank 2 silent since 22:13:16.700 (3...." },
+        { "global ranks not known yet (in-process restart before /start): "
+          "local ranks",
+          { { -2, 97000, 0 }, { -1, 90000, 1 } }, 2, "the failure", 0, 0,
+          "local rank 1 silent since 22:13:10.000 (10.0 s before the "
+          "failure, 7.0 s before the other); local rank 0 silent since "
+          "22:13:17.000 (blocked in a collective?)" },
 };
 
 static void test_silence_table(void **state)

@@ -13,6 +13,10 @@ IPRW_DIR/cmd<LOCAL_RANK>, read every few milliseconds while training:
 
 Environment knobs (per local rank lists, comma separated):
   IPRW_NO_BARRIER=1,3   these ranks never send at_rcb_barrier
+  IPRW_EXIT_AT_BARRIER=1  these ranks exit with code 3 once at the barrier,
+                        before any job_start
+  IPRW_DEAF=1           these ranks ignore job_fault while training (a
+                        pause waits for them for ever)
   IPRW_DROP=init:1      local rank 1 closes its socket after init
                         (steps: connect, init, barrier, start) and idles
 """
@@ -105,6 +109,8 @@ def barrier(s, rd):
         idle()
     send(s, "at_rcb_barrier")
     record("at_barrier")
+    if LR in ranks("IPRW_EXIT_AT_BARRIER"):
+        sys.exit(3)
     dropped(s, "barrier")
     while True:
         m = rd.poll(3600)
@@ -130,7 +136,7 @@ def main():
         m = rd.poll(0.02)
         if m is not None:
             record(m["type"], msg=m)
-            if m["type"] == "job_fault":
+            if m["type"] == "job_fault" and LR not in ranks("IPRW_DEAF"):
                 # Another node failed: back to the barrier.
                 start = barrier(s, rd)
             continue
