@@ -3,8 +3,10 @@ exact bytes to a running agent (operator mode, no workers needed), and
 throws bad input at it while a good client, the HTTP API and the metrics
 keep answering."""
 
+import http.client
 import json
 import os
+import re
 import resource
 import socket
 import stat
@@ -14,7 +16,7 @@ import uuid
 
 import pytest
 
-from conftest import deadline_poll, write_exec
+from conftest import deadline_poll, wait_for_files, write_exec
 from test_operator import Agent
 
 PREFIX = "/fsx/ckpt/run1"
@@ -23,7 +25,7 @@ PREFIX = "/fsx/ckpt/run1"
 def sock_path(agent, tmpdir):
     """Where the agent listens: under TMPDIR, or /tmp when that path
     would be too long for a Unix socket."""
-    name = f"hyperpod_elastic_agent_{agent.proc.pid}.sock"
+    name = f"hyperpod_elastic_agent_{getattr(agent, 'proc', agent).pid}.sock"
     for d in (tmpdir, "/tmp"):
         p = os.path.join(d, name)
         if os.path.exists(p):
@@ -299,3 +301,87 @@ def test_python_client_errors(monkeypatch, tmp_path):
     monkeypatch.setenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", str(missing))
     with pytest.raises(HyperPodIPCException, match=str(missing)):
         CheckpointDiscoverySocketClient("/p", 1)
+
+
+# ---- A shared node: descriptors, memory and the socket's path ---------------
+
+READONLY_RE = re.compile(
+    rb"read-only API \(/status, /metrics, /healthz\) listening on "
+    rb"http://127\.0\.0\.1:(\d+)")
+
+
+def healthz(port):
+    """/healthz's status code, or the error that stood in for it."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        conn.request("GET", "/healthz")
+        code = conn.getresponse().status
+        conn.close()
+        return code
+    except OSError as ex:
+        return repr(ex)
+
+
+def idle_flood(path, n):
+    """n connections that never say anything, as a leaky worker leaves."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        socks.append(s)
+    return socks
+
+
+def nofile(pid):
+    """(soft, hard) RLIMIT_NOFILE of a process."""
+    return resource.prlimit(pid, resource.RLIMIT_NOFILE)
+
+
+def test_idle_connections_cannot_fail_a_restart(hpr, tmp_path):
+    # A soft limit of 256 under a hard one of 8,192; 400 idle connections
+    # held while the first attempt fails. The agent raises its own soft
+    # limit, the workers keep 256, /healthz answers throughout, and the
+    # restart spawns.
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import os, resource, sys, time\n"
+        "d = os.environ['OPW_DIR']\n"
+        "a = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+        "r = os.environ['LOCAL_RANK']\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "tmp = os.path.join(d, f'.limit-{a}-{r}')\n"
+        "with open(tmp, 'w') as f:\n"
+        "    f.write(f'{soft} {hard}')\n"
+        "os.rename(tmp, os.path.join(d, f'limit-{a}-{r}'))\n"
+        "stop = 'go' if a == '0' else 'finish'\n"
+        "while not os.path.exists(os.path.join(d, stop)):\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1 if a == '0' else 0)\n")
+    p = hpr.start(["--standalone", "--nproc-per-node", "2", "--max-restarts",
+                   "2", "--server-host", "127.0.0.1", "--server-port", "0",
+                   script],
+                  env={"OPW_DIR": tmp_path},
+                  wrapper=["prlimit", "--nofile=256:8192", "--"])
+    port = int(deadline_poll(lambda: READONLY_RE.search(p.console_err()), 15,
+                             what="the read-only API").group(1))
+    wait_for_files([tmp_path / "limit-0-0", tmp_path / "limit-0-1"],
+                   proc=p)
+    flood = idle_flood(sock_path(p, hpr.tmpdir), 400)
+    assert healthz(port) == 200
+    (tmp_path / "go").touch()
+    wait_for_files([tmp_path / "limit-1-0", tmp_path / "limit-1-1"],
+                   timeout=60, proc=p)
+    assert healthz(port) == 200
+    assert nofile(p.pid) == (8192, 8192), "the agent kept its low limit"
+    for rank in (0, 1):
+        for attempt in (0, 1):
+            limit = (tmp_path / f"limit-{attempt}-{rank}").read_text()
+            assert limit == "256 8192", (
+                f"attempt {attempt} rank {rank} got the agent's raised "
+                f"limit: {limit}")
+    (tmp_path / "finish").touch()
+    r = p.wait(60)
+    for s in flood:
+        s.close()
+    assert r.rc == 0, r.describe()
+    assert "Too many open files" not in r.err, r.describe()
