@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,8 @@ struct hp_ipc_conn {
         struct hp_ipc_client *clients;
         int nclients;
         size_t queued;       /* reply bytes libuv has not written yet */
+        size_t held;         /* the framer's bytes, in s->partial_bytes */
+        uint64_t active_ms;  /* when it connected or last sent a byte */
         unsigned warnings;
         bool closing;
 };
@@ -95,6 +98,19 @@ void hp_ipc__conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
         hp_log_warn("worker socket: %s", text);
 }
 
+/* Keeps the server's count of the bytes held for unfinished frames: the
+ * framer holds a buffer only while a frame is incomplete. */
+static void conn_account(struct hp_ipc_conn *c)
+{
+        struct hp_ipc_server *s = c->server;
+
+        s->partial_bytes -= c->held;
+        c->held = c->closing ? 0 : c->framer.alloc;
+        s->partial_bytes += c->held;
+        if (s->partial_bytes <= HP_IPC_PARTIAL_MAX / 2)
+                s->shedding = false;
+}
+
 static void conn_closed_cb(uv_handle_t *h)
 {
         struct hp_ipc_conn *c = hp_container_of(h, struct hp_ipc_conn, pipe);
@@ -113,6 +129,7 @@ static void conn_close(struct hp_ipc_conn *c)
         if (c->closing)
                 return;
         c->closing = true;
+        conn_account(c);
         while (c->clients != NULL) {
                 struct hp_ipc_client *next = c->clients->next;
                 free(c->clients);
@@ -433,9 +450,65 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
                            (unsigned)sizeof(c->server->read_buf));
 }
 
+/* What a connection is, for a log line: whose, or nobody's yet. */
+static const char *conn_owner(const struct hp_ipc_conn *c, char *buf,
+                              size_t len)
+{
+        if (c->clients == NULL)
+                return "no client registered";
+        snprintf(buf, len, "local rank %d", c->clients->local_rank);
+        return buf;
+}
+
+/* Closes the connections holding unfinished frames, those with no client
+ * first and the biggest first, until the bytes held for them are under
+ * the cap again. */
+static void shed_partial(struct hp_ipc_server *s)
+{
+        while (s->partial_bytes > HP_IPC_PARTIAL_MAX) {
+                struct hp_ipc_conn *victim = NULL;
+                char owner[32];
+
+                for (struct hp_ipc_conn *c = s->conns; c != NULL;
+                     c = c->next) {
+                        bool anon = c->clients == NULL;
+
+                        if (c->held == 0)
+                                continue;
+                        if (victim == NULL ||
+                            anon > (victim->clients == NULL) ||
+                            (anon == (victim->clients == NULL) &&
+                             c->held > victim->held))
+                                victim = c;
+                }
+                if (victim == NULL)
+                        return;
+                if (!s->shedding)
+                        hp_log_warn("worker socket: unfinished frames hold "
+                                    "%zu bytes, over the %u-byte limit; "
+                                    "closing the connections that hold the "
+                                    "most (%zu bytes of a %" PRIu32 "-byte "
+                                    "frame, %s, first; logged once per "
+                                    "burst)",
+                                    s->partial_bytes, HP_IPC_PARTIAL_MAX,
+                                    victim->framer.have, victim->framer.need,
+                                    conn_owner(victim, owner, sizeof(owner)));
+                else
+                        hp_log_debug("worker socket: closing a connection "
+                                     "with %zu bytes of a %" PRIu32 "-byte "
+                                     "frame (%s)",
+                                     victim->framer.have, victim->framer.need,
+                                     conn_owner(victim, owner, sizeof(owner)));
+                s->shedding = true;
+                s->stats.closed_partial++;
+                conn_close(victim);
+        }
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
         struct hp_ipc_conn *c = hp_container_of(st, struct hp_ipc_conn, pipe);
+        struct hp_ipc_server *s = c->server;
         uint32_t too_big = 0;
         int r;
 
@@ -447,8 +520,14 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 conn_close(c);
                 return;
         }
+        c->active_ms = uv_now(s->loop);
         r = hp_ipc_framer_feed(&c->framer, buf->base, (size_t)nread, on_frame,
                                c, &too_big);
+        conn_account(c);
+        if (s->partial_bytes > HP_IPC_PARTIAL_MAX)
+                shed_partial(s);
+        if (c->closing)
+                return;
         if (r == HP_ETOOBIG) {
                 c->server->stats.rejected_frames++;
                 /* Always logged: it ends the connection. */
@@ -460,6 +539,47 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 hp_ipc__conn_warn(c, "%s; closing the connection", hp_strerror(r));
                 conn_close(c);
         }
+}
+
+/* Makes room for one more connection: under the cap, or by closing the
+ * one idle the longest among those that registered no client (a rank's
+ * connection is never closed for another). False when every connection
+ * has a client. */
+static bool make_room(struct hp_ipc_server *s)
+{
+        struct hp_ipc_conn *victim = NULL;
+        uint64_t now = uv_now(s->loop);
+
+        if (s->nconns < s->conn_max) {
+                if (s->nconns + 1 < s->conn_max)
+                        s->evicting = false;
+                return true;
+        }
+        /* Newest first in the list: ties go to the older one. */
+        for (struct hp_ipc_conn *c = s->conns; c != NULL; c = c->next)
+                if (c->clients == NULL &&
+                    (victim == NULL || c->active_ms <= victim->active_ms))
+                        victim = c;
+        if (victim == NULL) {
+                s->stats.refused++;
+                if (!s->evicting)
+                        hp_log_warn("worker socket: %zu connections, each "
+                                    "with a registered client: closing new "
+                                    "ones at once (logged once per burst)",
+                                    s->nconns);
+                s->evicting = true;
+                return false;
+        }
+        if (!s->evicting)
+                hp_log_warn("worker socket: over %zu connections: closing "
+                            "the ones idle the longest that registered no "
+                            "client (idle %" PRIu64 " ms first; logged once "
+                            "per burst)",
+                            s->conn_max, now - victim->active_ms);
+        s->evicting = true;
+        s->stats.evicted++;
+        conn_close(victim);
+        return true;
 }
 
 static void connection_cb(uv_stream_t *listener, int status)
@@ -482,12 +602,8 @@ static void connection_cb(uv_stream_t *listener, int status)
         hp_ipc_framer_init(&c->framer, HP_IPC_FRAME_MAX);
         uv_pipe_init(s->loop, &c->pipe, 0);
         r = uv_accept(listener, (uv_stream_t *)&c->pipe);
-        if (r == 0 && s->nconns >= HP_IPC_CONN_MAX) {
-                hp_log_warn("worker socket: %d connections already; refusing "
-                            "another",
-                            HP_IPC_CONN_MAX);
+        if (r == 0 && !make_room(s))
                 r = -EMFILE;
-        }
         if (r == 0)
                 r = uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb);
         if (r < 0) {
@@ -503,6 +619,7 @@ static void connection_cb(uv_stream_t *listener, int status)
         s->conns = c;
         s->nconns++;
         s->stats.connections++;
+        c->active_ms = uv_now(s->loop);
 }
 
 /* ---- Checkpoint discovery's messages ---- */
@@ -653,6 +770,42 @@ static const char *temp_dir(void)
         return "/tmp";
 }
 
+size_t hp_ipc_conn_limit(uint64_t soft, int nranks)
+{
+        uint64_t need = HP_IPC_FD_RESERVE +
+                        (uint64_t)(nranks > 0 ? nranks : 0) *
+                                HP_IPC_FD_PER_RANK;
+        uint64_t left = soft > need ? soft - need : 0;
+        size_t floor = HP_IPC_CONN_FLOOR(nranks > 0 ? nranks : 0);
+
+        if (left > HP_IPC_CONN_MAX)
+                left = HP_IPC_CONN_MAX;
+        return left < floor ? floor : (size_t)left;
+}
+
+/* Sizes the connection cap from the open-files limit in force. */
+static void set_conn_max(struct hp_ipc_server *s)
+{
+        struct rlimit lim;
+        uint64_t soft = RLIM_INFINITY;
+
+        if (getrlimit(RLIMIT_NOFILE, &lim) == 0)
+                soft = lim.rlim_cur;
+        s->conn_max = hp_ipc_conn_limit(soft, s->nranks);
+        if (soft < HP_IPC_FD_RESERVE +
+                           (uint64_t)s->nranks * HP_IPC_FD_PER_RANK +
+                           HP_IPC_CONN_FLOOR(s->nranks))
+                hp_log_warn("open files: the limit of %llu (hard %llu) is "
+                            "low for %d local ranks: spawns may fail; "
+                            "raise the hard limit (ulimit -Hn, "
+                            "LimitNOFILE=, docker --ulimit nofile=)",
+                            (unsigned long long)soft,
+                            (unsigned long long)lim.rlim_max, s->nranks);
+        hp_log_debug("worker socket: at most %zu connections (open files "
+                     "limit %llu)",
+                     s->conn_max, (unsigned long long)soft);
+}
+
 int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         char *errbuf, size_t errlen)
 {
@@ -689,6 +842,7 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                          nranks);
                 return r;
         }
+        set_conn_max(s);
         if (unlink(s->path) == 0)
                 hp_log_debug("worker socket: removed a stale %s", s->path);
         r = uv_pipe_init(loop, &s->listener, 0);

@@ -3,6 +3,7 @@ exact bytes to a running agent (operator mode, no workers needed), and
 throws bad input at it while a good client, the HTTP API and the metrics
 keep answering."""
 
+import fcntl
 import http.client
 import json
 import os
@@ -11,6 +12,7 @@ import resource
 import socket
 import stat
 import struct
+import termios
 import time
 import uuid
 
@@ -385,3 +387,106 @@ def test_idle_connections_cannot_fail_a_restart(hpr, tmp_path):
         s.close()
     assert r.rc == 0, r.describe()
     assert "Too many open files" not in r.err, r.describe()
+
+
+def test_flood_past_the_cap_evicts_idle_connections_not_ranks(hpr, tmp_path):
+    # A hard limit of 256 that cannot be raised: the socket keeps its
+    # connections to what leaves the reserve free, closes the connection
+    # idle the longest that registered no client for each new one, and
+    # never closes a rank's, although the rank's is the oldest.
+    a = Agent(hpr, tmp_path, nproc=2,
+              wrapper=["prlimit", "--nofile=256:256", "--"])
+    path = sock_path(a, hpr.tmpdir)
+    rank = RefClient(path, 0)
+    rank.send("ckpt_init", {"prefix": PREFIX,
+                            "checkpoint_types": {"model_checkpoint": 1,
+                                                 "data_checkpoint": 0}})
+    assert rank.get()["path"] is None
+    flood = idle_flood(path, 400)
+    # The agent has seen every connection once the counter says so.
+    deadline_poll(lambda: metrics(a)[
+        'hyperpodrun_ipc_closed_total{reason="evicted"}'] >= 400 - 96, 30,
+        what="the flood's evictions")
+    assert healthz(a.port) == 200
+    m = metrics(a)
+    assert m["hyperpodrun_ipc_connections"] <= 256 - 128 - 2 * 16
+    assert m['hyperpodrun_ipc_closed_total{reason="refused"}'] == 0
+    # The rank's connection is still there and answered.
+    rank.send("ckpt_info_update", {"step": 7, "path": f"{PREFIX}/7",
+                                   "checkpoint_type": "model_checkpoint"})
+    assert rank.get()["path"] == f"{PREFIX}/7"
+    # A new client gets in after the flood.
+    late = RefClient(path, 1)
+    assert late.get()["path"] == f"{PREFIX}/7"
+    # And the workers still start.
+    a.start()
+    a.wait_status("completed", timeout=60)
+    err = a.proc.console_err().decode(errors="replace")
+    assert "closing the ones idle the longest that registered no client" \
+        in err
+    for s in flood + [rank.s, late.s]:
+        s.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+
+
+def unread(s):
+    """Bytes sent on a Unix socket that its peer has not read yet."""
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ,
+                                          b"\0" * 4))[0]
+
+
+def vm_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_stalled_frames_cannot_grow_the_agent(hpr, tmp_path):
+    # 150 connections each send all but the last byte of a 4 MiB frame:
+    # 600 MiB the agent would hold. The bytes held for unfinished frames
+    # are capped at 64 MiB in all; a rank's connection is not touched.
+    # Under AddressSanitizer freed memory would wait in a quarantine of up
+    # to 256 MiB, counted in RSS; other builds ignore ASAN_OPTIONS.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    a = Agent(hpr, tmp_path, nproc=2,
+              env={"ASAN_OPTIONS": f"{asan}:quarantine_size_mb=0"})
+    path = sock_path(a, hpr.tmpdir)
+    rank = RefClient(path, 0)
+    rank.send("ckpt_init", {"prefix": PREFIX,
+                            "checkpoint_types": {"model_checkpoint": 1,
+                                                 "data_checkpoint": 0}})
+    assert rank.get()["path"] is None
+    before = vm_kib(a.proc.pid, "VmRSS")
+    frame = struct.pack(">I", 4 << 20) + b"{" + b" " * ((4 << 20) - 2)
+    stalled = []
+    for _ in range(150):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        try:
+            s.sendall(frame)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed while sending: the agent shed it
+        stalled.append(s)
+    # Every byte sent has been read (or dropped with its connection).
+    deadline_poll(lambda: all(unread(s) == 0 for s in stalled), 60,
+                  what="the agent to read the stalled frames")
+    assert rank.get()["path"] is None
+    grown_mib = (vm_kib(a.proc.pid, "VmRSS") - before) / 1024
+    peak_mib = (vm_kib(a.proc.pid, "VmHWM") - before) / 1024
+    assert grown_mib < 160, f"the agent grew by {grown_mib:.0f} MiB"
+    assert peak_mib < 200, f"the agent's peak grew by {peak_mib:.0f} MiB"
+    m = metrics(a)
+    assert m['hyperpodrun_ipc_closed_total{reason="unfinished_frames"}'] \
+        >= 150 - 64 // 4
+    assert m["hyperpodrun_ipc_clients"] == 1
+    err = a.proc.console_err().decode(errors="replace")
+    assert "unfinished frames hold" in err and \
+        "over the 67108864-byte limit" in err
+    for s in stalled + [rank.s]:
+        s.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+
