@@ -294,6 +294,9 @@ struct hp_ipc_server {
         bool started;
         int nranks;
         char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        /* The private directory the socket is in when the reference's
+         * path was taken; "" when none. */
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
         struct hp_ckpt ckpt;
         struct hp_ipc_handler handlers[HP_IPC_HANDLERS_MAX];
         size_t nhandlers;
@@ -322,8 +325,12 @@ size_t hp_ipc_conn_limit(uint64_t soft, int nranks);
 
 /*
  * Listens on <tempdir>/hyperpod_elastic_agent_<pid>.sock (TMPDIR, TEMP or
- * TMP, else /tmp, as Python's tempfile picks), mode 0600, a stale file
- * unlinked first. Local ranks 0..nranks-1 may register. Registers the
+ * TMP, else /tmp, as Python's tempfile picks), mode 0600. A stale socket,
+ * file or link of this uid there is unlinked first; anything else there
+ * (another uid's, a directory, a socket something listens on) is left
+ * alone, and the socket goes in a directory of its own made beside it
+ * instead, <tempdir>/hyperpodrun-ipc-<pid>.XXXXXX (0700), with a warning;
+ * s->path says where. Local ranks 0..nranks-1 may register. Registers the
  * checkpoint handlers. On failure errbuf names the path and the reason
  * and nothing is left open.
  */

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
@@ -806,17 +808,147 @@ static void set_conn_max(struct hp_ipc_server *s)
                      s->conn_max, (unsigned long long)soft);
 }
 
+/* Whether a process listens on the Unix socket at path. */
+static bool socket_live(const char *path)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd, r;
+
+        if (strlen(path) >= sizeof(addr.sun_path))
+                return false;
+        memcpy(addr.sun_path, path, strlen(path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return true; /* cannot tell: leave it */
+        r = connect(fd, (struct sockaddr *)&addr, sizeof(addr));
+        /* EAGAIN: it listens, its backlog is full. */
+        r = r == 0 || errno == EAGAIN || errno == EINPROGRESS;
+        close(fd);
+        return r;
+}
+
+/*
+ * Frees the reference's path for our socket when what is there is ours and
+ * dead (a socket nobody listens on, a file or link of this uid): a
+ * SIGKILLed agent of the same pid, as a container's PID 1 always is.
+ * Anything else is left alone and -EADDRINUSE returned with what it is in
+ * why: a directory, a live socket (another agent of pid 1 sharing /tmp),
+ * or anything of another uid, which would otherwise stop the agent or be
+ * removed from under its owner.
+ */
+static int clear_path(const char *path, char *why, size_t len)
+{
+        const char *kind;
+        struct stat st;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        kind = S_ISSOCK(st.st_mode)   ? "a socket"
+               : S_ISDIR(st.st_mode)  ? "a directory"
+               : S_ISLNK(st.st_mode)  ? "a symbolic link"
+               : S_ISREG(st.st_mode)  ? "a file"
+                                      : "a special file";
+        if (st.st_uid == geteuid() && !S_ISDIR(st.st_mode) &&
+            !(S_ISSOCK(st.st_mode) && socket_live(path))) {
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return -errno;
+                hp_log_debug("worker socket: removed a stale %s", path);
+                return 0;
+        }
+        /* The uid as a number: the agent looks up no user (no NSS in the
+         * static binary). */
+        snprintf(why, len, "%s of uid %u%s", kind, (unsigned)st.st_uid,
+                 S_ISSOCK(st.st_mode) && st.st_uid == geteuid()
+                         ? " that another process listens on"
+                         : "");
+        return -EADDRINUSE;
+}
+
+/* Binds the listener at s->path, 0600 from the start. */
+static int bind_path(struct hp_ipc_server *s)
+{
+        mode_t old_mask = umask(0177);
+        int r;
+
+        /* Only the agent's user may connect, from the moment it exists. */
+        r = uv_pipe_bind(&s->listener, s->path);
+        umask(old_mask);
+        if (r == 0 && chmod(s->path, 0600) < 0)
+                r = -errno;
+        return r;
+}
+
+/* The socket in a directory of our own, made 0700 by mkdtemp in dir, where
+ * no other uid can put anything. */
+static int bind_private(struct hp_ipc_server *s, const char *dir)
+{
+        int r;
+
+        r = hp_snprintf(s->dir, sizeof(s->dir), "%s/hyperpodrun-ipc-%d.XXXXXX",
+                        dir, (int)getpid());
+        if (r < 0)
+                return r;
+        if (mkdtemp(s->dir) == NULL) {
+                r = -errno;
+                s->dir[0] = '\0';
+                return r;
+        }
+        r = hp_snprintf(s->path, sizeof(s->path),
+                        "%s/hyperpod_elastic_agent_%d.sock", s->dir,
+                        (int)getpid());
+        if (r == 0)
+                r = bind_path(s);
+        if (r < 0) {
+                (void)rmdir(s->dir);
+                s->dir[0] = '\0';
+        }
+        return r;
+}
+
+/* Listens at the reference's path, or in a private directory beside it
+ * when that path is taken: the workers find it either way, through the
+ * environment. */
+static int bind_listener(struct hp_ipc_server *s, const char *dir,
+                         char *errbuf, size_t errlen)
+{
+        char taken[sizeof(s->path)], why[256] = "in use";
+        int r;
+
+        r = clear_path(s->path, why, sizeof(why));
+        if (r == 0)
+                r = bind_path(s);
+        if (r != UV_EADDRINUSE && r != -EADDRINUSE) {
+                if (r < 0)
+                        snprintf(errbuf, errlen, "worker socket %s: %s",
+                                 s->path, hp_strerror(r));
+                return r;
+        }
+        memcpy(taken, s->path, sizeof(taken));
+        r = bind_private(s, dir);
+        if (r < 0) {
+                snprintf(errbuf, errlen,
+                         "worker socket: %s is %s, and no private directory "
+                         "could be made in %s instead: %s",
+                         taken, why, dir, hp_strerror(r));
+                return r;
+        }
+        hp_log_warn("worker socket: %s is %s, not this agent's: listening "
+                    "on %s instead (workers find it through %s)",
+                    taken, why, s->path, HP_IPC_ENV);
+        return 0;
+}
+
 int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         char *errbuf, size_t errlen)
 {
-        mode_t old_mask;
+        const char *dir = temp_dir();
         int r;
 
         memset(s, 0, sizeof(*s));
         s->loop = loop;
         s->nranks = nranks;
         r = hp_snprintf(s->path, sizeof(s->path),
-                        "%s/hyperpod_elastic_agent_%d.sock", temp_dir(),
+                        "%s/hyperpod_elastic_agent_%d.sock", dir,
                         (int)getpid());
         if (r < 0) {
                 /* Workers find the socket through the environment, so a
@@ -824,7 +956,8 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                 hp_log_warn("worker socket: a path under %s would be longer "
                             "than a Unix socket allows (%zu bytes); using "
                             "/tmp",
-                            temp_dir(), sizeof(s->path) - 1);
+                            dir, sizeof(s->path) - 1);
+                dir = "/tmp";
                 r = hp_snprintf(s->path, sizeof(s->path),
                                 "/tmp/hyperpod_elastic_agent_%d.sock",
                                 (int)getpid());
@@ -843,20 +976,17 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                 return r;
         }
         set_conn_max(s);
-        if (unlink(s->path) == 0)
-                hp_log_debug("worker socket: removed a stale %s", s->path);
         r = uv_pipe_init(loop, &s->listener, 0);
         if (r < 0)
                 goto fail_ckpt;
-        /* Only the agent's user may connect, from the moment it exists. */
-        old_mask = umask(0177);
-        r = uv_pipe_bind(&s->listener, s->path);
-        umask(old_mask);
-        if (r == 0 && chmod(s->path, 0600) < 0)
-                r = -errno;
-        if (r == 0)
-                r = uv_listen((uv_stream_t *)&s->listener, 1024,
-                              connection_cb);
+        r = bind_listener(s, dir, errbuf, errlen);
+        if (r < 0) {
+                uv_close((uv_handle_t *)&s->listener, NULL);
+                hp_ckpt_free(&s->ckpt);
+                hp_ipc_ranks_free(&s->ranks);
+                return r;
+        }
+        r = uv_listen((uv_stream_t *)&s->listener, 1024, connection_cb);
         if (r < 0)
                 goto fail_pipe;
         r = hp_ipc_server_on(s, "ckpt_init", ckpt_init_cb, NULL);
@@ -874,6 +1004,8 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
 fail_pipe:
         uv_close((uv_handle_t *)&s->listener, NULL);
         unlink(s->path);
+        if (s->dir[0] != '\0')
+                (void)rmdir(s->dir);
 fail_ckpt:
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
@@ -894,6 +1026,9 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
         if (unlink(s->path) < 0 && errno != ENOENT)
                 hp_log_warn("cannot remove the worker socket %s: %s", s->path,
                             strerror(errno));
+        if (s->dir[0] != '\0' && rmdir(s->dir) < 0 && errno != ENOENT)
+                hp_log_warn("cannot remove the worker socket's directory "
+                            "%s: %s", s->dir, strerror(errno));
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
 }

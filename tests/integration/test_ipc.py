@@ -9,16 +9,20 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
 import stat
 import struct
+import subprocess
+import tempfile
 import termios
 import time
 import uuid
 
 import pytest
 
-from conftest import deadline_poll, wait_for_files, write_exec
+from conftest import (PYTHON, SOURCE_ROOT, deadline_poll, wait_for_files,
+                      write_exec)
 from test_operator import Agent
 
 PREFIX = "/fsx/ckpt/run1"
@@ -490,3 +494,160 @@ def test_stalled_frames_cannot_grow_the_agent(hpr, tmp_path):
     r = a.shutdown()
     assert r.rc == 0, r.describe()
 
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+# Waits until the test has squatted the path its pid names, then becomes
+# hyperpodrun: $0 is the pid file; the test creates "$0.go".
+HANDSHAKE = ('echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; '
+             'while [ ! -e "$0.go" ]; do sleep 0.01; done; exec "$@"')
+
+CKPT_WORKER = """\
+import os
+from hyperpod_elastic_agent.ipc import CheckpointDiscoverySocketClient
+c = CheckpointDiscoverySocketClient("/ckpt", 1, 0)
+c.update(5, "/ckpt/5", "model_checkpoint")
+got = c.get_latest_checkpoint_path()
+with open(os.path.join(os.environ["OPW_DIR"], "seen"), "w") as f:
+    f.write(os.environ["HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"] + "\\n"
+            + str(got))
+"""
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory like /tmp (1777, root's) that a second uid can use."""
+    if os.geteuid() != 0:
+        pytest.skip("a second uid needs root (CI runs as root)")
+    d = tempfile.mkdtemp(prefix="hpr-shared-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_nobody(*cmd):
+    subprocess.run([*NOBODY, *cmd], check=True, timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink", "socket"])
+def test_squatted_socket_path_is_left_alone(hpr, tmp_path, shared_tmp, kind):
+    # Another uid owns what is at <tempdir>/hyperpod_elastic_agent_<pid>.sock
+    # before the agent starts: the agent neither stops nor touches it, and
+    # its workers reach it, the reference's way (the environment), in a
+    # private directory beside it.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    pid = int(pidfile.read_text())
+    assert pid == p.pid
+    squat = os.path.join(shared_tmp, f"hyperpod_elastic_agent_{pid}.sock")
+    listener = None
+    if kind == "file":
+        as_nobody("sh", "-c", 'echo theirs > "$0"', squat)
+    elif kind == "directory":
+        as_nobody("mkdir", squat)
+    elif kind == "symlink":
+        bait = os.path.join(shared_tmp, "bait")
+        as_nobody("sh", "-c", 'echo bait > "$0"', bait)
+        as_nobody("ln", "-s", bait, squat)
+    else:
+        listener = subprocess.Popen(
+            [*NOBODY, PYTHON, "-c",
+             "import socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "s.bind(sys.argv[1]); s.listen(8)\n"
+             "print('up', flush=True); sys.stdin.read()\n", squat],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert listener.stdout.readline() == b"up\n"
+    before = os.lstat(squat)
+    assert before.st_uid == 65534
+    (tmp_path / "pid.go").touch()
+    try:
+        r = p.wait(60)
+        assert r.rc == 0, r.describe()
+        seen, got = (tmp_path / "seen").read_text().split("\n")
+        assert got == "/ckpt/5"
+        assert seen != squat
+        assert os.path.dirname(os.path.dirname(seen)) == shared_tmp
+        assert os.path.basename(seen) == os.path.basename(squat)
+        assert not os.path.exists(os.path.dirname(seen)), \
+            "the private directory outlived the agent"
+        after = os.lstat(squat)
+        assert (after.st_ino, after.st_uid, stat.S_IFMT(after.st_mode)) == \
+            (before.st_ino, 65534, stat.S_IFMT(before.st_mode)), \
+            "the other uid's entry was replaced"
+        if kind == "socket":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(squat)  # still theirs, still listening
+            s.close()
+        what = {"file": "a file", "directory": "a directory",
+                "symlink": "a symbolic link", "socket": "a socket"}[kind]
+        assert (f"worker socket: {squat} is {what} of uid 65534"
+                in r.err), r.describe()
+        assert f"listening on {seen} instead" in r.err, r.describe()
+    finally:
+        if listener is not None:
+            listener.stdin.close()
+            listener.wait(10)
+
+
+def test_live_socket_of_our_own_uid_is_not_taken_over(hpr, tmp_path,
+                                                      shared_tmp):
+    # Two containers that share /tmp both run the agent as PID 1 and root:
+    # the second one's path is the first one's live socket. Played here by
+    # a root listener at the second agent's path.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    squat = os.path.join(shared_tmp,
+                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
+                         ".sock")
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    first.bind(squat)
+    first.listen(8)
+    (tmp_path / "pid.go").touch()
+    r = p.wait(60)
+    assert r.rc == 0, r.describe()
+    seen, got = (tmp_path / "seen").read_text().split("\n")
+    assert got == "/ckpt/5" and seen != squat
+    assert "that another process listens on" in r.err, r.describe()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(squat)  # the first agent's socket still reaches it
+    s.close()
+    first.close()
+
+
+def test_stale_socket_of_our_own_is_reused(hpr, tmp_path, shared_tmp):
+    # A SIGKILLed agent of the same pid (a container's PID 1) left its
+    # socket: nobody listens on it, so it is replaced, in place.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    squat = os.path.join(shared_tmp,
+                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
+                         ".sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(squat)
+    dead.close()
+    (tmp_path / "pid.go").touch()
+    r = p.wait(60)
+    assert r.rc == 0, r.describe()
+    seen, got = (tmp_path / "seen").read_text().split("\n")
+    assert (seen, got) == (squat, "/ckpt/5")
+    assert "worker socket:" not in r.err, r.describe()
+    assert not os.path.exists(squat)
