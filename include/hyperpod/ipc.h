@@ -21,8 +21,25 @@
 /* Replies queued for a client that does not read them: past this the
  * connection is closed rather than growing the agent's memory. */
 #define HP_IPC_QUEUE_MAX (4u << 20)
-/* Connections at once; more are accepted and closed at once. */
+/* Connections at once, at most: fewer when the open-files limit is low
+ * (hp_ipc_conn_limit). Past the cap a new connection closes the one that
+ * has been idle the longest without registering a client; when every
+ * connection has a client, the new one is closed. */
 #define HP_IPC_CONN_MAX 4096
+/* Descriptors the worker socket leaves to the rest of the agent whatever
+ * its clients do: the loop, consoles, the streams' hub, the kernel log,
+ * the HTTP server's connections and the files the agent writes ... */
+#define HP_IPC_FD_RESERVE 128
+/* ... and, per local rank, its pipes (both ends while it is spawned), its
+ * pidfd, its log files and the hang report's pipes and sockets. */
+#define HP_IPC_FD_PER_RANK 16
+/* Connections allowed however low the limit: two per rank and a few for
+ * hooks and tools. */
+#define HP_IPC_CONN_FLOOR(nranks) (2 * (size_t)(nranks) + 8)
+/* Bytes held for unfinished frames over all connections: past this the
+ * connection holding the most (one that registered no client first) is
+ * closed, so stalled frames cannot grow the agent without bound. */
+#define HP_IPC_PARTIAL_MAX (64u << 20)
 /* Message types the server can route (the table's size). */
 #define HP_IPC_HANDLERS_MAX 16
 /* Warnings logged per connection before it is muted: a client sending
@@ -284,6 +301,9 @@ struct hp_ipc_stats {
         uint64_t rejected_frames; /* frames over the cap */
         uint64_t connections;     /* accepted, all time */
         uint64_t closed_slow;     /* closed: replies not read */
+        uint64_t evicted;         /* closed for a newer connection */
+        uint64_t refused;         /* closed at once: all had clients */
+        uint64_t closed_partial;  /* closed: unfinished frames too big */
 };
 
 struct hp_ipc_server {
@@ -292,11 +312,18 @@ struct hp_ipc_server {
         bool started;
         int nranks;
         char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+        /* The private directory the socket is in when the reference's
+         * path was taken; "" when none. */
+        char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
         struct hp_ckpt ckpt;
         struct hp_ipc_handler handlers[HP_IPC_HANDLERS_MAX];
         size_t nhandlers;
         struct hp_ipc_conn *conns;
         size_t nconns;
+        size_t conn_max;          /* hp_ipc_conn_limit at start */
+        size_t partial_bytes;     /* held for unfinished frames, in all */
+        bool evicting;            /* the cap was hit: logged once */
+        bool shedding;            /* partial_bytes hit the cap: logged */
         size_t nclients;
         struct hp_ipc_stats stats;
         /* In-process restart (hp_ipc_inprocess_enable): the worker table,
@@ -308,10 +335,20 @@ struct hp_ipc_server {
         char read_buf[65536];     /* one read at a time on the loop */
 };
 
+/* The connection cap for a soft RLIMIT_NOFILE of soft and nranks local
+ * ranks (pure): HP_IPC_CONN_MAX, less when the limit leaves fewer
+ * descriptors than HP_IPC_FD_RESERVE and HP_IPC_FD_PER_RANK per rank
+ * need, never below HP_IPC_CONN_FLOOR. */
+size_t hp_ipc_conn_limit(uint64_t soft, int nranks);
+
 /*
  * Listens on <tempdir>/hyperpod_elastic_agent_<pid>.sock (TMPDIR, TEMP or
- * TMP, else /tmp, as Python's tempfile picks), mode 0600, a stale file
- * unlinked first. Local ranks 0..nranks-1 may register. Registers the
+ * TMP, else /tmp, as Python's tempfile picks), mode 0600. A stale socket,
+ * file or link of this uid there is unlinked first; anything else there
+ * (another uid's, a directory, a socket something listens on) is left
+ * alone, and the socket goes in a directory of its own made beside it
+ * instead, <tempdir>/hyperpodrun-ipc-<pid>.XXXXXX (0700), with a warning;
+ * s->path says where. Local ranks 0..nranks-1 may register. Registers the
  * checkpoint handlers. On failure errbuf names the path and the reason
  * and nothing is left open.
  */

@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -37,5 +38,16 @@ static inline int hp_pidfd_open(pid_t pid, unsigned int flags)
  * CLONE_PIDFD, and the failure would otherwise show up later, as a worker
  * that cannot be waited for. */
 int hp_sys_check_kernel(char *errbuf, size_t errlen);
+
+/*
+ * Raises the soft RLIMIT_NOFILE to the hard one (to the kernel's
+ * fs.nr_open when the hard one is unlimited), as Go's runtime does at
+ * start: a soft limit of 1,024 (Slurm, containerd 2) is below what the
+ * worker socket and the workers' pipes may need. *before gets the limits
+ * as they were, for the workers (spawn.c gives them back), *now the soft
+ * limit in force. Returns 0, or -errno when the limits cannot be read;
+ * a raise the kernel refuses leaves the soft limit as it was.
+ */
+int hp_nofile_raise(struct rlimit *before, rlim_t *now);
 
 #endif

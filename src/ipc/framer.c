@@ -1,6 +1,7 @@
 /* The worker socket's framing: a 4-byte unsigned big-endian length, then
  * that many bytes of UTF-8 JSON. Pure: partial prefixes and bodies are
- * kept until the rest arrives. */
+ * kept until the rest arrives, and nothing else (f->alloc is 0 between
+ * frames). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,12 +108,12 @@ int hp_ipc_framer_feed(struct hp_ipc_framer *f, const char *data, size_t len,
                         return 0;
                 f->head_have = 0;
                 r = on_frame(ctx, f->body, f->need);
-                /* A large frame's buffer is not kept for the next one. */
-                if (f->alloc > 65536) {
-                        free(f->body);
-                        f->body = NULL;
-                        f->alloc = 0;
-                }
+                /* No buffer is kept between frames: what a connection
+                 * holds is then its unfinished frame, which the server
+                 * counts against its cap. */
+                free(f->body);
+                f->body = NULL;
+                f->alloc = 0;
                 if (r != 0)
                         return r;
         }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -34,6 +35,8 @@ struct hp_ipc_conn {
         struct hp_ipc_client *clients;
         int nclients;
         size_t queued;       /* reply bytes libuv has not written yet */
+        size_t held;         /* the framer's bytes, in s->partial_bytes */
+        uint64_t active_ms;  /* when it connected or last sent a byte */
         unsigned warnings;
         bool closing;
 };
@@ -99,6 +102,19 @@ void hp_ipc__conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
         hp_log_warn("worker socket: %s", text);
 }
 
+/* Keeps the server's count of the bytes held for unfinished frames: the
+ * framer holds a buffer only while a frame is incomplete. */
+static void conn_account(struct hp_ipc_conn *c)
+{
+        struct hp_ipc_server *s = c->server;
+
+        s->partial_bytes -= c->held;
+        c->held = c->closing ? 0 : c->framer.alloc;
+        s->partial_bytes += c->held;
+        if (s->partial_bytes <= HP_IPC_PARTIAL_MAX / 2)
+                s->shedding = false;
+}
+
 static void conn_closed_cb(uv_handle_t *h)
 {
         struct hp_ipc_conn *c = hp_container_of(h, struct hp_ipc_conn, pipe);
@@ -117,6 +133,7 @@ static void conn_close(struct hp_ipc_conn *c)
         if (c->closing)
                 return;
         c->closing = true;
+        conn_account(c);
         while (c->clients != NULL) {
                 struct hp_ipc_client *next = c->clients->next;
                 free(c->clients);
@@ -437,9 +454,65 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
                            (unsigned)sizeof(c->server->read_buf));
 }
 
+/* What a connection is, for a log line: whose, or nobody's yet. */
+static const char *conn_owner(const struct hp_ipc_conn *c, char *buf,
+                              size_t len)
+{
+        if (c->clients == NULL)
+                return "no client registered";
+        snprintf(buf, len, "local rank %d", c->clients->local_rank);
+        return buf;
+}
+
+/* Closes the connections holding unfinished frames, those with no client
+ * first and the biggest first, until the bytes held for them are under
+ * the cap again. */
+static void shed_partial(struct hp_ipc_server *s)
+{
+        while (s->partial_bytes > HP_IPC_PARTIAL_MAX) {
+                struct hp_ipc_conn *victim = NULL;
+                char owner[32];
+
+                for (struct hp_ipc_conn *c = s->conns; c != NULL;
+                     c = c->next) {
+                        bool anon = c->clients == NULL;
+
+                        if (c->held == 0)
+                                continue;
+                        if (victim == NULL ||
+                            anon > (victim->clients == NULL) ||
+                            (anon == (victim->clients == NULL) &&
+                             c->held > victim->held))
+                                victim = c;
+                }
+                if (victim == NULL)
+                        return;
+                if (!s->shedding)
+                        hp_log_warn("worker socket: unfinished frames hold "
+                                    "%zu bytes, over the %u-byte limit; "
+                                    "closing the connections that hold the "
+                                    "most (%zu bytes of a %" PRIu32 "-byte "
+                                    "frame, %s, first; logged once per "
+                                    "burst)",
+                                    s->partial_bytes, HP_IPC_PARTIAL_MAX,
+                                    victim->framer.have, victim->framer.need,
+                                    conn_owner(victim, owner, sizeof(owner)));
+                else
+                        hp_log_debug("worker socket: closing a connection "
+                                     "with %zu bytes of a %" PRIu32 "-byte "
+                                     "frame (%s)",
+                                     victim->framer.have, victim->framer.need,
+                                     conn_owner(victim, owner, sizeof(owner)));
+                s->shedding = true;
+                s->stats.closed_partial++;
+                conn_close(victim);
+        }
+}
+
 static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
         struct hp_ipc_conn *c = hp_container_of(st, struct hp_ipc_conn, pipe);
+        struct hp_ipc_server *s = c->server;
         uint32_t too_big = 0;
         int r;
 
@@ -451,8 +524,14 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 conn_close(c);
                 return;
         }
+        c->active_ms = uv_now(s->loop);
         r = hp_ipc_framer_feed(&c->framer, buf->base, (size_t)nread, on_frame,
                                c, &too_big);
+        conn_account(c);
+        if (s->partial_bytes > HP_IPC_PARTIAL_MAX)
+                shed_partial(s);
+        if (c->closing)
+                return;
         if (r == HP_ETOOBIG) {
                 c->server->stats.rejected_frames++;
                 /* Always logged: it ends the connection. */
@@ -464,6 +543,47 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 hp_ipc__conn_warn(c, "%s; closing the connection", hp_strerror(r));
                 conn_close(c);
         }
+}
+
+/* Makes room for one more connection: under the cap, or by closing the
+ * one idle the longest among those that registered no client (a rank's
+ * connection is never closed for another). False when every connection
+ * has a client. */
+static bool make_room(struct hp_ipc_server *s)
+{
+        struct hp_ipc_conn *victim = NULL;
+        uint64_t now = uv_now(s->loop);
+
+        if (s->nconns < s->conn_max) {
+                if (s->nconns + 1 < s->conn_max)
+                        s->evicting = false;
+                return true;
+        }
+        /* Newest first in the list: ties go to the older one. */
+        for (struct hp_ipc_conn *c = s->conns; c != NULL; c = c->next)
+                if (c->clients == NULL &&
+                    (victim == NULL || c->active_ms <= victim->active_ms))
+                        victim = c;
+        if (victim == NULL) {
+                s->stats.refused++;
+                if (!s->evicting)
+                        hp_log_warn("worker socket: %zu connections, each "
+                                    "with a registered client: closing new "
+                                    "ones at once (logged once per burst)",
+                                    s->nconns);
+                s->evicting = true;
+                return false;
+        }
+        if (!s->evicting)
+                hp_log_warn("worker socket: over %zu connections: closing "
+                            "the ones idle the longest that registered no "
+                            "client (idle %" PRIu64 " ms first; logged once "
+                            "per burst)",
+                            s->conn_max, now - victim->active_ms);
+        s->evicting = true;
+        s->stats.evicted++;
+        conn_close(victim);
+        return true;
 }
 
 static void connection_cb(uv_stream_t *listener, int status)
@@ -486,12 +606,8 @@ static void connection_cb(uv_stream_t *listener, int status)
         hp_ipc_framer_init(&c->framer, HP_IPC_FRAME_MAX);
         uv_pipe_init(s->loop, &c->pipe, 0);
         r = uv_accept(listener, (uv_stream_t *)&c->pipe);
-        if (r == 0 && s->nconns >= HP_IPC_CONN_MAX) {
-                hp_log_warn("worker socket: %d connections already; refusing "
-                            "another",
-                            HP_IPC_CONN_MAX);
+        if (r == 0 && !make_room(s))
                 r = -EMFILE;
-        }
         if (r == 0)
                 r = uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb);
         if (r < 0) {
@@ -507,6 +623,7 @@ static void connection_cb(uv_stream_t *listener, int status)
         s->conns = c;
         s->nconns++;
         s->stats.connections++;
+        c->active_ms = uv_now(s->loop);
 }
 
 /* ---- Checkpoint discovery's messages ---- */
@@ -715,17 +832,183 @@ static void remove_stale_sockets(const char *dir)
         closedir(d);
 }
 
+size_t hp_ipc_conn_limit(uint64_t soft, int nranks)
+{
+        uint64_t need = HP_IPC_FD_RESERVE +
+                        (uint64_t)(nranks > 0 ? nranks : 0) *
+                                HP_IPC_FD_PER_RANK;
+        uint64_t left = soft > need ? soft - need : 0;
+        size_t floor = HP_IPC_CONN_FLOOR(nranks > 0 ? nranks : 0);
+
+        if (left > HP_IPC_CONN_MAX)
+                left = HP_IPC_CONN_MAX;
+        return left < floor ? floor : (size_t)left;
+}
+
+/* Sizes the connection cap from the open-files limit in force. */
+static void set_conn_max(struct hp_ipc_server *s)
+{
+        struct rlimit lim;
+        uint64_t soft = RLIM_INFINITY;
+
+        if (getrlimit(RLIMIT_NOFILE, &lim) == 0)
+                soft = lim.rlim_cur;
+        s->conn_max = hp_ipc_conn_limit(soft, s->nranks);
+        if (soft < HP_IPC_FD_RESERVE +
+                           (uint64_t)s->nranks * HP_IPC_FD_PER_RANK +
+                           HP_IPC_CONN_FLOOR(s->nranks))
+                hp_log_warn("open files: the limit of %llu (hard %llu) is "
+                            "low for %d local ranks: spawns may fail; "
+                            "raise the hard limit (ulimit -Hn, "
+                            "LimitNOFILE=, docker --ulimit nofile=)",
+                            (unsigned long long)soft,
+                            (unsigned long long)lim.rlim_max, s->nranks);
+        hp_log_debug("worker socket: at most %zu connections (open files "
+                     "limit %llu)",
+                     s->conn_max, (unsigned long long)soft);
+}
+
+/* Whether a process listens on the Unix socket at path. */
+static bool socket_live(const char *path)
+{
+        struct sockaddr_un addr = { .sun_family = AF_UNIX };
+        int fd, r;
+
+        if (strlen(path) >= sizeof(addr.sun_path))
+                return false;
+        memcpy(addr.sun_path, path, strlen(path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return true; /* cannot tell: leave it */
+        r = connect(fd, (struct sockaddr *)&addr, sizeof(addr));
+        /* EAGAIN: it listens, its backlog is full. */
+        r = r == 0 || errno == EAGAIN || errno == EINPROGRESS;
+        close(fd);
+        return r;
+}
+
+/*
+ * Frees the reference's path for our socket when what is there is ours and
+ * dead (a socket nobody listens on, a file or link of this uid): a
+ * SIGKILLed agent of the same pid, as a container's PID 1 always is.
+ * Anything else is left alone and -EADDRINUSE returned with what it is in
+ * why: a directory, a live socket (another agent of pid 1 sharing /tmp),
+ * or anything of another uid, which would otherwise stop the agent or be
+ * removed from under its owner.
+ */
+static int clear_path(const char *path, char *why, size_t len)
+{
+        const char *kind;
+        struct stat st;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        kind = S_ISSOCK(st.st_mode)   ? "a socket"
+               : S_ISDIR(st.st_mode)  ? "a directory"
+               : S_ISLNK(st.st_mode)  ? "a symbolic link"
+               : S_ISREG(st.st_mode)  ? "a file"
+                                      : "a special file";
+        if (st.st_uid == geteuid() && !S_ISDIR(st.st_mode) &&
+            !(S_ISSOCK(st.st_mode) && socket_live(path))) {
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return -errno;
+                hp_log_debug("worker socket: removed a stale %s", path);
+                return 0;
+        }
+        /* The uid as a number: the agent looks up no user (no NSS in the
+         * static binary). */
+        snprintf(why, len, "%s of uid %u%s", kind, (unsigned)st.st_uid,
+                 S_ISSOCK(st.st_mode) && st.st_uid == geteuid()
+                         ? " that another process listens on"
+                         : "");
+        return -EADDRINUSE;
+}
+
+/* Binds the listener at s->path, 0600 from the start. */
+static int bind_path(struct hp_ipc_server *s)
+{
+        mode_t old_mask = umask(0177);
+        int r;
+
+        /* Only the agent's user may connect, from the moment it exists. */
+        r = uv_pipe_bind(&s->listener, s->path);
+        umask(old_mask);
+        if (r == 0 && chmod(s->path, 0600) < 0)
+                r = -errno;
+        return r;
+}
+
+/* The socket in a directory of our own, made 0700 by mkdtemp in dir, where
+ * no other uid can put anything. */
+static int bind_private(struct hp_ipc_server *s, const char *dir)
+{
+        int r;
+
+        r = hp_snprintf(s->dir, sizeof(s->dir), "%s/hyperpodrun-ipc-%d.XXXXXX",
+                        dir, (int)getpid());
+        if (r < 0)
+                return r;
+        if (mkdtemp(s->dir) == NULL) {
+                r = -errno;
+                s->dir[0] = '\0';
+                return r;
+        }
+        r = hp_snprintf(s->path, sizeof(s->path),
+                        "%s/hyperpod_elastic_agent_%d.sock", s->dir,
+                        (int)getpid());
+        if (r == 0)
+                r = bind_path(s);
+        if (r < 0) {
+                (void)rmdir(s->dir);
+                s->dir[0] = '\0';
+        }
+        return r;
+}
+
+/* Listens at the reference's path, or in a private directory beside it
+ * when that path is taken: the workers find it either way, through the
+ * environment. */
+static int bind_listener(struct hp_ipc_server *s, const char *dir,
+                         char *errbuf, size_t errlen)
+{
+        char taken[sizeof(s->path)], why[256] = "in use";
+        int r;
+
+        r = clear_path(s->path, why, sizeof(why));
+        if (r == 0)
+                r = bind_path(s);
+        if (r != UV_EADDRINUSE && r != -EADDRINUSE) {
+                if (r < 0)
+                        snprintf(errbuf, errlen, "worker socket %s: %s",
+                                 s->path, hp_strerror(r));
+                return r;
+        }
+        memcpy(taken, s->path, sizeof(taken));
+        r = bind_private(s, dir);
+        if (r < 0) {
+                snprintf(errbuf, errlen,
+                         "worker socket: %s is %s, and no private directory "
+                         "could be made in %s instead: %s",
+                         taken, why, dir, hp_strerror(r));
+                return r;
+        }
+        hp_log_warn("worker socket: %s is %s, not this agent's: listening "
+                    "on %s instead (workers find it through %s)",
+                    taken, why, s->path, HP_IPC_ENV);
+        return 0;
+}
+
 int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         char *errbuf, size_t errlen)
 {
-        mode_t old_mask;
+        const char *dir = temp_dir();
         int r;
 
         memset(s, 0, sizeof(*s));
         s->loop = loop;
         s->nranks = nranks;
         r = hp_snprintf(s->path, sizeof(s->path),
-                        "%s/hyperpod_elastic_agent_%d.sock", temp_dir(),
+                        "%s/hyperpod_elastic_agent_%d.sock", dir,
                         (int)getpid());
         if (r < 0) {
                 /* Workers find the socket through the environment, so a
@@ -733,7 +1016,8 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                 hp_log_warn("worker socket: a path under %s would be longer "
                             "than a Unix socket allows (%zu bytes); using "
                             "/tmp",
-                            temp_dir(), sizeof(s->path) - 1);
+                            dir, sizeof(s->path) - 1);
+                dir = "/tmp";
                 r = hp_snprintf(s->path, sizeof(s->path),
                                 "/tmp/hyperpod_elastic_agent_%d.sock",
                                 (int)getpid());
@@ -752,20 +1036,18 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                 return r;
         }
         remove_stale_sockets(temp_dir());
-        if (unlink(s->path) == 0)
-                hp_log_debug("worker socket: removed a stale %s", s->path);
+        set_conn_max(s);
         r = uv_pipe_init(loop, &s->listener, 0);
         if (r < 0)
                 goto fail_ckpt;
-        /* Only the agent's user may connect, from the moment it exists. */
-        old_mask = umask(0177);
-        r = uv_pipe_bind(&s->listener, s->path);
-        umask(old_mask);
-        if (r == 0 && chmod(s->path, 0600) < 0)
-                r = -errno;
-        if (r == 0)
-                r = uv_listen((uv_stream_t *)&s->listener, 1024,
-                              connection_cb);
+        r = bind_listener(s, dir, errbuf, errlen);
+        if (r < 0) {
+                uv_close((uv_handle_t *)&s->listener, NULL);
+                hp_ckpt_free(&s->ckpt);
+                hp_ipc_ranks_free(&s->ranks);
+                return r;
+        }
+        r = uv_listen((uv_stream_t *)&s->listener, 1024, connection_cb);
         if (r < 0)
                 goto fail_pipe;
         r = hp_ipc_server_on(s, "ckpt_init", ckpt_init_cb, NULL);
@@ -783,6 +1065,8 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
 fail_pipe:
         uv_close((uv_handle_t *)&s->listener, NULL);
         unlink(s->path);
+        if (s->dir[0] != '\0')
+                (void)rmdir(s->dir);
 fail_ckpt:
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
@@ -803,6 +1087,9 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
         if (unlink(s->path) < 0 && errno != ENOENT)
                 hp_log_warn("cannot remove the worker socket %s: %s", s->path,
                             strerror(errno));
+        if (s->dir[0] != '\0' && rmdir(s->dir) < 0 && errno != ENOENT)
+                hp_log_warn("cannot remove the worker socket's directory "
+                            "%s: %s", s->dir, strerror(errno));
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
 }

@@ -214,6 +214,21 @@ static void ipc(FILE *f, struct hp_agent *a)
                "Frames over the size limit (their connection was closed).");
         fprintf(f, "hyperpodrun_ipc_rejected_frames_total %llu\n",
                 (unsigned long long)s->stats.rejected_frames);
+        family(f, "hyperpodrun_ipc_closed_total", "counter",
+               "Worker socket connections the agent closed to protect "
+               "itself, by reason.");
+        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"evicted\"} "
+                   "%llu\n",
+                (unsigned long long)s->stats.evicted);
+        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"refused\"} "
+                   "%llu\n",
+                (unsigned long long)s->stats.refused);
+        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"unfinished_frames\"}"
+                   " %llu\n",
+                (unsigned long long)s->stats.closed_partial);
+        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"unread_replies\"} "
+                   "%llu\n",
+                (unsigned long long)s->stats.closed_slow);
 }
 
 /* The kernel log rules under node-problem-detector's own metric names, so

@@ -237,6 +237,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 .hostname = a->hostname,
                 .attempt_dir = a->attempt_dir[stage],
                 .ipc_path = a->ipc.path,
+                .nofile = a->nofile_known ? &a->nofile : NULL,
                 .python_path = a->forensics.python_path,
                 .stacks_signal = a->forensics.stacks_signal,
                 .loop = a->loop,
@@ -571,6 +572,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 {
         struct hp_console *const consoles[] = { &a->console_out,
                                                 &a->console_err };
+        rlim_t nofile_now;
         int r;
 
         memset(a, 0, sizeof(*a));
@@ -668,6 +670,16 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
          * the console counts, not kill the agent. */
         signal(SIGPIPE, SIG_IGN);
 
+        /* Before the worker socket, which sizes its connection cap from
+         * the limit. The workers get the limit the agent was started
+         * with back, as they would under torchrun. */
+        a->nofile_known = hp_nofile_raise(&a->nofile, &nofile_now) == 0;
+        if (a->nofile_known && nofile_now != a->nofile.rlim_cur)
+                hp_log_debug("open files: soft limit raised from %llu to "
+                             "%llu; workers keep %llu",
+                             (unsigned long long)a->nofile.rlim_cur,
+                             (unsigned long long)nofile_now,
+                             (unsigned long long)a->nofile.rlim_cur);
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r < 0) {

@@ -774,6 +774,7 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 .stdout_fd = child_fd[0],
                 .stderr_fd = child_fd[1],
                 .cgroup_fd = g->scope.dirfd,
+                .nofile = p->nofile,
         };
         r = hp_spawn__start(&opts, &w->pid, &pidfd);
         close(child_fd[0]);

@@ -159,6 +159,11 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
         if (flags >= 0 && (flags & O_NONBLOCK))
                 (void)fcntl(STDIN_FILENO, F_SETFL, flags & ~O_NONBLOCK);
 
+        /* The limit the agent was started with, not the one it raised
+         * for itself: lowering a soft limit cannot fail. */
+        if (o->nofile != NULL)
+                (void)setrlimit(RLIMIT_NOFILE, o->nofile);
+
         sigemptyset(&none);
         (void)sigprocmask(SIG_SETMASK, &none, NULL);
 

@@ -352,6 +352,10 @@ struct hp_agent {
         /* The worker socket: lives as long as the agent, so checkpoint
          * progress outlives every restart of the workers. */
         struct hp_ipc_server ipc;
+        /* RLIMIT_NOFILE as the agent was started with, which it raised
+         * for itself: what the workers get (nofile_known: it was read). */
+        struct rlimit nofile;
+        bool nofile_known;
         struct hp_forensics forensics;          /* --hang-dump */
         struct hp_node_health health;           /* --node-problem-config */
 };
@@ -378,6 +382,8 @@ struct hp_group_params {
         const char *attempt_dir; /* its ranks' directories go in; "": none */
         int attempt_fd;          /* attempt_dir, open; -1: none */
         const char *ipc_path;    /* the worker socket */
+        /* The processes' RLIMIT_NOFILE; NULL: the agent's own. */
+        const struct rlimit *nofile;
         /* --hang-dump: the workers' PYTHONPATH and stacks signal, and the
          * flight recorder's file prefixes; NULL when not set. */
         const char *python_path;
@@ -438,6 +444,7 @@ struct hp_spawn_options {
         int stdout_fd;
         int stderr_fd;
         int cgroup_fd; /* cloned into this cgroup (CLONE_INTO_CGROUP); -1 */
+        const struct rlimit *nofile; /* set before the exec; NULL: none */
 };
 
 /* Starts a process in its own session, with every signal at its default

@@ -3,18 +3,26 @@ exact bytes to a running agent (operator mode, no workers needed), and
 throws bad input at it while a good client, the HTTP API and the metrics
 keep answering."""
 
+import fcntl
+import http.client
 import json
 import os
+import re
 import resource
+import shutil
 import socket
 import stat
 import struct
+import subprocess
+import tempfile
+import termios
 import time
 import uuid
 
 import pytest
 
-from conftest import deadline_poll, write_exec
+from conftest import (PYTHON, SOURCE_ROOT, deadline_poll, wait_for_files,
+                      write_exec)
 from test_operator import Agent
 
 PREFIX = "/fsx/ckpt/run1"
@@ -23,7 +31,7 @@ PREFIX = "/fsx/ckpt/run1"
 def sock_path(agent, tmpdir):
     """Where the agent listens: under TMPDIR, or /tmp when that path
     would be too long for a Unix socket."""
-    name = f"hyperpod_elastic_agent_{agent.proc.pid}.sock"
+    name = f"hyperpod_elastic_agent_{getattr(agent, 'proc', agent).pid}.sock"
     for d in (tmpdir, "/tmp"):
         p = os.path.join(d, name)
         if os.path.exists(p):
@@ -299,3 +307,347 @@ def test_python_client_errors(monkeypatch, tmp_path):
     monkeypatch.setenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", str(missing))
     with pytest.raises(HyperPodIPCException, match=str(missing)):
         CheckpointDiscoverySocketClient("/p", 1)
+
+
+# ---- A shared node: descriptors, memory and the socket's path ---------------
+
+READONLY_RE = re.compile(
+    rb"read-only API \(/status, /metrics, /healthz\) listening on "
+    rb"http://127\.0\.0\.1:(\d+)")
+
+
+def healthz(port):
+    """/healthz's status code, or the error that stood in for it."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        conn.request("GET", "/healthz")
+        code = conn.getresponse().status
+        conn.close()
+        return code
+    except OSError as ex:
+        return repr(ex)
+
+
+def idle_flood(path, n):
+    """n connections that never say anything, as a leaky worker leaves."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        socks.append(s)
+    return socks
+
+
+def nofile(pid):
+    """(soft, hard) RLIMIT_NOFILE of a process."""
+    return resource.prlimit(pid, resource.RLIMIT_NOFILE)
+
+
+def test_idle_connections_cannot_fail_a_restart(hpr, tmp_path):
+    # A soft limit of 256 under a hard one of 8,192; 400 idle connections
+    # held while the first attempt fails. The agent raises its own soft
+    # limit, the workers keep 256, /healthz answers throughout, and the
+    # restart spawns.
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import os, resource, sys, time\n"
+        "d = os.environ['OPW_DIR']\n"
+        "a = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+        "r = os.environ['LOCAL_RANK']\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "tmp = os.path.join(d, f'.limit-{a}-{r}')\n"
+        "with open(tmp, 'w') as f:\n"
+        "    f.write(f'{soft} {hard}')\n"
+        "os.rename(tmp, os.path.join(d, f'limit-{a}-{r}'))\n"
+        "stop = 'go' if a == '0' else 'finish'\n"
+        "while not os.path.exists(os.path.join(d, stop)):\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1 if a == '0' else 0)\n")
+    p = hpr.start(["--standalone", "--nproc-per-node", "2", "--max-restarts",
+                   "2", "--server-host", "127.0.0.1", "--server-port", "0",
+                   script],
+                  env={"OPW_DIR": tmp_path},
+                  wrapper=["prlimit", "--nofile=256:8192", "--"])
+    port = int(deadline_poll(lambda: READONLY_RE.search(p.console_err()), 15,
+                             what="the read-only API").group(1))
+    wait_for_files([tmp_path / "limit-0-0", tmp_path / "limit-0-1"],
+                   proc=p)
+    flood = idle_flood(sock_path(p, hpr.tmpdir), 400)
+    assert healthz(port) == 200
+    (tmp_path / "go").touch()
+    wait_for_files([tmp_path / "limit-1-0", tmp_path / "limit-1-1"],
+                   timeout=60, proc=p)
+    assert healthz(port) == 200
+    assert nofile(p.pid) == (8192, 8192), "the agent kept its low limit"
+    for rank in (0, 1):
+        for attempt in (0, 1):
+            limit = (tmp_path / f"limit-{attempt}-{rank}").read_text()
+            assert limit == "256 8192", (
+                f"attempt {attempt} rank {rank} got the agent's raised "
+                f"limit: {limit}")
+    (tmp_path / "finish").touch()
+    r = p.wait(60)
+    for s in flood:
+        s.close()
+    assert r.rc == 0, r.describe()
+    assert "Too many open files" not in r.err, r.describe()
+
+
+def test_flood_past_the_cap_evicts_idle_connections_not_ranks(hpr, tmp_path):
+    # A hard limit of 256 that cannot be raised: the socket keeps its
+    # connections to what leaves the reserve free, closes the connection
+    # idle the longest that registered no client for each new one, and
+    # never closes a rank's, although the rank's is the oldest.
+    a = Agent(hpr, tmp_path, nproc=2,
+              wrapper=["prlimit", "--nofile=256:256", "--"])
+    path = sock_path(a, hpr.tmpdir)
+    rank = RefClient(path, 0)
+    rank.send("ckpt_init", {"prefix": PREFIX,
+                            "checkpoint_types": {"model_checkpoint": 1,
+                                                 "data_checkpoint": 0}})
+    assert rank.get()["path"] is None
+    flood = idle_flood(path, 400)
+    # The agent has seen every connection once the counter says so.
+    deadline_poll(lambda: metrics(a)[
+        'hyperpodrun_ipc_closed_total{reason="evicted"}'] >= 400 - 96, 30,
+        what="the flood's evictions")
+    assert healthz(a.port) == 200
+    m = metrics(a)
+    assert m["hyperpodrun_ipc_connections"] <= 256 - 128 - 2 * 16
+    assert m['hyperpodrun_ipc_closed_total{reason="refused"}'] == 0
+    # The rank's connection is still there and answered.
+    rank.send("ckpt_info_update", {"step": 7, "path": f"{PREFIX}/7",
+                                   "checkpoint_type": "model_checkpoint"})
+    assert rank.get()["path"] == f"{PREFIX}/7"
+    # A new client gets in after the flood.
+    late = RefClient(path, 1)
+    assert late.get()["path"] == f"{PREFIX}/7"
+    # And the workers still start.
+    a.start()
+    a.wait_status("completed", timeout=60)
+    err = a.proc.console_err().decode(errors="replace")
+    assert "closing the ones idle the longest that registered no client" \
+        in err
+    for s in flood + [rank.s, late.s]:
+        s.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+
+
+def unread(s):
+    """Bytes sent on a Unix socket that its peer has not read yet."""
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ,
+                                          b"\0" * 4))[0]
+
+
+def vm_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_stalled_frames_cannot_grow_the_agent(hpr, tmp_path):
+    # 150 connections each send all but the last byte of a 4 MiB frame:
+    # 600 MiB the agent would hold. The bytes held for unfinished frames
+    # are capped at 64 MiB in all; a rank's connection is not touched.
+    # Under AddressSanitizer freed memory would wait in a quarantine of up
+    # to 256 MiB, counted in RSS; other builds ignore ASAN_OPTIONS.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    a = Agent(hpr, tmp_path, nproc=2,
+              env={"ASAN_OPTIONS": f"{asan}:quarantine_size_mb=0"})
+    path = sock_path(a, hpr.tmpdir)
+    rank = RefClient(path, 0)
+    rank.send("ckpt_init", {"prefix": PREFIX,
+                            "checkpoint_types": {"model_checkpoint": 1,
+                                                 "data_checkpoint": 0}})
+    assert rank.get()["path"] is None
+    before = vm_kib(a.proc.pid, "VmRSS")
+    frame = struct.pack(">I", 4 << 20) + b"{" + b" " * ((4 << 20) - 2)
+    stalled = []
+    for _ in range(150):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        try:
+            s.sendall(frame)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed while sending: the agent shed it
+        stalled.append(s)
+    # Every byte sent has been read (or dropped with its connection).
+    deadline_poll(lambda: all(unread(s) == 0 for s in stalled), 60,
+                  what="the agent to read the stalled frames")
+    assert rank.get()["path"] is None
+    grown_mib = (vm_kib(a.proc.pid, "VmRSS") - before) / 1024
+    peak_mib = (vm_kib(a.proc.pid, "VmHWM") - before) / 1024
+    assert grown_mib < 160, f"the agent grew by {grown_mib:.0f} MiB"
+    assert peak_mib < 200, f"the agent's peak grew by {peak_mib:.0f} MiB"
+    m = metrics(a)
+    assert m['hyperpodrun_ipc_closed_total{reason="unfinished_frames"}'] \
+        >= 150 - 64 // 4
+    assert m["hyperpodrun_ipc_clients"] == 1
+    err = a.proc.console_err().decode(errors="replace")
+    assert "unfinished frames hold" in err and \
+        "over the 67108864-byte limit" in err
+    for s in stalled + [rank.s]:
+        s.close()
+    r = a.shutdown()
+    assert r.rc == 0, r.describe()
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+# Waits until the test has squatted the path its pid names, then becomes
+# hyperpodrun: $0 is the pid file; the test creates "$0.go".
+HANDSHAKE = ('echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; '
+             'while [ ! -e "$0.go" ]; do sleep 0.01; done; exec "$@"')
+
+CKPT_WORKER = """\
+import os
+from hyperpod_elastic_agent.ipc import CheckpointDiscoverySocketClient
+c = CheckpointDiscoverySocketClient("/ckpt", 1, 0)
+c.update(5, "/ckpt/5", "model_checkpoint")
+got = c.get_latest_checkpoint_path()
+with open(os.path.join(os.environ["OPW_DIR"], "seen"), "w") as f:
+    f.write(os.environ["HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"] + "\\n"
+            + str(got))
+"""
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory like /tmp (1777, root's) that a second uid can use."""
+    if os.geteuid() != 0:
+        pytest.skip("a second uid needs root (CI runs as root)")
+    d = tempfile.mkdtemp(prefix="hpr-shared-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_nobody(*cmd):
+    subprocess.run([*NOBODY, *cmd], check=True, timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink", "socket"])
+def test_squatted_socket_path_is_left_alone(hpr, tmp_path, shared_tmp, kind):
+    # Another uid owns what is at <tempdir>/hyperpod_elastic_agent_<pid>.sock
+    # before the agent starts: the agent neither stops nor touches it, and
+    # its workers reach it, the reference's way (the environment), in a
+    # private directory beside it.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    pid = int(pidfile.read_text())
+    assert pid == p.pid
+    squat = os.path.join(shared_tmp, f"hyperpod_elastic_agent_{pid}.sock")
+    listener = None
+    if kind == "file":
+        as_nobody("sh", "-c", 'echo theirs > "$0"', squat)
+    elif kind == "directory":
+        as_nobody("mkdir", squat)
+    elif kind == "symlink":
+        bait = os.path.join(shared_tmp, "bait")
+        as_nobody("sh", "-c", 'echo bait > "$0"', bait)
+        as_nobody("ln", "-s", bait, squat)
+    else:
+        listener = subprocess.Popen(
+            [*NOBODY, PYTHON, "-c",
+             "import socket, sys\n"
+             "s = socket.socket(socket.AF_UNIX)\n"
+             "s.bind(sys.argv[1]); s.listen(8)\n"
+             "print('up', flush=True); sys.stdin.read()\n", squat],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert listener.stdout.readline() == b"up\n"
+    before = os.lstat(squat)
+    assert before.st_uid == 65534
+    (tmp_path / "pid.go").touch()
+    try:
+        r = p.wait(60)
+        assert r.rc == 0, r.describe()
+        seen, got = (tmp_path / "seen").read_text().split("\n")
+        assert got == "/ckpt/5"
+        assert seen != squat
+        assert os.path.dirname(os.path.dirname(seen)) == shared_tmp
+        assert os.path.basename(seen) == os.path.basename(squat)
+        assert not os.path.exists(os.path.dirname(seen)), \
+            "the private directory outlived the agent"
+        after = os.lstat(squat)
+        assert (after.st_ino, after.st_uid, stat.S_IFMT(after.st_mode)) == \
+            (before.st_ino, 65534, stat.S_IFMT(before.st_mode)), \
+            "the other uid's entry was replaced"
+        if kind == "socket":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(squat)  # still theirs, still listening
+            s.close()
+        what = {"file": "a file", "directory": "a directory",
+                "symlink": "a symbolic link", "socket": "a socket"}[kind]
+        assert (f"worker socket: {squat} is {what} of uid 65534"
+                in r.err), r.describe()
+        assert f"listening on {seen} instead" in r.err, r.describe()
+    finally:
+        if listener is not None:
+            listener.stdin.close()
+            listener.wait(10)
+
+
+def test_live_socket_of_our_own_uid_is_not_taken_over(hpr, tmp_path,
+                                                      shared_tmp):
+    # Two containers that share /tmp both run the agent as PID 1 and root:
+    # the second one's path is the first one's live socket. Played here by
+    # a root listener at the second agent's path.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    squat = os.path.join(shared_tmp,
+                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
+                         ".sock")
+    first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    first.bind(squat)
+    first.listen(8)
+    (tmp_path / "pid.go").touch()
+    r = p.wait(60)
+    assert r.rc == 0, r.describe()
+    seen, got = (tmp_path / "seen").read_text().split("\n")
+    assert got == "/ckpt/5" and seen != squat
+    assert "that another process listens on" in r.err, r.describe()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(squat)  # the first agent's socket still reaches it
+    s.close()
+    first.close()
+
+
+def test_stale_socket_of_our_own_is_reused(hpr, tmp_path, shared_tmp):
+    # A SIGKILLed agent of the same pid (a container's PID 1) left its
+    # socket: nobody listens on it, so it is replaced, in place.
+    pidfile = tmp_path / "pid"
+    worker = tmp_path / "w.py"
+    worker.write_text(CKPT_WORKER)
+    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
+                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
+                       "PYTHONPATH": SOURCE_ROOT / "python"},
+                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
+    wait_for_files([pidfile], proc=p)
+    squat = os.path.join(shared_tmp,
+                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
+                         ".sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(squat)
+    dead.close()
+    (tmp_path / "pid.go").touch()
+    r = p.wait(60)
+    assert r.rc == 0, r.describe()
+    seen, got = (tmp_path / "seen").read_text().split("\n")
+    assert (seen, got) == (squat, "/ckpt/5")
+    assert "worker socket:" not in r.err, r.describe()
+    assert not os.path.exists(squat)

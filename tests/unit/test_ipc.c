@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -141,6 +142,15 @@ static void test_framer(void **state)
                 if (c->expect_too_big && too_big != c->expect_too_big)
                         CASE_FAILED(failures, "%s: too_big %u, expected %u",
                                     c->name, too_big, c->expect_too_big);
+                /* The server counts what a framer holds as unfinished
+                 * frames: nothing between frames, about the bytes of an
+                 * unfinished one. */
+                if (c->expect_r == 0 && !c->truncate && f.alloc != 0)
+                        CASE_FAILED(failures, "%s: %zu bytes kept after "
+                                    "the last frame", c->name, f.alloc);
+                if (f.alloc > 2 * f.have + 256)
+                        CASE_FAILED(failures, "%s: %zu bytes held for %zu",
+                                    c->name, f.alloc, f.have);
                 hp_ipc_framer_free(&f);
                 free(wire);
         }
@@ -155,6 +165,39 @@ static void test_frame_head_is_big_endian(void **state)
         assert_memory_equal(head, "\x01\x02\x03\x04", 4);
         hp_ipc_frame_head(head, 50);
         assert_memory_equal(head, "\x00\x00\x00\x32", 4);
+}
+
+/* The connection cap from the open-files limit: the reserve and 16 per
+ * rank left free, at most HP_IPC_CONN_MAX, at least the floor. */
+static void test_conn_limit(void **state)
+{
+        static const struct {
+                uint64_t soft;
+                int nranks;
+                size_t expect;
+        } cases[] = {
+                { 1u << 20, 8, HP_IPC_CONN_MAX },
+                { 8192, 8, HP_IPC_CONN_MAX },
+                { 4096, 8, 4096 - 128 - 8 * 16 },
+                { 1024, 8, 1024 - 128 - 8 * 16 },
+                { 256, 2, 256 - 128 - 2 * 16 },
+                { 256, 8, 2 * 8 + 8 },      /* below the floor */
+                { 64, 1, 2 + 8 },
+                { 1024, 64, 2 * 64 + 8 },
+                { RLIM_INFINITY, 1024, HP_IPC_CONN_MAX },
+        };
+        int failures = 0;
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
+                size_t got = hp_ipc_conn_limit(cases[i].soft,
+                                               cases[i].nranks);
+                if (got != cases[i].expect)
+                        CASE_FAILED(failures, "soft %llu, %d ranks: %zu, "
+                                    "expected %zu",
+                                    (unsigned long long)cases[i].soft,
+                                    cases[i].nranks, got, cases[i].expect);
+        }
+        assert_int_equal(failures, 0);
 }
 
 /* ---- Checkpoint discovery ---- */
@@ -790,6 +833,7 @@ int main(void)
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_framer),
                 cmocka_unit_test(test_frame_head_is_big_endian),
+                cmocka_unit_test(test_conn_limit),
                 cmocka_unit_test(test_ckpt),
                 cmocka_unit_test(test_ckpt_progress_encoding),
                 cmocka_unit_test(test_ckpt_step_cap),
