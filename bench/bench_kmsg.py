@@ -104,7 +104,7 @@ def latency(hpr, producer, scratch, i):
     def inject():
         started.wait(30)
         time.sleep(0.2)  # the workers are printing by then
-        data = record("neuron0: NEURON_HW_ERR=DMA_ERROR bench", 1).encode()
+        data = record("NEURON_HW_ERR=DMA_ERROR nd-id=0 bench", 1).encode()
         # Stamped before the write: hyperpodrun may act before it returns.
         written["ns"] = time.monotonic_ns()
         write_all(fifo, data)

@@ -62,6 +62,14 @@ size_t kmsg_rules_count(const struct kmsg_rules *rules);
 enum kmsg_rule_type kmsg_rules_type(const struct kmsg_rules *rules, size_t i);
 const char *kmsg_rules_reason(const struct kmsg_rules *rules, size_t i);
 const char *kmsg_rules_condition(const struct kmsg_rules *rules, size_t i);
+/* Why rule i deserves a warning at start, as a sentence naming the config
+ * (its origin) and the rule, or NULL: its pattern is not anchored at the
+ * start of the record (no leading '^', or a leading '.*'), so text an
+ * unprivileged process gets into the kernel log (a crashing program's
+ * name in its segfault line) could match it; or it starts with '^'
+ * without (?m) while bufferSize is over 1, where '^' is the start of the
+ * oldest buffered record. Borrowed from rules. */
+const char *kmsg_rules_warning(const struct kmsg_rules *rules, size_t i);
 /* The lookback window in microseconds (0: only records newer than the
  * start count) and the source name ("" when absent). */
 uint64_t kmsg_rules_lookback_us(const struct kmsg_rules *rules);

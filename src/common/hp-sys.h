@@ -33,6 +33,21 @@ static inline int hp_pidfd_open(pid_t pid, unsigned int flags)
         return (int)syscall(__NR_pidfd_open, pid, flags);
 }
 
+#ifndef __NR_pidfd_send_signal
+#define __NR_pidfd_send_signal 424
+#endif
+
+static inline int hp_pidfd_send_signal(int pidfd, int sig)
+{
+        return (int)syscall(__NR_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
+/* A signal to one thread of a process (glibc's tgkill() is 2.30). */
+static inline int hp_tgkill(pid_t tgid, pid_t tid, int sig)
+{
+        return (int)syscall(SYS_tgkill, tgid, tid, sig);
+}
+
 /* 0 when this kernel has pidfds and waitid(P_PIDFD), else -ENOSYS with a
  * message naming the kernel in errbuf: on an older kernel clone ignores
  * CLONE_PIDFD, and the failure would otherwise show up later, as a worker

@@ -719,7 +719,8 @@ static int convert_signals_to_handle(struct hp_config *cfg,
                         ERR("invalid value '%s' for %s: '%.*s' is not handled "
                             "by hyperpodrun; it always handles SIGTERM, "
                             "SIGINT, SIGHUP and SIGQUIT (torchrun's default) "
-                            "and forwards SIGUSR1 and SIGUSR2",
+                            "and forwards SIGUSR1, and SIGUSR2 to the workers "
+                            "that handle it",
                             v->text, v->source, (int)len, p);
                 seen |= 1u << i;
                 p += len;

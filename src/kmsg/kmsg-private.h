@@ -13,6 +13,8 @@ struct kmsg_rule {
         char *condition;
         pcre2_code *code;        /* "(?:pattern)\z" */
         pcre2_match_data *match;
+        char *warning;           /* why text a user writes could match, or
+                                  * NULL */
 };
 
 struct kmsg_rules {

@@ -2,7 +2,10 @@
  * node-problem-detector's kernel-monitor config (its system-log-monitor
  * JSON), so that clusters reuse the configs they already run NPD with.
  * Patterns are searched as NPD does: with an implicit end anchor, over the
- * last bufferSize lines joined by "\n".
+ * last bufferSize lines joined by "\n". A pattern that is not anchored at
+ * the start of a record gets a warning: an unprivileged process can put
+ * text inside a kernel record, never (beyond its 15-byte command name) at
+ * its start.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -129,6 +132,87 @@ static int compile_rule(struct kmsg_rule *rule, const char *pattern,
         if (rule->match == NULL)
                 return -ENOMEM;
         return 0;
+}
+
+/*
+ * Where the pattern is anchored: at the start of the searched text ('^' or
+ * '\A', after any leading "(?flags)"), at the start of any line of it
+ * ("(?m)^"), or nowhere. A leading ".*" or ".+" after the anchor undoes
+ * it. PCRE2 is called without PCRE2_MULTILINE, as Go's regexp is by NPD:
+ * '^' is the start of the whole buffer, the oldest of its lines.
+ */
+enum anchor { ANCHOR_NONE, ANCHOR_TEXT, ANCHOR_LINE };
+
+static enum anchor anchor_of(const char *p)
+{
+        bool multiline = false;
+        enum anchor a;
+
+        while (p[0] == '(' && p[1] == '?') {
+                const char *q = p + 2;
+                bool on = true, m = false;
+
+                for (; *q != ')' && *q != '\0'; q++) {
+                        if (*q == '-')
+                                on = false;
+                        else if (*q == 'm')
+                                m = on;
+                        else if (strchr("imnsxUJ^", *q) == NULL)
+                                break;
+                }
+                if (*q != ')')
+                        break; /* a group, not an option setting */
+                if (m)
+                        multiline = true;
+                p = q + 1;
+        }
+        if (p[0] == '^') {
+                a = multiline ? ANCHOR_LINE : ANCHOR_TEXT;
+                p++;
+        } else if (p[0] == '\\' && p[1] == 'A') {
+                a = ANCHOR_TEXT;
+                p += 2;
+        } else {
+                return ANCHOR_NONE;
+        }
+        if (p[0] == '.' && (p[1] == '*' || p[1] == '+'))
+                return ANCHOR_NONE;
+        return a;
+}
+
+/* A sentence when text that any process can get into the kernel log could
+ * match the pattern (NULL when none is due), or when '^' cannot work with
+ * the buffer: sets rule->warning, or returns -ENOMEM. */
+static int check_anchor(struct kmsg_rule *rule, const char *pattern,
+                        size_t buffer_size, const char *origin, size_t index)
+{
+        char text[1024];
+        enum anchor a = anchor_of(pattern);
+
+        if (a == ANCHOR_NONE)
+                snprintf(text, sizeof(text),
+                         "%s: rules[%zu] (%s): the pattern '%.200s' is not "
+                         "anchored at the start of the record (it does not "
+                         "start with '^', or starts with '.*'): an "
+                         "unprivileged process can get text into the middle "
+                         "of a kernel record (a crashing program's name is "
+                         "printed in its segfault line) and trip this rule; "
+                         "start it with '^' and the driver's own prefix",
+                         origin, index, rule->reason, pattern);
+        else if (a == ANCHOR_TEXT && buffer_size > 1)
+                snprintf(text, sizeof(text),
+                         "%s: rules[%zu] (%s): the pattern '%.200s' starts "
+                         "with '^' but bufferSize is %zu: '^' is the start "
+                         "of the oldest of the %zu records searched, not of "
+                         "the newest, so a one-line pattern matches only the "
+                         "first record read; use \"bufferSize\": 1, or "
+                         "'(?m)^' for the start of any line",
+                         origin, index, rule->reason, pattern, buffer_size,
+                         buffer_size);
+        else
+                return 0;
+        rule->warning = strdup(text);
+        return rule->warning == NULL ? -ENOMEM : 0;
 }
 
 static bool condition_known(const cJSON *conditions, const char *type)
@@ -262,6 +346,9 @@ static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
                 err = compile_rule(rule, pattern, origin, i, errbuf, len);
                 if (err < 0)
                         return err;
+                err = check_anchor(rule, pattern, rs->buffer_size, origin, i);
+                if (err < 0)
+                        return err;
                 i++;
         }
         return 0;
@@ -360,6 +447,7 @@ void kmsg_rules_free(struct kmsg_rules *rs)
                 pcre2_code_free(rs->rules[i].code);
                 free(rs->rules[i].reason);
                 free(rs->rules[i].condition);
+                free(rs->rules[i].warning);
         }
         free(rs->rules);
         free(rs->source);
@@ -384,6 +472,11 @@ const char *kmsg_rules_reason(const struct kmsg_rules *rs, size_t i)
 const char *kmsg_rules_condition(const struct kmsg_rules *rs, size_t i)
 {
         return rs->rules[i].condition;
+}
+
+const char *kmsg_rules_warning(const struct kmsg_rules *rs, size_t i)
+{
+        return rs->rules[i].warning;
 }
 
 uint64_t kmsg_rules_lookback_us(const struct kmsg_rules *rs)

@@ -393,18 +393,30 @@ static void signal_cb(uv_signal_t *handle, int signum)
 {
         struct hp_agent *a = handle->data;
 
-        if (signum == SIGUSR1 || signum == SIGUSR2) {
-                /* SIGUSR2 also asks for a report, the job running on. */
-                if (signum == SIGUSR2 && hp_group__active(&a->group)) {
-                        int r = hp_forensics__begin(&a->forensics, true);
-                        if (r < 0 && r != -ENOTSUP)
-                                hp_log_warn("SIGUSR2: no stacks report: %s",
-                                            r == -EBUSY
-                                                    ? "one is being collected"
-                                                    : hp_strerror(r));
-                }
+        if (signum == SIGUSR1) {
+                /* Forwarded as tini does: HyperPod's graceful stop. */
                 if (hp_group__active(&a->group))
                         hp_group__signal(&a->group, signum);
+                return;
+        }
+        if (signum == SIGUSR2) {
+                int r, sent, spared;
+
+                if (!hp_group__active(&a->group))
+                        return;
+                /* A report, the job running on: forwarded only to the
+                 * processes that handle it, since its default action
+                 * would end the others (a healthy job exited 140). */
+                r = hp_forensics__begin(&a->forensics, true);
+                if (r < 0 && r != -ENOTSUP)
+                        hp_log_warn("SIGUSR2: no stacks report: %s",
+                                    r == -EBUSY ? "one is being collected"
+                                                : hp_strerror(r));
+                hp_group__signal_takers(&a->group, signum, &sent, &spared);
+                hp_log_info("SIGUSR2: forwarded to %d worker process%s that "
+                            "handle%s it; %d without a handler left alone",
+                            sent, sent == 1 ? "" : "es", sent == 1 ? "s" : "",
+                            spared);
                 return;
         }
         if (!hp_group__active(&a->group)) {

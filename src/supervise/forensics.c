@@ -7,11 +7,23 @@
  * The Python stacks need no change to the training script: the workers get
  * a PYTHONPATH entry holding our sitecustomize.py, which registers
  * faulthandler on a real-time signal with a memory file (memfd) as its
- * output, then runs the sitecustomize it hides. The agent finds that file
- * in /proc/PID/fd, signals the process only once the file says the handler
- * is in place (the signal's default action would kill it), and reads the
- * dump from there: nothing reaches the worker's stdout or stderr, so the
- * console log stays a faithful record for --replay.
+ * output, starts one thread of its own to take that signal, then runs the
+ * sitecustomize it hides. The agent finds that file in /proc/PID/fd,
+ * signals that thread (tgkill) only once the file says the handler is in
+ * place and names the thread, and reads the dump from there: nothing
+ * reaches the worker's stdout or stderr, so the console log stays a
+ * faithful record for --replay.
+ *
+ * A report must not change what the worker does. A signal sent to the
+ * process lands on any thread, and interrupts the call it is blocked in:
+ * SA_RESTART does not restart poll, a recv under SO_RCVTIMEO or a
+ * connect, and torch 1.13's TCPStore client took the EINTR for a failed
+ * rendezvous (RuntimeError: Interrupted system call) and the worker
+ * exited 1. Our thread waits in a pipe read, which the kernel restarts,
+ * so no other thread ever sees the signal. And the signal is ignored
+ * before faulthandler registers, which is what faulthandler puts back as
+ * the interpreter exits: a signal then (a report taken just as a worker
+ * ends) is lost, where its default action would have killed the worker.
  *
  * Everything runs on the loop: the process and thread states come from
  * /proc files that never wait on the process they describe (procstate.c),
@@ -56,7 +68,13 @@
 #define MAX_PROC_FDS 4096
 
 static const char memfd_name[] = "/memfd:hyperpodrun-stacks";
-static const char stacks_header[] = "hyperpodrun-stacks 1\n";
+/* The first line of the memory file: the process that registered the
+ * handler (a forked child shares the file, not the handler's thread) and
+ * the thread to signal. */
+static const char stacks_header[] = "hyperpodrun-stacks 2 pid=";
+#define STACKS_HEADER_MAX 64
+/* The frame of our own thread in a dump, which is left out of it. */
+static const char stacks_thread_frame[] = " in _hp_stacks_wait\n";
 
 static const char sitecustomize[] =
 "# Written by hyperpodrun (--hang-dump): lets the agent ask this Python\n"
@@ -74,12 +92,30 @@ static const char sitecustomize[] =
 "    if not sig:\n"
 "        return\n"
 "    try:\n"
+"        import _thread\n"
 "        import faulthandler\n"
+"        import signal\n"
+"        sig = int(sig)\n"
 "        fd = _hp_os.memfd_create('hyperpodrun-stacks')\n"
-"        faulthandler.register(int(sig), file=fd, all_threads=True)\n"
-"        _hp_os.write(fd, b'hyperpodrun-stacks 1\\n')\n"
+"        r, w = _hp_os.pipe()\n"
+"        # faulthandler puts this back as Python exits: a signal that\n"
+"        # comes then is lost instead of killing the worker.\n"
+"        signal.signal(sig, signal.SIG_IGN)\n"
+"        faulthandler.register(sig, file=fd, all_threads=True)\n"
+"        _thread.start_new_thread(_hp_stacks_wait,\n"
+"                                 (fd, r, w, _thread.get_native_id))\n"
 "    except Exception:\n"
 "        pass\n"
+"\n"
+"\n"
+"def _hp_stacks_wait(fd, r, w, native_id):\n"
+"    # The only thread the agent signals: it waits in a pipe read, which\n"
+"    # the kernel restarts after the handler (SA_RESTART), so no call of\n"
+"    # the worker's own threads is ever interrupted by a report.\n"
+"    _hp_os.write(fd, ('hyperpodrun-stacks 2 pid=%d tid=%d\\n'\n"
+"                      % (_hp_os.getpid(), native_id())).encode())\n"
+"    while True:\n"
+"        _hp_os.read(r, 1)\n"
 "\n"
 "\n"
 "def _hp_chain():\n"
@@ -109,6 +145,7 @@ struct hp_forensics_target {
         cJSON *processes;
         int stacks_fd; /* the worker's memfd, opened through /proc */
         pid_t stacks_pid;
+        pid_t stacks_tid; /* the thread that takes the signal */
         off_t stacks_from;
         off_t stacks_seen;
         bool signalled;
@@ -140,11 +177,31 @@ static void iso_time(double wall, char *buf, size_t len)
                           ms > 999 ? 999 : ms < 0 ? 0 : ms);
 }
 
-/* Opens the stack file our sitecustomize made in pid, through /proc, once
- * it says faulthandler is registered. Returns the fd or -1. */
-static int find_stacks_file(pid_t pid)
+/* Whether the file's first line is our header for pid: sets *tid. */
+static bool stacks_header_of(int fd, pid_t pid, pid_t *tid)
 {
-        char path[300], link[256], head[sizeof(stacks_header)];
+        char head[STACKS_HEADER_MAX + 1];
+        int hpid, htid, end = 0;
+        ssize_t n = pread(fd, head, STACKS_HEADER_MAX, 0);
+
+        if (n < (ssize_t)sizeof(stacks_header) - 1)
+                return false;
+        head[n] = '\0';
+        if (memchr(head, '\n', (size_t)n) == NULL ||
+            sscanf(head, "hyperpodrun-stacks 2 pid=%d tid=%d\n%n", &hpid,
+                   &htid, &end) != 2 ||
+            end == 0 || hpid != (int)pid || htid <= 0)
+                return false;
+        *tid = (pid_t)htid;
+        return true;
+}
+
+/* Opens the stack file our sitecustomize made in pid, through /proc, once
+ * it says faulthandler is registered and which thread takes the signal
+ * (*tid). Returns the fd or -1. */
+static int find_stacks_file(pid_t pid, pid_t *tid)
+{
+        char path[300], link[256];
         struct dirent *de;
         DIR *dir;
         int fd = -1, seen = 0;
@@ -167,9 +224,8 @@ static int find_stacks_file(pid_t pid)
                 fd = open(path, O_RDONLY | O_CLOEXEC);
                 if (fd < 0)
                         continue;
-                n = pread(fd, head, sizeof(head) - 1, 0);
-                if (n != (ssize_t)sizeof(head) - 1 ||
-                    memcmp(head, stacks_header, sizeof(head) - 1) != 0) {
+                /* A forked child holds its parent's file: not its own. */
+                if (!stacks_header_of(fd, pid, tid)) {
                         close(fd);
                         fd = -1;
                 }
@@ -226,11 +282,31 @@ static void snapshot(struct hp_forensics *f, bool kernel_stacks, bool python)
                 else
                         cJSON_AddItemToArray(t->processes, p);
                 if (python && t->stacks_fd < 0) {
-                        t->stacks_fd = find_stacks_file(pid);
+                        t->stacks_fd = find_stacks_file(pid, &t->stacks_tid);
                         t->stacks_pid = pid;
                 }
         }
         closedir(dir);
+}
+
+/* Takes our sitecustomize's thread out of a dump: it is the one the
+ * signal went to, and says only that it waits for the next. */
+static void drop_own_thread(char *text)
+{
+        char *frame = strstr(text, stacks_thread_frame), *start, *end;
+
+        if (frame == NULL)
+                return;
+        start = frame;
+        while (start > text && !(start[-1] == '\n' && start - 1 > text &&
+                                 start[-2] == '\n'))
+                start--;
+        end = strstr(frame, "\n\n");
+        end = end != NULL ? end + 2 : frame + strlen(frame);
+        /* The last block: the blank line before it goes too. */
+        if (*end == '\0' && start > text)
+                start--;
+        memmove(start, end, strlen(end) + 1);
 }
 
 /* Reads what faulthandler appended since the signal, at most
@@ -256,6 +332,7 @@ static char *read_stacks(const struct hp_forensics_target *t)
                 return NULL;
         }
         text[n] = '\0';
+        drop_own_thread(text);
         return text;
 }
 
@@ -635,7 +712,9 @@ int hp_forensics__begin(struct hp_forensics *f, bool on_request)
                 if (t->stacks_fd < 0)
                         continue;
                 t->stacks_from = t->stacks_seen = file_size(t->stacks_fd);
-                if (t->stacks_from >= 0 && kill(t->stacks_pid, sig) == 0)
+                /* To our thread alone (see the top of this file). */
+                if (t->stacks_from >= 0 &&
+                    hp_tgkill(t->stacks_pid, t->stacks_tid, sig) == 0)
                         t->signalled = true;
         }
         if (hp_forensics__fr_prefixes(f, f->stage, fr_pipe, fr_dump,

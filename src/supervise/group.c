@@ -927,6 +927,40 @@ void hp_group__signal(struct hp_group *g, int sig)
                         signal_group(&g->workers[i], sig);
 }
 
+void hp_group__signal_takers(struct hp_group *g, int sig, int *sent,
+                             int *spared)
+{
+        struct hp_procs procs = { 0 };
+
+        *sent = *spared = 0;
+        if (hp_scope__list(&g->scope, &procs) < 0) {
+                hp_procs__free(&procs);
+                return;
+        }
+        for (size_t i = 0; i < procs.count; i++) {
+                const struct hp_worker *leader;
+                struct hp_proc now;
+                int pidfd = hp_pidfd_open(procs.items[i].pid, 0);
+
+                if (pidfd < 0)
+                        continue; /* gone */
+                /* Read again once the pidfd holds the process: what is
+                 * read is then about the process the signal would reach. */
+                leader = hp_proc__read(procs.items[i].pid, &now) == 0
+                                 ? worker_by_pid(g, now.pgid)
+                                 : NULL;
+                if (leader != NULL && leader->state < HP_WORKER_EXITED &&
+                    hp_proc__live(&now)) {
+                        if (!hp_proc__takes_signal(now.pid, sig))
+                                (*spared)++;
+                        else if (hp_pidfd_send_signal(pidfd, sig) == 0)
+                                (*sent)++;
+                }
+                close(pidfd);
+        }
+        hp_procs__free(&procs);
+}
+
 /* The rank's directory, made private (0700) in the attempt's, which
  * was made empty for this attempt: a name already there is refused. */
 static int prepare_dir(const struct hp_group_params *p, struct hp_worker *w,

@@ -301,6 +301,13 @@ static int load_configs(const char *list, struct kmsg_rules **rules,
                 r = kmsg_rules_load(tok, &rules[*n], errbuf, len);
                 if (r < 0)
                         break;
+                /* Said at start, where the one who wrote the rules looks:
+                 * the rule still runs, as NPD would run it. */
+                for (size_t i = 0; i < kmsg_rules_count(rules[*n]); i++) {
+                        const char *w = kmsg_rules_warning(rules[*n], i);
+                        if (w != NULL)
+                                hp_log_warn("%s", w);
+                }
                 (*n)++;
         }
         free(copy);

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -148,4 +150,92 @@ cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks)
         }
         closedir(dir);
         return threads;
+}
+
+/* The mask on a "Sig...:" line of a status file, or 0. */
+static uint64_t status_mask(const char *status, const char *field)
+{
+        const char *p = strstr(status, field);
+
+        return p != NULL ? strtoull(p + strlen(field), NULL, 16) : 0;
+}
+
+/* Whether thread tid of pid waits in sigwait (rt_sigtimedwait) for the
+ * signal: while it waits, the kernel takes the waited signals out of its
+ * blocked mask (SigBlk), so the set is read from the call's first
+ * argument, through /proc/PID/mem (which a parent may read). */
+static bool waits_for(pid_t pid, int tid, uint64_t bit)
+{
+        char path[128], buf[256];
+        unsigned long long set_addr;
+        uint64_t set = 0;
+        long nr;
+        int fd;
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid,
+                 tid);
+        if (read_small(path, buf, sizeof(buf)) < 0 ||
+            sscanf(buf, "%ld %llx", &nr, &set_addr) != 2 ||
+            nr != SYS_rt_sigtimedwait)
+                return false;
+        snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        n = pread(fd, &set, sizeof(set), (off_t)set_addr);
+        close(fd);
+        return n == (ssize_t)sizeof(set) && (set & bit);
+}
+
+/* Whether every thread of pid (at least one seen) keeps the signal from
+ * its default action: blocked, or waited for in sigwait. */
+static bool blocked_by_every_thread(pid_t pid, uint64_t bit)
+{
+        char path[128], buf[2048];
+        struct dirent *de;
+        DIR *dir;
+        int seen = 0;
+        bool all = true;
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+        dir = opendir(path);
+        if (dir == NULL)
+                return false;
+        while (all && (de = readdir(dir)) != NULL) {
+                int tid = atoi(de->d_name);
+
+                if (tid <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/status",
+                         (int)pid, tid);
+                if (read_small(path, buf, sizeof(buf)) < 0)
+                        continue; /* gone */
+                seen++;
+                if (!(status_mask(buf, "\nSigBlk:") & bit) &&
+                    !waits_for(pid, tid, bit))
+                        all = false;
+        }
+        closedir(dir);
+        return all && seen > 0;
+}
+
+bool hp_proc__takes_signal(pid_t pid, int sig)
+{
+        char path[64], buf[2048];
+        uint64_t bit;
+
+        if (sig < 1 || sig > 64)
+                return false;
+        bit = UINT64_C(1) << (sig - 1);
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        if (read_small(path, buf, sizeof(buf)) < 0)
+                return false;
+        if (status_mask(buf, "\nSigCgt:") & bit)
+                return true;
+        if (status_mask(buf, "\nSigIgn:") & bit)
+                return false; /* it would do nothing */
+        /* The default action, unless every thread blocks it, to take it
+         * with a signalfd or sigwait. */
+        return blocked_by_every_thread(pid, bit);
 }

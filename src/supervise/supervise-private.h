@@ -419,6 +419,12 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p);
 void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
 void hp_group__signal(struct hp_group *g, int sig);
+/* Sends sig to each process of the running workers' process groups that
+ * takes it (hp_proc__takes_signal()), through a pidfd; the others, whom
+ * its default action would end, are left alone. *sent and *spared say
+ * how many of each. */
+void hp_group__signal_takers(struct hp_group *g, int sig, int *sent,
+                             int *spared);
 void hp_group__release(struct hp_group *g);
 /* From hp_group__start until the group reports its end. */
 bool hp_group__active(const struct hp_group *g);
@@ -537,6 +543,11 @@ bool hp_proc__live(const struct hp_proc *p);
  * wchan} (and kernel_stack when asked for); an empty array when the
  * process is gone, NULL only without memory. */
 struct cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks);
+/* Whether sig does something in pid other than its default action: a
+ * handler is installed (SigCgt), or every thread blocks it (SigBlk) or
+ * waits for it in sigwait, to take it with a signalfd or sigwait. False
+ * when it is ignored, or pid is gone. */
+bool hp_proc__takes_signal(pid_t pid, int sig);
 int hp_procs__push(struct hp_procs *list, const struct hp_proc *p);
 void hp_procs__free(struct hp_procs *list);
 /* Every live descendant of this process. */

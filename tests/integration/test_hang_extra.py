@@ -320,7 +320,7 @@ def test_a_second_debug_stacks_while_one_is_collected_is_429(hpr, tmp_path):
     script = tmp_path / "deaf.py"
     script.write_text(
         "import os, signal, time\n"
-        "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN + 6])\n"
+        "signal.signal(signal.SIGRTMIN + 6, signal.SIG_IGN)\n"
         "print('up', flush=True)\n"
         "while not os.path.exists(os.environ['DONE']):\n"
         "    time.sleep(0.02)\n")

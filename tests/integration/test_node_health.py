@@ -10,6 +10,11 @@ skipped only where /dev/kmsg is not writable, or through a FIFO named with
 import json
 import os
 import re
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,13 +26,28 @@ from test_operator import Agent
 EXAMPLES = Path(SOURCE_ROOT) / "examples" / "node-problem"
 NEURON = EXAMPLES / "neuron.json"
 XID = EXAMPLES / "nvidia-xid.json"
+EFA = EXAMPLES / "efa.json"
 NODE_FAULT_EXIT = 123
 
-DMA = "neuron0: NEURON_HW_ERR=DMA_ERROR qid 3 injected"
+# As the Neuron runtime has the driver print it, and as the Neuron docs
+# inject it (echo ... > /dev/kmsg): the record starts with it.
+DMA = "NEURON_HW_ERR=DMA_ERROR instance-id=i-0592464924bd45322 nd-id=0 nc-id=3"
 XID79 = ("NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, "
          "GPU has fallen off the bus.")
 XID13 = ("NVRM: Xid (PCI:0000:10:1c): 13, pid=4242, name=python, "
          "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)")
+# What the kernel printed (x86-64, Linux 6.18) when an unprivileged binary
+# named "NVRM: Xid (PCI:0000:3b:00.0): 79, pid=1" crashed: its command name
+# (15 bytes) starts the record, its file name is in the middle, and the
+# shipped rules before anchoring took it for an Xid 79.
+FORGED_SEGFAULT = ("NVRM: Xid (PCI:[4265]: segfault at 0 ip 000055ab57273139 "
+                   "sp 00007ffc97715db0 error 4 in NVRM: Xid "
+                   "(PCI:0000:3b:00.0): 79, pid=1[1139,55ab57273000+1000] "
+                   "likely on CPU 1 (core 1, socket 0)")
+FORGED_CODE = ("Code: 2e 00 00 01 5d c3 0f 1f 00 c3 0f 1f 80 00 00 00 00 f3 "
+               "0f 1e fa e9 77 ff ff ff 55 48 89 e5 48 c7 45 f8 00 00 00 00 "
+               "48 8b 45 f8 <8b> 00 5d c3 00 00 00 48 83 ec 08 48 83 c4 08 "
+               "c3 00 00 00 00 00 00")
 
 WORKER = """#!/usr/bin/env python3
 import os, sys, time
@@ -270,19 +290,11 @@ def kmsg_writable():
     (XID79, "NodeFault_Xid79FallenOffTheBus"),
 ])
 def test_dev_kmsg_self_driven(hpr, tmp_path, marker, line, reason):
-    """The real kernel log. The rules are the shipped ones, each pattern
-    narrowed to this test's marker so that another run's records on the
-    same machine cannot trip it, and without the 5 m lookback, so that
-    only records newer than the start count."""
-    configs = []
-    for src in (NEURON, XID):
-        conf = json.loads(src.read_text())
-        del conf["lookback"]
-        for rule in conf["rules"]:
-            rule["pattern"] += re.escape(marker) + ".*"
-        path = tmp_path / src.name
-        path.write_text(json.dumps(conf))
-        configs.append(path)
+    """The real kernel log, written by root as the Neuron docs inject a
+    fault (`echo "NEURON_HW_ERR=DMA_ERROR ..." > /dev/kmsg`): such a record
+    is the echoed text, and the anchored rules take it. The rules are the
+    shipped ones, narrowed (narrowed_configs())."""
+    configs = narrowed_configs(tmp_path, marker, [NEURON, XID])
     # Written before the start: must not count.
     with open("/dev/kmsg", "w") as k:
         k.write(f"{line} {marker} before\n")
@@ -295,6 +307,174 @@ def test_dev_kmsg_self_driven(hpr, tmp_path, marker, line, reason):
     assert f"{reason}: the kernel log reports a hardware fault" in r.err
     assert f"{marker} after" in r.err
     assert f"{marker} before" not in r.err
+
+
+def narrowed_configs(tmp_path, marker, sources):
+    """The shipped configs, each pattern narrowed to this test's marker so
+    that another run's records on the same machine cannot trip it, and
+    without the 5 m lookback, so that only records newer than the start
+    count."""
+    configs = []
+    for src in sources:
+        conf = json.loads(src.read_text())
+        del conf["lookback"]
+        for rule in conf["rules"]:
+            rule["pattern"] += re.escape(marker) + ".*"
+        path = tmp_path / src.name
+        path.write_text(json.dumps(conf))
+        configs.append(path)
+    return configs
+
+
+def test_fifo_forged_records_are_not_faults(hpr, tmp_path):
+    """Records an unprivileged process can cause, carrying a driver's text:
+    a crash of a binary named as an Xid line (the kernel's segfault line,
+    as it printed it), a user's syslog line forwarded to the kernel log,
+    and the text inside another kernel message. None is a node fault with
+    the shipped rules; the genuine record after them still is."""
+    fifo = Fifo(tmp_path / "kmsg")
+    proc, _ = start_self_driven(hpr, tmp_path, fifo.path, [NEURON, XID, EFA])
+    forged = [
+        FORGED_SEGFAULT, FORGED_CODE,
+        f"root[4321]: {XID79}",
+        f"python3[4321]: {DMA}",
+        "audit: type=1701 audit(1700000000.123:42): auid=1000 uid=1000 "
+        f"gid=1000 ses=3 pid=4265 comm=\"NEURON_HW_ERR=D\" exe=\"/tmp/{DMA}\""
+        " sig=11 res=1",
+        "efa 0: x[4265]: segfault at 0 ip 000055ab57273139 sp "
+        "00007ffc97715db0 error 4 in Failed to reset "
+        "device[1139,55ab57273000+1000]",
+    ]
+    # Xid 13 is a temporary rule: logged, and the sign that every record
+    # before it was read.
+    fifo.write("".join(record(m, seq=i, prio=6) for i, m in enumerate(forged))
+               + record(XID13, seq=len(forged)))
+    deadline_poll(lambda: b"Xid13GraphicsEngineException (temporary)"
+                  in proc.console_err(), 30, what="the Xid 13 record")
+    assert proc.poll() is None, proc.describe()
+    assert b"NodeFault" not in proc.console_err(), proc.describe()
+    fifo.write(record(XID79, seq=len(forged) + 1))
+    r = proc.wait(30)
+    assert r.rc == NODE_FAULT_EXIT, r.describe()
+    assert "NodeFault_Xid79FallenOffTheBus: the kernel log" in r.err
+    assert XID79 in r.err and "segfault" not in r.err
+
+
+def test_unanchored_user_rule_is_warned(hpr, tmp_path):
+    """A rule of the user's that any process could trip is named at start
+    (the file, the rule and why); it still runs, as NPD runs it. The
+    shipped configs draw no warning."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"bufferSize": 1, "conditions": [{"type": "C"}],
+                                "rules": [{"type": "permanent",
+                                           "condition": "C", "reason": "Mine",
+                                           "pattern": ".*boom.*"},
+                                          {"type": "temporary",
+                                           "reason": "Fine",
+                                           "pattern": "^boom"}]}))
+    fifo = Fifo(tmp_path / "kmsg")
+    proc, _ = start_self_driven(hpr, tmp_path, fifo.path,
+                                [NEURON, XID, EFA, mine])
+    fifo.write(record("python3[4321]: boom"))
+    r = proc.wait(30)
+    assert r.rc == NODE_FAULT_EXIT, r.describe()
+    assert (f"--node-problem-config '{mine}': rules[0] (Mine): the pattern "
+            "'.*boom.*' is not anchored at the start of the record") in r.err
+    assert r.err.count("is not anchored") == 1, r.err
+    assert "bufferSize is" not in r.err
+
+
+def exception_trace_on():
+    try:
+        return Path("/proc/sys/debug/exception-trace").read_text().strip() \
+            != "0"
+    except OSError:
+        return False
+
+
+def kmsg_records(fd, want, timeout):
+    """The first record read from fd (/dev/kmsg, non-blocking) whose text
+    holds every string of want, within timeout seconds; None if none."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        while True:
+            try:
+                data = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                continue  # records overwritten before we read them
+            text = data.decode(errors="replace")
+            if all(w in text for w in want):
+                return text
+    return None
+
+
+CRASHER = "int main(void) { volatile int *p = 0; return *p; }\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="needs root: runs the crash as another uid and "
+                           "writes /dev/kmsg")
+def test_dev_kmsg_forged_segfault_is_not_a_fault(hpr, tmp_path, marker):
+    """The attack itself, through the real kernel log: as uid 65534, a
+    binary named as an Xid 79 line crashes, and the kernel prints its
+    segfault line with that name. The agent reading /dev/kmsg with the
+    shipped Xid rules runs on; a genuine-looking Xid 13 written after it
+    shows the record was read."""
+    if not kmsg_writable():
+        pytest.skip("/dev/kmsg is not writable here")
+    if not exception_trace_on():
+        pytest.skip("debug.exception-trace is 0: the kernel prints no "
+                    "segfault lines, so there is nothing to forge")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the crashing binary")
+    configs = narrowed_configs(tmp_path, marker, [XID])
+    # Another uid must reach the binary: not under pytest's 0700 tmp_path.
+    d = tempfile.mkdtemp(prefix="hprtest-forge-")
+    try:
+        os.chmod(d, 0o755)
+        exe = os.path.join(d, f"NVRM: Xid (PCI:0000:3b:00.0): 79, pid=1 "
+                              f"{marker}")
+        subprocess.run([cc, "-O0", "-x", "c", "-o", exe, "-"], input=CRASHER,
+                       text=True, check=True)
+        os.chmod(exe, 0o755)
+        proc, work = start_self_driven(hpr, tmp_path, None, configs)
+        kfd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            os.lseek(kfd, 0, os.SEEK_END)
+            seen = None
+            # The kernel rate-limits segfault lines (printk_ratelimit):
+            # a few tries, each waited for.
+            for _ in range(5):
+                p = subprocess.run([exe], user=65534, group=65534,
+                                   extra_groups=[], cwd="/")
+                assert p.returncode == -signal.SIGSEGV, p.returncode
+                seen = kmsg_records(kfd, ["segfault", marker], 10)
+                if seen is not None:
+                    break
+            if seen is None:
+                pytest.skip("the kernel printed no segfault line for the "
+                            "crash (rate-limited?)")
+        finally:
+            os.close(kfd)
+        # It is the attack: the driver's text, in the middle of the record.
+        assert re.search(r";NVRM: Xid \(PCI:\[\d+\]: segfault at .* in "
+                         r"NVRM: Xid \(PCI:0000:3b:00\.0\): 79, pid=1 ",
+                         seen), seen
+        with open("/dev/kmsg", "w") as k:
+            k.write(f"{XID13} {marker} sync\n")
+        deadline_poll(lambda: b"Xid13GraphicsEngineException (temporary)"
+                      in proc.console_err(), 30, what="the Xid 13 record")
+        assert proc.poll() is None, proc.describe()
+        (work / "go").touch()
+        r = proc.wait(30)
+        assert r.rc == 0, r.describe()
+        assert "NodeFault" not in r.err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode,said", [
