@@ -497,10 +497,12 @@ def test_stalled_frames_cannot_grow_the_agent(hpr, tmp_path):
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
-# Waits until the test has squatted the path its pid names, then becomes
-# hyperpodrun: $0 is the pid file; the test creates "$0.go".
-HANDSHAKE = ('echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; '
-             'while [ ! -e "$0.go" ]; do sleep 0.01; done; exec "$@"')
+# Waits until the test has squatted the path its pid names (at most
+# 120 s), then becomes hyperpodrun: $0 is the pid file; the test creates
+# "$0.go".
+HANDSHAKE = ('echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; i=0; '
+             'while [ ! -e "$0.go" ] && [ $i -lt 12000 ]; do '
+             'sleep 0.01; i=$((i + 1)); done; exec "$@"')
 
 CKPT_WORKER = """\
 import os
@@ -529,12 +531,10 @@ def as_nobody(*cmd):
     subprocess.run([*NOBODY, *cmd], check=True, timeout=30)
 
 
-@pytest.mark.parametrize("kind", ["file", "directory", "symlink", "socket"])
-def test_squatted_socket_path_is_left_alone(hpr, tmp_path, shared_tmp, kind):
-    # Another uid owns what is at <tempdir>/hyperpod_elastic_agent_<pid>.sock
-    # before the agent starts: the agent neither stops nor touches it, and
-    # its workers reach it, the reference's way (the environment), in a
-    # private directory beside it.
+def start_held(hpr, tmp_path, shared_tmp):
+    """Starts an agent with TMPDIR=shared_tmp, held before its exec until
+    tmp_path/pid.go exists (HANDSHAKE), and returns it with the socket path
+    it will want, <shared_tmp>/hyperpod_elastic_agent_<its pid>.sock."""
     pidfile = tmp_path / "pid"
     worker = tmp_path / "w.py"
     worker.write_text(CKPT_WORKER)
@@ -545,7 +545,16 @@ def test_squatted_socket_path_is_left_alone(hpr, tmp_path, shared_tmp, kind):
     wait_for_files([pidfile], proc=p)
     pid = int(pidfile.read_text())
     assert pid == p.pid
-    squat = os.path.join(shared_tmp, f"hyperpod_elastic_agent_{pid}.sock")
+    return p, os.path.join(shared_tmp, f"hyperpod_elastic_agent_{pid}.sock")
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "symlink", "socket"])
+def test_squatted_socket_path_is_left_alone(hpr, tmp_path, shared_tmp, kind):
+    # Another uid owns what is at <tempdir>/hyperpod_elastic_agent_<pid>.sock
+    # before the agent starts: the agent neither stops nor touches it, and
+    # its workers reach it, the reference's way (the environment), in a
+    # private directory beside it.
+    p, squat = start_held(hpr, tmp_path, shared_tmp)
     listener = None
     if kind == "file":
         as_nobody("sh", "-c", 'echo theirs > "$0"', squat)
@@ -601,17 +610,7 @@ def test_live_socket_of_our_own_uid_is_not_taken_over(hpr, tmp_path,
     # Two containers that share /tmp both run the agent as PID 1 and root:
     # the second one's path is the first one's live socket. Played here by
     # a root listener at the second agent's path.
-    pidfile = tmp_path / "pid"
-    worker = tmp_path / "w.py"
-    worker.write_text(CKPT_WORKER)
-    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
-                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
-                       "PYTHONPATH": SOURCE_ROOT / "python"},
-                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
-    wait_for_files([pidfile], proc=p)
-    squat = os.path.join(shared_tmp,
-                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
-                         ".sock")
+    p, squat = start_held(hpr, tmp_path, shared_tmp)
     first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     first.bind(squat)
     first.listen(8)
@@ -630,17 +629,7 @@ def test_live_socket_of_our_own_uid_is_not_taken_over(hpr, tmp_path,
 def test_stale_socket_of_our_own_is_reused(hpr, tmp_path, shared_tmp):
     # A SIGKILLed agent of the same pid (a container's PID 1) left its
     # socket: nobody listens on it, so it is replaced, in place.
-    pidfile = tmp_path / "pid"
-    worker = tmp_path / "w.py"
-    worker.write_text(CKPT_WORKER)
-    p = hpr.start(["--standalone", "--nproc-per-node", "1", worker],
-                  env={"OPW_DIR": tmp_path, "TMPDIR": shared_tmp,
-                       "PYTHONPATH": SOURCE_ROOT / "python"},
-                  wrapper=["sh", "-c", HANDSHAKE, pidfile])
-    wait_for_files([pidfile], proc=p)
-    squat = os.path.join(shared_tmp,
-                         f"hyperpod_elastic_agent_{int(pidfile.read_text())}"
-                         ".sock")
+    p, squat = start_held(hpr, tmp_path, shared_tmp)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(squat)
     dead.close()
