@@ -181,6 +181,15 @@ static void streams(FILE *f, const struct hp_operator *op)
 static void ipc(FILE *f, struct hp_agent *a)
 {
         const struct hp_ipc_server *s = hp_agent_ipc(a);
+        const struct {
+                const char *reason;
+                uint64_t n;
+        } closed[] = {
+                { "evicted", s->stats.evicted },
+                { "refused", s->stats.refused },
+                { "unfinished_frames", s->stats.closed_partial },
+                { "unread_replies", s->stats.closed_slow },
+        };
 
         if (s->ckpt.have_max) {
                 family(f, "hyperpodrun_checkpoint_step", "gauge",
@@ -217,18 +226,10 @@ static void ipc(FILE *f, struct hp_agent *a)
         family(f, "hyperpodrun_ipc_closed_total", "counter",
                "Worker socket connections the agent closed to protect "
                "itself, by reason.");
-        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"evicted\"} "
-                   "%llu\n",
-                (unsigned long long)s->stats.evicted);
-        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"refused\"} "
-                   "%llu\n",
-                (unsigned long long)s->stats.refused);
-        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"unfinished_frames\"}"
-                   " %llu\n",
-                (unsigned long long)s->stats.closed_partial);
-        fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"unread_replies\"} "
-                   "%llu\n",
-                (unsigned long long)s->stats.closed_slow);
+        for (size_t i = 0; i < HP_ARRAY_SIZE(closed); i++)
+                fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"%s\"} "
+                           "%llu\n",
+                        closed[i].reason, (unsigned long long)closed[i].n);
 }
 
 /* The kernel log rules under node-problem-detector's own metric names, so
