@@ -127,6 +127,11 @@ struct hp_silence {
         int rank;         /* global rank; negative: not known yet */
         uint64_t last_ms; /* loop clock: its last output, or its start */
         int local_rank;   /* named instead while any rank is unknown */
+        bool exited;      /* it is gone: named with how it ended, never
+                           * as silent */
+        int exit_code;    /* when it exited by itself */
+        int exit_signal;  /* when a signal ended it (then not exit_code) */
+        uint64_t exit_ms; /* loop clock */
 };
 
 /* Ranks that went quiet closer together than this are not told apart:
@@ -135,11 +140,15 @@ struct hp_silence {
 #define HP_SILENCE_TIE_MS 50
 
 /*
- * The silence line: sorts ranks in place by their last output and names
+ * The silence line: sorts ranks in place (those that exited first, as
+ * they ended, then the others by their last output) and names
  * the first to go quiet, how long before the verdict and the others, then
  * the others, e.g. "rank 3 silent since 10:42:01.120 (63.2 s before the
  * verdict, 2.9 s before the others); ranks 0-2,4-7 silent since
- * 10:42:04.010 (blocked in a collective?)". event names the moment
+ * 10:42:04.010 (blocked in a collective?)". Ranks that exited come first,
+ * in the order they ended, each with how ("rank 0 exited with code 1 at
+ * 10:41:59.002 (65.3 s before the verdict)"); only live ones are
+ * compared for silence. event names the moment
  * ("the verdict"); now_ms is that moment on the same clock as the ranks'
  * times, now_wall the wall clock (seconds since
  * the epoch) at that moment; times are printed in local time. Returns 0,

@@ -625,6 +625,8 @@ static uint64_t worker_last(const struct hp_worker *w)
 void hp_forensics__note_silence(struct hp_agent *a, const char *event)
 {
         struct hp_forensics *f = &a->forensics;
+        uint64_t now = uv_now(a->loop);
+        double wall = wall_now();
         struct hp_silence *ranks;
         int n = 0;
 
@@ -636,14 +638,28 @@ void hp_forensics__note_silence(struct hp_agent *a, const char *event)
                 return;
         for (int i = 0; i < a->group.count; i++) {
                 const struct hp_worker *w = &a->group.workers[i];
-                if (w->refs == 0 && w->state == HP_WORKER_DONE)
-                        continue; /* finished, or never started */
+                double ago = wall - w->exit_time;
+
+                if (w->pid <= 0)
+                        continue; /* never started */
                 ranks[n].rank = w->rank;
                 ranks[n].local_rank = w->local_rank;
                 ranks[n].last_ms = worker_last(w);
+                /* A rank that is gone is named with how it ended: it is
+                 * not blocked in anything. */
+                if (w->state >= HP_WORKER_EXITED) {
+                        ranks[n].exited = true;
+                        ranks[n].exit_code = (int)w->exit_status;
+                        ranks[n].exit_signal = w->term_signal;
+                        ranks[n].exit_ms =
+                                ago <= 0 ? now
+                                : (double)now > ago * 1000.0
+                                        ? now - (uint64_t)(ago * 1000.0)
+                                        : 0;
+                }
                 n++;
         }
-        (void)hp_silence_format(ranks, (size_t)n, uv_now(a->loop), wall_now(),
+        (void)hp_silence_format(ranks, (size_t)n, now, wall,
                                 event, f->silence, sizeof(f->silence));
         free(ranks);
         hp_log_warn("who went silent: %s", f->silence);

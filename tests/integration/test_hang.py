@@ -316,6 +316,11 @@ def test_a_worker_failure_logs_who_went_silent(hpr, tmp_path):
     r = hpr.run(["--standalone", "--nproc-per-node", "2", "--no-python",
                  script], timeout=60)
     assert r.rc == 3, r.describe()
-    assert re.search(r"who went silent: both ranks 0-1 silent since "
-                     r"[\d:.]+ \([\d.]+ s before the failure; none stopped "
-                     r"first\)", r.err), r.describe()
+    # Rank 1 is gone, not silent: named with how it ended; rank 0 is the
+    # one left to compare.
+    assert re.search(r"who went silent: rank 1 exited with code 3 at "
+                     r"[\d:.]+ \([\d.]+ s before the failure\); rank 0 "
+                     r"silent since [\d:.]+ \([\d.]+ s before the failure\)",
+                     r.err), r.describe()
+    assert "collective" not in r.err.split("who went silent:")[1] \
+        .split("\n")[0], r.describe()
