@@ -98,7 +98,8 @@ static int by_ppid(const void *a, const void *b)
 int hp_proc__descendants(struct hp_procs *out)
 {
         struct hp_procs all = { 0 };
-        pid_t root = getpid();
+        pid_t root = getpid(), *queue = NULL;
+        size_t queued = 1;
         struct dirent *de;
         DIR *proc;
         int r = 0;
@@ -109,16 +110,16 @@ int hp_proc__descendants(struct hp_procs *out)
         proc = opendir("/proc");
         if (proc == NULL)
                 return -errno;
+        /* Zombies too: a zombie needs reaping, not killing, but its
+         * children are still the job's. The leader of a multi-threaded
+         * process that is dying shows as a zombie while its other threads
+         * exit, and its children keep it as their parent until the last
+         * one is gone: a walk that stopped at zombies would miss them. */
         while ((de = readdir(proc)) != NULL) {
                 struct hp_proc p;
 
-                if (!isdigit((unsigned char)de->d_name[0]))
-                        continue;
-                /* A zombie needs reaping, not killing; and no live
-                 * process has a zombie for a parent (orphans are
-                 * reparented at once), so the tree stays whole. */
-                if (hp_proc__read((pid_t)atoi(de->d_name), &p) < 0 ||
-                    !hp_proc__live(&p))
+                if (!isdigit((unsigned char)de->d_name[0]) ||
+                    hp_proc__read((pid_t)atoi(de->d_name), &p) < 0)
                         continue;
                 r = hp_procs__push(&all, &p);
                 if (r < 0)
@@ -127,12 +128,19 @@ int hp_proc__descendants(struct hp_procs *out)
         closedir(proc);
         if (r < 0)
                 goto out;
+        queue = malloc((all.count + 1) * sizeof(*queue));
+        if (queue == NULL) {
+                r = -ENOMEM;
+                goto out;
+        }
+        queue[0] = root;
 
         /* Breadth first from root, each level found by a binary search
-         * of the processes sorted by parent. */
+         * of the processes sorted by parent; only the live ones are
+         * returned. */
         qsort(all.items, all.count, sizeof(*all.items), by_ppid);
-        for (size_t next = 0; next <= out->count; next++) {
-                pid_t parent = next == 0 ? root : out->items[next - 1].pid;
+        for (size_t next = 0; next < queued; next++) {
+                pid_t parent = queue[next];
                 size_t lo = 0, hi = all.count;
 
                 while (lo < hi) {
@@ -143,12 +151,20 @@ int hp_proc__descendants(struct hp_procs *out)
                                 hi = mid;
                 }
                 for (; lo < all.count && all.items[lo].ppid == parent; lo++) {
+                        /* A pid seen twice (reused while /proc was read)
+                         * would loop: each process is queued once. */
+                        if (queued > all.count)
+                                break;
+                        queue[queued++] = all.items[lo].pid;
+                        if (!hp_proc__live(&all.items[lo]))
+                                continue;
                         r = hp_procs__push(out, &all.items[lo]);
                         if (r < 0)
                                 goto out;
                 }
         }
 out:
+        free(queue);
         hp_procs__free(&all);
         return r;
 }

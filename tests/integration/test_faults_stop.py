@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import (PYTHON, deadline_poll, helper, pid_alive,
-                      processes_with_marker, wait_for_files, write_exec)
+                      proc_status, processes_with_marker, wait_for_files,
+                      write_exec)
 from test_operator import Agent
 
 CGROUP_MODES = ["auto", "off"]
@@ -81,6 +82,59 @@ def test_escaped_pipe_holder_self_driven(hpr, tmp_path, how, cgroup):
             assert (out / f"alive_{rank}_1").read_text() == "", \
                 "attempt 0's escaped process was alive in attempt 1"
     assert r.stdout.count(b" ready\n") == 2 * attempts, r.describe()
+
+
+# exit(2), which ends one thread (glibc's exit() ends them all).
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+
+ZOMBIE_LEADER = """\
+import ctypes, os, signal, sys, threading, time
+out = sys.argv[1]
+x = os.fork()
+if x == 0:
+    os.setpgid(0, 0)
+    while True:
+        time.sleep(1000)
+open(os.path.join(out, "x"), "w").write(str(x))
+# The thread left keeps SIGTERM blocked: the process outlives the stop's
+# SIGTERM, and stays a zombie leader with a live thread until SIGKILL.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+threading.Thread(target=time.sleep, args=(1000,)).start()
+open(os.path.join(out, "ready"), "w").close()
+# The main thread ends alone: the process lives on in the other thread,
+# and /proc shows its leader as a zombie, the parent of X.
+ctypes.CDLL(None).syscall(int(sys.argv[2]), 0)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in SYS_EXIT,
+                    reason="exit(2)'s number on this architecture")
+def test_child_of_a_zombie_leader_is_stopped_with_the_group(hpr, tmp_path):
+    """A worker whose main thread ended while another runs on shows in
+    /proc as a zombie leader; its child X, in a process group of its own,
+    still has it for parent. The stop finds X through it (a walk of the
+    process tree that stopped at zombies left X out: multi-threaded
+    workers, torch's all, are like this while they exit)."""
+    out = tmp_path / "o"
+    out.mkdir()
+    script = write_exec(tmp_path / "w.py", ZOMBIE_LEADER)
+    proc = hpr.start(["--standalone", "--cgroup", "off",
+                      "--shutdown-timeout", "1", script, out,
+                      SYS_EXIT[os.uname().machine]])
+    wait_for_files([out / "ready", out / "x"], proc=proc)
+    x = int((out / "x").read_text())
+    worker = proc_status(x)[1]
+    deadline_poll(lambda: proc_status(worker)[0] == "Z", 30,
+                  what="the worker's leader a zombie")
+    proc.signal(signal.SIGTERM)
+    r = proc.wait(60)
+    assert r.rc == 143, r.describe()
+    assert re.search(r"1 process left the workers' process groups; stopping "
+                     rf"it with the group \(SIGTERM\): {x} \(", r.err), \
+        r.describe()
+    assert "did not end" not in r.err and "leftover" not in r.err, \
+        r.describe()
+    assert not pid_alive(x) and not pid_alive(worker)
 
 
 @pytest.mark.parametrize("cgroup", CGROUP_MODES)
@@ -356,8 +410,9 @@ def tmpfs_wrapper(mnt, inodes):
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.decode()}")
     mnt.mkdir()
-    return base + ["/bin/sh", "-c", f'mount -t tmpfs -o size=1m,nr_inodes='
-                   f'{inodes} tmpfs "$0" && exec "$@"', str(mnt)]
+    # mode 0755: tmpfs's default, 1777, is not a log root the agent trusts.
+    return base + ["/bin/sh", "-c", 'mount -t tmpfs -o mode=0755,size=1m,'
+                   f'nr_inodes={inodes} tmpfs "$0" && exec "$@"', str(mnt)]
 
 
 def test_rank_whose_log_dir_cannot_be_made_fails_the_attempt(hpr, tmp_path):
