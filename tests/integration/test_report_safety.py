@@ -1,7 +1,7 @@
 """A stacks report never changes what a worker does: no death, no EINTR
 in any call it is blocked in (the TCPStore rendezvous, a gloo collective,
 a store get, poll, recv, read, sleep), whether the report is asked for
-with SIGUSR2 or GET /debug/stacks; and SIGUSR2 reaches only the worker
+with SIGUSR2 or POST /debug/stacks; and SIGUSR2 reaches only the worker
 processes that handle it.
 
 The blocking calls of the workers without torch are made through ctypes,
@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import time
 
 import pytest
 
@@ -37,11 +38,18 @@ def start(hpr, tmp_path, script, nproc, env, extra=()):
 
 
 def ask_report(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("GET", "/debug/stacks")
-    resp = conn.getresponse()
-    body = resp.read()
-    conn.close()
+    """POST /debug/stacks; a 429 (at most one report a second) is asked
+    again after its Retry-After, as a client should."""
+    end = time.monotonic() + 60
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/debug/stacks")
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        if resp.status != 429 or time.monotonic() > end:
+            break
+        time.sleep(float(resp.getheader("Retry-After", "1")))
     assert resp.status == 202, body
     return json.loads(body)["report"]
 
@@ -227,7 +235,7 @@ MODES = ["poll", "read", "recv-timeout", "recv", "nanosleep", "sleep"]
 
 def test_reports_interrupt_no_blocking_call(hpr, tmp_path):
     """Six workers, each blocked in one call in its main thread; two
-    reports (GET /debug/stacks, then SIGUSR2) while they block; then each
+    reports (POST /debug/stacks, then SIGUSR2) while they block; then each
     is released. Every call returns normally and the job exits 0. (On
     main, the report's signal went to the process, and poll, the recv
     under SO_RCVTIMEO and nanosleep failed with EINTR.)"""
