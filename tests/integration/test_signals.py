@@ -2,7 +2,9 @@
 
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -294,12 +296,21 @@ while True:
     assert not (out / "worker_ran").exists()
 
 
-def test_signal_while_starting(hpr, tmp_path):
+@pytest.mark.parametrize("pid1", [False, True], ids=["child", "pid1"])
+def test_signal_while_starting(hpr, tmp_path, pid1):
     """A SIGTERM that arrives before the agent's handlers exist waits for
     them and is answered as a stop (exit 143, no worker started), instead
-    of the default action killing the agent. The agent is held in its
-    start, before the handlers: the Slurm rendezvous runs scontrol and
-    waits for it, and this scontrol waits for the test's go."""
+    of the default action killing the agent or, as PID 1 of a container,
+    being dropped (the kernel drops a signal PID 1 neither handles nor
+    blocks). The agent is held in its start, before the handlers: the
+    Slurm rendezvous runs scontrol and waits for it, and this scontrol
+    waits for the test's go."""
+    wrapper = ()
+    if pid1:
+        wrapper = ("unshare", "--pid", "--fork", "--mount-proc")
+        probe = subprocess.run([*wrapper, "true"], capture_output=True)
+        if probe.returncode != 0:
+            pytest.skip(f"no PID namespace here: {probe.stderr.decode()}")
     out = tmp_path / "o"
     out.mkdir()
     scontrol = write_exec(tmp_path / "scontrol", f"""#!/bin/sh
@@ -316,9 +327,18 @@ echo 'JobId=4242 NodeList=127.0.0.1 BatchHost=127.0.0.1'
            "SLURMD_NODENAME": "127.0.0.1"}
     proc = hpr.start(["--rdzv-backend", "slurm", "--rdzv-conf",
                       f"scontrol={scontrol},scontrol_timeout=120",
-                      "--no-python", worker], env=env)
+                      "--no-python", worker], env=env, wrapper=wrapper)
     wait_for_files([out / "asked"], timeout=60, proc=proc)
-    proc.signal(signal.SIGTERM)
+    agent = proc.pid
+    if pid1:
+        # unshare's one child is the agent, PID 1 in its namespace.
+        agent = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split()[0])
+        nspid = [line.split()[1:] for line in
+                 Path(f"/proc/{agent}/status").read_text().splitlines()
+                 if line.startswith("NSpid:")][0]
+        assert nspid[-1] == "1", nspid
+    os.kill(agent, signal.SIGTERM)
     (out / "go").touch()
     r = proc.wait(60)
     assert r.rc == 143, r.describe()
