@@ -385,8 +385,10 @@ def test_cgroup_removed_after_a_normal_exit(hpr, tmp_path):
     """The agent's cgroup directory goes with it."""
     worker = write_exec(tmp_path / "w.sh", """#!/bin/sh
 setsid sleep 600 &
-# Until it has left (its session is its own).
-while [ "$(cut -d' ' -f6 /proc/$!/stat)" != "$!" ]; do sleep 0.01; done
+# Until it has left (its session is its own) and is sleep (setsid(1)
+# calls setsid() before it execs).
+while [ "$(cut -d' ' -f6 /proc/$!/stat)" != "$!" ] ||
+      [ "$(cat /proc/$!/comm)" != sleep ]; do sleep 0.01; done
 """)
     r = hpr.run(["--standalone", "--shutdown-signal", "SIGTERM",
                  "--no-python", worker], env={"LOGLEVEL": "DEBUG"})
