@@ -41,8 +41,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                 { "PYTHONPATH", p->python_path },
                 { "HYPERPODRUN_STACKS_SIGNAL", p->stacks_signal },
                 /* Both names of each: torch 2.8 and later read the
-                 * TORCH_FR_ one and warn when only the old one is set;
-                 * torch 2.3 to 2.7 read the old one. */
+                 * TORCH_FR_ one first (and log that the other is
+                 * deprecated); torch 2.3 to 2.7 know only the old one. */
                 { "TORCH_FR_BUFFER_SIZE", p->fr_buffer_size },
                 { "TORCH_NCCL_TRACE_BUFFER_SIZE", p->fr_buffer_size },
                 { "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", p->fr_pipe_file },
