@@ -111,6 +111,17 @@ def metrics(agent):
     return out
 
 
+def ckpt_client(path, rank=0):
+    """A reference-style client of local rank `rank` that has sent
+    ckpt_init (model checkpoints only) and read its answer."""
+    c = RefClient(path, rank)
+    c.send("ckpt_init", {"prefix": PREFIX,
+                         "checkpoint_types": {"model_checkpoint": 1,
+                                              "data_checkpoint": 0}})
+    assert c.get()["path"] is None
+    return c
+
+
 def test_reference_client_bytes(hpr, tmp_path):
     a = Agent(hpr, tmp_path, nproc=2)
     path = sock_path(a, hpr.tmpdir)
@@ -200,11 +211,7 @@ def test_bad_input_is_contained(hpr, tmp_path):
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
     a = Agent(hpr, tmp_path, nproc=2)
     path = sock_path(a, hpr.tmpdir)
-    good = RefClient(path, 0)
-    good.send("ckpt_init", {"prefix": PREFIX,
-                            "checkpoint_types": {"model_checkpoint": 1,
-                                                 "data_checkpoint": 0}})
-    assert good.get()["path"] is None
+    good = ckpt_client(path)
 
     # 1,000 clients that connect and never speak.
     silent = []
@@ -401,11 +408,7 @@ def test_flood_past_the_cap_evicts_idle_connections_not_ranks(hpr, tmp_path):
     a = Agent(hpr, tmp_path, nproc=2,
               wrapper=["prlimit", "--nofile=256:256", "--"])
     path = sock_path(a, hpr.tmpdir)
-    rank = RefClient(path, 0)
-    rank.send("ckpt_init", {"prefix": PREFIX,
-                            "checkpoint_types": {"model_checkpoint": 1,
-                                                 "data_checkpoint": 0}})
-    assert rank.get()["path"] is None
+    rank = ckpt_client(path)
     flood = idle_flood(path, 400)
     # The agent has seen every connection once the counter says so.
     deadline_poll(lambda: metrics(a)[
@@ -458,11 +461,7 @@ def test_stalled_frames_cannot_grow_the_agent(hpr, tmp_path):
     a = Agent(hpr, tmp_path, nproc=2,
               env={"ASAN_OPTIONS": f"{asan}:quarantine_size_mb=0"})
     path = sock_path(a, hpr.tmpdir)
-    rank = RefClient(path, 0)
-    rank.send("ckpt_init", {"prefix": PREFIX,
-                            "checkpoint_types": {"model_checkpoint": 1,
-                                                 "data_checkpoint": 0}})
-    assert rank.get()["path"] is None
+    rank = ckpt_client(path)
     before = vm_kib(a.proc.pid, "VmRSS")
     frame = struct.pack(">I", 4 << 20) + b"{" + b" " * ((4 << 20) - 2)
     stalled = []
