@@ -90,6 +90,19 @@ int hp_parse_seconds_ms(const char *text, uint64_t *out_ms);
 #define HP_DOUBLE_LEN 32
 const char *hp_format_double(double v, char *buf);
 
+struct cJSON;
+/* JSON numbers as they were written. Checks that every number in text
+ * (borrowed), which doc was parsed from, is one JSON allows (cJSON also
+ * takes "01", "1." and "1.e5", which Python's json refuses), and turns
+ * each number item of doc inside `within` (doc or an item below it; NULL
+ * only checks) into a cJSON_Raw item holding its text, so that printing
+ * gives back "1.0", "-0.0" and a 20-digit integer as sent instead of
+ * cJSON's double ("1", "0", "1.2345678901234567e+19"). Returns 0,
+ * -EINVAL with *bad_at (may be NULL) set to the offset of a number JSON
+ * does not allow, or -ENOMEM. */
+int hp_json_exact_numbers(struct cJSON *doc, const struct cJSON *within,
+                          const char *text, size_t len, size_t *bad_at);
+
 /* Epoch ms as "2025-06-17T05:51:29.300Z" (UTC, always this long for
  * years 0 to 9999) into buf, which holds HP_ISO8601_MS_LEN + 1 bytes. */
 #define HP_ISO8601_MS_LEN 24

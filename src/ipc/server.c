@@ -369,6 +369,7 @@ static int on_frame(void *ctx, const char *body, size_t len)
         const cJSON *type, *id, *rank_item;
         struct hp_ipc_client *cl;
         int64_t rank;
+        size_t bad_at = 0;
         cJSON *msg;
         size_t i;
 
@@ -379,6 +380,29 @@ static int on_frame(void *ctx, const char *body, size_t len)
                              "ignored",
                           len);
                 return 0;
+        }
+        /* job_data's "data" is passed on to the operator as sent, its
+         * numbers as written. */
+        switch (hp_json_exact_numbers(
+                msg,
+                cJSON_IsObject(msg)
+                        ? cJSON_GetObjectItemCaseSensitive(msg, "data")
+                        : NULL,
+                body, len, &bad_at)) {
+        case 0:
+                break;
+        case -ENOMEM:
+                s->stats.ignored++;
+                hp_ipc__conn_warn(c, "a %zu-byte message: out of memory; "
+                                     "ignored",
+                                  len);
+                goto out;
+        default:
+                s->stats.ignored++;
+                hp_ipc__conn_warn(c, "a %zu-byte message holds a number JSON "
+                                     "does not allow at byte %zu; ignored",
+                                  len, bad_at);
+                goto out;
         }
         type = cJSON_GetObjectItemCaseSensitive(msg, "type");
         id = cJSON_GetObjectItemCaseSensitive(msg, "client_id");

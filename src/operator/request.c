@@ -45,6 +45,8 @@ static size_t json_size(const cJSON *v, size_t max)
         }
         if (cJSON_IsNumber(v))
                 return n + 26;
+        if (cJSON_IsRaw(v)) /* a number kept as sent */
+                return n + strlen(v->valuestring);
         if (!cJSON_IsArray(v) && !cJSON_IsObject(v))
                 return n + 5; /* false */
         n += 2;
@@ -571,7 +573,7 @@ static void check_job(struct checker *c, const cJSON *obj,
             bool_field(c, v, "spare", true, &spare) == PARSED_OK)
                 out->spare = spare;
         /* Any JSON: the in-process restart agent hands it to the workers
-         * as it came. */
+         * as it came, numbers as written (hp_op_request_parse()). */
         v = member(obj, "worker_data");
         if (v != NULL && !cJSON_IsNull(v)) {
                 out->worker_data = cJSON_Duplicate(v, true);
@@ -720,6 +722,35 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                           "JSON decode error", loc_input, where);
                 cJSON_Delete(loc_input);
                 goto done;
+        }
+        /* Numbers JSON does not allow are refused as Python's json does;
+         * those of worker_data keep their text, which the workers get. */
+        if (doc != NULL) {
+                size_t bad_at = 0;
+                int r = hp_json_exact_numbers(
+                        doc,
+                        cJSON_IsObject(doc) ? member(doc, "worker_data")
+                                            : NULL,
+                        body, body_len, &bad_at);
+
+                if (r == -ENOMEM) {
+                        c.oom = true;
+                        goto done;
+                }
+                if (r < 0) {
+                        char where[128];
+                        cJSON *loc_input = cJSON_CreateObject();
+
+                        snprintf(where, sizeof(where),
+                                 "invalid JSON number at byte %zu of %zu "
+                                 "(a leading zero, or no digit after '.' "
+                                 "or 'e')",
+                                 bad_at, body_len);
+                        add_error(&c, "json_invalid", NULL, (int)bad_at, NULL,
+                                  "JSON decode error", loc_input, where);
+                        cJSON_Delete(loc_input);
+                        goto done;
+                }
         }
         if (route == HP_OP_STOP && cJSON_IsNull(doc))
                 goto done;

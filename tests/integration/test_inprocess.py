@@ -656,3 +656,49 @@ def test_stacks_report_before_and_after_start(hpr, tmp_path):
     assert "hang report: rank 2 (local 0, pid" in err
     no_placeholder(err)
     assert a.shutdown().rc == 0
+
+
+# Numbers as the operator and the workers wrote them: cJSON's double would
+# print 1.0 as 1, -0.0 as 0 and a 20-digit integer as 1.2345678901234567e+19;
+# the reference's Python json keeps each (1e400 reads back as inf either way).
+EXACT = ('{"a":1.0,"b":-0.0,"c":12345678901234567890,'
+         '"d":[1e400,2.50,1E-7,-123456789012345678901234567890],'
+         '"e":{"f":[0.1,{"g":1.0,"h":"1.0 -0.0"}],"a":-1}}')
+
+
+def test_worker_data_numbers_pass_through_as_written(hpr, tmp_path):
+    a = agent(hpr, tmp_path)
+    a.wait_status("ready")
+    head = ('{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1",'
+            '"master_port":29555,"worker_data":')
+    json_type = {"Content-Type": "application/json"}
+    # Numbers Python's json refuses (cJSON takes them) are a 422.
+    for bad in ("01", "1.", "-01.5", "1.e5", "1e"):
+        code, _, body = a.post("/start", raw=(head + "[" + bad + "]}")
+                               .encode(), headers=json_type)
+        assert code == 422, (bad, body)
+        err = json.loads(body)["detail"][0]
+        assert err["type"] == "json_invalid", (bad, err)
+        assert "invalid JSON" in err["ctx"]["error"], (bad, err)
+    code, _, body = a.post("/start", raw=(head + EXACT + "}").encode(),
+                           headers=json_type)
+    assert code == 200, body
+    for lr in range(2):
+        ev = wait_event(a, lr, "job_start")
+        assert '"aggregate_worker_data":' + EXACT + "}" in ev["raw"], ev["raw"]
+        got = ev["msg"]["aggregate_worker_data"]["aggregate_worker_data"]
+        assert got["a"] == 1.0 and isinstance(got["a"], float)
+        assert str(got["b"]) == "-0.0"
+        assert got["c"] == 12345678901234567890
+    a.wait_status("running")
+
+    # A worker's job_data comes back in /status as the worker wrote it.
+    command(a, 0, "data " + EXACT)
+
+    def shown():
+        code, _, body = a.request("GET", "/status")
+        assert code == 200
+        return body if b'"worker_data"' in body else None
+    body = deadline_poll(shown, 20, interval=0.02, what="worker_data")
+    assert ('"data":' + EXACT + "}").encode() in body, body
+    assert a.shutdown().rc == 0

@@ -5,7 +5,7 @@
  * at its names), hp_remove_tree (links planted in the tree, a directory
  * renamed and replaced by a link, a tree deeper than PATH_MAX),
  * hp_dir_open_trusted (owners and modes on the way to a log root),
- * hp_env_get, and hp_format_double. */
+ * hp_env_get, hp_format_double, and hp_json_exact_numbers. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "hyperpod/common.h"
@@ -310,6 +311,60 @@ static void test_format_double(void **state)
                                  doubles[i].text);
                 if (isfinite(doubles[i].v) && strtod(got, NULL) != doubles[i].v)
                         fail_msg("case %zu: '%s' does not read back", i, got);
+        }
+}
+
+/* Numbers inside the chosen member print as written; those outside stay
+ * cJSON's doubles; numbers JSON does not allow are refused where they
+ * start. */
+static void test_json_exact_numbers(void **state)
+{
+        static const struct {
+                const char *in;
+                const char *out; /* NULL: refused */
+                size_t bad_at;
+        } numbers[] = {
+                { "{\"n\":1.0,\"w\":[1.0,-0.0,12345678901234567890]}",
+                  "{\"n\":1,\"w\":[1.0,-0.0,12345678901234567890]}", 0 },
+                { "{\"w\":{\"s\":\"-1 \\\" 2\",\"k\":[true,1E+2,0.10]},"
+                  "\"n\":-0.0}",
+                  "{\"w\":{\"s\":\"-1 \\\" 2\",\"k\":[true,1E+2,0.10]},"
+                  "\"n\":-0}", 0 },
+                { "{\"w\":1e400}", "{\"w\":1e400}", 0 },
+                { "{\"w\":[01]}", NULL, 6 },
+                { "{\"n\":1.,\"w\":2}", NULL, 5 },
+                { "{\"w\":-01.5}", NULL, 5 },
+                { "{\"w\":1.e5}", NULL, 5 },
+        };
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(numbers); i++) {
+                const char *in = numbers[i].in;
+                cJSON *doc = cJSON_Parse(in);
+                size_t bad_at = 0;
+                char *text;
+                int r;
+
+                if (doc == NULL)
+                        fail_msg("case %zu: cJSON refuses %s", i, in);
+                r = hp_json_exact_numbers(
+                        doc, cJSON_GetObjectItemCaseSensitive(doc, "w"), in,
+                        strlen(in), &bad_at);
+                if (numbers[i].out == NULL) {
+                        if (r != -EINVAL || bad_at != numbers[i].bad_at)
+                                fail_msg("case %zu: %d at %zu, expected "
+                                         "-EINVAL at %zu", i, r, bad_at,
+                                         numbers[i].bad_at);
+                        cJSON_Delete(doc);
+                        continue;
+                }
+                assert_int_equal(r, 0);
+                text = cJSON_PrintUnformatted(doc);
+                if (strcmp(text, numbers[i].out) != 0)
+                        fail_msg("case %zu: %s, expected %s", i, text,
+                                 numbers[i].out);
+                cJSON_free(text);
+                cJSON_Delete(doc);
         }
 }
 
@@ -609,6 +664,7 @@ int main(void)
                 cmocka_unit_test(test_dir_open_trusted),
                 cmocka_unit_test(test_env_get),
                 cmocka_unit_test(test_format_double),
+                cmocka_unit_test(test_json_exact_numbers),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

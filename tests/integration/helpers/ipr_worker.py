@@ -10,6 +10,9 @@ IPRW_DIR/cmd<LOCAL_RANK>, read every few milliseconds while training:
   fault-norank                  job_fault without "rank", back to the barrier
   exit CODE                     exit
   labels JSON                   rank_labels
+  data JSON                     job_data with JSON as "data", byte for byte
+
+Each job_start is recorded with "raw", the frame's text as received.
 
 Environment knobs (per local rank lists, comma separated):
   IPRW_NO_BARRIER=1,3   these ranks never send at_rcb_barrier
@@ -77,6 +80,7 @@ class Reader:
                 (n,) = struct.unpack(">I", self.buf[:4])
                 if len(self.buf) >= 4 + n:
                     body, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    self.raw = body.decode()
                     return json.loads(body)
             left = end - time.monotonic()
             if left <= 0:
@@ -116,7 +120,10 @@ def barrier(s, rd):
         m = rd.poll(3600)
         if m is None:
             continue
-        record(m["type"], msg=m)
+        if m["type"] == "job_start":
+            record(m["type"], msg=m, raw=rd.raw)
+        else:
+            record(m["type"], msg=m)
         if m["type"] == "job_start":
             dropped(s, "start")
             send(s, "past_rcb_barrier")
@@ -143,7 +150,8 @@ def main():
         step += 1
         try:
             with open(CMD) as f:
-                cmd = f.read().split(None, 3)
+                cmd_text = f.read()
+                cmd = cmd_text.split(None, 3)
             os.unlink(CMD)
         except FileNotFoundError:
             continue
@@ -161,6 +169,14 @@ def main():
             send(s, "job_fault", {"reason": "NoRank"})
             record("sent_fault")
             start = barrier(s, rd)
+        elif cmd[0] == "data":
+            # The JSON text as written, not through json.dumps.
+            text = cmd_text.split(None, 1)[1]
+            head = json.dumps({"type": "job_data", "local_rank": LR,
+                               "client_id": CID, "rank": rank})
+            body = (head[:-1] + ', "data": ' + text + "}").encode()
+            s.sendall(struct.pack(">I", len(body)) + body)
+            record("sent_data")
         elif cmd[0] == "labels":
             send(s, "rank_labels", {"labels": json.loads(cmd[1])})
         elif cmd[0] == "exit":
