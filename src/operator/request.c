@@ -18,6 +18,10 @@ struct checker {
         cJSON *detail; /* the error list */
         size_t errors; /* found, listed or not */
         const cJSON *body;
+        /* While one member of a union-typed field is checked, its name:
+         * pydantic puts it at the end of the loc of that member's error
+         * ("master_port", "int") and lists one error per member. */
+        const char *member;
         bool oom;
 };
 
@@ -124,6 +128,8 @@ static void add_error(struct checker *c, const char *type, const char *field,
                 cJSON_AddItemToArray(loc, cJSON_CreateNumber(index));
         if (subfield != NULL)
                 cJSON_AddItemToArray(loc, cJSON_CreateString(subfield));
+        if (c->member != NULL)
+                cJSON_AddItemToArray(loc, cJSON_CreateString(c->member));
         cJSON_AddStringToObject(err, "type", type);
         cJSON_AddItemToObject(err, "loc", loc);
         loc = NULL;
@@ -244,7 +250,12 @@ static enum parsed int_field(struct checker *c, const cJSON *v,
         }
         if (cJSON_IsNumber(v)) {
                 double d = v->valuedouble;
-                if (!isfinite(d) || d != floor(d)) {
+                if (!isfinite(d)) {
+                        add_error(c, "finite_number", field, index, subfield,
+                                  "Input should be a finite number", v, NULL);
+                        return PARSED_BAD;
+                }
+                if (d != floor(d)) {
                         add_error(c, "int_from_float", field, index, subfield,
                                   "Input should be a valid integer, got a "
                                   "number with a fractional part",
@@ -274,6 +285,38 @@ static enum parsed int_field(struct checker *c, const cJSON *v,
         return PARSED_BAD;
 }
 
+/* Whether pydantic's lax int takes v, strings aside: a boolean or a
+ * finite integral number. */
+static bool int_like(const cJSON *v)
+{
+        return cJSON_IsBool(v) ||
+               (cJSON_IsNumber(v) && isfinite(v->valuedouble) &&
+                v->valuedouble == floor(v->valuedouble));
+}
+
+/* v, neither a string nor int_like(), fails both members of a
+ * Union[int, str] (int_first) or Union[str, int]: pydantic lists one
+ * error per member, in the union's order, each loc ending in the
+ * member's name. */
+static void union_failed(struct checker *c, const cJSON *v,
+                         const char *field, int index, const char *subfield,
+                         bool int_first)
+{
+        int64_t n;
+
+        for (int pass = 0; pass < 2; pass++) {
+                if ((pass == 0) == int_first) {
+                        c->member = "int";
+                        (void)int_field(c, v, field, index, subfield, &n);
+                } else {
+                        c->member = "str";
+                        add_error(c, "string_type", field, index, subfield,
+                                  "Input should be a valid string", v, NULL);
+                }
+        }
+        c->member = NULL;
+}
+
 /* A required int within [min, max]. */
 static void required_int(struct checker *c, const cJSON *obj,
                          const char *field, int64_t min, int64_t max,
@@ -297,35 +340,43 @@ static void required_int(struct checker *c, const cJSON *obj,
         *out = (int)n;
 }
 
-/* Python's bool() of pydantic's lax boolean forms. */
-static enum parsed bool_field(struct checker *c, const cJSON *v,
-                              const char *field, bool ints, int *out)
+/* pydantic's lax boolean strings. */
+static bool bool_text(const char *text, int *out)
 {
         static const char *const truthy[] = { "1", "on", "t", "true", "y",
                                               "yes" };
         static const char *const falsy[] = { "0", "off", "f", "false", "n",
                                              "no" };
 
+        for (size_t i = 0; i < HP_ARRAY_SIZE(truthy); i++) {
+                if (strcasecmp(text, truthy[i]) == 0) {
+                        *out = 1;
+                        return true;
+                }
+                if (strcasecmp(text, falsy[i]) == 0) {
+                        *out = 0;
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* Python's bool() of pydantic's lax boolean forms. */
+static enum parsed bool_field(struct checker *c, const cJSON *v,
+                              const char *field, int *out)
+{
         if (cJSON_IsBool(v)) {
                 *out = cJSON_IsTrue(v);
                 return PARSED_OK;
         }
-        if (cJSON_IsNumber(v) && (ints || v->valuedouble == 0 ||
-                                  v->valuedouble == 1)) {
+        if (cJSON_IsNumber(v) &&
+            (v->valuedouble == 0 || v->valuedouble == 1)) {
                 *out = v->valuedouble != 0;
                 return PARSED_OK;
         }
         if (cJSON_IsString(v)) {
-                for (size_t i = 0; i < HP_ARRAY_SIZE(truthy); i++) {
-                        if (strcasecmp(v->valuestring, truthy[i]) == 0) {
-                                *out = 1;
-                                return PARSED_OK;
-                        }
-                        if (strcasecmp(v->valuestring, falsy[i]) == 0) {
-                                *out = 0;
-                                return PARSED_OK;
-                        }
-                }
+                if (bool_text(v->valuestring, out))
+                        return PARSED_OK;
                 add_error(c, "bool_parsing", field, -1, NULL,
                           "Input should be a valid boolean, unable to "
                           "interpret input",
@@ -334,6 +385,31 @@ static enum parsed bool_field(struct checker *c, const cJSON *v,
         }
         add_error(c, "bool_type", field, -1, NULL,
                   "Input should be a valid boolean", v, NULL);
+        return PARSED_BAD;
+}
+
+/* spare is Union[bool, int], the int through Python's bool(). */
+static enum parsed spare_field(struct checker *c, const cJSON *v, int *out)
+{
+        int64_t n;
+        int b;
+
+        if (int_like(v)) {
+                *out = cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble != 0;
+                return PARSED_OK;
+        }
+        if (cJSON_IsString(v) && parse_int_text(v->valuestring, &n)) {
+                *out = n != 0;
+                return PARSED_OK;
+        }
+        if (cJSON_IsString(v) && bool_text(v->valuestring, out))
+                return PARSED_OK;
+        /* Neither member takes it: one error each. */
+        c->member = "bool";
+        (void)bool_field(c, v, "spare", &b);
+        c->member = "int";
+        (void)int_field(c, v, "spare", -1, NULL, &n);
+        c->member = NULL;
         return PARSED_BAD;
 }
 
@@ -429,30 +505,26 @@ static void check_master(struct checker *c, const cJSON *obj,
                 missing(c, obj, "master_port", -1, NULL);
                 return;
         }
-        if (cJSON_IsString(port) || cJSON_IsNumber(port)) {
-                if (cJSON_IsString(port) &&
-                    !parse_int_text(port->valuestring, &n)) {
-                        value_error(c, "master_port", -1, NULL, port,
-                                    "invalid literal for int() with base "
-                                    "10: '%.64s'",
-                                    port->valuestring);
-                        return;
-                }
-                if (int_field(c, port, "master_port", -1, NULL, &n) !=
-                    PARSED_OK)
-                        return;
-                if (n < 1 || n > 65535) {
-                        value_error(c, "master_port", -1, NULL, port,
-                                    "master_port %lld is out of range "
-                                    "1..65535",
-                                    (long long)n);
-                        return;
-                }
-                out->master_port = (int)n;
+        if (!cJSON_IsString(port) && !int_like(port)) {
+                union_failed(c, port, "master_port", -1, NULL, true);
                 return;
         }
-        add_error(c, "int_type", "master_port", -1, NULL,
-                  "Input should be a valid integer", port, NULL);
+        if (cJSON_IsString(port) && !parse_int_text(port->valuestring, &n)) {
+                value_error(c, "master_port", -1, NULL, port,
+                            "invalid literal for int() with base 10: "
+                            "'%.64s'",
+                            port->valuestring);
+                return;
+        }
+        if (int_field(c, port, "master_port", -1, NULL, &n) != PARSED_OK)
+                return;
+        if (n < 1 || n > 65535) {
+                value_error(c, "master_port", -1, NULL, port,
+                            "master_port %lld is out of range 1..65535",
+                            (long long)n);
+                return;
+        }
+        out->master_port = (int)n;
 }
 
 static void check_rank_ips(struct checker *c, const cJSON *obj,
@@ -482,8 +554,11 @@ static void check_rank_ips(struct checker *c, const cJSON *obj,
                 }
                 rank = member(item, "rank");
                 ip = member(item, "ip");
+                /* The reference's items are Dict[str, Union[str, int]]. */
                 if (rank == NULL)
                         missing(c, item, "rankIps", i, "rank");
+                else if (!cJSON_IsString(rank) && !int_like(rank))
+                        union_failed(c, rank, "rankIps", i, "rank", false);
                 else if (int_field(c, rank, "rankIps", i, "rank", &n) ==
                          PARSED_OK) {
                         /* The reference fails on these deep in a list
@@ -498,18 +573,27 @@ static void check_rank_ips(struct checker *c, const cJSON *obj,
                 }
                 if (ip == NULL)
                         missing(c, item, "rankIps", i, "ip");
-                else if (!cJSON_IsString(ip) &&
-                         !(cJSON_IsNumber(ip) &&
-                           ip->valuedouble == floor(ip->valuedouble)))
-                        add_error(c, "string_type", "rankIps", i, "ip",
-                                  "Input should be a valid string", ip,
-                                  NULL);
+                else if (!cJSON_IsString(ip) && !int_like(ip))
+                        union_failed(c, ip, "rankIps", i, "ip", false);
         }
         if (c->errors != errors)
                 return;
         out->rank_ips = cJSON_Duplicate(v, true);
-        if (out->rank_ips == NULL)
+        if (out->rank_ips == NULL) {
                 c->oom = true;
+                return;
+        }
+        /* A boolean ip is the int the reference's lax int makes of it. */
+        for (cJSON *item = out->rank_ips->child; item; item = item->next) {
+                cJSON *ip = (cJSON *)member(item, "ip");
+
+                if (cJSON_IsBool(ip)) {
+                        double n = cJSON_IsTrue(ip) ? 1 : 0;
+
+                        ip->type = cJSON_Number;
+                        cJSON_SetNumberValue(ip, n);
+                }
+        }
 }
 
 static void check_rules(struct checker *c, const cJSON *obj,
@@ -553,24 +637,26 @@ static void check_rules(struct checker *c, const cJSON *obj,
 static void check_job(struct checker *c, const cJSON *obj,
                       enum hp_op_route route, struct hp_op_request *out)
 {
+        size_t errors = c->errors;
         const cJSON *v;
         int spare;
 
-        required_int(c, obj, "nnodes", 1, HP_OP_NNODES_MAX, &out->nnodes);
+        /* In the order of the reference's model, as pydantic lists them. */
         required_int(c, obj, "rank", 0, HP_OP_NNODES_MAX - 1, &out->rank);
-        required_int(c, obj, "faultCount", 0, INT_MAX, &out->fault_count);
-        check_master(c, obj, out);
-        /* The cross-field check only makes sense on valid fields. */
-        if (c->errors == 0 && out->rank >= out->nnodes)
+        required_int(c, obj, "nnodes", 1, HP_OP_NNODES_MAX, &out->nnodes);
+        /* Whenever both are valid, whatever else is wrong. */
+        if (c->errors == errors && out->rank >= out->nnodes)
                 value_error(c, "rank", -1, NULL, member(obj, "rank"),
                             "rank %d is not below nnodes %d", out->rank,
                             out->nnodes);
+        required_int(c, obj, "faultCount", 0, INT_MAX, &out->fault_count);
+        check_master(c, obj, out);
         check_rules(c, obj, out);
         optional_string(c, obj, "ipVersion", &out->ip_version);
         check_rank_ips(c, obj, out);
+        /* Not Optional in the reference's model: null is refused. */
         v = member(obj, "spare");
-        if (v != NULL && !cJSON_IsNull(v) &&
-            bool_field(c, v, "spare", true, &spare) == PARSED_OK)
+        if (v != NULL && spare_field(c, v, &spare) == PARSED_OK)
                 out->spare = spare;
         /* Any JSON: the in-process restart agent hands it to the workers
          * as it came, numbers as written (hp_op_request_parse()). */
@@ -605,7 +691,7 @@ static void check_stop(struct checker *c, const cJSON *obj,
         optional_string(c, obj, "restart_mode", &out->restart_mode);
         v = member(obj, "is_graceful");
         if (v != NULL && !cJSON_IsNull(v) &&
-            bool_field(c, v, "is_graceful", false, &b) == PARSED_OK)
+            bool_field(c, v, "is_graceful", &b) == PARSED_OK)
                 out->is_graceful = b;
         v = member(obj, "timeout");
         if (v != NULL && !cJSON_IsNull(v) &&

@@ -398,3 +398,88 @@ def test_self_driven_port_in_use_is_an_error(hpr, tmp_path):
                      "--server-port", port, script])
     assert r.rc == 2 and str(port) in r.err, r.describe()
     assert not (tmp_path / "ran").exists()
+
+
+# ---- 422 bodies, held to the reference's validator ----------------------------
+
+def pydantic2_python():
+    """A Python with pydantic 2 (the reference's validator), or None."""
+    import glob
+    import shutil
+    import subprocess
+    found = [os.environ.get("HP_PYDANTIC_PYTHON"), shutil.which("python3"),
+             *sorted(glob.glob("/root/.pyenv/versions/3.*/bin/python3"))]
+    for py in filter(None, found):
+        try:
+            r = subprocess.run(
+                [py, "-c", "import pydantic, sys; "
+                 "sys.exit(not pydantic.VERSION.startswith('2.'))"],
+                capture_output=True, timeout=60)
+        except OSError:
+            continue
+        if r.returncode == 0:
+            return py
+    return None
+
+
+_G = '"rank":0,"nnodes":1,"faultCount":0,"master_addr":"127.0.0.1"'
+# Bodies the reference refuses, each for a reason hyperpodrun shares.
+REFUSED = [
+    '{' + _G + ',"master_port":1.5}',
+    '{' + _G + ',"master_port":null}',
+    '{' + _G + ',"master_port":[1]}',
+    '{' + _G + ',"master_port":{"p":1}}',
+    '{' + _G + ',"master_port":"x1"}',
+    '{' + _G + ',"master_port":2,"rankIps":[{"rank":0,"ip":null}]}',
+    '{' + _G + ',"master_port":2,"rankIps":[{"rank":0,"ip":1.5}]}',
+    '{' + _G + ',"master_port":2,"rankIps":[{"rank":1.5,"ip":"a"}]}',
+    '{' + _G + ',"master_port":2,"rankIps":[{"rank":0,"ip":["a"]}]}',
+    '{' + _G + ',"master_port":2,"rankIps":[{"rank":0,"ip":"a"},'
+    '{"rank":[1],"ip":{}}]}',
+    '{"rank":"x","nnodes":"y","faultCount":0,"master_addr":"a",'
+    '"master_port":1}',
+    '{"rank":"x","nnodes":1.5,"faultCount":null,"master_addr":5,'
+    '"master_port":1}',
+    '{"nnodes":1}',
+    '{"rank":0,"nnodes":1,"faultCount":0,"master_addr":"","master_port":1.5}',
+    '{' + _G + ',"master_port":2,"spare":"maybe","progress":[]}',
+    '{' + _G + ',"master_port":2,"spare":1.5}',
+    '{' + _G + ',"master_port":2,"spare":null}',
+]
+
+
+def test_422_bodies_match_the_reference_validator(hpr, tmp_path):
+    import subprocess
+    py = pydantic2_python()
+    if py is None:
+        pytest.skip("no Python with pydantic 2 (the reference's validator) "
+                    "to compare with: set HP_PYDANTIC_PYTHON")
+    r = subprocess.run([py, helper("pydantic_oracle.py")],
+                       input=json.dumps(REFUSED).encode(),
+                       capture_output=True, timeout=120, check=True)
+    want = json.loads(r.stdout)
+    a = Agent(hpr, tmp_path, nproc=1)
+    for body, expected in zip(REFUSED, want):
+        assert expected is not None, f"the reference takes {body}"
+        code, _, data = a.post("/start", raw=body.encode(),
+                               headers={"Content-Type": "application/json"})
+        assert code == 422, (body, data)
+        assert json.loads(data)["detail"] == expected, body
+    assert a.status()["status"] == "ready"
+    assert a.shutdown().rc == 0
+
+
+def test_rank_not_below_nnodes_is_listed_with_other_errors(hpr, tmp_path):
+    # The reference has no such check; hyperpodrun's is listed in the
+    # model's order whatever else is wrong.
+    a = Agent(hpr, tmp_path, nproc=1)
+    code, _, data = a.post("/start", {
+        "rank": 3, "nnodes": 2, "faultCount": "z", "master_addr": "a",
+        "master_port": 1})
+    assert code == 422, data
+    detail = json.loads(data)["detail"]
+    assert [(e["loc"], e["type"]) for e in detail] == [
+        (["body", "rank"], "value_error"),
+        (["body", "faultCount"], "int_parsing")], detail
+    assert detail[0]["msg"] == "Value error, rank 3 is not below nnodes 2"
+    assert a.shutdown().rc == 0

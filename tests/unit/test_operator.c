@@ -180,16 +180,16 @@ static const struct request_case request_cases[] = {
 
         /* Fields. */
         { HP_OP_START, JSON, "{}",
-          { "missing@body.nnodes", "missing@body.rank",
+          { "missing@body.rank", "missing@body.nnodes",
             "missing@body.faultCount", "missing@body.master_addr",
             "missing@body.master_port", NULL },
           "Field required" },
         { HP_OP_START, JSON,
           "{\"rank\":\"x\",\"nnodes\":1.5,\"faultCount\":[],"
           "\"master_addr\":123,\"master_port\":29500}",
-          { "int_from_float@body.nnodes", "int_parsing@body.rank",
+          { "int_parsing@body.rank", "int_from_float@body.nnodes",
             "int_type@body.faultCount", "string_type@body.master_addr", NULL },
-          "fractional part" },
+          "unable to parse string" },
         { HP_OP_START, JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"\","
           "\"master_port\":1}",
@@ -216,14 +216,27 @@ static const struct request_case request_cases[] = {
           "{\"rank\":2,\"nnodes\":2,\"faultCount\":0,\"master_addr\":\"h\","
           "\"master_port\":1}",
           { "value_error@body.rank", NULL }, "rank 2 is not below nnodes 2" },
+        /* Listed whatever else is wrong. */
+        { HP_OP_START, JSON,
+          "{\"rank\":2,\"nnodes\":2,\"faultCount\":0,\"master_addr\":\"\","
+          "\"master_port\":1.5}",
+          { "value_error@body.rank", "value_error@body.master_addr",
+            "int_from_float@body.master_port.int",
+            "string_type@body.master_port.str", NULL },
+          "rank 2 is not below nnodes 2" },
         { HP_OP_START, JSON,
           "{\"rank\":-1,\"nnodes\":0,\"faultCount\":-2,\"master_addr\":\"h\","
           "\"master_port\":1}",
-          { "value_error@body.nnodes", "value_error@body.rank",
+          { "value_error@body.rank", "value_error@body.nnodes",
             "value_error@body.faultCount", NULL },
-          "nnodes 0 is out of range" },
+          "rank -1 is out of range" },
         { HP_OP_START, JSON, "{" START_OK ",\"spare\":\"maybe\"}",
-          { "bool_parsing@body.spare", NULL }, "valid boolean" },
+          { "bool_parsing@body.spare.bool", "int_parsing@body.spare.int",
+            NULL },
+          "valid boolean" },
+        { HP_OP_START, JSON, "{" START_OK ",\"spare\":null}",
+          { "bool_type@body.spare.bool", "int_type@body.spare.int", NULL },
+          NULL },
         { HP_OP_START, JSON, "{" START_OK ",\"progress\":[]}",
           { "dict_type@body.progress", NULL }, "valid dictionary" },
         { HP_OP_START, JSON, "{" START_OK ",\"ipVersion\":5}",
@@ -234,7 +247,8 @@ static const struct request_case request_cases[] = {
           "{" START_OK ",\"rankIps\":[1,{\"ip\":\"a\"},{\"rank\":0,"
           "\"ip\":[]},{\"rank\":100001,\"ip\":\"b\"}]}",
           { "model_type@body.rankIps.0", "missing@body.rankIps.1.rank",
-            "string_type@body.rankIps.2.ip",
+            "string_type@body.rankIps.2.ip.str",
+            "int_type@body.rankIps.2.ip.int",
             "value_error@body.rankIps.3.rank", NULL },
           NULL },
         { HP_OP_START, JSON,
