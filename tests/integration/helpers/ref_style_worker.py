@@ -21,8 +21,14 @@ LOCAL_RANK = int(os.environ["LOCAL_RANK"])
 FAIL_LOCAL = int(os.environ.get("REF_FAIL_LOCAL", "1"))
 
 
+_SAY = threading.Lock()
+
+
 def say(text):
-    print(text, flush=True)
+    # print() writes the text and its newline separately: two threads
+    # printing at once could join their lines.
+    with _SAY:
+        print(text, flush=True)
 
 
 def monitor(tm, fault):
