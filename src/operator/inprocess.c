@@ -437,10 +437,8 @@ static void start_first(struct hp_operator *op)
          * operator is told instead, as in process-level restart. */
         if (fault != NULL) {
                 char msg[HP_OP_MESSAGE_MAX];
-                snprintf(msg, sizeof(msg),
-                         "The kernel log reports a hardware fault on this "
-                         "node (%s): %s",
-                         op->cfg->kmsg, fault_line);
+                hp_op__node_fault_message(op, fault, fault_line, msg,
+                                          sizeof(msg));
                 verdict_on(op, fault, msg);
                 op->ipr.group = HP_IPR_GROUP_FAILED;
                 return;
@@ -795,7 +793,7 @@ static void node_fault(struct hp_agent *a, void *ctx)
 
         if (reason == NULL)
                 return;
-        hp_op__node_fault_message(op, line, msg, sizeof(msg));
+        hp_op__node_fault_message(op, reason, line, msg, sizeof(msg));
         verdict(ctx, reason, msg);
 }
 

@@ -10,10 +10,12 @@ bool hp_op__set_state(struct hp_operator *op, enum hp_op_state to,
                       const char *reason, const char *message);
 /* Acts on the current state from the loop, after the response. */
 void hp_op__kick(struct hp_operator *op);
-/* The FAULTED message for a kernel-log node fault, whichever driver
- * reports it: the kernel log's path and the line that matched. */
+/* The FAULTED message for a node fault, whichever driver reports it,
+ * naming its source: the NCCL pre-flight check and its figures, or the
+ * kernel log's path and the line that matched. */
 void hp_op__node_fault_message(const struct hp_operator *op,
-                               const char *line, char *msg, size_t len);
+                               const char *reason, const char *line,
+                               char *msg, size_t len);
 void hp_op__round_from_job(const struct hp_operator *op,
                            struct hp_rdzv_info *round);
 /* The Prometheus text exposition of the agent (malloc'd), or NULL. */

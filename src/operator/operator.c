@@ -356,18 +356,25 @@ static void node_fault(struct hp_agent *a, void *ctx)
 
         if (op->plr.state != HP_OP_RUNNING || reason == NULL)
                 return; /* reported when the next /start runs */
-        hp_op__node_fault_message(op, line, msg, sizeof(msg));
+        hp_op__node_fault_message(op, reason, line, msg, sizeof(msg));
         op->last_detection_latency_s = (double)wall_us() / 1e6 - wall;
         fault(op, reason, msg);
 }
 
 void hp_op__node_fault_message(const struct hp_operator *op,
-                               const char *line, char *msg, size_t len)
+                               const char *reason, const char *line,
+                               char *msg, size_t len)
 {
-        snprintf(msg, len,
-                 "The kernel log reports a hardware fault on this node "
-                 "(%s): %s",
-                 op->cfg->kmsg, line);
+        if (strcmp(reason, "NodeFault_NCCLPreflight") == 0)
+                snprintf(msg, len,
+                         "The NCCL pre-flight check failed on this node "
+                         "(--preflight nccl): %s",
+                         line);
+        else
+                snprintf(msg, len,
+                         "The kernel log reports a hardware fault on this "
+                         "node (%s): %s",
+                         op->cfg->kmsg, line);
 }
 
 static void preflight_passed(struct hp_agent *a, void *ctx)

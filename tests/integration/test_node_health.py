@@ -589,6 +589,10 @@ def test_preflight_operator_sees_node_fault(hpr, tmp_path):
     st = a.wait_status("faulted")
     assert st["reason"] == PREFLIGHT_FAULT
     assert "under --preflight-min-busbw 5.000" in st["message"]
+    # The source is the pre-flight check, not the kernel log.
+    assert st["message"].startswith("The NCCL pre-flight check failed on "
+                                    "this node (--preflight nccl): "), st
+    assert "kernel log" not in st["message"], st
     code, _, body = a.request("GET", "/metrics")
     m = body.decode()
     assert "hyperpodrun_preflight_passed 0" in m
