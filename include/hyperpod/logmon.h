@@ -449,6 +449,12 @@ struct logmon_verdict {
 };
 /* Whether rule i matched a line on any judged stream. */
 bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i);
+/* How many judged rules still had a deadline to come where judging
+ * stopped (the log ended first: neither HEALTHY nor HANGING is known);
+ * the summary's "pending" lists them. A deadline due within
+ * LOGMON_REPLAY_SKEW_MS after the stop counts as reached instead. */
+#define LOGMON_REPLAY_SKEW_MS 100
+size_t logmon_replay_pending(const struct logmon_replay *r);
 /* Returns true and fills *out when the replay reached a verdict. */
 bool logmon_replay_verdict(const struct logmon_replay *r,
                            struct logmon_verdict *out);
@@ -459,6 +465,9 @@ bool logmon_replay_verdict(const struct logmon_replay *r,
  *    "state": "HANGING",                      optional: the stream state
  *    "stream": "default0",                    optional: which stream; by
  *                                             default every stream
+ *    "pending_deadline": false,               optional: whether a judged
+ *                                             rule's deadline was still to
+ *                                             come where the log ends
  *    "transitions": [{"rule": "Hang", "state": "HANGING",
  *                     "line_no": 12, "time": 30.0, "stream": "..."}]}
  * transitions, when present, must be exactly the state changes in order;

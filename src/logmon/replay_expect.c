@@ -116,7 +116,8 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
                            const cJSON *expect, char *errbuf, size_t len)
 {
         static const char *const keys[] = { "final", "state", "stream",
-                                            "transitions" };
+                                            "transitions",
+                                            "pending_deadline" };
         const cJSON *item, *list;
         struct expected_change e;
         enum logmon_state state;
@@ -154,6 +155,12 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
                                                 &state) != 0)) {
                 snprintf(errbuf, len, "expect: state: expected a state "
                          "name");
+                return HP_ECONFIG;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline");
+        if (item != NULL && !cJSON_IsBool(item)) {
+                snprintf(errbuf, len, "expect: pending_deadline: expected "
+                         "true or false");
                 return HP_ECONFIG;
         }
         list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
@@ -382,6 +389,54 @@ static int check_transitions(const struct logmon_replay *r,
         return diffs;
 }
 
+size_t logmon_replay_pending(const struct logmon_replay *r)
+{
+        size_t i, j, n = 0;
+        uint64_t due;
+
+        for (i = 0; i < r->nstreams; i++)
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++)
+                        n += logmon__pending(r, i, j, &due);
+        return n;
+}
+
+/* "pending_deadline": false, the log must end with every deadline
+ * reached (a hung job's log cut before its deadline fails); true, with
+ * one still to come. */
+static int check_pending(const struct logmon_replay *r, bool expected,
+                         const char *want, FILE *diff)
+{
+        uint64_t due, past;
+        size_t i, j, n = 0;
+
+        for (i = 0; i < r->nstreams; i++) {
+                if (!stream_selected(r, i, want))
+                        continue;
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                        if (!logmon__pending(r, i, j, &due))
+                                continue;
+                        n++;
+                        if (expected || diff == NULL)
+                                continue;
+                        past = due > r->end_ms ? due - r->end_ms : 0;
+                        fprintf(diff, "pending deadline of rule %s on %s: "
+                                "expected none, got one at t=%" PRIu64
+                                ".%03" PRIu64 ", %" PRIu64 ".%03" PRIu64
+                                " s past where the log ends\n",
+                                logmon_ruleset_rule_name(r->rs, j),
+                                stream_label(r, i), due / 1000, due % 1000,
+                                past / 1000, past % 1000);
+                }
+        }
+        if (expected && n == 0) {
+                if (diff != NULL)
+                        fputs("pending deadline: expected one, got none\n",
+                              diff);
+                return 1;
+        }
+        return expected ? 0 : (int)n;
+}
+
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len)
 {
@@ -415,6 +470,9 @@ int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
         item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
         if (item != NULL)
                 diffs += check_transitions(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline");
+        if (item != NULL)
+                diffs += check_pending(r, cJSON_IsTrue(item), want, diff);
         return diffs;
 }
 
@@ -469,6 +527,8 @@ int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
         if (s >= 0)
                 fprintf(f, "  \"state\": \"%s\",\n",
                         logmon_state_name((enum logmon_state)s));
+        fprintf(f, "  \"pending_deadline\": %s,\n",
+                logmon_replay_pending(r) > 0 ? "true" : "false");
         fputs("  \"transitions\": [", f);
         first = true;
         for (i = 0; i < r->nchanges; i++) {
