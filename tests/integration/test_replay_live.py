@@ -482,9 +482,9 @@ def test_a_log_that_ends_before_a_deadline_says_so(hpr, tmp_path):
         pending = summary["pending"]
         assert [(p["stream"], p["rule"]) for p in pending] == [
             ("default0", "JobHangingDetection")], summary
-        # The hang rule's limit is 1 s: due 1.001 s after the last match,
-        # which is the last line.
-        assert pending[0]["past_end"] == pytest.approx(1.001, abs=0.0015)
+        # The hang rule's limit is 1 s: due 1.001 s after rank 0's last
+        # match; the log ends with it or with rank 1's last line, after.
+        assert 0 < pending[0]["past_end"] <= 1.001, pending
         assert pending[0]["deadline"] == pytest.approx(
             summary["time"] + pending[0]["past_end"], abs=0.0015)
         assert pending[0]["wall"].endswith("Z")
@@ -494,7 +494,7 @@ def test_a_log_that_ends_before_a_deadline_says_so(hpr, tmp_path):
              "--replay-format", "text"],
             capture_output=True, env=hpr.env, timeout=60).stdout.decode()
         assert re.search(r"^pending: rule JobHangingDetection on default0: "
-                         r"deadline at [\d.]+ s \(\S+Z\), 1\.00\d s past "
+                         r"deadline at [\d.]+ s \(\S+Z\), [01]\.\d{3} s past "
                          r"the end of the log", text, re.M), text
 
         expect = tmp_path / "e.json"
@@ -508,7 +508,7 @@ def test_a_log_that_ends_before_a_deadline_says_so(hpr, tmp_path):
         assert rc == 1, err
         assert re.search(r"pending deadline of rule JobHangingDetection on "
                          r"default0: expected none, got one at t=[\d.]+, "
-                         r"1\.00\d s past where the log ends", err), err
+                         r"[01]\.\d{3} s past where the log ends", err), err
         expect.write_text('{"pending_deadline": true}')
         assert expect_rc(hpr, rules, log, expect)[0] == 0
         emitted = tmp_path / "emitted.json"
