@@ -465,6 +465,11 @@ bool logmon_replay_verdict(const struct logmon_replay *r,
  *    "state": "HANGING",                      optional: the stream state
  *    "stream": "default0",                    optional: which stream; by
  *                                             default every stream
+ *    "reached": {"Hang": ["HEALTHY", "HANGING"]}, states entered, any
+ *                                             order
+ *    "verdict": {"rule": "Hang", "state": "HANGING", "stream": "...",
+ *                "time": 30.0, "within": 1.0},  the first verdict (null:
+ *                                             none); stream, time optional
  *    "pending_deadline": false,               optional: whether a judged
  *                                             rule's deadline was still to
  *                                             come where the log ends
@@ -485,9 +490,11 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len);
 /* Writes what the replay's judged streams did as an expectation that
- * logmon_expect_check then meets: final rule states and the stream state
- * where every judged stream agrees, and every state change with its
- * stream, line and time (record once, review, commit). 0 or -EIO. */
+ * logmon_expect_check then meets, and so does another recording of the
+ * same job: final rule states and the stream state where every judged
+ * stream agrees, pending_deadline, the states each rule reached and the
+ * verdict's rule, state and stream; no times or line numbers (record
+ * once, review, commit). 0 or -EIO. */
 int logmon_expect_emit(const struct logmon_replay *r, FILE *f);
 /* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
 int logmon_expect_load(const char *path, cJSON **out, char *errbuf,

@@ -531,3 +531,73 @@ def test_a_log_that_ends_before_a_deadline_says_so(hpr, tmp_path):
     expect.write_text('{"pending_deadline": "no"}')
     rc, err = expect_rc(hpr, rules, log, expect)
     assert rc == 2 and "pending_deadline: expected true or false" in err, err
+
+
+def test_a_golden_file_is_met_by_another_recording_of_the_same_job(
+        hpr, tmp_path):
+    # --emit-expect pinned every transition's line and time, so the next
+    # healthy recording of the same job failed the golden file. It pins
+    # what the run did: states reached, the verdict and its rule.
+    def record(scenario, name):
+        d = tmp_path / name
+        d.mkdir()
+        r, rules, console = run_live(hpr, d, scenario)
+        log = d / "console.log"
+        log.write_text(console)
+        return r, rules, log
+
+    r1, rules, first = record("healthy", "healthy1")
+    r2, _, second = record("healthy", "healthy2")
+    r3, _, hung = record("hung", "hung1")
+    r4, _, hung2 = record("hung", "hung2")
+    assert (r1.rc, r2.rc, r3.rc, r4.rc) == (0, 0, 124, 124)
+    golden = tmp_path / "healthy.expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", first,
+                        "--log-monitoring-config", rules, "--emit-expect",
+                        golden], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    text = golden.read_text()
+    assert text.endswith("}\n"), text
+    emitted = json.loads(text)
+    assert "transitions" not in emitted, text
+    assert emitted["verdict"] is None
+    assert emitted["reached"]["JobHangingDetection"] == ["HEALTHY"], text
+    rc, err = expect_rc(hpr, rules, second, golden)
+    assert rc == 0, (text, err)
+    rc, err = expect_rc(hpr, rules, hung, golden)
+    assert rc == 1, err
+    assert ("verdict: expected none, got default0 (HANGING) by rule "
+            "JobHangingDetection") in err, err
+    assert ('states rule JobHangingDetection reached: expected '
+            '["HEALTHY"], got ["HEALTHY", "HANGING"]') in err, err
+
+    # A hung job's golden file: met by another hung recording; a time
+    # pinned with a tolerance is checked within it.
+    hung_golden = tmp_path / "hung.expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", hung,
+                        "--log-monitoring-config", rules, "--emit-expect",
+                        hung_golden], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(hung_golden.read_text())["verdict"] == {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "stream": "default0"}
+    assert expect_rc(hpr, rules, hung2, hung_golden)[0] == 0
+    assert expect_rc(hpr, rules, second, hung_golden)[0] == 1
+    _, summary, _ = replay(hpr, rules, hung2)
+    t = summary["verdict"]["time"]
+    pinned = tmp_path / "pinned.json"
+    pinned.write_text(json.dumps({"verdict": {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "time": t + 0.4, "within": 0.5}}))
+    assert expect_rc(hpr, rules, hung2, pinned)[0] == 0
+    pinned.write_text(json.dumps({"verdict": {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "time": t + 0.6, "within": 0.5}}))
+    rc, err = expect_rc(hpr, rules, hung2, pinned)
+    assert rc == 1 and "(within 0.500 s), got HANGING" in err, err
+    pinned.write_text('{"verdict": {"rule": "JobHangingDetection", '
+                      '"state": "HANGING", "within": 1}}')
+    rc, err = expect_rc(hpr, rules, hung2, pinned)
+    assert rc == 2 and "expect: verdict: expected null or" in err, err
