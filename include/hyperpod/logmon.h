@@ -449,6 +449,12 @@ struct logmon_verdict {
 };
 /* Whether rule i matched a line on any judged stream. */
 bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i);
+/* How many judged rules still had a deadline to come where judging
+ * stopped (the log ended first: neither HEALTHY nor HANGING is known);
+ * the summary's "pending" lists them. A deadline due within
+ * LOGMON_REPLAY_SKEW_MS after the stop counts as reached instead. */
+#define LOGMON_REPLAY_SKEW_MS 100
+size_t logmon_replay_pending(const struct logmon_replay *r);
 /* Returns true and fills *out when the replay reached a verdict. */
 bool logmon_replay_verdict(const struct logmon_replay *r,
                            struct logmon_verdict *out);
@@ -459,6 +465,14 @@ bool logmon_replay_verdict(const struct logmon_replay *r,
  *    "state": "HANGING",                      optional: the stream state
  *    "stream": "default0",                    optional: which stream; by
  *                                             default every stream
+ *    "reached": {"Hang": ["HEALTHY", "HANGING"]}, states entered, any
+ *                                             order
+ *    "verdict": {"rule": "Hang", "state": "HANGING", "stream": "...",
+ *                "time": 30.0, "within": 1.0},  the first verdict (null:
+ *                                             none); stream, time optional
+ *    "pending_deadline": false,               optional: whether a judged
+ *                                             rule's deadline was still to
+ *                                             come where the log ends
  *    "transitions": [{"rule": "Hang", "state": "HANGING",
  *                     "line_no": 12, "time": 30.0, "stream": "..."}]}
  * transitions, when present, must be exactly the state changes in order;
@@ -476,9 +490,11 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len);
 /* Writes what the replay's judged streams did as an expectation that
- * logmon_expect_check then meets: final rule states and the stream state
- * where every judged stream agrees, and every state change with its
- * stream, line and time (record once, review, commit). 0 or -EIO. */
+ * logmon_expect_check then meets, and so does another recording of the
+ * same job: final rule states and the stream state where every judged
+ * stream agrees, pending_deadline, the states each rule reached and the
+ * verdict's rule, state and stream; no times or line numbers (record
+ * once, review, commit). 0 or -EIO. */
 int logmon_expect_emit(const struct logmon_replay *r, FILE *f);
 /* Reads an expectation JSON file. Returns 0, HP_ECONFIG or -errno. */
 int logmon_expect_load(const char *path, cJSON **out, char *errbuf,

@@ -177,6 +177,7 @@ static const char help_text[] =
 "                             (exit 2 if rules need a clock the log lacks)\n"
 "  --emit-expect FILE         with --replay: write the outcome as an\n"
 "                             expectation to review and commit for --expect\n"
+"                             (states reached and verdict, no times)\n"
 "  --replay-until TIME|+SECS|verdict\n"
 "                             with --replay: judge up to an ISO 8601 time,\n"
 "                             SECS past the last line, or the agent's own\n"

@@ -313,6 +313,19 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                 err = HP_ECONFIG;
                 goto out;
         }
+        /* A log that ends before a deadline says nothing of the rule:
+         * the expectation decides, or is told it did not. */
+        if (logmon_replay_pending(r) > 0 &&
+            cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline") ==
+                    NULL)
+                hp_log_warn("%s: %s ends with %zu rule deadline%s still to "
+                            "come (the summary's \"pending\"), so it "
+                            "cannot tell a hung job from a healthy one; "
+                            "say \"pending_deadline\": false to fail such "
+                            "a log, or true to accept it",
+                            opts->expect, log_label(opts->log),
+                            logmon_replay_pending(r),
+                            logmon_replay_pending(r) == 1 ? "" : "s");
         /* Validated above: the check cannot fail, only differ. */
         err = logmon_expect_check(r, expect, diff, unused, sizeof(unused));
         if (err == 0)

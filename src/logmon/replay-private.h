@@ -16,6 +16,12 @@
 
 /* How much of a log is read at a time. */
 #define REPLAY_CHUNK (64 * 1024)
+/* How far a deadline may lie past where judging stops (the log's last
+ * line, or the agent's own verdict line) and still count as reached:
+ * the stamps a capture adds (kubectl --timestamps: when the runtime read
+ * the line, after the agent did) run behind the agent's clock by a few
+ * ms, and so does every deadline a stamped line sets. */
+#define REPLAY_SKEW_MS LOGMON_REPLAY_SKEW_MS
 /* A console prefix's name, "default0" in "[default0]:", is shorter. */
 #define PREFIX_MAX 64
 
@@ -116,6 +122,11 @@ struct logmon_replay {
         bool have_end;             /* no clock but the agent's: its */
         int64_t end_ts;            /* verdict's time ends the replay */
         uint64_t after_stop;       /* lines after it, not fed */
+        uint64_t end_ms;           /* where judging stopped, before the
+                                    * deadlines within REPLAY_SKEW_MS */
+        uint64_t skew_ms;          /* while one fires: how far past */
+        uint64_t skew_reached;     /* deadlines reached within the skew */
+        uint64_t skew_until;       /* the latest of them */
         /* The first verdict, as the live agent takes it (check_verdict in
          * src/supervise/rulewatch.c): the first judged stream to reach SLOW
          * or above, named by its reason rule. */
@@ -124,6 +135,7 @@ struct logmon_replay {
         int v_rule;
         enum logmon_state v_state;
         uint64_t v_time, v_line_no;
+        uint64_t v_skew_ms;        /* its deadline past the stop: 0 none */
         char v_message[1024];
         char v_line[LOGMON_LAST_LINE_MAX + 1];
         /* The first verdict of each attempt (each "clock started" line of
@@ -159,6 +171,11 @@ int logmon__feed_line(struct logmon_replay *r, const char *name,
                       uint64_t line_no);
 /* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
 int64_t logmon__wall_offset(const struct logmon_replay *r);
+
+/* Whether rule of stream i still had a deadline to come when judging
+ * stopped, and when (*due_ms, on the replay's clock). */
+bool logmon__pending(const struct logmon_replay *r, size_t i, size_t rule,
+                     uint64_t *due_ms);
 
 /* replay_head.c */
 

@@ -146,6 +146,7 @@ static int record_all(struct logmon_replay *r, size_t stream,
                 r->v_state = logmon_stream_state(mon);
                 r->v_time = r->now;
                 r->v_line_no = line_no;
+                r->v_skew_ms = r->skew_ms;
                 snprintf(r->v_line, sizeof(r->v_line), "%.*s",
                          (int)(len < LOGMON_LAST_LINE_MAX ?
                                        len :
@@ -162,6 +163,26 @@ static int record_all(struct logmon_replay *r, size_t stream,
         return 0;
 }
 
+/* The earliest deadline of a judged stream, and which stream; UINT64_MAX
+ * when none is pending. */
+static uint64_t next_deadline(const struct logmon_replay *r, size_t *pick)
+{
+        uint64_t at, best = UINT64_MAX;
+        size_t i;
+
+        *pick = 0;
+        for (i = 0; i < r->nstreams; i++) {
+                if (!r->streams[i].judged)
+                        continue;
+                at = logmon_stream_next_deadline(r->streams[i].mon);
+                if (at < best) {
+                        best = at;
+                        *pick = i;
+                }
+        }
+        return best;
+}
+
 /* Fires every judged stream's deadlines up to now at their own times,
  * earliest first across streams, as the live agent's timer would: the
  * output says when a rule went HANGING, not when the next line happened
@@ -169,22 +190,12 @@ static int record_all(struct logmon_replay *r, size_t stream,
 static int catch_up(struct logmon_replay *r, uint64_t now)
 {
         struct logmon_events ev;
-        uint64_t at, best, saved = r->now;
-        size_t i, pick;
+        uint64_t best, saved = r->now;
+        size_t pick;
         int err = 0;
 
         for (;;) {
-                best = UINT64_MAX;
-                pick = 0;
-                for (i = 0; i < r->nstreams; i++) {
-                        if (!r->streams[i].judged)
-                                continue;
-                        at = logmon_stream_next_deadline(r->streams[i].mon);
-                        if (at < best) {
-                                best = at;
-                                pick = i;
-                        }
-                }
+                best = next_deadline(r, &pick);
                 /* A tick at a rule's deadline turns it HANGING, which
                  * takes that deadline away: the loop ends. */
                 if (best > now)
@@ -197,6 +208,51 @@ static int catch_up(struct logmon_replay *r, uint64_t now)
         }
         r->now = saved;
         return err;
+}
+
+/*
+ * Judging stops at end: the log's last line, or the agent's own verdict
+ * line. The deadlines up to it fire, and so does one due at most
+ * REPLAY_SKEW_MS after it, at its own time: a capture's stamps run a few
+ * ms behind the agent's clock (kubectl --timestamps is when the runtime
+ * read a line the agent had already judged by), so a deadline a stamped
+ * line set comes that much after the agent's verdict and after the log's
+ * end. Only a log's own clock has such a skew: time from --replay-rate,
+ * or none, is exact.
+ */
+static int reach(struct logmon_replay *r, uint64_t end)
+{
+        uint64_t at;
+        size_t pick;
+        int err = catch_up(r, end);
+
+        if (r->clock == CLOCK_RATE || r->clock == CLOCK_NONE)
+                return err;
+        while (err == 0) {
+                at = next_deadline(r, &pick);
+                if (at == UINT64_MAX || at > end + REPLAY_SKEW_MS)
+                        break;
+                r->skew_ms = at - end;
+                r->skew_reached++;
+                r->skew_until = at;
+                err = catch_up(r, at);
+                r->skew_ms = 0;
+        }
+        return err;
+}
+
+bool logmon__pending(const struct logmon_replay *r, size_t i, size_t rule,
+                     uint64_t *due_ms)
+{
+        const struct logmon_stream *mon = r->streams[i].mon;
+        struct logmon_rule_info info;
+
+        if (!r->streams[i].judged || !logmon_stream_running(mon) ||
+            logmon_stream_rule_info(mon, rule, &info) != 0 ||
+            info.state == LOGMON_HANGING || info.due_ms == UINT64_MAX)
+                return false;
+        *due_ms = info.due_ms;
+        return true;
 }
 
 /* The local rank a stream's name ends in ("default3", "0/default3",
@@ -411,6 +467,10 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
                         r->until_ts = ts;
                 }
         }
+        /* The live agent judged here: a deadline a late stamp put just
+         * after it is the one it judged by. */
+        if (verdict && r->clock != CLOCK_AGENT)
+                return reach(r, r->now);
         return catch_up(r, r->now);
 }
 
@@ -644,20 +704,36 @@ int logmon__replay_begin(struct logmon_ruleset *rs,
         return 0;
 }
 
+/* Judges up to end, where judging stops, and moves the clock there. */
+static int stop_at(struct logmon_replay *r, uint64_t end)
+{
+        int err;
+
+        if (end < r->now)
+                end = r->now;
+        r->end_ms = end;
+        err = reach(r, end);
+        r->now = r->skew_until > end ? r->skew_until : end;
+        return err;
+}
+
 /* The clock after the last line, as --replay-until says. */
 static int run_until(struct logmon_replay *r)
 {
         int64_t end;
         int err;
 
+        r->end_ms = r->now;
         switch (r->opts->until) {
         case LOGMON_UNTIL_TIME:
+                /* A time the user named: judged exactly to it. */
                 if (!r->have_base)
                         return -EDOM;
                 end = r->opts->until_ms - r->base;
                 if (end >= (int64_t)r->now) {
                         err = catch_up(r, (uint64_t)end);
                         r->now = (uint64_t)end;
+                        r->end_ms = r->now;
                         return err;
                 }
                 return 0;
@@ -665,26 +741,21 @@ static int run_until(struct logmon_replay *r)
                 if (!r->live_verdict)
                         return -ENOENT;
                 if (!r->until_set)
-                        return 0;
+                        return stop_at(r, r->now);
                 end = r->until_ts - r->base;
-                if (end >= (int64_t)r->now) {
-                        err = catch_up(r, (uint64_t)end);
-                        r->now = (uint64_t)end;
-                        return err;
-                }
-                return 0;
+                return stop_at(r, end > 0 ? (uint64_t)end : 0);
         case LOGMON_UNTIL_END:
                 break;
         }
-        if (r->have_end && r->end_ts - r->base > (int64_t)r->now) {
+        end = (int64_t)r->now;
+        if (r->have_end && r->end_ts - r->base > end)
                 end = r->end_ts - r->base;
-                err = catch_up(r, (uint64_t)end);
-                if (err != 0)
-                        return err;
-                r->now = (uint64_t)end;
-        }
+        err = stop_at(r, (uint64_t)end);
+        if (err != 0 || r->opts->tail_ms == 0)
+                return err;
         err = catch_up(r, r->now + r->opts->tail_ms);
         r->now += r->opts->tail_ms;
+        r->end_ms = r->now;
         return err;
 }
 

@@ -112,11 +112,86 @@ static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
         return 0;
 }
 
+/* "reached": {"<rule>": ["HEALTHY", "HANGING"], ...}. */
+static int validate_reached(const struct logmon_ruleset *rs,
+                            const cJSON *reached, char *errbuf, size_t len)
+{
+        enum logmon_state state;
+        const cJSON *item, *s;
+
+        if (!cJSON_IsObject(reached)) {
+                snprintf(errbuf, len, "expect: reached: expected an object "
+                         "of rule names to lists of states");
+                return HP_ECONFIG;
+        }
+        cJSON_ArrayForEach(item, reached) {
+                if (logmon_ruleset_find(rs, item->string) < 0) {
+                        snprintf(errbuf, len, "expect: reached: no rule "
+                                 "named \"%s\"", item->string);
+                        return HP_ECONFIG;
+                }
+                if (!cJSON_IsArray(item)) {
+                        snprintf(errbuf, len, "expect: reached: %s: "
+                                 "expected a list of states", item->string);
+                        return HP_ECONFIG;
+                }
+                cJSON_ArrayForEach(s, item) {
+                        if (!cJSON_IsString(s) ||
+                            logmon_state_parse(s->valuestring, &state) != 0) {
+                                snprintf(errbuf, len, "expect: reached: %s: "
+                                         "expected a list of states",
+                                         item->string);
+                                return HP_ECONFIG;
+                        }
+                }
+        }
+        return 0;
+}
+
+/* "verdict": null, or {"rule": R, "state": S, "stream": N, "time": T,
+ * "within": W}, all but rule and state optional. */
+static int validate_verdict(const struct logmon_ruleset *rs,
+                            const cJSON *v, char *errbuf, size_t len)
+{
+        const cJSON *rule, *state, *stream, *time, *within;
+        enum logmon_state st;
+
+        if (cJSON_IsNull(v))
+                return 0;
+        rule = cJSON_GetObjectItemCaseSensitive(v, "rule");
+        state = cJSON_GetObjectItemCaseSensitive(v, "state");
+        stream = cJSON_GetObjectItemCaseSensitive(v, "stream");
+        time = cJSON_GetObjectItemCaseSensitive(v, "time");
+        within = cJSON_GetObjectItemCaseSensitive(v, "within");
+        if (!cJSON_IsObject(v) || !cJSON_IsString(rule) ||
+            !cJSON_IsString(state) ||
+            logmon_state_parse(state->valuestring, &st) != 0 ||
+            (stream != NULL && !cJSON_IsString(stream) &&
+             !cJSON_IsNull(stream)) ||
+            (time != NULL && !cJSON_IsNumber(time)) ||
+            (within != NULL && (!cJSON_IsNumber(within) || time == NULL ||
+                                within->valuedouble < 0))) {
+                snprintf(errbuf, len, "expect: verdict: expected null or "
+                         "{\"rule\": NAME, \"state\": STATE}, with "
+                         "optional \"stream\", \"time\" and \"within\" "
+                         "(seconds, not below 0, with \"time\")");
+                return HP_ECONFIG;
+        }
+        if (logmon_ruleset_find(rs, rule->valuestring) < 0) {
+                snprintf(errbuf, len, "expect: verdict: no rule named "
+                         "\"%s\"", rule->valuestring);
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
 int logmon_expect_validate(const struct logmon_ruleset *rs,
                            const cJSON *expect, char *errbuf, size_t len)
 {
         static const char *const keys[] = { "final", "state", "stream",
-                                            "transitions" };
+                                            "transitions",
+                                            "pending_deadline", "reached",
+                                            "verdict" };
         const cJSON *item, *list;
         struct expected_change e;
         enum logmon_state state;
@@ -155,6 +230,24 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
                 snprintf(errbuf, len, "expect: state: expected a state "
                          "name");
                 return HP_ECONFIG;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline");
+        if (item != NULL && !cJSON_IsBool(item)) {
+                snprintf(errbuf, len, "expect: pending_deadline: expected "
+                         "true or false");
+                return HP_ECONFIG;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "reached");
+        if (item != NULL) {
+                err = validate_reached(rs, item, errbuf, len);
+                if (err != 0)
+                        return err;
+        }
+        item = cJSON_GetObjectItemCaseSensitive(expect, "verdict");
+        if (item != NULL) {
+                err = validate_verdict(rs, item, errbuf, len);
+                if (err != 0)
+                        return err;
         }
         list = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
         if (list == NULL)
@@ -382,6 +475,170 @@ static int check_transitions(const struct logmon_replay *r,
         return diffs;
 }
 
+size_t logmon_replay_pending(const struct logmon_replay *r)
+{
+        size_t i, j, n = 0;
+        uint64_t due;
+
+        for (i = 0; i < r->nstreams; i++)
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++)
+                        n += logmon__pending(r, i, j, &due);
+        return n;
+}
+
+/* "pending_deadline": false, the log must end with every deadline
+ * reached (a hung job's log cut before its deadline fails); true, with
+ * one still to come. */
+static int check_pending(const struct logmon_replay *r, bool expected,
+                         const char *want, FILE *diff)
+{
+        uint64_t due, past;
+        size_t i, j, n = 0;
+
+        for (i = 0; i < r->nstreams; i++) {
+                if (!stream_selected(r, i, want))
+                        continue;
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                        if (!logmon__pending(r, i, j, &due))
+                                continue;
+                        n++;
+                        if (expected || diff == NULL)
+                                continue;
+                        past = due > r->end_ms ? due - r->end_ms : 0;
+                        fprintf(diff, "pending deadline of rule %s on %s: "
+                                "expected none, got one at t=%" PRIu64
+                                ".%03" PRIu64 ", %" PRIu64 ".%03" PRIu64
+                                " s past where the log ends\n",
+                                logmon_ruleset_rule_name(r->rs, j),
+                                stream_label(r, i), due / 1000, due % 1000,
+                                past / 1000, past % 1000);
+                }
+        }
+        if (expected && n == 0) {
+                if (diff != NULL)
+                        fputs("pending deadline: expected one, got none\n",
+                              diff);
+                return 1;
+        }
+        return expected ? 0 : (int)n;
+}
+
+/* The states rule entered on the selected streams, as a bit set. */
+static unsigned reached_set(const struct logmon_replay *r, size_t rule,
+                            const char *want)
+{
+        unsigned set = 0;
+        size_t i;
+
+        for (i = 0; i < r->nchanges; i++)
+                if (r->changes[i].kind == LOGMON_EVENT_STATE &&
+                    r->changes[i].rule == rule &&
+                    stream_selected(r, r->changes[i].stream, want))
+                        set |= 1u << r->changes[i].to;
+        return set;
+}
+
+static void print_set(FILE *f, unsigned set)
+{
+        int s, k = 0;
+
+        fputc('[', f);
+        for (s = 0; s < 32; s++)
+                if (set & (1u << s))
+                        fprintf(f, "%s\"%s\"", k++ ? ", " : "",
+                                logmon_state_name((enum logmon_state)s));
+        fputc(']', f);
+}
+
+/* Each rule named entered exactly the states listed, in any order and
+ * at any time: what a run did, not when. */
+static int check_reached(const struct logmon_replay *r, const cJSON *reached,
+                         const char *want, FILE *diff)
+{
+        enum logmon_state st;
+        const cJSON *item, *s;
+        unsigned expected, got;
+        int diffs = 0, rule;
+
+        cJSON_ArrayForEach(item, reached) {
+                rule = logmon_ruleset_find(r->rs, item->string);
+                expected = 0;
+                cJSON_ArrayForEach(s, item) {
+                        logmon_state_parse(s->valuestring, &st);
+                        expected |= 1u << st;
+                }
+                got = reached_set(r, (size_t)rule, want);
+                if (got == expected)
+                        continue;
+                diffs++;
+                if (diff != NULL) {
+                        fprintf(diff, "states rule %s reached: expected ",
+                                item->string);
+                        print_set(diff, expected);
+                        fputs(", got ", diff);
+                        print_set(diff, got);
+                        fputc('\n', diff);
+                }
+        }
+        return diffs;
+}
+
+static int check_verdict(const struct logmon_replay *r, const cJSON *want_v,
+                         FILE *diff)
+{
+        const cJSON *rule, *state, *stream, *time, *within;
+        struct logmon_verdict v;
+        bool have = logmon_replay_verdict(r, &v);
+        double tol;
+
+        if (cJSON_IsNull(want_v)) {
+                if (!have)
+                        return 0;
+                if (diff != NULL)
+                        fprintf(diff, "verdict: expected none, got %s (%s) "
+                                "by rule %s at t=%" PRIu64 ".%03" PRIu64 "\n",
+                                v.stream ? v.stream : "(log)",
+                                logmon_state_name(v.state), v.rule,
+                                v.time_ms / 1000, v.time_ms % 1000);
+                return 1;
+        }
+        rule = cJSON_GetObjectItemCaseSensitive(want_v, "rule");
+        state = cJSON_GetObjectItemCaseSensitive(want_v, "state");
+        stream = cJSON_GetObjectItemCaseSensitive(want_v, "stream");
+        time = cJSON_GetObjectItemCaseSensitive(want_v, "time");
+        within = cJSON_GetObjectItemCaseSensitive(want_v, "within");
+        tol = within != NULL ? within->valuedouble : 0.001;
+        if (have && strcmp(v.rule, rule->valuestring) == 0 &&
+            strcmp(logmon_state_name(v.state), state->valuestring) == 0 &&
+            (stream == NULL ||
+             (cJSON_IsNull(stream) ?
+                      v.stream == NULL :
+                      v.stream != NULL &&
+                              strcmp(v.stream, stream->valuestring) == 0)) &&
+            (time == NULL ||
+             fabs((double)v.time_ms / 1000.0 - time->valuedouble) <=
+                     tol + 1e-9))
+                return 0;
+        if (diff == NULL)
+                return 1;
+        fprintf(diff, "verdict: expected %s by rule %s", state->valuestring,
+                rule->valuestring);
+        if (cJSON_IsString(stream))
+                fprintf(diff, " on %s", stream->valuestring);
+        if (time != NULL)
+                fprintf(diff, " at t=%.3f (within %.3f s)", time->valuedouble,
+                        tol);
+        if (have)
+                fprintf(diff, ", got %s by rule %s on %s at t=%" PRIu64
+                        ".%03" PRIu64 "\n",
+                        logmon_state_name(v.state), v.rule,
+                        v.stream ? v.stream : "(log)", v.time_ms / 1000,
+                        v.time_ms % 1000);
+        else
+                fputs(", got none\n", diff);
+        return 1;
+}
+
 int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
                         FILE *diff, char *errbuf, size_t len)
 {
@@ -415,6 +672,15 @@ int logmon_expect_check(const struct logmon_replay *r, const cJSON *expect,
         item = cJSON_GetObjectItemCaseSensitive(expect, "transitions");
         if (item != NULL)
                 diffs += check_transitions(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline");
+        if (item != NULL)
+                diffs += check_pending(r, cJSON_IsTrue(item), want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "reached");
+        if (item != NULL)
+                diffs += check_reached(r, item, want, diff);
+        item = cJSON_GetObjectItemCaseSensitive(expect, "verdict");
+        if (item != NULL)
+                diffs += check_verdict(r, item, diff);
         return diffs;
 }
 
@@ -449,7 +715,8 @@ static int common_state(const struct logmon_replay *r, int rule)
 
 int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
 {
-        const struct replay_change *c;
+        struct logmon_verdict v;
+        unsigned set;
         bool first = true;
         size_t i;
         int s;
@@ -469,27 +736,33 @@ int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
         if (s >= 0)
                 fprintf(f, "  \"state\": \"%s\",\n",
                         logmon_state_name((enum logmon_state)s));
-        fputs("  \"transitions\": [", f);
+        fprintf(f, "  \"pending_deadline\": %s,\n",
+                logmon_replay_pending(r) > 0 ? "true" : "false");
+        /* What a run did, not when: another recording of the same job
+         * meets it. Exact transitions, line numbers and times are for a
+         * reviewer to add. */
+        fputs("  \"reached\": {", f);
         first = true;
-        for (i = 0; i < r->nchanges; i++) {
-                c = &r->changes[i];
-                if (c->kind != LOGMON_EVENT_STATE ||
-                    !r->streams[c->stream].judged)
-                        continue;
+        for (i = 0; i < logmon_ruleset_count(r->rs); i++) {
+                set = reached_set(r, i, NULL);
                 fputs(first ? "\n    " : ",\n    ", f);
                 first = false;
-                fputs("{\"rule\": ", f);
-                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, c->rule));
-                fprintf(f, ", \"state\": \"%s\", \"stream\": ",
-                        logmon_state_name(c->to));
-                logmon__json_cstr(f, r->streams[c->stream].name);
-                if (c->line_no != 0)
-                        fprintf(f, ", \"line_no\": %" PRIu64, c->line_no);
-                else
-                        fputs(", \"line_no\": null", f);
-                fprintf(f, ", \"time\": %" PRIu64 ".%03" PRIu64 "}",
-                        c->time / 1000, c->time % 1000);
+                logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, i));
+                fputs(": ", f);
+                print_set(f, set);
         }
-        fputs(first ? "]\n}\n" : "\n  ]\n}\n", f);
+        fputs(first ? "},\n" : "\n  },\n", f);
+        fputs("  \"verdict\": ", f);
+        if (logmon_replay_verdict(r, &v)) {
+                fputs("{\"rule\": ", f);
+                logmon__json_cstr(f, v.rule);
+                fprintf(f, ", \"state\": \"%s\", \"stream\": ",
+                        logmon_state_name(v.state));
+                logmon__json_cstr(f, v.stream);
+                fputc('}', f);
+        } else {
+                fputs("null", f);
+        }
+        fputs("\n}\n", f);
         return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }

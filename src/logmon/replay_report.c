@@ -256,7 +256,74 @@ static void summary_verdict(struct logmon_replay *r)
                 logmon__json_cstr(f, r->v_line);
         fputs(",\"message\":", f);
         logmon__json_cstr(f, v.message);
+        /* Reached within the capture's skew: how far past the stop. */
+        if (r->v_skew_ms > 0)
+                fprintf(f, ",\"skew\":%" PRIu64 ".%03" PRIu64,
+                        r->v_skew_ms / 1000, r->v_skew_ms % 1000);
         fputc('}', f);
+}
+
+/* Each judged stream's rule whose deadline was still to come where
+ * judging stopped: the log ends before it could turn HANGING, so neither
+ * HEALTHY nor HANGING is known for it. */
+static void summary_pending(struct logmon_replay *r)
+{
+        char wall[HP_ISO8601_MS_LEN + 1];
+        uint64_t due, past;
+        FILE *f = r->out;
+        size_t i, j, k = 0;
+
+        fputs(",\"pending\":[", f);
+        for (i = 0; i < r->nstreams; i++) {
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                        if (!logmon__pending(r, i, j, &due))
+                                continue;
+                        past = due > r->end_ms ? due - r->end_ms : 0;
+                        fputs(k++ > 0 ? ",{\"stream\":" : "{\"stream\":",
+                              f);
+                        logmon__json_cstr(f, r->streams[i].name);
+                        fputs(",\"rule\":", f);
+                        logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs,
+                                                                      j));
+                        fprintf(f, ",\"deadline\":%" PRIu64 ".%03" PRIu64
+                                   ",\"wall\":",
+                                due / 1000, due % 1000);
+                        if (logmon__wall_offset(r) != LOGMON_NO_WALL_CLOCK) {
+                                hp_iso8601_ms(r->base + (int64_t)due, wall);
+                                logmon__json_cstr(f, wall);
+                        } else {
+                                fputs("null", f);
+                        }
+                        fprintf(f, ",\"past_end\":%" PRIu64 ".%03" PRIu64
+                                   "}",
+                                past / 1000, past % 1000);
+                }
+        }
+        fputc(']', f);
+}
+
+static void text_pending(struct logmon_replay *r)
+{
+        uint64_t due, past;
+        FILE *f = r->out;
+        size_t i, j;
+
+        for (i = 0; i < r->nstreams; i++) {
+                for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
+                        if (!logmon__pending(r, i, j, &due))
+                                continue;
+                        past = due > r->end_ms ? due - r->end_ms : 0;
+                        fprintf(f, "pending: rule %s on %s: deadline at ",
+                                logmon_ruleset_rule_name(r->rs, j),
+                                r->streams[i].name ? r->streams[i].name :
+                                                     "(log)");
+                        text_time(r, due);
+                        fprintf(f, ", %" PRIu64 ".%03" PRIu64 " s past "
+                                   "the end of the log: neither HEALTHY nor "
+                                   "HANGING is known\n",
+                                past / 1000, past % 1000);
+                }
+        }
 }
 
 static void summary(struct logmon_replay *r)
@@ -281,6 +348,7 @@ static void summary(struct logmon_replay *r)
                 r->live_verdict ? "true" : "false", r->after_stop,
                 logmon_state_name(logmon_replay_state(r)));
         summary_verdict(r);
+        summary_pending(r);
         fputs(",\"verdicts\":[", f);
         for (i = 0; i < r->nverdicts; i++) {
                 char wall[HP_ISO8601_MS_LEN + 1];
@@ -377,7 +445,14 @@ static void text_summary(struct logmon_replay *r)
                 r->agent_lines);
         text_time(r, r->now);
         fputc('\n', f);
-        if (r->have_verdict)
+        if (r->have_verdict && r->v_skew_ms > 0)
+                fprintf(f, "verdict: %s (due %" PRIu64 " ms after the "
+                           "%s, within the %d ms the capture's stamps may "
+                           "lag)\n",
+                        r->v_message, r->v_skew_ms,
+                        r->live_verdict ? "agent's verdict" : "log's end",
+                        REPLAY_SKEW_MS);
+        else if (r->have_verdict)
                 fprintf(f, "verdict: %s\n", r->v_message);
         else
                 fputs("verdict: none (no judged stream reached SLOW, "
@@ -394,6 +469,7 @@ static void text_summary(struct logmon_replay *r)
                                 logmon_stream_reason(st->mon)[0] ? " " : "",
                                 logmon_stream_reason(st->mon));
         }
+        text_pending(r);
         for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
                 if (logmon_replay_rule_matched(r, i))
                         continue;

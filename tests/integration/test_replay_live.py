@@ -6,6 +6,7 @@ runs live (two --no-python workers), then its console is replayed as it
 is (with ${time}), as kubectl logs --timestamps would re-emit it, as
 srun --label would, without ${time}, and rank 0's own stdout.log."""
 
+import datetime
 import json
 import re
 import subprocess
@@ -382,3 +383,221 @@ def test_each_attempt_of_a_restarted_job_replays_to_its_live_verdict(
     assert [v["message"] for v in summary["verdicts"]] == live, (
         summary, live)
     assert summary["verdict"]["message"] == live[0]
+
+
+# ---- Captures whose stamps lag the agent, and logs that end before a
+# deadline. ----------------------------------------------------------------
+
+AGENT_AT = re.compile(r"^hyperpodrun\[\d+\]: .* at (\d{4}-\d\d-\d\dT\d\d:\d\d:"
+                      r"\d\d\.\d{3}Z)")
+
+
+def kubectl_late(console, skew_ms):
+    """The console of a job recorded without ${time}, as kubectl logs
+    --timestamps writes it: each line stamped (RFC 3339, nanoseconds) when
+    the runtime read it, skew_ms after the agent wrote it. When the agent
+    wrote a line is taken from the run itself: its ${time}, or the time in
+    the agent's own line, or the line before's."""
+    def parse(text):
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+
+    lines = console.splitlines()
+    first = next(m.group(1) for m in map(
+        lambda s: STAMP.match(s) or AGENT_AT.match(s), lines) if m)
+    out, last = [], parse(first)
+    for line in lines:
+        m = STAMP.match(line) or AGENT_AT.match(line)
+        if m:
+            last = parse(m.group(1))
+        stamp = last + datetime.timedelta(milliseconds=skew_ms)
+        out.append(stamp.strftime("%Y-%m-%dT%H:%M:%S.%f") + "789Z " +
+                   STAMP.sub("", line))
+    return "\n".join(out) + "\n"
+
+
+def expect_rc(hpr, rules, log, expect, *args):
+    p = subprocess.run([HYPERPODRUN, "--replay", log,
+                        "--log-monitoring-config", rules, "--expect", expect,
+                        *map(str, args)],
+                       capture_output=True, env=hpr.env, timeout=60)
+    return p.returncode, p.stderr.decode()
+
+
+def test_a_late_stamped_capture_of_a_hung_job_reaches_the_live_verdict(
+        hpr, tmp_path):
+    # The CI check that passed a hung job: kubectl stamps each line a few
+    # ms after the agent read it, so the hang deadline the last progress
+    # line set came just after the agent's verdict, where --replay-until
+    # verdict stopped: "verdict: none", and HEALTHY met.
+    r, rules, console = run_live(hpr, tmp_path, "hung")
+    live = live_verdict(console)
+    assert r.rc == 124 and live is not None, r.describe()
+    healthy = tmp_path / "healthy.expect.json"
+    healthy.write_text('{"state": "HEALTHY"}')
+    live_wall = datetime.datetime.strptime(live["wall"],
+                                           "%Y-%m-%dT%H:%M:%S.%fZ")
+    for skew in (1, 5, 40, 99):
+        log = tmp_path / f"kubectl-{skew}ms.log"
+        log.write_text(kubectl_late(console, skew))
+        for until in ((), ("--replay-until", "verdict")):
+            changes, summary, _ = replay(hpr, rules, log, *until)
+            assert summary["format"] == "console with kubectl --timestamps"
+            got = summary["verdict"]
+            assert got is not None, (skew, until, summary, changes)
+            assert (got["rule"], got["local_rank"], got["state"]) == (
+                live["rule"], live["local_rank"], live["state"]), got
+            # The capture's own times: as late as its stamps, no later.
+            wall = datetime.datetime.strptime(got["wall"],
+                                              "%Y-%m-%dT%H:%M:%S.%fZ")
+            lag = (wall - live_wall).total_seconds() * 1000
+            assert 0 <= lag <= skew + 1, (skew, got, live)
+            assert summary["pending"] == [], summary
+            rc, err = expect_rc(hpr, rules, log, healthy, *until)
+            assert rc == 1, (skew, until, err)
+            assert "state of default0: expected HEALTHY, got HANGING" in err
+        text = subprocess.run(
+            [HYPERPODRUN, "--replay", log, "--log-monitoring-config", rules,
+             "--replay-until", "verdict", "--replay-format", "text"],
+            capture_output=True, env=hpr.env, timeout=60).stdout.decode()
+        assert re.search(r"^verdict: LogHang_JobHangingDetection .*\(due "
+                         r"\d+ ms after the agent's verdict, within the "
+                         r"100 ms", text, re.M), text
+
+
+def test_a_log_that_ends_before_a_deadline_says_so(hpr, tmp_path):
+    # The hung job's stdout alone (the agent's own lines went elsewhere):
+    # the log ends a second before the hang deadline. It is not HEALTHY,
+    # nor HANGING: the replay says a deadline is pending, and an
+    # expectation decides.
+    r, rules, console = run_live(hpr, tmp_path, "hung")
+    assert r.rc == 124, r.describe()
+    worker = [line for line in console.splitlines()
+              if not line.startswith("hyperpodrun[")]
+    for name, text in (("time", "\n".join(worker) + "\n"),
+                       ("kubectl", kubectl_late("\n".join(worker), 5))):
+        log = tmp_path / f"stdout-{name}.log"
+        log.write_text(text)
+        _, summary, _ = replay(hpr, rules, log)
+        assert summary["verdict"] is None, summary
+        pending = summary["pending"]
+        assert [(p["stream"], p["rule"]) for p in pending] == [
+            ("default0", "JobHangingDetection")], summary
+        # The hang rule's limit is 1 s: due 1.001 s after rank 0's last
+        # match; the log ends with it or with rank 1's last line, after.
+        assert 0 < pending[0]["past_end"] <= 1.001, pending
+        assert pending[0]["deadline"] == pytest.approx(
+            summary["time"] + pending[0]["past_end"], abs=0.0015)
+        assert pending[0]["wall"].endswith("Z")
+
+        text = subprocess.run(
+            [HYPERPODRUN, "--replay", log, "--log-monitoring-config", rules,
+             "--replay-format", "text"],
+            capture_output=True, env=hpr.env, timeout=60).stdout.decode()
+        assert re.search(r"^pending: rule JobHangingDetection on default0: "
+                         r"deadline at [\d.]+ s \(\S+Z\), [01]\.\d{3} s past "
+                         r"the end of the log", text, re.M), text
+
+        expect = tmp_path / "e.json"
+        expect.write_text('{"state": "HEALTHY"}')
+        rc, err = expect_rc(hpr, rules, log, expect)
+        assert rc == 0, err
+        assert ("ends with 1 rule deadline still to come" in err and
+                '"pending_deadline": false' in err), err
+        expect.write_text('{"state": "HEALTHY", "pending_deadline": false}')
+        rc, err = expect_rc(hpr, rules, log, expect)
+        assert rc == 1, err
+        assert re.search(r"pending deadline of rule JobHangingDetection on "
+                         r"default0: expected none, got one at t=[\d.]+, "
+                         r"[01]\.\d{3} s past where the log ends", err), err
+        expect.write_text('{"pending_deadline": true}')
+        assert expect_rc(hpr, rules, log, expect)[0] == 0
+        emitted = tmp_path / "emitted.json"
+        p = subprocess.run([HYPERPODRUN, "--replay", log,
+                            "--log-monitoring-config", rules,
+                            "--emit-expect", emitted],
+                           capture_output=True, env=hpr.env, timeout=60)
+        assert p.returncode == 0, p.stderr.decode()
+        assert json.loads(emitted.read_text())["pending_deadline"] is True
+        assert expect_rc(hpr, rules, log, emitted)[0] == 0
+
+    # The whole console reaches the verdict: nothing is pending, and an
+    # expectation of no pending deadline holds.
+    log = tmp_path / "console.log"
+    log.write_text(console)
+    _, summary, _ = replay(hpr, rules, log)
+    assert summary["pending"] == [] and summary["verdict"] is not None
+    expect.write_text('{"state": "HANGING", "pending_deadline": false}')
+    assert expect_rc(hpr, rules, log, expect)[0] == 0
+    expect.write_text('{"pending_deadline": "no"}')
+    rc, err = expect_rc(hpr, rules, log, expect)
+    assert rc == 2 and "pending_deadline: expected true or false" in err, err
+
+
+def test_a_golden_file_is_met_by_another_recording_of_the_same_job(
+        hpr, tmp_path):
+    # --emit-expect pinned every transition's line and time, so the next
+    # healthy recording of the same job failed the golden file. It pins
+    # what the run did: states reached, the verdict and its rule.
+    def record(scenario, name):
+        d = tmp_path / name
+        d.mkdir()
+        r, rules, console = run_live(hpr, d, scenario)
+        log = d / "console.log"
+        log.write_text(console)
+        return r, rules, log
+
+    r1, rules, first = record("healthy", "healthy1")
+    r2, _, second = record("healthy", "healthy2")
+    r3, _, hung = record("hung", "hung1")
+    r4, _, hung2 = record("hung", "hung2")
+    assert (r1.rc, r2.rc, r3.rc, r4.rc) == (0, 0, 124, 124)
+    golden = tmp_path / "healthy.expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", first,
+                        "--log-monitoring-config", rules, "--emit-expect",
+                        golden], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    text = golden.read_text()
+    assert text.endswith("}\n"), text
+    emitted = json.loads(text)
+    assert "transitions" not in emitted, text
+    assert emitted["verdict"] is None
+    assert emitted["reached"]["JobHangingDetection"] == ["HEALTHY"], text
+    rc, err = expect_rc(hpr, rules, second, golden)
+    assert rc == 0, (text, err)
+    rc, err = expect_rc(hpr, rules, hung, golden)
+    assert rc == 1, err
+    assert ("verdict: expected none, got default0 (HANGING) by rule "
+            "JobHangingDetection") in err, err
+    assert ('states rule JobHangingDetection reached: expected '
+            '["HEALTHY"], got ["HEALTHY", "HANGING"]') in err, err
+
+    # A hung job's golden file: met by another hung recording; a time
+    # pinned with a tolerance is checked within it.
+    hung_golden = tmp_path / "hung.expect.json"
+    p = subprocess.run([HYPERPODRUN, "--replay", hung,
+                        "--log-monitoring-config", rules, "--emit-expect",
+                        hung_golden], capture_output=True, env=hpr.env,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(hung_golden.read_text())["verdict"] == {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "stream": "default0"}
+    assert expect_rc(hpr, rules, hung2, hung_golden)[0] == 0
+    assert expect_rc(hpr, rules, second, hung_golden)[0] == 1
+    _, summary, _ = replay(hpr, rules, hung2)
+    t = summary["verdict"]["time"]
+    pinned = tmp_path / "pinned.json"
+    pinned.write_text(json.dumps({"verdict": {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "time": t + 0.4, "within": 0.5}}))
+    assert expect_rc(hpr, rules, hung2, pinned)[0] == 0
+    pinned.write_text(json.dumps({"verdict": {
+        "rule": "JobHangingDetection", "state": "HANGING",
+        "time": t + 0.6, "within": 0.5}}))
+    rc, err = expect_rc(hpr, rules, hung2, pinned)
+    assert rc == 1 and "(within 0.500 s), got HANGING" in err, err
+    pinned.write_text('{"verdict": {"rule": "JobHangingDetection", '
+                      '"state": "HANGING", "within": 1}}')
+    rc, err = expect_rc(hpr, rules, hung2, pinned)
+    assert rc == 2 and "expect: verdict: expected null or" in err, err
