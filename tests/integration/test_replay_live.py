@@ -551,13 +551,16 @@ def test_a_golden_file_is_met_by_another_recording_of_the_same_job(
     r3, _, hung = record("hung", "hung1")
     r4, _, hung2 = record("hung", "hung2")
     assert (r1.rc, r2.rc, r3.rc, r4.rc) == (0, 0, 124, 124)
+    def emit(log, golden):
+        p = subprocess.run([HYPERPODRUN, "--replay", log,
+                            "--log-monitoring-config", rules,
+                            "--emit-expect", golden], capture_output=True,
+                           env=hpr.env, timeout=60)
+        assert p.returncode == 0, p.stderr.decode()
+        return golden.read_text()
+
     golden = tmp_path / "healthy.expect.json"
-    p = subprocess.run([HYPERPODRUN, "--replay", first,
-                        "--log-monitoring-config", rules, "--emit-expect",
-                        golden], capture_output=True, env=hpr.env,
-                       timeout=60)
-    assert p.returncode == 0, p.stderr.decode()
-    text = golden.read_text()
+    text = emit(first, golden)
     assert text.endswith("}\n"), text
     emitted = json.loads(text)
     assert "transitions" not in emitted, text
@@ -575,12 +578,7 @@ def test_a_golden_file_is_met_by_another_recording_of_the_same_job(
     # A hung job's golden file: met by another hung recording; a time
     # pinned with a tolerance is checked within it.
     hung_golden = tmp_path / "hung.expect.json"
-    p = subprocess.run([HYPERPODRUN, "--replay", hung,
-                        "--log-monitoring-config", rules, "--emit-expect",
-                        hung_golden], capture_output=True, env=hpr.env,
-                       timeout=60)
-    assert p.returncode == 0, p.stderr.decode()
-    assert json.loads(hung_golden.read_text())["verdict"] == {
+    assert json.loads(emit(hung, hung_golden))["verdict"] == {
         "rule": "JobHangingDetection", "state": "HANGING",
         "stream": "default0"}
     assert expect_rc(hpr, rules, hung2, hung_golden)[0] == 0
