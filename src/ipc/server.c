@@ -817,41 +817,107 @@ static bool nobody_listens(const char *dir, const char *name)
         return refused;
 }
 
-/* A SIGKILLed agent leaves its socket in dir. One that is provably a dead
- * agent's goes: our name, a socket of our user, the pid in its name no
- * live hyperpodrun's (ours is replaced at bind), and no one listening on
- * it (an agent of another pid namespace sharing dir still listens). */
+/* The pid in name between prefix and suffix (where the name ends, or
+ * where more follows with more), or 0; 0 too for our own. */
+static long pid_in_name(const char *name, const char *prefix,
+                        const char *suffix, bool more)
+{
+        size_t plen = strlen(prefix);
+        char *end;
+        long pid;
+
+        if (strncmp(name, prefix, plen) != 0 || name[plen] < '1' ||
+            name[plen] > '9')
+                return 0;
+        pid = strtol(name + plen, &end, 10);
+        if (more ? strncmp(end, suffix, strlen(suffix)) != 0
+                 : strcmp(end, suffix) != 0)
+                return 0;
+        return pid == (long)getpid() ? 0 : pid;
+}
+
+/* Whether name in dir is a socket of our user, of an agent that is gone
+ * (not a live hyperpodrun), that no one listens on (an agent of another
+ * pid namespace sharing dir still listens). */
+static bool dead_agents_socket(DIR *d, const char *dir, const char *name,
+                               long pid)
+{
+        struct stat st;
+
+        return fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+               S_ISSOCK(st.st_mode) && st.st_uid == geteuid() &&
+               !hp_pid_is_other_agent(pid) && nobody_listens(dir, name);
+}
+
+/* A dead agent's private socket directory (bind_private's), name in
+ * parent: goes only when it is ours (0700, our user) and holds nothing
+ * but that agent's socket, which no one listens on. */
+static void remove_stale_private_dir(DIR *parent, const char *dir,
+                                     const char *name, long pid)
+{
+        char path[PATH_MAX], sock[64];
+        struct dirent *de;
+        struct stat st;
+        bool ours = true, has_sock = false;
+        DIR *d;
+        int fd;
+
+        if (hp_snprintf(path, sizeof(path), "%s/%s", dir, name) < 0)
+                return;
+        snprintf(sock, sizeof(sock), "hyperpod_elastic_agent_%ld.sock", pid);
+        fd = openat(dirfd(parent), name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
+            (st.st_mode & 07777) != 0700 || (d = fdopendir(fd)) == NULL) {
+                close(fd);
+                return;
+        }
+        while (ours && (de = readdir(d)) != NULL) {
+                if (strcmp(de->d_name, ".") == 0 ||
+                    strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (strcmp(de->d_name, sock) == 0 &&
+                    dead_agents_socket(d, path, sock, pid))
+                        has_sock = true;
+                else
+                        ours = false;
+        }
+        if (ours && (!has_sock || unlinkat(dirfd(d), sock, 0) == 0) &&
+            unlinkat(dirfd(parent), name, AT_REMOVEDIR) == 0)
+                hp_log_info("worker socket: removed %s, left by agent %ld, "
+                            "which is gone",
+                            path, pid);
+        closedir(d);
+}
+
+/* A SIGKILLed agent leaves its socket in dir, or its private directory
+ * when the reference's path was taken. What is provably a dead agent's
+ * goes (ours is replaced at bind). */
 static void remove_stale_sockets(const char *dir)
 {
-        static const char prefix[] = "hyperpod_elastic_agent_";
-        const size_t plen = sizeof(prefix) - 1;
         struct dirent *de;
         DIR *d = opendir(dir);
 
         if (d == NULL)
                 return;
         while ((de = readdir(d)) != NULL) {
-                const char *digits = de->d_name + plen;
-                struct stat st;
-                char *end;
-                long pid;
+                long pid = pid_in_name(de->d_name, "hyperpod_elastic_agent_",
+                                       ".sock", false);
 
-                if (strncmp(de->d_name, prefix, plen) != 0 || *digits < '1' ||
-                    *digits > '9')
+                if (pid > 0) {
+                        if (dead_agents_socket(d, dir, de->d_name, pid) &&
+                            unlinkat(dirfd(d), de->d_name, 0) == 0)
+                                hp_log_info("worker socket: removed %s/%s, "
+                                            "left by agent %ld, which is "
+                                            "gone",
+                                            dir, de->d_name, pid);
                         continue;
-                pid = strtol(digits, &end, 10);
-                if (strcmp(end, ".sock") != 0 || pid == (long)getpid())
-                        continue;
-                if (fstatat(dirfd(d), de->d_name, &st,
-                            AT_SYMLINK_NOFOLLOW) < 0 ||
-                    !S_ISSOCK(st.st_mode) || st.st_uid != geteuid() ||
-                    hp_pid_is_other_agent(pid) ||
-                    !nobody_listens(dir, de->d_name))
-                        continue;
-                if (unlinkat(dirfd(d), de->d_name, 0) == 0)
-                        hp_log_info("worker socket: removed %s/%s, left by "
-                                    "agent %ld, which is gone",
-                                    dir, de->d_name, pid);
+                }
+                pid = pid_in_name(de->d_name, "hyperpodrun-ipc-", ".", true);
+                if (pid > 0 && !hp_pid_is_other_agent(pid))
+                        remove_stale_private_dir(d, dir, de->d_name, pid);
         }
         closedir(d);
 }

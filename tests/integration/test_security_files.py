@@ -18,11 +18,13 @@ need root and are skipped otherwise.
 
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -378,6 +380,34 @@ def test_a_sigkilled_agents_leftovers_go_with_the_next_start(hpr, tmp_path,
     assert socket_of(hpr, gone).exists()
     listening.close()
     assert (odd / "notes.txt").exists()
+
+
+def test_a_dead_agents_private_socket_directory_goes(hpr, tmp_path):
+    """An agent whose reference socket path was taken listens in a private
+    directory (see test_ipc.py); SIGKILLed, it leaves that behind. The
+    next start removes it when it holds only that agent's dead socket;
+    one with anything else in it stays. (A TMPDIR short enough for a
+    socket path two levels down.)"""
+    short = Path(tempfile.mkdtemp(prefix="hpr-", dir="/tmp"))
+    try:
+        dead = dead_pid()
+        private = short / f"hyperpodrun-ipc-{dead}.Ab3dE9"
+        private.mkdir(mode=0o700)
+        stale_socket(private / f"hyperpod_elastic_agent_{dead}.sock")
+        crowded = short / f"hyperpodrun-ipc-{dead}.Zz9yX8"
+        crowded.mkdir(mode=0o700)
+        stale_socket(crowded / f"hyperpod_elastic_agent_{dead}.sock")
+        (crowded / "notes.txt").write_text("not ours\n")
+        r = hpr.run(["--standalone", "--no-python", "true"],
+                    env={"TMPDIR": short})
+        assert r.rc == 0, r.describe()
+        assert not private.exists(), r.describe()
+        assert (f"removed {private}, left by agent {dead}, which is gone"
+                in r.err), r.describe()
+        assert (crowded / "notes.txt").exists()
+        assert (crowded / f"hyperpod_elastic_agent_{dead}.sock").exists()
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @needs_root
