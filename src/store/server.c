@@ -434,11 +434,17 @@ static void wake_all(struct entry *e)
                 rec_fire(e->waiters);
 }
 
-/* A queue got an item: the first waiter moves on. */
+/* A queue got an item: the longest waiting (the last in the list, which
+ * grows at its head) moves on, as torch wakes the first to have come. */
 static void wake_one(struct entry *e)
 {
-        if (e->waiters)
-                rec_fire(e->waiters);
+        struct waitrec *r = e->waiters;
+
+        if (r == NULL)
+                return;
+        while (r->e_next)
+                r = r->e_next;
+        rec_fire(r);
 }
 
 static void watches_free(struct conn *c)
@@ -542,7 +548,9 @@ static void conn_drop(struct conn *c, int err, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(why, sizeof(why), fmt, ap);
         va_end(ap);
-        if (err == -EPROTO)
+        /* Bytes that are no query, or a query no torch client sends (an
+         * ADD to text), are the protocol's; the rest are the limits'. */
+        if (err == -EPROTO || err == -EINVAL || err == -ERANGE)
                 c->s->stats.protocol_errors++;
         else
                 c->s->stats.limit_errors++;
