@@ -24,7 +24,8 @@ from pathlib import Path
 
 import benchlib as bl
 
-BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr"]
+BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
+              "store"]
 
 
 def main():

@@ -337,8 +337,22 @@ static void conn_flush(struct conn *c)
 
         if (c->closing || c->writing || c->out_len == 0)
                 return;
-        /* The gathered replies become the write in flight; the old write
-         * buffer gathers the next ones. */
+        /* Most replies fit the socket's buffer: written at once, they cost
+         * one system call and no change to the loop's watchers. */
+        b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
+        r = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (r < 0 && r != UV_EAGAIN) {
+                conn_drop(c, r, "cannot write: %s", uv_strerror(r));
+                return;
+        }
+        if (r > 0) {
+                memmove(c->out, c->out + r, c->out_len - (size_t)r);
+                c->out_len -= (size_t)r;
+        }
+        if (c->out_len == 0)
+                return;
+        /* The rest waits for the socket: the gathered replies become the
+         * write in flight; the old write buffer gathers the next ones. */
         t = c->wbuf;
         tc = c->wcap;
         c->wbuf = c->out;
