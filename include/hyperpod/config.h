@@ -10,6 +10,9 @@
  * accelerator cores; this leaves room without letting a typo fork 10^6
  * processes. */
 #define HP_MAX_NPROC 1024
+/* --rdzv-backend c10d's endpoint port when --rdzv-endpoint has none
+ * (torchrun's). */
+#define HP_RDZV_C10D_PORT 29400
 /* Operator mode's default --log-dir, the HyperPod layout. */
 #define HP_OPERATOR_LOG_DIR "/tmp/hyperpod"
 
@@ -17,7 +20,9 @@ enum hp_rdzv_backend {
         HP_RDZV_HYPERPOD = 0,   /* operator-driven (default, as the reference) */
         HP_RDZV_STATIC,         /* torchrun static: flags give everything */
         HP_RDZV_SLURM,          /* self-driven from the Slurm step */
-        HP_RDZV_RESOURCE_CONFIG /* self-driven from resource_config.json */
+        HP_RDZV_RESOURCE_CONFIG, /* self-driven from resource_config.json */
+        HP_RDZV_C10D            /* self-driven: the agents meet at a
+                                 * TCPStore one of them hosts */
 };
 
 /* Bits of -r/--redirects and -t/--tee. */
