@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         int r;
 
         hp_store_limits_default(&l);
-        for (int i = 1; i < argc; i++) {
+        for (int i = 1; i < argc; i += 2) {
                 const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 
                 if (strcmp(argv[i], "--host") == 0 && v) {
@@ -103,7 +103,6 @@ int main(int argc, char **argv)
                                         "'%s'\n", argv[i]);
                         return 2;
                 }
-                i++;
         }
         signal(SIGPIPE, SIG_IGN);
         uv_loop_init(&a.loop);
