@@ -227,6 +227,25 @@ def test_bad_config_and_kmsg_are_errors(hpr, tmp_path):
     assert not (work / "started0").exists()
 
 
+@pytest.mark.parametrize("plugin", ["journald", "filelog"])
+def test_other_npd_plugins_are_refused(hpr, tmp_path, plugin):
+    """A journald or log-file monitor config is refused, never run
+    against the kernel log."""
+    conf = json.loads(Path(NEURON).read_text())
+    conf["plugin"] = plugin
+    conf["logPath"] = "/var/log/journal" if plugin == "journald" \
+        else "/var/log/syslog"
+    path = tmp_path / f"{plugin}.json"
+    path.write_text(json.dumps(conf))
+    script, work = worker(tmp_path)
+    r = hpr.run(["--standalone", "--node-problem-config",
+                 f"{NEURON},{path}", script, work])
+    assert r.rc == 2, r.describe()
+    assert f"--node-problem-config '{path}': \"plugin\" is '{plugin}': " \
+        "hyperpodrun reads only the kernel log" in r.err
+    assert not (work / "started0").exists()
+
+
 def test_unreadable_kmsg_warns_and_runs_on(hpr, tmp_path):
     """An unprivileged container: /dev/kmsg unreadable. Shown without
     CAP_SYSLOG (setpriv), where the kernel restricts it to that."""
