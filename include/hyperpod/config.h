@@ -62,6 +62,10 @@ struct hp_config {
         bool master_port_given;
         enum hp_rdzv_backend rdzv_backend;
         const char *rdzv_backend_name;
+        /* Why the backend was chosen when no --rdzv-backend (or
+         * PET_RDZV_BACKEND) named it, for the log; NULL when one did, or
+         * when it is the default. */
+        const char *rdzv_backend_reason;
         const char *rdzv_endpoint;
         const char *rdzv_id;
         const char *rdzv_conf;
