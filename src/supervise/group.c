@@ -421,9 +421,20 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                         g->first_failure = w;
                         g->failed_cb(g, g->ctx);
                 }
-                if (!g->stopping)
-                        hp_group__stop(g, g->cfg->shutdown_signal,
-                                      g->cfg->shutdown_timeout_ms);
+                if (g->stopping)
+                        return;
+                if (g->exited < g->count && g->cfg->shutdown_signal == SIGKILL)
+                        hp_log_info("stopping the other %s workers: SIGKILL",
+                                    hp_stage_name(g->stage));
+                else if (g->exited < g->count)
+                        hp_log_info("stopping the other %s workers: %s, "
+                                    "then SIGKILL after %.3g s",
+                                    hp_stage_name(g->stage),
+                                    hp_signal_name(g->cfg->shutdown_signal),
+                                    (double)g->cfg->shutdown_timeout_ms /
+                                            1000.0);
+                hp_group__stop(g, g->cfg->shutdown_signal,
+                              g->cfg->shutdown_timeout_ms);
                 return;
         }
         /* Once every process has exited, whatever they left (a
@@ -860,6 +871,16 @@ static void timer_cb(uv_timer_t *timer)
                 for (int i = 0; i < g->count; i++) {
                         struct hp_worker *w = &g->workers[i];
                         if (w->state < HP_WORKER_EXITED) {
+                                /* Worth a line: a SIGTERM handler that
+                                 * did not finish lost its work. */
+                                if (g->stop_signal != SIGKILL)
+                                        hp_log_warn("%s worker %d (pid %d) "
+                                                    "still running after "
+                                                    "%s: SIGKILL",
+                                                    hp_stage_name(g->stage),
+                                                    w->local_rank, (int)w->pid,
+                                                    hp_signal_name(
+                                                            g->stop_signal));
                                 w->signalled = true;
                                 worker_set_state(w, HP_WORKER_KILLING,
                                                  "timeout");
