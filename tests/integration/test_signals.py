@@ -162,8 +162,18 @@ def test_failure_shutdown_signal_sigterm_obeyed(hpr, tmp_path):
     assert "rank      : 0 (local_rank: 0)" in r.err.split("Root Cause")[1]
 
 
-def test_failure_default_shutdown_signal_is_sigkill(hpr, tmp_path):
+def test_failure_default_shutdown_signal_is_sigterm(hpr, tmp_path):
+    """Self-driven, as torchrun: SIGTERM to the other workers' groups
+    (operator mode's SIGKILL: test_stop_modes.py)."""
     proc, out = start_sigworkers(hpr, tmp_path, "exit-on-term", fail_rank=0)
+    r = proc.wait(20)
+    assert r.rc == 3, r.describe()
+    assert names(out / "sig_w_1") == ["SIGTERM"], r.describe()
+
+
+def test_failure_shutdown_signal_sigkill(hpr, tmp_path):
+    proc, out = start_sigworkers(hpr, tmp_path, "exit-on-term", fail_rank=0,
+                                 extra=["--shutdown-signal", "SIGKILL"])
     r = proc.wait(20)
     assert r.rc == 3, r.describe()
     assert names(out / "sig_w_1") == []
