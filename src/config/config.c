@@ -1155,9 +1155,10 @@ static const struct conversion conversions[] = {
                   "chosen per ${local_rank} in a small script" },
         { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
           .text = "every worker sees its real LOCAL_RANK and every GPU; "
-                  "for device 0 to be the worker's own GPU, set "
-                  "CUDA_VISIBLE_DEVICES=${local_rank} in a wrapper run "
-                  "with --no-python" },
+                  "for device 0 to be the worker's own GPU, run "
+                  "--no-python env 'CUDA_VISIBLE_DEVICES=${local_rank}' "
+                  "python3 -u train.py (hyperpodrun puts each worker's "
+                  "local rank in place of ${local_rank})" },
         { ROW(SIGNALS_TO_HANDLE, FUNC), .fn = convert_signals_to_handle },
 
         /* The backend first: Kubeflow's elastic job also sets
