@@ -766,25 +766,64 @@ static int convert_event_log_handler(struct hp_config *cfg,
             raw[id].source, raw[id].text);
 }
 
-/* --duplicate-stdout-filters, --duplicate-stderr-filters: an empty list,
- * torchrun's default, copies nothing and is taken. */
+int hp_config_parse_dup_filters(const char *text, struct hp_dup_filters *out,
+                                char *errbuf, size_t errlen)
+{
+        size_t used = 0;
+
+        /* As torchrun's comma_separated_list: ",," becomes a comma (read
+         * left to right), then the text splits at each comma. */
+        out->count = 1;
+        out->at[0] = 0;
+        out->len[0] = 0;
+        for (const char *p = text; *p; p++) {
+                if (*p == ',' && p[1] != ',') {
+                        if (out->count == HP_DUP_FILTERS_MAX) {
+                                snprintf(errbuf, errlen,
+                                         "'%.100s': more than %d filters",
+                                         text, HP_DUP_FILTERS_MAX);
+                                return HP_EUSAGE;
+                        }
+                        out->at[out->count] = (uint16_t)used;
+                        out->len[out->count++] = 0;
+                        continue;
+                }
+                if (used + 1 >= sizeof(out->text)) {
+                        snprintf(errbuf, errlen,
+                                 "'%.100s...': the filters hold more than "
+                                 "%zu bytes",
+                                 text, sizeof(out->text) - 1);
+                        return HP_EUSAGE;
+                }
+                out->text[used++] = *p;
+                out->len[out->count - 1]++;
+                if (*p == ',')
+                        p++; /* the second of ",," */
+        }
+        out->text[used] = '\0';
+        return 0;
+}
+
+/* --duplicate-stdout-filters, --duplicate-stderr-filters: torchrun's
+ * list, kept for the streams of the training workers. */
 static int convert_duplicate_filters(struct hp_config *cfg,
                                      const struct raw_value *raw,
                                      enum hp_option_id id, char *errbuf,
                                      size_t errlen)
 {
-        const char *which = id == HP_OPT_DUPLICATE_STDOUT_FILTERS ? "stdout"
-                                                                 : "stderr";
+        int which = id == HP_OPT_DUPLICATE_STDOUT_FILTERS ? 0 : 1;
+        char detail[200];
 
-        (void)cfg;
-        if (raw[id].text[0] == '\0')
-                return 0;
-        ERR("%s '%s' is not supported: torchrun copies the tee'd %s lines "
-            "that contain one of the filters into filtered_%s.log; "
-            "hyperpodrun does not, so nothing would be copied. Use --tee "
-            "and grep the per-rank files (attempt_N/RANK/%s.log), or a log "
-            "rule (--log-monitoring-config) for lines that must be acted on",
-            raw[id].source, raw[id].text, which, which, which);
+        if (hp_config_parse_dup_filters(raw[id].text,
+                                        &cfg->dup_filters[which], detail,
+                                        sizeof(detail)) < 0)
+                ERR("invalid value for %s: %s", raw[id].source, detail);
+        if (cfg->log_to_devnull)
+                ERR("%s copies lines into filtered_%s.log in the attempt's "
+                    "log directory, but --log-dir /dev/null writes no "
+                    "file: give a log directory, or drop the filters",
+                    raw[id].source, which ? "stderr" : "stdout");
+        return 0;
 }
 
 /*
@@ -1141,10 +1180,6 @@ static const struct conversion conversions[] = {
                   "which a C launcher cannot load; use --log-dir, "
                   "--redirects, --tee and --local-ranks-filter" },
         { ROW(EVENT_LOG_HANDLER, FUNC), .fn = convert_event_log_handler },
-        { ROW(DUPLICATE_STDOUT_FILTERS, FUNC),
-          .fn = convert_duplicate_filters },
-        { ROW(DUPLICATE_STDERR_FILTERS, FUNC),
-          .fn = convert_duplicate_filters },
         { ROW(NUMA_BINDING, REFUSED),
           .text = "hyperpodrun does not bind workers to NUMA nodes (torch "
                   "2.x pins LOCAL_RANK's processes to the CPUs near GPU "
@@ -1185,6 +1220,10 @@ static const struct conversion conversions[] = {
         { ROW(NO_PYTHON, NONE) },        /* with -m */
         { ROW(RUN_PATH, NONE) },         /* with -m */
         { ROW(LOG_DIR, FUNC), .fn = convert_log_dir },
+        { ROW(DUPLICATE_STDOUT_FILTERS, FUNC),
+          .fn = convert_duplicate_filters },
+        { ROW(DUPLICATE_STDERR_FILTERS, FUNC),
+          .fn = convert_duplicate_filters },
         { ROW(REDIRECTS, FUNC), .fn = convert_std_spec },
         { ROW(TEE, FUNC), .fn = convert_std_spec },
         { ROW(LOCAL_RANKS_FILTER, FUNC),

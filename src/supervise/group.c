@@ -174,6 +174,10 @@ static void group_check_done(struct hp_group *g)
         }
         uv_timer_stop(&g->timer);
         g->reported = true;
+        if (g->dups != NULL) {
+                hp_dup_close(&g->dups[0]);
+                hp_dup_close(&g->dups[1]);
+        }
         hp_scope__close(&g->scope);
         hp_watcher__forget(g->watcher);
         if (g->first_failure != NULL)
@@ -596,6 +600,11 @@ static int setup_stream(const struct hp_group_params *p, struct hp_worker *w,
         s->listener = NULL;
         s->listener_ctx = NULL;
         s->console = NULL;
+        s->dup = NULL;
+        /* As torchrun: the lines of the ranks tee'd to the console. */
+        if (tee && shown && w->group->dups != NULL &&
+            w->group->dups[bit - 1].fd >= 0)
+                s->dup = &w->group->dups[bit - 1];
         if ((redirect || tee) && w->dir[0] != '\0') {
                 r = open_log_file(s, w->dir_fd, w->dir,
                                   bit == HP_STD_OUT ? "stdout.log"
@@ -1006,6 +1015,48 @@ static int prepare_dir(const struct hp_group_params *p, struct hp_worker *w,
         return w->dir_fd < 0 ? w->dir_fd : 0;
 }
 
+/* The training workers' filtered copies, in the attempt's directory, as
+ * torchrun's filtered_stdout.log and filtered_stderr.log. A file that
+ * cannot be made is an error in the log; the job goes on. */
+static void open_dups(struct hp_group *g, const struct hp_group_params *p)
+{
+        static const char *const names[2] = { "filtered_stdout.log",
+                                              "filtered_stderr.log" };
+        const struct hp_config *cfg = p->cfg;
+
+        if (p->stage != HP_STAGE_TRAIN || p->attempt_fd < 0 ||
+            (cfg->dup_filters[0].count == 0 &&
+             cfg->dup_filters[1].count == 0))
+                return;
+        g->dups = calloc(2, sizeof(*g->dups));
+        if (g->dups == NULL) {
+                hp_log_error("no filtered copies of the workers' output: %s",
+                             hp_strerror(-ENOMEM));
+                return;
+        }
+        for (int i = 0; i < 2; i++) {
+                const struct hp_dup_filters *f = &cfg->dup_filters[i];
+                const char *needles[HP_DUP_FILTERS_MAX];
+                size_t lens[HP_DUP_FILTERS_MAX];
+                int r;
+
+                g->dups[i].fd = -1;
+                if (f->count == 0)
+                        continue;
+                for (int k = 0; k < f->count; k++) {
+                        needles[k] = f->text + f->at[k];
+                        lens[k] = f->len[k];
+                }
+                r = hp_dup_open(&g->dups[i], p->attempt_fd, p->attempt_dir,
+                                names[i], needles, lens, f->count);
+                if (r < 0)
+                        hp_log_error("cannot create %s/%s: %s; the %s lines "
+                                     "that match the filters are not copied",
+                                     p->attempt_dir, names[i], hp_strerror(r),
+                                     i ? "stderr" : "stdout");
+        }
+}
+
 int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
 {
         const struct hp_config *cfg = p->cfg;
@@ -1039,6 +1090,9 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
         snprintf(name, sizeof(name), "attempt_%d.%s", p->restart_count,
                  hp_stage_name(stage));
         hp_scope__open(p->scopes, &g->scope, name);
+        free(g->dups);
+        g->dups = NULL;
+        open_dups(g, p);
 
         for (int i = 0; i < count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -1102,4 +1156,6 @@ void hp_group__release(struct hp_group *g)
         free(g->workers);
         g->workers = NULL;
         g->count = 0;
+        free(g->dups); /* closed when the group reported its end */
+        g->dups = NULL;
 }

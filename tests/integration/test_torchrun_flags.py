@@ -117,3 +117,52 @@ def test_row(hpr, jobdir, row):
         assert row["refused"] in r.err, r.describe()
         assert "hyperpodrun: error: " in r.err
         assert ran == [], r.describe()
+
+
+WRITER = """import os, sys
+r = os.environ["RANK"]
+print(f"step 1 loss=0.5 rank {r}")
+print(f"step 1 acc=0.9 rank {r}")
+print(f"noise, with a comma {r}")
+print(f"NCCL WARN timeout {r}", file=sys.stderr)
+print(f"plain stderr {r}", file=sys.stderr)
+"""
+
+
+def test_duplicate_filters_copy_as_torchrun(hpr, tmp_path):
+    """The tee'd ranks the console shows (not rank 2, filtered out), each
+    line with its console prefix, when it contains one of the filters;
+    ",," is a comma inside a filter. One file per stream per attempt."""
+    script = tmp_path / "w.py"
+    script.write_text(WRITER)
+    r = hpr.run(["--standalone", "--nproc-per-node", 3, "--tee", 3,
+                 "--local-ranks-filter", "0,1",
+                 "--duplicate-stdout-filters", "loss,noise,, with",
+                 script], env={"PET_DUPLICATE_STDERR_FILTERS": "NCCL"})
+    assert r.rc == 0, r.describe()
+    attempt = hpr.only_train_dir() / "attempt_0"
+    out = (attempt / "filtered_stdout.log").read_text().splitlines()
+    assert sorted(out) == sorted(
+        [f"[default{k}]:step 1 loss=0.5 rank {k}" for k in (0, 1)] +
+        [f"[default{k}]:noise, with a comma {k}" for k in (0, 1)]), out
+    err = (attempt / "filtered_stderr.log").read_text().splitlines()
+    assert sorted(err) == [f"[default{k}]:NCCL WARN timeout {k}"
+                           for k in (0, 1)], err
+    # The per-rank files are untouched by it.
+    assert (attempt / "2" / "stdout.log").read_text().count("\n") == 3
+
+
+def test_duplicate_filter_empty_copies_every_line(hpr, tmp_path):
+    """torchrun splits "" into one empty filter, which every line holds;
+    a rank that is not tee'd is not copied."""
+    script = tmp_path / "w.py"
+    script.write_text(WRITER)
+    r = hpr.run(["--standalone", "--nproc-per-node", 2, "--tee", "0:1",
+                 "--duplicate-stdout-filters", "", script])
+    assert r.rc == 0, r.describe()
+    attempt = hpr.only_train_dir() / "attempt_0"
+    out = (attempt / "filtered_stdout.log").read_text().splitlines()
+    assert out == ["[default0]:step 1 loss=0.5 rank 0",
+                   "[default0]:step 1 acc=0.9 rank 0",
+                   "[default0]:noise, with a comma 0"], out
+    assert not (attempt / "filtered_stderr.log").exists()

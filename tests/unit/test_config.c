@@ -176,6 +176,20 @@ static const char *field_text(const struct hp_config *cfg, const char *field,
                 return cfg->f ? cfg->f : "(null)";
         STRING_FIELDS(X)
 #undef X
+        if (strcmp(field, "dup_stdout") == 0 ||
+            strcmp(field, "dup_stderr") == 0) {
+                const struct hp_dup_filters *f =
+                        &cfg->dup_filters[field[7] == 'e' ? 1 : 0];
+                size_t used = 0;
+
+                buf[0] = '\0';
+                for (int i = 0; i < f->count; i++)
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "<%.*s>", (int)f->len[i],
+                                                 f->text + f->at[i]);
+                assert_true(used < len);
+                return buf;
+        }
         if (strcmp(field, "rdzv_backend_reason_set") == 0)
                 return cfg->rdzv_backend_reason ? "true" : "false";
         if (strcmp(field, "shutdown_signal") == 0) {
@@ -627,12 +641,27 @@ static const struct parse_case parse_cases[] = {
                 .expect = { { "script", "t.py" } },
         },
         {
-                .name = "--event-log-handler null and empty duplicate "
-                        "filters, torchrun's defaults",
-                .env = { { "PET_DUPLICATE_STDOUT_FILTERS", "" } },
+                .name = "--event-log-handler null, torchrun's default",
                 .argv = { "hyperpodrun", "--event-log-handler", "null",
-                          "--duplicate-stderr-filters", "", "t.py" },
-                .expect = { { "script", "t.py" } },
+                          "t.py" },
+                .expect = { { "script", "t.py" },
+                            { "dup_stdout", "" },
+                            { "dup_stderr", "" } },
+        },
+        {
+                .name = "duplicate filters as torchrun splits them",
+                .env = { { "PET_DUPLICATE_STDERR_FILTERS", "NCCL WARN" } },
+                .argv = { "hyperpodrun", "--duplicate_stdout_filters",
+                          "loss,,acc,step,", "t.py" },
+                .expect = { { "dup_stdout", "<loss,acc><step><>" },
+                            { "dup_stderr", "<NCCL WARN>" } },
+        },
+        {
+                .name = "an empty duplicate filter list is one empty "
+                        "filter, as in torchrun",
+                .argv = { "hyperpodrun", "--duplicate-stdout-filters", "",
+                          "t.py" },
+                .expect = { { "dup_stdout", "<>" } },
         },
         {
                 .name = "--signals-to-handle with torchrun's default set",
@@ -903,16 +932,19 @@ static const struct error_case error_cases[] = {
           { "hyperpodrun", "--event-log-handler", "dynamo", "t.py" },
           { "--event-log-handler dynamo", "not supported",
             "only null" } },
-        { "--duplicate-stdout-filters", NO_ENV,
-          { "hyperpodrun", "--duplicate-stdout-filters", "loss,,acc",
-            "t.py" },
-          { "--duplicate-stdout-filters 'loss,,acc'", "not supported",
-            "filtered_stdout.log" } },
-        { "PET_DUPLICATE_STDERR_FILTERS", { { "PET_DUPLICATE_STDERR_FILTERS",
-                                             "NCCL" } },
+        { "--duplicate-stdout-filters with --log-dir /dev/null", NO_ENV,
+          { "hyperpodrun", "--log-dir", "/dev/null",
+            "--duplicate-stdout-filters", "loss", "t.py" },
+          { "--duplicate-stdout-filters", "filtered_stdout.log",
+            "/dev/null writes no file" } },
+        { "PET_DUPLICATE_STDERR_FILTERS with too many filters",
+          { { "PET_DUPLICATE_STDERR_FILTERS",
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,"
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,"
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n" } },
           { "hyperpodrun", "t.py" },
-          { "PET_DUPLICATE_STDERR_FILTERS (environment) 'NCCL'",
-            "filtered_stderr.log" } },
+          { "PET_DUPLICATE_STDERR_FILTERS (environment)",
+            "more than 64 filters" } },
         { "--nproc-per-node xpu", NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "xpu", "t.py" },
           { "--nproc-per-node xpu", "Intel XPUs", "give their number" } },
