@@ -1181,11 +1181,14 @@ static const struct conversion conversions[] = {
                   "--redirects, --tee and --local-ranks-filter" },
         { ROW(EVENT_LOG_HANDLER, FUNC), .fn = convert_event_log_handler },
         { ROW(NUMA_BINDING, REFUSED),
-          .text = "hyperpodrun does not bind workers to NUMA nodes (torch "
-                  "2.x pins LOCAL_RANK's processes to the CPUs near GPU "
-                  "LOCAL_RANK from the machine's topology); wrap the "
-                  "script: --no-python numactl --cpunodebind=N "
-                  "--membind=N python3 -u train.py, N the GPU's "
+          .text = "hyperpodrun does not bind workers to NUMA nodes: "
+                  "torch 2.x pins LOCAL_RANK's processes near CUDA device "
+                  "LOCAL_RANK, and which PCI device (so which NUMA node) "
+                  "that is only the CUDA runtime can say (its order is "
+                  "fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID), "
+                  "which the agent does not load; wrap the script: "
+                  "--no-python numactl --cpunodebind=N --membind=N "
+                  "python3 -u train.py, N the GPU's "
                   "/sys/bus/pci/devices/<its PCI address>/numa_node, "
                   "chosen per ${local_rank} in a small script" },
         { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
