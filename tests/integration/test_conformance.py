@@ -274,7 +274,7 @@ def test_run_path_runs_the_script_with_python(hpr, tmp_path):
 
 @pytest.mark.parametrize("flag", [
     ["--numa-binding", "node"], ["--logs-specs", "x"],
-    ["--event-log-handler", "null"], ["--virtual-local-rank"],
+    ["--event-log-handler", "json"], ["--virtual-local-rank"],
     ["--signals-to-handle", "SIGUSR1"],
 ])
 def test_newer_torchrun_flags_are_refused_with_a_reason(hpr, tmp_path, flag):
