@@ -776,6 +776,8 @@ static void reap_leftovers(void)
                         return; /* ECHILD: all reaped */
                 if (pid == 0)
                         nanosleep(&pause, NULL);
+                else /* named as the loop's sweep names an orphan */
+                        hp_log_debug("reaped orphan pid %d", (int)pid);
         }
 }
 
