@@ -752,8 +752,8 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
                          failed && w.start_failed
                                  ? "WorkerStartFailed"
                                  : "WorkerCrash");
-                hp_agent_failure_message(a, g, ipr->failure,
-                                         sizeof(ipr->failure));
+                hp_op__failure_message(a, g, ipr->failure,
+                                       sizeof(ipr->failure));
                 ipr->verdict = false;
         }
         ipr->group = HP_IPR_GROUP_FAILED;
@@ -779,8 +779,8 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         char msg[HP_OP_MESSAGE_MAX];
         char reason[HP_VERDICT_REASON_MAX];
 
-        (void)hp_verdict_reason(v, reason, sizeof(reason));
-        (void)hp_verdict_describe(v, msg, sizeof(msg));
+        hp_op__verdict_message(a, v, reason, sizeof(reason), msg,
+                               sizeof(msg));
         verdict(ctx, reason, msg);
 }
 

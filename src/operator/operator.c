@@ -260,6 +260,32 @@ void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g)
         hp_group_stream_stats(g, add_stats_cb, op);
 }
 
+void hp_op__failure_message(struct hp_agent *a, const struct hp_group *g,
+                            char *msg, size_t len)
+{
+        const char *silence = hp_agent_silence(a);
+
+        hp_agent_failure_message(a, g, msg, len);
+        if (silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, len - used, "\n%s", silence);
+        }
+}
+
+void hp_op__verdict_message(struct hp_agent *a, const struct hp_verdict *v,
+                            char *reason, size_t reason_len, char *msg,
+                            size_t len)
+{
+        const char *silence = hp_agent_silence(a);
+
+        (void)hp_verdict_reason(v, reason, reason_len);
+        (void)hp_verdict_describe(v, msg, len);
+        if (silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, len - used, "; %s", silence);
+        }
+}
+
 static void worker_failed(struct hp_agent *a, const struct hp_group *g,
                           void *ctx)
 {
@@ -267,16 +293,11 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         char msg[HP_OP_MESSAGE_MAX];
         struct hp_failure w;
         bool failed = hp_group_failure(g, &w);
-        const char *silence = hp_agent_silence(a);
 
         op->last_failure_code = hp_agent_failure_exit_code(g);
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        hp_agent_failure_message(a, g, msg, sizeof(msg));
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "\n%s", silence);
-        }
+        hp_op__failure_message(a, g, msg, sizeof(msg));
         /* A rank that never ran (its log directory, its pipes, its
          * process could not be made) is not a crash of the job. */
         fault(op, failed && w.start_failed ? "WorkerStartFailed"
@@ -329,16 +350,11 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
         char reason[HP_VERDICT_REASON_MAX];
-        const char *silence = hp_agent_silence(a);
 
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        (void)hp_verdict_reason(v, reason, sizeof(reason));
-        (void)hp_verdict_describe(v, msg, sizeof(msg));
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "; %s", silence);
-        }
+        hp_op__verdict_message(a, v, reason, sizeof(reason), msg,
+                               sizeof(msg));
         op->last_detection_latency_s = (double)v->latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
         fault(op, reason, msg);

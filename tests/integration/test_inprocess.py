@@ -702,3 +702,23 @@ def test_worker_data_numbers_pass_through_as_written(hpr, tmp_path):
     body = deadline_poll(shown, 20, interval=0.02, what="worker_data")
     assert ('"data":' + EXACT + "}").encode() in body, body
     assert a.shutdown().rc == 0
+
+
+def test_log_hang_names_who_went_silent_and_reports(hpr, tmp_path):
+    """A rule's verdict in in-process mode: /status names the silent
+    ranks as plain operator mode does, and the hang report is written
+    for the attempt that faulted."""
+    rule = {"name": "Progress", "logPattern": ".*training step (\\d+).*",
+            "expectedStartCutOffInSeconds": 2,
+            "expectedRecurringFrequencyInSeconds": 1}
+    a = agent(hpr, tmp_path)
+    released(a, {"log_monitoring_configuration": [rule]})
+    st = a.wait_status("faulted", timeout=30)
+    assert st["reason"] == "LogHang_Progress"
+    assert re.search(r"; (rank \d|both ranks 0-1) silent since ",
+                     st["message"]), st["message"]
+    report = deadline_poll(lambda: list(
+        (a.dir / "logs").glob("none_*/attempt_0/hang-report.json")), 15,
+        what="hang-report.json")
+    assert "LogHang_Progress" in report[0].read_text()
+    assert a.shutdown().rc == 0
