@@ -465,6 +465,10 @@ static void next_stage(struct hp_operator *op, bool training)
 
         current_round(op, &round);
         hp_agent_set_round(a, &round);
+        /* The processes outlive the rounds; the next stage's processes
+         * are new, and run at the last /start's count, as the
+         * reference's would. */
+        hp_agent_set_restart_count(a, restart_count(op));
         r = hp_agent_next_stage(a);
         if (r == 0) {
                 hp_agent_clear_rules(a);

@@ -45,6 +45,11 @@ void hp_agent_set_round(struct hp_agent *a, const struct hp_rdzv_info *round)
                 a->round = *round;
 }
 
+void hp_agent_set_restart_count(struct hp_agent *a, int restart_count)
+{
+        a->restart_count = restart_count;
+}
+
 void hp_agent_rerank(struct hp_agent *a, const struct hp_rdzv_info *round)
 {
         hp_agent_set_round(a, round);
