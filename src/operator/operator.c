@@ -425,27 +425,40 @@ static int env_int(const char *name, int def, int min, int max, int *out,
         return 0;
 }
 
-/* The resource config directory is made when pod_resourceconfig.json is
- * first written; an agent restarted on the same file system reports the
- * saved IP table version at once, as the reference does. */
-static void read_saved_ip_table(struct hp_operator *op)
+/* The resource config directory is made at start, and an agent that
+ * cannot make it does not start, as the reference's: a training script
+ * that reads pod_resourceconfig.json finds its directory, and a bad path
+ * is told at once rather than at the first /start. An agent restarted on
+ * the same file system reports the saved IP table version at once. */
+static int open_resource_dir(struct hp_operator *op, char *errbuf,
+                             size_t len)
 {
         const struct hp_rdzv_options *opt = hp_agent_rdzv_options(op->agent);
         char err[512];
         cJSON *doc = NULL;
         const cJSON *ts;
+        int r;
 
         snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
                  opt->resource_config_dir);
+        r = hp_mkdir_p(op->resource_dir, 0755);
+        if (r < 0) {
+                snprintf(errbuf, len,
+                         "cannot create the resource config directory '%s' "
+                         "(--rdzv-conf resource_config_dir=DIR): %s",
+                         op->resource_dir, strerror(-r));
+                return r;
+        }
         if (hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err)) < 0) {
                 hp_log_warn("ignoring the saved IP table: %s", err);
-                return;
+                return 0;
         }
         ts = cJSON_GetObjectItemCaseSensitive(doc, "ips_timestamp");
         if (cJSON_IsString(ts))
                 snprintf(op->ip_version, sizeof(op->ip_version), "%s",
                          ts->valuestring);
         cJSON_Delete(doc);
+        return 0;
 }
 
 static void retry_cb(uv_timer_t *timer);
@@ -609,7 +622,9 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                          delay);
                 return HP_ECONFIG;
         }
-        read_saved_ip_table(op);
+        r = open_resource_dir(op, errbuf, len);
+        if (r < 0)
+                return r;
         r = init_server(op, errbuf, len);
         if (r < 0)
                 return r;

@@ -136,8 +136,7 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
 
         if (text == NULL)
                 return -ENOMEM;
-        /* Made on the first write rather than at start, so that an agent
-         * that never gets an IP table leaves nothing under /opt/ml. */
+        /* Made at start too; again here, in case it was removed since. */
         r = hp_mkdir_p(dir, 0755);
         if (r < 0) {
                 free(text);
