@@ -115,6 +115,7 @@ struct logmon_replay {
         uint64_t start_ms;         /* when the live rule clocks started */
         bool started;              /* the agent's start line was seen */
         bool live_verdict;         /* the agent's verdict line was seen */
+        bool job_ended;            /* the agent's line that the job ended */
         bool stopped;              /* --replay-until verdict: it was */
         uint64_t text_line_shown;  /* --replay-format text */
         bool until_set;            /* --replay-until TIME, or verdict's */
