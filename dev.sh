@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # hyperpodrun's entry points on a fresh Debian machine:
 #   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
 #   ./dev.sh test   install what is missing, build, run the whole test suite

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # apt-source.sh PACKAGE DEST: unpacks the Debian source package of the
 # installed binary package PACKAGE (the same version, from the mirror it
 # was installed from) into DEST, and prints the source tree's path.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Starting a worker: clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD), the way
  * glibc's posix_spawn starts a process, plus the parent-death signal that
  * posix_spawn cannot set, and, where the group has a cgroup of its own,
