@@ -3,7 +3,8 @@
 # run.sh DIST_DIR: proof that what ./dev.sh dist wrote works where a user
 # puts it. SHA256SUMS verifies; each tarball holds a static, stripped agent
 # of its architecture; the x86_64 wheel installs into a fresh venv with no
-# index and runs a 2-worker job through the venv's hyperpodrun; the .deb
+# index and runs a 2-worker job through the venv's hyperpodrun; python/
+# installs offline as the README says; the .deb
 # installs into the Debian 11 root that tests/static/run.sh made and runs
 # a job there; the aarch64 agent from its tarball runs under qemu-user a
 # job of 2 workers, an exit status and a SIGTERM stop. Under qemu the
@@ -116,6 +117,20 @@ EOT
         "$v/bin/hyperpodrun" --version | head -n 1 | grep -q ', static)$'
 }
 check "wheel: pip --no-index into a fresh venv, a 2-worker job" venv_job
+
+# python/ alone, offline, as the README's Install section says: a venv that
+# sees Debian's setuptools and wheel, and no build isolation (which would
+# download them). A copy, so that the build leaves nothing in the tree.
+python_dir() {
+        local v=$work/venv-src
+        cp -r "$(dirname "$0")/../../python" "$work/python-src" &&
+        /usr/bin/python3 -m venv --system-site-packages "$v" &&
+        "$v/bin/pip" install --no-index --no-build-isolation \
+                --disable-pip-version-check -q "$work/python-src" &&
+        "$v/bin/python" -c 'import hyperpodrun_client, hyperpod_elastic_agent
+print(hyperpodrun_client.__file__)' | tee /dev/stderr | grep -q "^$v/"
+}
+check "pip install --no-index --no-build-isolation ./python" python_dir
 
 # The .deb in the Debian 11 root of tests/static/run.sh (./dev.sh test runs
 # that first), installed with the root's own dpkg, then removed again.
