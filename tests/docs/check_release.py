@@ -9,7 +9,7 @@ Checked: `BINARY --version` starts with "hyperpodrun VERSION"; the built man
 page's .TH line has DATE and "hyperpodrun VERSION"; python/pyproject.toml's
 version is VERSION; NEWS.md's first release heading is "VERSION (DATE)";
 debian/changelog's first entry is VERSION-N; every C, header, Python, shell
-and meson file under SOURCE_ROOT (build directories aside) has the line
+and meson file of SOURCE_ROOT (git's tracked and new files) has the line
 "SPDX-License-Identifier: Apache-2.0".
 """
 import pathlib
@@ -20,9 +20,8 @@ import sys
 SPDX = "SPDX-License-Identifier: Apache-2.0"
 SOURCE_SUFFIXES = (".c", ".h", ".h.in", ".py", ".sh", ".1.in")
 SOURCE_NAMES = ("meson.build", "meson_options.txt", "dev.sh", "run")
-# Trees that are not the project's sources: build directories (build*/ at
-# the top, each with meson-private/), dist/, the Debian build's scratch.
-SKIP_TOP = ("dist", ".git", ".ci-cache")
+# Trees that are not the project's sources (without git: build*/ too).
+SKIP_TOP = ("dist", ".git")
 
 
 def is_source(path):
@@ -30,16 +29,24 @@ def is_source(path):
 
 
 def source_files(root):
-    for top in sorted(root.iterdir()):
-        if top.name in SKIP_TOP or (top / "meson-private").is_dir() or \
-                top.name.startswith("build"):
-            continue
-        if top.name == "debian":
-            continue  # debhelper's own files, not the project's sources
-        paths = [top] if top.is_file() else sorted(top.rglob("*"))
-        for p in paths:
-            if p.is_file() and is_source(p) and "__pycache__" not in p.parts:
-                yield p
+    """The tree's files (git's list of tracked and new ones where it is a
+    checkout, so that a venv or build in it is not read), sources only."""
+    try:
+        names = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-co", "--exclude-standard"],
+            capture_output=True, text=True, check=True, timeout=60).stdout
+        paths = [root / n for n in names.splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        paths = [p for top in sorted(root.iterdir())
+                 if top.name not in SKIP_TOP and not top.name.startswith("build")
+                 for p in ([top] if top.is_file() else sorted(top.rglob("*")))]
+    for p in paths:
+        rel = p.relative_to(root)
+        if rel.parts[0] in SKIP_TOP or rel.parts[0] == "debian" or \
+                "__pycache__" in rel.parts:
+            continue  # debian/: debhelper's files, not the project's sources
+        if p.is_file() and is_source(p):
+            yield p
 
 
 def main(argv):
