@@ -52,7 +52,6 @@ PACKAGES="$PACKAGES dpkg-dev git debootstrap curl file binutils"
 DIST_PACKAGES="debhelper lintian python3-build python3-wheel python3-setuptools
 python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 libuv1-dev:arm64 libpcre2-dev:arm64 libyaml-dev:arm64"
-PACKAGES="$PACKAGES $DIST_PACKAGES"
 
 install_missing() { # install_missing [PACKAGES]
         SUDO=""
@@ -243,7 +242,7 @@ demo)
                 --log-dir /tmp/hyperpod-demo examples/demo_train.py 20
         ;;
 test)
-        install_missing
+        install_missing "$PACKAGES $DIST_PACKAGES"
         build build
         # -O3 sees what -O2 does not: a release build must build too.
         build build-release -Dbuildtype=release -Dtests=disabled
