@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 SPDX = "SPDX-License-Identifier: Apache-2.0"
-SOURCE_SUFFIXES = (".c", ".h", ".h.in", ".py", ".sh", ".1.in")
+SOURCE_SUFFIXES = (".c", ".h", ".h.in", ".py", ".sh", ".1.in", ".ini")
 SOURCE_NAMES = ("meson.build", "meson_options.txt", "dev.sh", "run")
 # Trees that are not the project's sources (without git: build*/ too).
 SKIP_TOP = ("dist", ".git")
@@ -95,7 +95,7 @@ def main(argv):
     for p in files:
         if SPDX not in p.read_text(errors="replace")[:400]:
             problems.append(f"{p.relative_to(root)}: no '{SPDX}' line "
-                            "at its top")
+                            "at its top (tools/spdx.py adds it)")
 
     if problems:
         print(f"check_release: {len(problems)} problem(s):")
