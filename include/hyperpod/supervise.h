@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: spawning, teeing, stopping and reaping the job's processes. */
 #ifndef HYPERPOD_SUPERVISE_H
 #define HYPERPOD_SUPERVISE_H

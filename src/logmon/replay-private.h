@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of the replay share: its state, and the functions one
  * file calls in another. replay.c is the driver (the clock, streams,
  * attempts, the layout and feeding lines), replay_head.c reads what a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replay: a recorded log through the rules, with time taken from the
  * lines themselves or from a fixed rate. This is the driver: the clock,
  * a stream per rank, the agent's own lines and attempts, the layout

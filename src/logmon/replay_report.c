@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a replay prints and tells its caller: each rule state change as a
  * JSON line or in text, the metric values a threshold rule compared, the
  * summary at the end, and the results the caller reads back

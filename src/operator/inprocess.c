@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* In-process restart (--inprocess-restart): the operator's third way of
  * driving the agent, beside self-driven and process-level restart.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared inside src/operator only. */
 #ifndef HP_OPERATOR_PRIVATE_H
 #define HP_OPERATOR_PRIVATE_H

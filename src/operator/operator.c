@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The operator's control API: routes, the agent state machine in motion,
  * and the hyperpod rendezvous (§3, §5).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pod_resourceconfig.json: the node IP table the operator sends with
  * /start and /update, kept on disk for the training framework (§5). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a driver may read of the agent and of a group in a callback: the
  * public header keeps both opaque, so that the agent's fields are the
  * module's own. */

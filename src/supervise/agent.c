@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The agent: attempts, stages, signals and exit status in self-driven mode.
  *
  * An attempt runs the stages in order, each one group of processes:

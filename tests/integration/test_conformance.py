@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Behaviour the operator and torchrun users expect: the reference agent's
 operator contract where hyperpodrun used to differ, torchrun's command line
 and environment, and small input holes. Real processes and real HTTP."""

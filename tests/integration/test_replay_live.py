@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The property replay exists for: for a log hyperpodrun itself recorded,
 --replay reaches the verdict the live run reached, on the same rule,
 local rank, state and line, at the same time to the millisecond where the

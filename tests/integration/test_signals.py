@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Signals to hyperpodrun and to its workers, reaping, and leftovers."""
 
 import os
