@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: argv and environment → config → agent → exit status. */
 #include <stdio.h>
 #include <stdlib.h>

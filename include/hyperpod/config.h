@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the command line and environment, parsed and validated. */
 #ifndef HYPERPOD_CONFIG_H
 #define HYPERPOD_CONFIG_H

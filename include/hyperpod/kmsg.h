@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The kernel log: node-problem-detector's kernel-monitor rules over the
  * records of /dev/kmsg, so that a node's hardware faults (an uncorrectable

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the output path of every worker stream.
  *
  *   pipe ──read──▶ file (every byte, as written)

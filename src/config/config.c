@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Command line and PET_* environment → struct hp_config. */
 #include <dirent.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The --help text. man/hyperpodrun.1.in and README.md say the same; the
  * docs test checks that every long option here appears in the man page. */
 #include "hyperpod/config.h"

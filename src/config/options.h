@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The option table: one row per flag, used for getopt, PET_* and errors. */
 #ifndef HP_CONFIG_OPTIONS_H
 #define HP_CONFIG_OPTIONS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * node-problem-detector's kernel-monitor config (its system-log-monitor
  * JSON), so that clusters reuse the configs they already run NPD with.

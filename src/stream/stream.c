@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A worker pipe feeding a file, the console and a line listener, and the
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One stage's processes: spawn, tee, stop, and know when they are done.
  *
  * Worker lifecycle (logged at debug level):

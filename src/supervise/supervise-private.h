@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared inside src/supervise only. */
 #ifndef HP_SUPERVISE_PRIVATE_H
 #define HP_SUPERVISE_PRIVATE_H

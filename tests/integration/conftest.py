@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures for the hyperpodrun integration tests.
 
 Every test runs the real binary on real processes. Conventions:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node health: the kernel log read with node-problem-detector's rules
 (--node-problem-config, the configs in examples/node-problem/).
 

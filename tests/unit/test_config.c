@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the command line and PET_* parsing (src/config/config.c).
  *
  * Each case gives an environment and an argv. Accepted cases list the

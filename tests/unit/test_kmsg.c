@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the kernel log rules (src/kmsg): the record parser, the
  * NPD config reader and the matcher, table-driven; the shipped configs in
  * examples/node-problem/ are checked against the kernel lines they are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the worker streams and their hub (src/stream/stream.c):
  * pipes as group.c makes them (and socket pairs, which the hub reads
  * as well), a real loop, real files.
