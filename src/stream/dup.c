@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* torchrun's duplicate filters: matching lines copied into one file. */
 #include <errno.h>
 #include <fcntl.h>

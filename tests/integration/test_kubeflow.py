@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Kubeflow PyTorchJob runs unchanged with hyperpodrun as its command.
 
 examples/kubeflow/pytorchjob.yaml's command runs on two "nodes" of this

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How the other workers are stopped when one fails, per mode.
 
 Self-driven modes stand in for torchrun: SIGTERM, then SIGKILL after

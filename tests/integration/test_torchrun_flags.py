@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """docs/torchrun-flags.md stays true: every torchrun flag, run.
 
 Each row of the table is run as written (in a directory with job.py,
