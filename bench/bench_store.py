@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: TCPStore throughput, the C server (src/store, run alone as
 hp-store-server) beside torch's own server (torch.distributed.TCPStore
 with is_master=True in a process of its own), with the same clients:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One client of bench_store.py: a torch.distributed TCPStore client that
 connects, says it is ready, waits for "go", then does COUNT SETs of its
 own keys and COUNT GETs of them, and prints the times of both phases as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: a key-value store on the libuv loop that speaks PyTorch's
  * TCPStore protocol, server and client, so that torch.distributed's own
  * TCPStore clients (and init_process_group's env:// rendezvous) can use it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The c10d backend: the agents meet at a TCPStore on --rdzv-endpoint.
  *
  * The agent that can bind the endpoint (or is told is_host=true) hosts the

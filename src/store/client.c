@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A TCPStore client on the loop: requests queue in order and go out one
  * at a time, as torch's own client sends them, so that every reply is
  * the answer to the request at the head of the queue. It speaks the

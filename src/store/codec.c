@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TCPStore wire format: the two dialects' query numbers and the
  * parser, pure (no allocation, no I/O), so that the server, the tests and
  * the fuzzer all run the same code. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TCPStore server: the keys, values and queues in one hash table, the
  * connections on the loop, and every byte it holds counted against one
  * memory ceiling. A client that speaks something else, or asks for more

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal to src/store. */
 #ifndef HP_STORE_PRIVATE_H
 #define HP_STORE_PRIVATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the TCPStore parser (src/store/codec.c).
  *
  * Input: one byte that picks the connection's dialect (unknown, legacy,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """--rdzv-backend c10d: agents on loopback meet at a TCPStore that one of
 them hosts (src/store), get their node ranks from the round, and their
 workers share that store (TORCHELASTIC_USE_AGENT_STORE=True): torch's

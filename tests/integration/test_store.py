@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C TCPStore server (src/store, run alone as hp-store-server) with
 Debian's torch 1.13 as its clients: the store API, a WAIT woken by another
 process, gloo process groups that rendezvous through it (the store passed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The store server on its own, for the integration tests and the
  * benchmark: binds HOST:PORT (port 0: a free one), prints "port N" on
  * stdout, serves until SIGTERM or SIGINT, and prints its counters as one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the TCPStore module (src/store).
  *
  * - The parser, table-driven over the wire encoding: each case is the hex

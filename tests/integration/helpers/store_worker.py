@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A torch.distributed client of a TCPStore server, for test_store.py.
 
     store_worker.py ops HOST PORT             the client's operations, one
