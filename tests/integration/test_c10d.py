@@ -199,3 +199,28 @@ def test_the_host_keeps_the_store_until_every_node_finished(hpr, tmp_path):
     assert r.rc == 0, r.describe()
     r = host.wait(60)
     assert r.rc == 0, r.describe()
+
+
+@needs_torch
+def test_a_garbage_client_on_the_store_port_is_dropped(hpr, tmp_path):
+    """While the host waits for the second agent, a client that speaks
+    HTTP on the endpoint is dropped and logged; the round and the job go
+    on."""
+    port = free_port()
+    common = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+              "--rdzv-id", "job7", "--nnodes", "2", "--nproc-per-node", "2",
+              "--tee", "3"]
+    host = hpr.start(["--log-dir", tmp_path / "a", *common, EXAMPLE],
+                     log_dir=False)
+    deadline_poll(lambda: b"hosting the store" in host.err_path.read_bytes()
+                  or host.poll() is not None, timeout=60, what="the host")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(64) == b""
+    other = hpr.start(["--log-dir", tmp_path / "b", *common, EXAMPLE],
+                      log_dir=False)
+    results = [host.wait(180), other.wait(180)]
+    for r in results:
+        assert r.rc == 0, r.describe()
+    assert "store: dropped the client 127.0.0.1:" in results[0].err
+    assert "not PyTorch's TCPStore protocol" in results[0].err
