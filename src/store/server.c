@@ -276,7 +276,8 @@ static uint8_t *out_room(struct conn *c, size_t n)
 
         if (c->closing)
                 return NULL;
-        if (c->out_len + n > c->s->l.out_max) {
+        /* The write in flight counts too: both wait for the client. */
+        if (c->out_len + c->wlen + n > c->s->l.out_max) {
                 conn_drop(c, HP_ETOOBIG,
                           "more than %zu bytes of replies wait for it to read",
                           c->s->l.out_max);
@@ -376,6 +377,7 @@ static void write_cb(uv_write_t *req, int status)
         struct conn *c = hp_container_of(req, struct conn, wreq);
 
         c->writing = false;
+        c->wlen = 0;
         if (status < 0) {
                 if (status != UV_ECANCELED)
                         conn_drop(c, status, "cannot write: %s",

@@ -594,6 +594,44 @@ static void test_memory_limit(void **state)
         free(s);
 }
 
+/* A client that asks and never reads has at most out_max bytes of
+ * replies waiting for it; past that it is dropped. */
+static void test_reply_limit(void **state)
+{
+        struct hp_store_limits l;
+        struct server *s;
+        uint8_t *val, hdr[64], sink[65536];
+        size_t n, total = 0;
+        ssize_t r;
+        int a;
+
+        hp_store_limits_default(&l);
+        l.out_max = 1024 * 1024;
+        s = server_start(&l);
+        val = calloc(1, 512 * 1024);
+        assert_non_null(val);
+        a = dial(s->port);
+        n = unhex(HELLO " 01 " L1 "'v' 0000080000000000", hdr, 0);
+        send_all(a, hdr, n);
+        send_all(a, val, 512 * 1024);
+        /* 64 GETs of it: 32 MiB of replies, more than the socket buffers
+         * and out_max together. */
+        n = unhex("03 " L1 "'v'", hdr, 0);
+        for (int i = 0; i < 64; i++)
+                send_all(a, hdr, n);
+        while ((r = recv(a, sink, sizeof(sink), 0)) > 0)
+                total += (size_t)r;
+        /* The end, or a reset when the server closed with queries of ours
+         * still unread. */
+        assert_true(r == 0 || (r < 0 && errno == ECONNRESET));
+        assert_true(total < 64 * (512 * 1024 + 8));
+        close(a);
+        server_stop(s);
+        assert_int_equal(s->stats.limit_errors, 1);
+        free(val);
+        free(s);
+}
+
 /* ---- the client, on the same loop as the server ---- */
 
 struct sync {
@@ -793,6 +831,7 @@ int main(void)
                 cmocka_unit_test(test_conversations),
                 cmocka_unit_test(test_connection_limit),
                 cmocka_unit_test(test_memory_limit),
+                cmocka_unit_test(test_reply_limit),
                 cmocka_unit_test(test_client),
                 cmocka_unit_test(test_client_refused),
                 cmocka_unit_test(test_listen_error),
