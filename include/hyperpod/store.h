@@ -276,6 +276,12 @@ int hp_store_client_queue_len(struct hp_store_client *c, const void *key,
 int hp_store_client_ping(struct hp_store_client *c, uint32_t nonce,
                          hp_store_reply_cb cb, void *ctx);
 
+/* This end's address of the connection, numeric ("10.0.0.5", "::1"):
+ * the address by which the server's network reaches this machine.
+ * Returns 0, or a negative errno (-ENOTCONN before the connection is up). */
+int hp_store_client_local_addr(const struct hp_store_client *c, char *addr,
+                               size_t len);
+
 /*
  * Closes the connection: every request not yet answered gets -ECANCELED;
  * c is freed once its handles are closed, then close_cb(ctx) runs (may be

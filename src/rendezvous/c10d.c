@@ -156,6 +156,12 @@ struct round {
         int64_t joined; /* this agent's place, 1-based */
         bool finishing; /* the exit barrier, not the join */
         bool hosting;   /* this agent holds the store */
+        /* TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: node 0's worker rank 0
+         * hosts the workers' store, at the address node 0 publishes. */
+        bool own_store;
+        char key_master[300];
+        char master_addr[INET6_ADDRSTRLEN];
+        int master_port;
         char key_joined[300];
         char key_closed[300];
         const char *endpoint;
@@ -188,9 +194,46 @@ static void retry_cb(uv_timer_t *t)
         connect_now(hp_container_of(t, struct round, retry));
 }
 
+static void closed_set_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+
+        if (r->status < 0)
+                round_fail(rd, "rendezvous '%s' at %s: cannot write to the "
+                               "store: %s",
+                           rd->run_id, rd->endpoint, hp_strerror(r->status));
+}
+
+static void master_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+        char text[300];
+
+        if (r->status < 0 || r->val_len == 0 || r->val_len >= sizeof(text)) {
+                round_fail(rd, "rendezvous '%s' at %s: node 0 published no "
+                               "master address",
+                           rd->run_id, rd->endpoint);
+                return;
+        }
+        memcpy(text, r->val, r->val_len);
+        text[r->val_len] = '\0';
+        if (hp_rdzv_parse_endpoint(text, rd->master_addr,
+                                   sizeof(rd->master_addr), 0,
+                                   &rd->master_port) < 0 ||
+            rd->master_port == 0) {
+                round_fail(rd, "rendezvous '%s' at %s: node 0 published the "
+                               "master '%s', which is no HOST:PORT",
+                           rd->run_id, rd->endpoint, text);
+                return;
+        }
+        rd->state = ROUND_DONE;
+        uv_stop(&rd->loop);
+}
+
 static void waited_cb(void *ctx, const struct hp_store_reply *r)
 {
         struct round *rd = ctx;
+        int q;
 
         if (r->status < 0) {
                 round_fail(rd, "rendezvous '%s' at %s: the store went away "
@@ -199,24 +242,64 @@ static void waited_cb(void *ctx, const struct hp_store_reply *r)
                            hp_strerror(r->status));
                 return;
         }
+        if (rd->own_store && !rd->finishing) {
+                q = hp_store_client_get(rd->client, rd->key_master,
+                                        strlen(rd->key_master), master_cb, rd);
+                if (q < 0)
+                        round_fail(rd, "%s", hp_strerror(q));
+                return;
+        }
         rd->state = ROUND_DONE;
         uv_stop(&rd->loop);
 }
 
-static void closed_set_cb(void *ctx, const struct hp_store_reply *r)
+/* A port nobody listens on now on every address, for worker rank 0's
+ * store, as torchrun picks one. */
+static int free_port(int *port)
 {
-        struct round *rd = ctx;
+        struct sockaddr_in6 a = { .sin6_family = AF_INET6 };
+        socklen_t len = sizeof(a);
+        int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0), r = 0;
 
-        if (r->status < 0)
-                round_fail(rd, "rendezvous '%s' at %s: cannot close the "
-                               "round: %s",
-                           rd->run_id, rd->endpoint, hp_strerror(r->status));
+        if (fd < 0)
+                return -errno;
+        if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+                r = -errno;
+        else
+                *port = ntohs(a.sin6_port);
+        close(fd);
+        return r;
+}
+
+/* Node 0 says where its worker rank 0 will listen: this end's address of
+ * the connection to the store (the one the others reach it by) and a free
+ * port. */
+static int publish_master(struct round *rd)
+{
+        char addr[INET6_ADDRSTRLEN], value[INET6_ADDRSTRLEN + 16];
+        int port = 0, r;
+
+        r = hp_store_client_local_addr(rd->client, addr, sizeof(addr));
+        if (r == 0)
+                r = free_port(&port);
+        if (r < 0)
+                return r;
+        snprintf(value, sizeof(value), strchr(addr, ':') ? "[%s]:%d" : "%s:%d",
+                 addr, port);
+        hp_log_info("rendezvous '%s': TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
+                    "worker rank 0 hosts the workers' store at %s",
+                    rd->run_id, value);
+        return hp_store_client_set(rd->client, rd->key_master,
+                                   strlen(rd->key_master), value,
+                                   strlen(value), closed_set_cb, rd);
 }
 
 static void joined_cb(void *ctx, const struct hp_store_reply *r)
 {
         struct round *rd = ctx;
-        const char *keys[] = { rd->key_closed };
+        const char *keys[] = { rd->key_closed, rd->key_master };
+        size_t nkeys = rd->own_store && !rd->finishing ? 2 : 1;
         int q;
 
         if (r->status < 0) {
@@ -258,13 +341,15 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                     rd->nnodes);
         rd->state = ROUND_WAITING;
         q = 0;
-        if (rd->joined == rd->nnodes)
+        if (rd->own_store && rd->joined == 1)
+                q = publish_master(rd);
+        if (q == 0 && rd->joined == rd->nnodes)
                 q = hp_store_client_set(rd->client, rd->key_closed,
                                         strlen(rd->key_closed), "1", 1,
                                         closed_set_cb, rd);
         if (q == 0)
-                q = hp_store_client_wait(rd->client, keys, 1, 0, waited_cb,
-                                         rd);
+                q = hp_store_client_wait(rd->client, keys, nkeys, 0,
+                                         waited_cb, rd);
         if (q < 0)
                 round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
                            rd->endpoint, hp_strerror(q));
@@ -401,6 +486,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         const struct hp_config *cfg = rdzv->cfg;
         struct round rd = { .state = ROUND_CONNECTING };
         char host[256], addr[INET6_ADDRSTRLEN], why[300];
+        const char *env;
         int r;
 
         /* One round per agent: a restart keeps its node rank (coordinated
@@ -451,6 +537,12 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                  "/hyperpodrun/rdzv/%s/joined", rdzv->run_id);
         snprintf(rd.key_closed, sizeof(rd.key_closed),
                  "/hyperpodrun/rdzv/%s/closed", rdzv->run_id);
+        snprintf(rd.key_master, sizeof(rd.key_master),
+                 "/hyperpodrun/rdzv/%s/master", rdzv->run_id);
+        /* torchrun's switch back to worker rank 0 hosting the workers'
+         * store, read as torchrun reads it. */
+        env = getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
+        rd.own_store = env != NULL && strcmp(env, "1") == 0;
         r = run_round(&rd);
         if (r < 0) {
                 if (rd.state != ROUND_FAILED)
@@ -461,9 +553,16 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         }
         out->nnodes = cfg->nnodes;
         out->node_rank = (int)rd.joined - 1;
-        snprintf(out->master_addr, sizeof(out->master_addr), "%s", host);
-        out->master_port = rd.port;
-        out->agent_store = true;
+        if (rd.own_store) {
+                snprintf(out->master_addr, sizeof(out->master_addr), "%s",
+                         rd.master_addr);
+                out->master_port = rd.master_port;
+        } else {
+                snprintf(out->master_addr, sizeof(out->master_addr), "%s",
+                         host);
+                out->master_port = rd.port;
+                out->agent_store = true;
+        }
         rdzv->round = *out;
         rdzv->round.nproc = cfg->nproc;
         rdzv->round.world_size = out->nnodes * cfg->nproc;

@@ -482,6 +482,23 @@ void hp_store_client_close(struct hp_store_client *c,
         uv_close((uv_handle_t *)&c->timer, close_cb);
 }
 
+int hp_store_client_local_addr(const struct hp_store_client *c, char *addr,
+                               size_t len)
+{
+        struct sockaddr_storage ss;
+        int n = sizeof(ss);
+        int r;
+
+        if (!c->connected)
+                return -ENOTCONN;
+        r = uv_tcp_getsockname(&c->tcp, (struct sockaddr *)&ss, &n);
+        if (r < 0)
+                return r;
+        if (ss.ss_family == AF_INET6)
+                return uv_ip6_name((const struct sockaddr_in6 *)&ss, addr, len);
+        return uv_ip4_name((const struct sockaddr_in *)&ss, addr, len);
+}
+
 /* ---- requests ---- */
 
 static int one_key(struct hp_store_client *c, enum hp_store_op op,

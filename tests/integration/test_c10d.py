@@ -224,3 +224,35 @@ def test_a_garbage_client_on_the_store_port_is_dropped(hpr, tmp_path):
         assert r.rc == 0, r.describe()
     assert "store: dropped the client 127.0.0.1:" in results[0].err
     assert "not PyTorch's TCPStore protocol" in results[0].err
+
+
+@needs_torch
+def test_torch_disable_share_rdzv_tcp_store(hpr, tmp_path):
+    """TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torchrun's way back: node 0
+    publishes its address and a free port, worker rank 0 hosts the
+    workers' store there (TORCHELASTIC_USE_AGENT_STORE=False)."""
+    port = free_port()
+    procs = []
+    for i in range(2):
+        procs.append(hpr.start(
+            ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7",
+             "--nnodes", "2", "--nproc-per-node", "2", "--tee", "3", EXAMPLE],
+            env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, log_dir=False))
+    results = [p.wait(180) for p in procs]
+    masters = set()
+    for r in results:
+        assert r.rc == 0, r.describe()
+        m = re.search(r"attempt 0: 2 workers, node \d of 2, world size 4, "
+                      r"master 127\.0\.0\.1:(\d+)", r.err)
+        assert m, r.describe()
+        masters.add(int(m.group(1)))
+    assert len(masters) == 1 and port not in masters
+    said = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: worker rank 0 hosts the "
+            f"workers' store at 127.0.0.1:{masters.pop()}")
+    published = [r for r in results if said in r.err]
+    assert len(published) == 1
+    for node, r in zip([node_of(r) for r in results], results):
+        by_rank = worker_lines(r.stdout)
+        assert by_rank.get(0) == [
+            f"rank {node * 2}/4 (local 0): all_reduce sum = 10".encode()]

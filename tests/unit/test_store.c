@@ -701,6 +701,14 @@ static void test_client(void **state)
         assert_int_equal(y.r.status, 0);
         assert_int_equal(y.r.op, HP_STORE_OP_PING);
         assert_int_equal(y.r.num, (int64_t)uv_os_getpid());
+        {
+                char addr[64];
+
+                assert_int_equal(hp_store_client_local_addr(c, addr,
+                                                            sizeof(addr)),
+                                 0);
+                assert_string_equal(addr, "127.0.0.1");
+        }
 
         SYNC(&y, hp_store_client_set(c, "k", 1, "v1", 2, reply_cb, &y));
         assert_int_equal(y.r.status, 0);
