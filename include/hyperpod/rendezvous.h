@@ -75,9 +75,11 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                  size_t errlen);
 
 /* Ends what hp_rdzv_init and the rounds started: the store a c10d agent
- * hosts (its workers' store too) is closed. Safe to call more than once
- * and on a zeroed struct. */
-void hp_rdzv_close(struct hp_rdzv *rdzv);
+ * hosts (its workers' store too) is closed. A c10d agent first passes the
+ * exit barrier: it says it has finished, and the host, when its job
+ * succeeded (torchrun's rule), keeps the store until every node has.
+ * Safe to call more than once and on a zeroed struct. */
+void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded);
 
 /* Splits "host[:port]" or "[v6]:port"; port stays default_port when
  * absent. Exposed for tests. */

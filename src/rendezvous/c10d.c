@@ -572,10 +572,12 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         return 0;
 }
 
-/* The exit barrier: every agent says it is done; the one that holds the
- * store keeps it until all have (or EXIT_BARRIER_MS passed), so that no
- * node's workers lose their store because this node's ended first. */
-static void exit_barrier(struct hp_rdzv *rdzv)
+/* The exit barrier: every agent says it is done, whatever its end; the
+ * one that holds the store, when its job succeeded, keeps it until all
+ * have (or EXIT_BARRIER_MS passed), so that no node's workers lose their
+ * store because this node's ended first. An agent that failed still
+ * counts, so that the host does not wait for it. */
+static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
 {
         const struct hp_config *cfg = rdzv->cfg;
         struct round rd = { .state = ROUND_CONNECTING, .finishing = true };
@@ -586,7 +588,7 @@ static void exit_barrier(struct hp_rdzv *rdzv)
             resolve(host, addr, sizeof(addr), err, sizeof(err)) < 0)
                 return;
         rd.addr = addr;
-        rd.hosting = rdzv->c10d != NULL;
+        rd.hosting = rdzv->c10d != NULL && succeeded;
         rd.nnodes = rdzv->round.nnodes;
         rd.endpoint = cfg->rdzv_endpoint;
         rd.run_id = rdzv->run_id;
@@ -602,14 +604,13 @@ static void exit_barrier(struct hp_rdzv *rdzv)
                             err);
 }
 
-void hp_rdzv__c10d_close(struct hp_rdzv *rdzv)
+void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
 {
         struct hp_rdzv_c10d *h = rdzv->c10d;
 
-        if (rdzv->have_round) {
-                rdzv->have_round = false;
-                exit_barrier(rdzv);
-        }
+        if (rdzv->have_round)
+                exit_barrier(rdzv, succeeded);
+        rdzv->have_round = false;
         if (h == NULL)
                 return;
         uv_async_send(&h->stop);

@@ -57,9 +57,9 @@ int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
         return hp_rdzv__options_parse(rdzv, errbuf, errlen);
 }
 
-void hp_rdzv_close(struct hp_rdzv *rdzv)
+void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded)
 {
-        hp_rdzv__c10d_close(rdzv);
+        hp_rdzv__c10d_close(rdzv, succeeded);
 }
 
 int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,

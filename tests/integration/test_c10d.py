@@ -10,6 +10,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import time
 
 import pytest
@@ -41,6 +42,30 @@ def start_agents(hpr, tmp_path, n, endpoint, worker, extra=(), nproc=2):
     return procs
 
 
+def release(gate):
+    """Lets the worker blocked on the FIFO gate go: opening it for writing
+    waits until the worker has opened it for reading (bounded), and the
+    close is its end of file."""
+    subprocess.run(["/bin/sh", "-c", 'exec 3>"$1"', "sh", str(gate)],
+                   timeout=120, check=True)
+
+
+def wait_all(procs, timeout):
+    """Waits for every agent; one that does not end shows the others'
+    consoles too, where the reason usually is."""
+    results = []
+    for i, p in enumerate(procs):
+        try:
+            results.append(p.wait(timeout))
+        except pytest.fail.Exception as e:
+            others = "\n".join(
+                f"--- agent {j}, console.err (tail) ---\n"
+                f"{q.err_path.read_text(errors='replace')[-3000:]}"
+                for j, q in enumerate(procs) if j != i)
+            pytest.fail(f"{e}\n{others}")
+    return results
+
+
 def node_of(result):
     m = re.search(r"rendezvous 'job7' at \S+: joined as node (\d+) of (\d+)",
                   result.err)
@@ -53,7 +78,7 @@ def test_two_agents_allreduce_through_the_agent_store(hpr, tmp_path):
     port = free_port()
     endpoint = f"127.0.0.1:{port}"
     procs = start_agents(hpr, tmp_path, 2, endpoint, [EXAMPLE])
-    results = [p.wait(180) for p in procs]
+    results = wait_all(procs, 180)
     for r in results:
         assert r.rc == 0, r.describe()
     nodes = [node_of(r) for r in results]
@@ -82,7 +107,7 @@ def test_the_workers_environment(hpr, tmp_path):
              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7",
              "--nnodes", "2", "--nproc-per-node", "2", DUMP_ENV, out],
             env={"DUMP_TAG": f"agent{i}"}, log_dir=False))
-    results = [p.wait(120) for p in procs]
+    results = wait_all(procs, 120)
     for r in results:
         assert r.rc == 0, r.describe()
     ranks = set()
@@ -156,12 +181,7 @@ def test_an_agent_past_nnodes_is_refused(hpr, tmp_path):
         assert (f"rendezvous 'full' at 127.0.0.1:{port} already has its 1 "
                 "nodes (--nnodes 1); this agent came as node 2") in second.err
     finally:
-        # Opening the FIFO for writing lets the worker's cat end (and
-        # fails at once when no worker reads it).
-        try:
-            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
+        release(gate)
     r = first.wait(60)
     assert r.rc == 0, r.describe()
 
@@ -191,10 +211,7 @@ def test_the_host_keeps_the_store_until_every_node_finished(hpr, tmp_path):
                       what="the host's workers to end")
         assert host.poll() is None, host.err_path.read_text()
     finally:
-        try:
-            os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
+        release(gate)
     r = other.wait(120)
     assert r.rc == 0, r.describe()
     r = host.wait(60)
@@ -219,7 +236,7 @@ def test_a_garbage_client_on_the_store_port_is_dropped(hpr, tmp_path):
         assert s.recv(64) == b""
     other = hpr.start(["--log-dir", tmp_path / "b", *common, EXAMPLE],
                       log_dir=False)
-    results = [host.wait(180), other.wait(180)]
+    results = wait_all([host, other], 180)
     for r in results:
         assert r.rc == 0, r.describe()
     assert "store: dropped the client 127.0.0.1:" in results[0].err
@@ -239,7 +256,7 @@ def test_torch_disable_share_rdzv_tcp_store(hpr, tmp_path):
              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7",
              "--nnodes", "2", "--nproc-per-node", "2", "--tee", "3", EXAMPLE],
             env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, log_dir=False))
-    results = [p.wait(180) for p in procs]
+    results = wait_all(procs, 180)
     masters = set()
     for r in results:
         assert r.rc == 0, r.describe()

@@ -1238,7 +1238,7 @@ static void test_c10d_rounds(void **state)
         assert_true(t->info.agent_store);
         assert_non_null(t->rdzv.c10d);
         expect_round(t, 1, 0, 3, "127.0.0.1", port);
-        hp_rdzv_close(&t->rdzv);
+        hp_rdzv_close(&t->rdzv, true);
         assert_null(t->rdzv.c10d);
         round_free(t);
 
