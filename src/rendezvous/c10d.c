@@ -506,6 +506,21 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         r = resolve(host, addr, sizeof(addr), errbuf, errlen);
         if (r < 0)
                 return r;
+        /* What torchrun's c10d backend does not read either, said rather
+         * than ignored in silence. */
+        if (cfg->node_rank_given)
+                hp_log_warn("--node-rank %d is not read by the c10d backend: "
+                            "node ranks go by order of arrival",
+                            cfg->node_rank);
+        if (cfg->master_addr_given || cfg->master_port_given)
+                hp_log_warn("--master-addr and --master-port are not read by "
+                            "the c10d backend: the workers' MASTER_ADDR:"
+                            "MASTER_PORT is the store on --rdzv-endpoint");
+        if (cfg->max_restarts > 0 && cfg->nnodes > 1)
+                hp_log_warn("--max-restarts %d with c10d: a restart restarts "
+                            "this node's workers only, in the same round; the "
+                            "other nodes' are not restarted with them",
+                            cfg->max_restarts);
         if (rdzv->c10d == NULL && rdzv->opt.is_host != 0) {
                 /* is_host=true binds every address, as torchrun does; by
                  * default the endpoint's own, which only its machine can. */

@@ -105,13 +105,16 @@ def test_the_workers_environment(hpr, tmp_path):
         procs.append(hpr.start(
             ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "c10d",
              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7",
-             "--nnodes", "2", "--nproc-per-node", "2", DUMP_ENV, out],
+             "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "1",
+             DUMP_ENV, out],
             env={"DUMP_TAG": f"agent{i}"}, log_dir=False))
     results = wait_all(procs, 120)
     for r in results:
         assert r.rc == 0, r.describe()
     ranks = set()
     for i, r in enumerate(results):
+        assert ("--node-rank 1 is not read by the c10d backend: node ranks "
+                "go by order of arrival") in r.err, r.describe()
         node = node_of(r)
         for local in range(2):
             env = json.loads((out / f"agent{i}_{local}.json").read_text())["env"]
