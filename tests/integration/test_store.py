@@ -124,17 +124,20 @@ def test_wait_woken_by_another_process(store):
     try:
         # The WAIT is on the server once it holds an entry for the key that
         # is not yet set; then the SET must wake it.
-        deadline_poll(lambda: store.stats()["keys"] == 1, timeout=60,
+        deadline_poll(lambda: waiter.poll() is not None
+                      or store.stats()["keys"] == 1, timeout=120,
                       interval=0.05, what="the waiter's WAIT")
-        assert waiter.poll() is None
+        if waiter.poll() is not None:
+            pytest.fail(f"the waiter ended ({waiter.returncode}) before its "
+                        f"WAIT was seen: {waiter.communicate()}")
         run_worker("set", "127.0.0.1", store.port, "late", "v")
-        out, err = waiter.communicate(timeout=60)
+        out, err = waiter.communicate(timeout=120)
     finally:
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait()
     assert waiter.returncode == 0, err
-    assert out.splitlines() == ["woken v"]
+    assert out.splitlines() == ["woken v"], (out, err)
 
 
 def start_group(world, argv_of, env_of):

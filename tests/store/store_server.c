@@ -120,8 +120,8 @@ int main(int argc, char **argv)
                 uv_loop_close(&a.loop);
                 return 1;
         }
-        printf("port %d\n", hp_store_server_port(a.server));
-        fflush(stdout);
+        /* The handlers first: a caller may signal as soon as it has read
+         * the port. */
         uv_signal_init(&a.loop, &a.sigterm);
         uv_signal_init(&a.loop, &a.sigint);
         uv_signal_init(&a.loop, &a.sigusr1);
@@ -129,6 +129,8 @@ int main(int argc, char **argv)
         uv_signal_start(&a.sigterm, signal_cb, SIGTERM);
         uv_signal_start(&a.sigint, signal_cb, SIGINT);
         uv_signal_start(&a.sigusr1, signal_cb, SIGUSR1);
+        printf("port %d\n", hp_store_server_port(a.server));
+        fflush(stdout);
         uv_run(&a.loop, UV_RUN_DEFAULT);
         return uv_loop_close(&a.loop) == 0 ? 0 : 1;
 }
