@@ -101,6 +101,10 @@ struct hp_config {
         /* --server-port given: self-driven modes serve the read-only
          * routes only then. */
         bool server_port_given;
+        /* --metrics-port: GET /metrics alone on a listener of its own
+         * (0: a free one), in every mode. */
+        int metrics_port;
+        bool metrics_port_given;
         /* Server options given on the command line or not at all, for
          * the warning that one has no effect ("" when none). */
         const char *server_flag_given;

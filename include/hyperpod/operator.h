@@ -296,6 +296,7 @@ struct hp_operator {
         struct hp_agent *agent; /* borrowed */
         const struct hp_config *cfg;
         struct hp_httpd httpd;
+        struct hp_httpd metrics_httpd; /* --metrics-port: GET /metrics only */
         struct hp_plr plr;
         uv_timer_t kick;        /* acts on the state after a request */
         uv_timer_t retry;       /* listen retries */
@@ -318,6 +319,7 @@ struct hp_operator {
         bool log_requests;      /* --server-log-level debug or trace */
         bool observer;          /* self-driven: read-only routes */
         bool httpd_ready;
+        bool metrics_httpd_ready;
         bool timers_ready;
         /* The last /stop's graceful flag and timeout: sticky, as in the
          * reference. */
@@ -326,14 +328,10 @@ struct hp_operator {
         /* The last attempt ended in a worker failure with this status. */
         int last_failure_code;
         /* For /metrics. */
+        double start_time_s;    /* wall clock, when the agent started */
         uint64_t attempts_started;
-        uint64_t faults;
+        uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* times FAULTED, by cause */
         double last_detection_latency_s; /* -1: none yet */
-        struct hp_op_stream_totals {
-                uint64_t lines;
-                uint64_t bytes;
-                uint64_t file_lost;
-        } (*stream_totals)[2]; /* per local rank: stdout, stderr */
         char *response;         /* the last response body (malloc'd) */
         char *token;            /* --server-token-file's, or NULL */
         size_t token_len;
@@ -372,7 +370,8 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                      const struct hp_config *cfg, char *errbuf, size_t len);
 /* Self-driven mode with --server-port: serves /status, /metrics and
  * /healthz on --server-host:--server-port, and answers the control routes
- * 409; the agent runs itself. Errors go to errbuf. */
+ * 409; the agent runs itself. With --metrics-port, GET /metrics on that
+ * port as well (or alone, without --server-port). Errors go to errbuf. */
 int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
                         const struct hp_config *cfg, char *errbuf,
                         size_t len);

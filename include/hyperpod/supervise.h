@@ -376,11 +376,40 @@ struct hp_ckpt *hp_agent_ckpt(struct hp_agent *agent);
 /* Lines console fd (1 or 2) lost so far: dropped or failed writes. */
 uint64_t hp_agent_console_dropped(struct hp_agent *agent, int fd);
 
+/* Why an attempt faulted, for /metrics' hyperpodrun_faults_total{cause}. */
+enum hp_fault_cause {
+        HP_FAULT_WORKER = 0, /* a worker failed, or could not start */
+        HP_FAULT_RULE,       /* a log rule's verdict */
+        HP_FAULT_NODE,       /* the kernel log or the pre-flight check */
+        HP_FAULT_CAUSE_COUNT
+};
+
+/* "worker", "rule", "node". */
+const char *hp_fault_cause_name(enum hp_fault_cause cause);
+/* The cause a FAULTED reason names: NodeFault_* a node fault, LogSlow_*,
+ * LogHang_* and LogFault_* a rule verdict, anything else (WorkerCrash,
+ * WorkerStartFailed, WorkerFault, a reason a worker sent) a worker's. */
+enum hp_fault_cause hp_fault_cause_of(const char *reason);
+
+/* What the self-driven driver did, for /metrics (the operator's own
+ * drivers count for themselves). */
+struct hp_agent_counts {
+        uint64_t attempts;  /* worker groups started from the first stage */
+        uint64_t restarts;  /* of those, restarts after a fault */
+        uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* attempts ended by each */
+};
+const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *agent);
+/* The job's run id (--rdzv-id; a random one with --standalone). */
+const char *hp_agent_run_id(const struct hp_agent *agent);
+
 /* One rank's stream counts; local_rank counts a hook as 0. */
 typedef void (*hp_stream_stats_cb)(void *ctx, int local_rank,
                                    const struct hp_stream_stats *out,
                                    const struct hp_stream_stats *err);
-/* Calls visit for each process of the running group, if one runs. */
+/* Calls visit for each local rank with what its ended groups read (every
+ * stage and attempt so far, hooks as rank 0), then for each process of the
+ * running group, if one runs: a rank's sum is what it has read since the
+ * agent started. */
 void hp_agent_stream_stats(const struct hp_agent *agent,
                            hp_stream_stats_cb visit, void *ctx);
 /* Calls visit (unless NULL) for each watched local rank with its rule

@@ -1145,6 +1145,8 @@ static const struct conversion conversions[] = {
         { ROW(SERVER_SHUTDOWN_TIMEOUT, SECONDS),
           FIELD(server_shutdown_timeout_ms) },
         { ROW(SERVER_TOKEN_FILE, TEXT), FIELD(server_token_file) },
+        { ROW(METRICS_PORT, INT), FIELD(metrics_port),
+          GIVEN(metrics_port_given), .min = 0, .max = 65535 },
 
         { ROW(LOG_MONITORING_CONFIG, TEXT),
           FIELD(log_monitoring_config) },
@@ -1237,6 +1239,18 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 r = convert_one(cfg, raw, &conversions[i], errbuf, errlen);
                 if (r < 0)
                         return r;
+        }
+        /* Two listeners on one port: the second could never listen. */
+        if (cfg->metrics_port_given && cfg->metrics_port != 0 &&
+            cfg->metrics_port == cfg->server_port &&
+            (cfg->server_port_given || hp_config_operator_mode(cfg))) {
+                snprintf(errbuf, errlen,
+                         "--metrics-port %d is the --server-port too: give "
+                         "the metrics their own port (0 for a free one), "
+                         "or leave --metrics-port out to scrape /metrics "
+                         "on the server port",
+                         cfg->metrics_port);
+                return HP_ECONFIG;
         }
         cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
                 : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"

@@ -57,6 +57,7 @@
         XX(SERVER_LOG_LEVEL, "server-log-level", 0, 1, NULL)                  \
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
         XX(SERVER_TOKEN_FILE, "server-token-file", 0, 1, NULL)                \
+        XX(METRICS_PORT, "metrics-port", 0, 1, NULL)                          \
         XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
         XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
         XX(NODE_PROBLEM_CONFIG, "node-problem-config", 0, 1, NULL)           \

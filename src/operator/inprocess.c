@@ -351,7 +351,7 @@ static void fault(struct hp_operator *op, const char *why)
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
         if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults++;
+                op->faults[hp_fault_cause_of(reason)]++;
                 hp_log_error("%s: %s", reason, message);
         }
 }
@@ -711,7 +711,6 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 
         if (result == HP_GROUP_FAILED)
                 hp_agent_print_failure_summary(a, g);
-        hp_op__accumulate_stats(op, g);
         if (ipr->group == HP_IPR_GROUP_STOPPING) {
                 finish_full_stop(op);
         } else if (result == HP_GROUP_SUCCEEDED) {

@@ -20,9 +20,9 @@ void hp_op__round_from_job(const struct hp_operator *op,
                            struct hp_rdzv_info *round);
 /* The Prometheus text exposition of the agent (malloc'd), or NULL. */
 char *hp_op__metrics_render(const struct hp_operator *op, size_t *len);
-
-/* Adds an ended group's stream counts to /metrics' totals. */
-void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g);
+/* --metrics-port's handler: GET /metrics, nothing else. */
+void hp_op__metrics_handle(void *ctx, const struct hp_httpd_request *req,
+                           struct hp_httpd_response *res);
 
 /* In-process restart (inprocess.c). */
 int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len);

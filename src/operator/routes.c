@@ -13,6 +13,7 @@
 #include "operator-private.h"
 
 #define JSON_TYPE "application/json"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /* The most of a request body or a 422 that goes into one log line. */
 #define LOG_ECHO_MAX 2048
 /* POST /debug/stacks: at most one report started per this many ms (and
@@ -475,8 +476,7 @@ static void route_request(struct hp_operator *op,
                         respond_500(op, res, "out of memory");
                         return;
                 }
-                respond(op, res, 200, "text/plain; version=0.0.4; "
-                                      "charset=utf-8", text);
+                respond(op, res, 200, METRICS_TYPE, text);
                 return;
         case R_STACKS:
                 handle_stacks(op, res);
@@ -515,6 +515,34 @@ static bool authorized(struct hp_operator *op,
                        "(--server-token-file)\"}");
         add_header(op, res, "WWW-Authenticate", "Bearer");
         return false;
+}
+
+void hp_op__metrics_handle(void *ctx, const struct hp_httpd_request *req,
+                           struct hp_httpd_response *res)
+{
+        struct hp_operator *op = ctx;
+        size_t len;
+        char *text;
+
+        if (!authorized(op, req, res)) {
+                /* answered 401 */
+        } else if (strcmp(req->path, "/metrics") != 0) {
+                respond_static(op, res, 404, JSON_TYPE,
+                               "{\"detail\":\"Not Found: --metrics-port "
+                               "serves GET /metrics only\"}");
+        } else if (req->method != HTTP_GET) {
+                respond_static(op, res, 405, JSON_TYPE,
+                               "{\"detail\":\"Method Not Allowed\"}");
+                add_header(op, res, "Allow", "GET");
+        } else if ((text = hp_op__metrics_render(op, &len)) == NULL) {
+                respond_500(op, res, "out of memory");
+        } else {
+                respond(op, res, 200, METRICS_TYPE, text);
+        }
+        if (op->log_requests)
+                hp_log_info("%s %s from %s (--metrics-port): %d",
+                            req->method_name, req->path, req->peer,
+                            res->status);
 }
 
 void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,

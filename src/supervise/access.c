@@ -3,8 +3,10 @@
  * module's own. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
 #include "supervise-private.h"
@@ -16,7 +18,45 @@ struct hp_agent *hp_agent_new(void)
 
 void hp_agent_free(struct hp_agent *a)
 {
+        if (a != NULL)
+                free(a->ended_stats);
         free(a);
+}
+
+const char *hp_fault_cause_name(enum hp_fault_cause cause)
+{
+        static const char *const names[] = {
+                [HP_FAULT_WORKER] = "worker",
+                [HP_FAULT_RULE] = "rule",
+                [HP_FAULT_NODE] = "node",
+        };
+        return (unsigned)cause < HP_ARRAY_SIZE(names) ? names[cause] : "?";
+}
+
+enum hp_fault_cause hp_fault_cause_of(const char *reason)
+{
+        static const char *const rule_prefixes[] = { "LogSlow_", "LogHang_",
+                                                     "LogFault_" };
+
+        if (reason == NULL)
+                return HP_FAULT_WORKER;
+        if (strncmp(reason, "NodeFault_", 10) == 0)
+                return HP_FAULT_NODE;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(rule_prefixes); i++)
+                if (strncmp(reason, rule_prefixes[i],
+                            strlen(rule_prefixes[i])) == 0)
+                        return HP_FAULT_RULE;
+        return HP_FAULT_WORKER;
+}
+
+const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *a)
+{
+        return &a->counts;
+}
+
+const char *hp_agent_run_id(const struct hp_agent *a)
+{
+        return a->rdzv.run_id;
 }
 
 uv_loop_t *hp_agent_loop(const struct hp_agent *a)
@@ -131,6 +171,10 @@ uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
 void hp_agent_stream_stats(const struct hp_agent *a, hp_stream_stats_cb visit,
                            void *ctx)
 {
+        if (a->ended_stats != NULL)
+                for (int i = 0; i < a->cfg->nproc; i++)
+                        visit(ctx, i, &a->ended_stats[i][0],
+                              &a->ended_stats[i][1]);
         if (hp_group__active(&a->group))
                 hp_group_stream_stats(&a->group, visit, ctx);
 }

@@ -143,12 +143,33 @@ static void report_console_drops(struct hp_agent *a)
         report_console(a, 1);
 }
 
+static void add_ended_cb(void *ctx, int rank, const struct hp_stream_stats *out,
+                         const struct hp_stream_stats *err)
+{
+        struct hp_agent *a = ctx;
+        const struct hp_stream_stats *st[2] = { out, err };
+
+        if (a->ended_stats == NULL || rank < 0 || rank >= a->cfg->nproc)
+                return;
+        for (int s = 0; s < 2; s++) {
+                struct hp_stream_stats *t = &a->ended_stats[rank][s];
+                t->lines += st[s]->lines;
+                t->bytes += st[s]->bytes;
+                t->lines_capped += st[s]->lines_capped;
+                t->console_dropped += st[s]->console_dropped;
+                t->file_lost += st[s]->file_lost;
+        }
+}
+
 static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                           void *ctx)
 {
         struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
         bool signalled = a->state == HP_AGENT_STOPPING;
+
+        /* Before the group goes: /metrics counts what every stage read. */
+        hp_group_stream_stats(g, add_ended_cb, a);
 
         /* A signal to the agent ends it with the group, as torchrun's
          * does, whichever driver follows it; otherwise the driver decides
@@ -341,6 +362,8 @@ void hp_agent_set_events(struct hp_agent *a,
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                    int restart_count)
 {
+        int r;
+
         if (hp_group__active(&a->group))
                 return -EBUSY;
         if (round != &a->round)
@@ -348,7 +371,10 @@ int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
         a->restart_count = restart_count;
         memset(&a->verdict, 0, sizeof(a->verdict));
         log_attempt(a);
-        return try_start_stage(a, first_stage(a));
+        r = try_start_stage(a, first_stage(a));
+        if (r == 0)
+                a->counts.attempts++;
+        return r;
 }
 
 int hp_agent_next_stage(struct hp_agent *a)
@@ -602,6 +628,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
          * covered from here. */
         hp_signals_hold();
 
+        a->ended_stats = calloc((size_t)cfg->nproc, sizeof(*a->ended_stats));
+        if (a->ended_stats == NULL) {
+                snprintf(errbuf, errlen, "out of memory");
+                return -ENOMEM;
+        }
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
 

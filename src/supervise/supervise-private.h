@@ -358,6 +358,10 @@ struct hp_agent {
         bool nofile_known;
         struct hp_forensics forensics;          /* --hang-dump */
         struct hp_node_health health;           /* --node-problem-config */
+        struct hp_agent_counts counts;          /* the self-driven driver's */
+        /* What ended groups read, per local rank (nproc of them): stdout,
+         * stderr. NULL when it could not be allocated. */
+        struct hp_stream_stats (*ended_stats)[2];
 };
 
 /* After SIGKILL to everything a group started, how long a pipe may stay
