@@ -1250,7 +1250,7 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                          "or leave --metrics-port out to scrape /metrics "
                          "on the server port",
                          cfg->metrics_port);
-                return HP_ECONFIG;
+                return HP_EUSAGE;
         }
         cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
                 : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"

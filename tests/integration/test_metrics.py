@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SOURCE_ROOT, deadline_poll, helper
+from conftest import PYTHON, SOURCE_ROOT, deadline_poll, helper
 from test_inprocess import agent as ipr_agent
 from test_inprocess import wait_event
 from test_node_health import NCCL_DOUBLE, preflight_args
@@ -432,6 +432,7 @@ def test_prometheus_scrapes_a_running_agent(hpr, tmp_path):
     proc, work, port = start_self_driven(
         hpr, tmp_path, ["--max-restarts", "1"], MW_FAIL="file",
         MW_PERIOD="0.05")
+    started = time.time()
     prom = Prometheus(tmp_path, port, hpr.env)
     try:
         prom.wait('up{job="hyperpodrun"}', lambda v: v == [1.0],
@@ -463,6 +464,17 @@ def test_prometheus_scrapes_a_running_agent(hpr, tmp_path):
         # What a dashboard panel draws: a rate over the scraped series.
         prom.wait('sum(rate(hyperpodrun_stream_lines_total{stream="stdout"}'
                   '[2s]))', lambda v: v[0] > 0, "lines per second")
+        # The dashboard's panels drawn from what Prometheus holds.
+        png = tmp_path / "panels.png"
+        r = subprocess.run(
+            [PYTHON, Path(SOURCE_ROOT) / "tools" / "plot_metrics.py",
+             f"http://127.0.0.1:{prom.port}", png, "--step", "0.2",
+             "--start", str(started - 1), "--end", str(time.time())],
+            capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = re.match(r".*: (\d+) panels, (\d+) series$", r.stdout.strip())
+        assert m and int(m.group(1)) >= 6 and int(m.group(2)) >= 6, r.stdout
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         prom.stop()
     finish(proc, work)

@@ -118,12 +118,12 @@ static int parse_argv(struct hp_config *cfg, const char *const *args,
 
 #define INT_FIELDS(X)                                                       \
         X(nnodes) X(nproc) X(node_rank) X(master_port) X(max_restarts)      \
-        X(server_port) X(script_argc)
+        X(server_port) X(metrics_port) X(script_argc)
 
 #define BOOL_FIELDS(X)                                                      \
         X(master_port_given) X(standalone) X(module) X(no_python)           \
         X(log_to_devnull) X(console_filter_set) X(show_help)                \
-        X(show_version) X(inprocess_restart)
+        X(show_version) X(inprocess_restart) X(metrics_port_given)
 
 #define U64_FIELDS(X)                                                       \
         X(monitor_interval_ms) X(shutdown_timeout_ms)                       \
@@ -404,6 +404,29 @@ static const struct parse_case parse_cases[] = {
                             { "server_port", "9000" },
                             { "server_log_level", "debug" },
                             { "server_shutdown_timeout_ms", "2000" } },
+        },
+        {
+                .name = "a metrics port of its own",
+                .argv = { "hyperpodrun", "--server-port", "9000",
+                          "--metrics-port", "9001", "t.py" },
+                .expect = { { "metrics_port", "9001" },
+                            { "metrics_port_given", "true" } },
+        },
+        {
+                .name = "a free metrics port, self-driven without a "
+                        "server port",
+                .argv = { "hyperpodrun", "--standalone", "--metrics-port",
+                          "0", "t.py" },
+                .expect = { { "metrics_port", "0" },
+                            { "metrics_port_given", "true" },
+                            { "server_host", "127.0.0.1" } },
+        },
+        {
+                .name = "the server port unused: a metrics port may be "
+                        "its number",
+                .argv = { "hyperpodrun", "--standalone", "--metrics-port",
+                          "8080", "t.py" },
+                .expect = { { "metrics_port", "8080" } },
         },
         {
                 .name = "hooks with their one argument",
@@ -875,6 +898,16 @@ static const struct error_case error_cases[] = {
         { "server port 70000", NO_ENV,
           { "hyperpodrun", "--server-port", "70000", "t.py" },
           { "'70000'", "--server-port" } },
+        { "metrics port 70000", NO_ENV,
+          { "hyperpodrun", "--metrics-port", "70000", "t.py" },
+          { "'70000'", "--metrics-port" } },
+        { "the metrics port is the operator API's default", NO_ENV,
+          { "hyperpodrun", "--metrics-port", "8080", "t.py" },
+          { "--metrics-port 8080 is the --server-port too" } },
+        { "the metrics port is the self-driven server port", NO_ENV,
+          { "hyperpodrun", "--standalone", "--server-port", "9000",
+            "--metrics-port", "9000", "t.py" },
+          { "--metrics-port 9000 is the --server-port too" } },
         { "an unknown start method", NO_ENV,
           { "hyperpodrun", "--start-method", "thread", "t.py" },
           { "'thread'", "--start-method" } },
