@@ -67,7 +67,7 @@ end=$(date +%s)
         --start "$start" --end "$end" --step 0.5 --rate-interval 2s \
         --panel "Compared value against its threshold" \
         --panel "Rule states" \
+        --panel "Rule verdicts" \
         --panel "Output lines per second, per rank" \
-        --panel "Faults and restarts" \
-        --panel "Checkpoint step"
+        --panel "Faults and restarts"
 touch "$dir/work/finish"

@@ -399,6 +399,17 @@ struct hp_agent_counts {
         uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* attempts ended by each */
 };
 const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *agent);
+/* Log rule verdicts per rule name, in every mode, for /metrics: visit
+ * is called for each rule of the rules in use (0 until one fires) and
+ * each other rule that gave a verdict since the agent started, with its
+ * SLOW, HANGING and FAULTED counts (n[0], n[1], n[2]). The first
+ * HP_AGENT_VERDICT_RULES names that fire are counted by name;
+ * hyperpodrun_faults_total{cause="rule"} counts them all. */
+#define HP_AGENT_VERDICT_RULES 64
+void hp_agent_verdict_counts(const struct hp_agent *agent,
+                             void (*visit)(void *ctx, const char *rule,
+                                           const uint64_t n[3]),
+                             void *ctx);
 /* The job's run id (--rdzv-id; a random one with --standalone). */
 const char *hp_agent_run_id(const struct hp_agent *agent);
 

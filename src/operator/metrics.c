@@ -217,6 +217,19 @@ static void any_metric_cb(void *ctx, int rank, const struct logmon_stream *s,
         }
 }
 
+static void verdicts_cb(void *ctx, const char *rule, const uint64_t n[3])
+{
+        static const char *const names[] = { "slow", "hanging", "faulted" };
+        FILE *f = ctx;
+
+        for (int i = 0; i < 3; i++) {
+                fputs("hyperpodrun_rule_verdicts_total{rule=\"", f);
+                label_value(f, rule);
+                fprintf(f, "\",verdict=\"%s\"} %llu\n", names[i],
+                        (unsigned long long)n[i]);
+        }
+}
+
 static void rules(FILE *f, const struct hp_agent *a, double wall)
 {
         struct rule_ctx c = { .f = f,
@@ -237,6 +250,17 @@ static void rules(FILE *f, const struct hp_agent *a, double wall)
                 c.metric = (enum rule_metric)m;
                 hp_agent_rule_streams(a, rule_series_cb, &c);
         }
+}
+
+/* Every mode's verdicts, by rule: a SLOW that the stop ended at once is
+ * still seen. */
+static void verdicts(FILE *f, const struct hp_agent *a)
+{
+        family(f, "hyperpodrun_rule_verdicts_total", "counter",
+               "Log rule verdicts (slow, hanging, faulted) by rule, every "
+               "attempt: each stopped the workers (self-driven) or made the "
+               "agent FAULTED (operator mode).");
+        hp_agent_verdict_counts(a, verdicts_cb, f);
 }
 
 /* ---- Worker streams: every stage and attempt since the agent started ---- */
@@ -562,6 +586,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
          * are read once every line read so far has been through them. */
         hp_agent_settle_rules(a);
         rules(f, a, wall);
+        verdicts(f, a);
         family(f, "hyperpodrun_rule_skipped_lines_total", "counter",
                "Monitored lines the log rules never saw because they fell "
                "behind the output (rules are advisory; the log files and "

@@ -54,6 +54,32 @@ const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *a)
         return &a->counts;
 }
 
+void hp_agent_verdict_counts(const struct hp_agent *a,
+                             void (*visit)(void *ctx, const char *rule,
+                                           const uint64_t n[3]),
+                             void *ctx)
+{
+        static const uint64_t none[3];
+        const struct logmon_ruleset *rs = hp_rulewatch__ruleset(&a->rules);
+
+        for (size_t i = 0; i < a->nverdict_counts; i++)
+                visit(ctx, a->verdict_counts[i].rule, a->verdict_counts[i].n);
+        /* The rules in use that never fired, from 0. */
+        for (size_t r = 0; rs != NULL && r < logmon_ruleset_count(rs); r++) {
+                const char *name = logmon_ruleset_rule_name(rs, r);
+                bool counted = false;
+
+                for (size_t i = 0; i < a->nverdict_counts && !counted; i++)
+                        counted = strcmp(a->verdict_counts[i].rule, name) == 0;
+                /* A name twice in the set (accepted, warned) once. */
+                for (size_t p = 0; p < r && !counted; p++)
+                        counted = strcmp(logmon_ruleset_rule_name(rs, p),
+                                         name) == 0;
+                if (!counted)
+                        visit(ctx, name, none);
+        }
+}
+
 const char *hp_agent_run_id(const struct hp_agent *a)
 {
         return a->rdzv.run_id;

@@ -298,8 +298,29 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         return 0;
 }
 
+/* Counts a verdict under its rule's name. */
+static void count_verdict(struct hp_agent *a, const struct hp_verdict *v)
+{
+        size_t i;
+
+        if (v->state < LOGMON_SLOW || v->state > LOGMON_FAULTED)
+                return;
+        for (i = 0; i < a->nverdict_counts; i++)
+                if (strcmp(a->verdict_counts[i].rule, v->rule) == 0)
+                        break;
+        if (i == a->nverdict_counts) {
+                if (i == HP_AGENT_VERDICT_RULES)
+                        return; /* in faults_total{cause="rule"} only */
+                snprintf(a->verdict_counts[i].rule,
+                         sizeof(a->verdict_counts[i].rule), "%s", v->rule);
+                a->nverdict_counts++;
+        }
+        a->verdict_counts[i].n[v->state - LOGMON_SLOW]++;
+}
+
 void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 {
+        count_verdict(a, v);
         a->verdict = *v;
         /* Which rank went quiet first, before anything is stopped. */
         hp_forensics__note_silence(a, "the verdict");

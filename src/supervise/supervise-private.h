@@ -359,6 +359,12 @@ struct hp_agent {
         struct hp_forensics forensics;          /* --hang-dump */
         struct hp_node_health health;           /* --node-problem-config */
         struct hp_agent_counts counts;          /* the self-driven driver's */
+        /* Verdicts by rule name (hp_agent_verdict_counts). */
+        struct hp_verdict_count {
+                char rule[LOGMON_NAME_MAX + 1];
+                uint64_t n[3]; /* SLOW, HANGING, FAULTED */
+        } verdict_counts[HP_AGENT_VERDICT_RULES];
+        size_t nverdict_counts;
         /* What ended groups read, per local rank (nproc of them): stdout,
          * stderr. NULL when it could not be allocated. */
         struct hp_stream_stats (*ended_stats)[2];

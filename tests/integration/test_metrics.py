@@ -430,7 +430,7 @@ class Prometheus:
 
 def test_prometheus_scrapes_a_running_agent(hpr, tmp_path):
     proc, work, port = start_self_driven(
-        hpr, tmp_path, ["--max-restarts", "1"], MW_FAIL="file",
+        hpr, tmp_path, ["--max-restarts", "2"], MW_FAIL="file",
         MW_PERIOD="0.05")
     started = time.time()
     prom = Prometheus(tmp_path, port, hpr.env)
@@ -461,6 +461,20 @@ def test_prometheus_scrapes_a_running_agent(hpr, tmp_path):
                   lambda v: v == [1.0], "the fault")
         prom.wait("hyperpodrun_attempts_total", lambda v: v == [2.0],
                   "the second attempt")
+        # A rule's verdict: the second attempt goes SLOW, the third runs.
+        verdicts = 'hyperpodrun_rule_verdicts_total{rule="Throughput",' \
+                   'verdict="%s"}'
+        for v in ("slow", "hanging", "faulted"):
+            prom.wait(verdicts % v, lambda v: v == [0.0], f"no {v} verdict")
+        (work / "slow").touch()
+        prom.wait(verdicts % "slow", lambda v: v == [1.0], "the verdict")
+        prom.wait('hyperpodrun_faults_total{cause="rule"}',
+                  lambda v: v == [1.0], "the rule fault")
+        prom.wait("hyperpodrun_restarts_total", lambda v: v == [2.0],
+                  "the second restart")
+        prom.wait("hyperpodrun_attempts_total", lambda v: v == [3.0],
+                  "the third attempt")
+        prom.wait(value, lambda v: v == [250.5], "throughput 250.5 again")
         # What a dashboard panel draws: a rate over the scraped series.
         prom.wait('sum(rate(hyperpodrun_stream_lines_total{stream="stdout"}'
                   '[2s]))', lambda v: v[0] > 0, "lines per second")

@@ -8,7 +8,8 @@ MW_CKPT       a checkpoint prefix: every rank reports each 5th step through
 MW_FAIL       "N": attempts below N exit 3 after 3 steps; "file": attempt 0
               exits 3 once MW_DIR/crash exists
 Each step prints "step <n> throughput <v>", v being the number in
-MW_DIR/throughput (100 while it is absent). It runs until MW_DIR/finish
+MW_DIR/throughput (100 while it is absent), or 1 on attempt 1 while
+MW_DIR/slow exists. It runs until MW_DIR/finish
 exists, then exits 0.
 """
 import os
@@ -29,6 +30,8 @@ if ckpt:
 
 
 def throughput():
+    if attempt == 1 and os.path.exists(os.path.join(d, "slow")):
+        return "1"
     try:
         with open(os.path.join(d, "throughput")) as f:
             return f.read().strip() or "100"
