@@ -30,15 +30,25 @@ static void family(FILE *f, const char *name, const char *type,
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* A sample value: Prometheus' spelling of the special ones. */
+/* A sample value: Prometheus' spelling of the special ones, and the
+ * shortest of %.15g and %.17g that reads back as v (250.5, not
+ * 250.50000000000000). */
 static void value(FILE *f, double v)
 {
-        if (isnan(v))
+        char buf[32];
+
+        if (isnan(v)) {
                 fputs("NaN\n", f);
-        else if (isinf(v))
+                return;
+        }
+        if (isinf(v)) {
                 fputs(v > 0 ? "+Inf\n" : "-Inf\n", f);
-        else
-                fprintf(f, "%.17g\n", v);
+                return;
+        }
+        snprintf(buf, sizeof(buf), "%.15g", v);
+        if (strtod(buf, NULL) != v)
+                snprintf(buf, sizeof(buf), "%.17g", v);
+        fprintf(f, "%s\n", buf);
 }
 
 /* A label value: backslash, double quote and newline escaped. */
@@ -135,7 +145,6 @@ struct rule_ctx {
         enum rule_metric metric;
         uint64_t now;
         double wall;
-        const struct hp_agent *agent;
 };
 
 static void rule_labels(FILE *f, const char *name, int rank, const char *rule)
@@ -234,8 +243,7 @@ static void rules(FILE *f, const struct hp_agent *a, double wall)
 {
         struct rule_ctx c = { .f = f,
                               .now = uv_now(hp_agent_loop(a)),
-                              .wall = wall,
-                              .agent = a };
+                              .wall = wall };
         bool any_metric = false;
 
         /* No families at all without rules. */
