@@ -392,13 +392,47 @@ static void ipc(FILE *f, struct hp_agent *a, double wall)
 
 /* ---- The kernel log ---- */
 
+/* Whether rule (c, r) is the first of the configs with its reason (and,
+ * for a gauge, its condition); *sum gets the count of all of them, *any
+ * whether one's condition holds. NPD keys its series so, and one config
+ * may repeat another's reasons. */
+static bool first_of_key(const struct kmsg_watch *w, size_t c, size_t r,
+                         bool gauge, uint64_t *sum, int *any)
+{
+        const char *reason = kmsg_rules_reason(w->rules[c], r);
+        const char *cond = kmsg_rules_condition(w->rules[c], r);
+
+        *sum = 0;
+        *any = 0;
+        for (size_t c2 = 0; c2 < w->nconfigs; c2++)
+                for (size_t r2 = 0; r2 < kmsg_rules_count(w->rules[c2]);
+                     r2++) {
+                        bool earlier = c2 < c || (c2 == c && r2 < r);
+                        if (strcmp(kmsg_rules_reason(w->rules[c2], r2),
+                                   reason) != 0)
+                                continue;
+                        if (gauge &&
+                            (kmsg_rules_type(w->rules[c2], r2) !=
+                                     KMSG_PERMANENT ||
+                             strcmp(kmsg_rules_condition(w->rules[c2], r2),
+                                    cond) != 0))
+                                continue;
+                        if (earlier)
+                                return false;
+                        *sum += kmsg_matcher_count(w->matchers[c2], r2);
+                        *any |= kmsg_matcher_active(w->matchers[c2], r2);
+                }
+        return true;
+}
+
 /* The kernel log rules under node-problem-detector's own metric names, so
  * dashboards built for NPD read them unchanged: one series per configured
- * rule, from 0 as NPD starts them (a rate sees the first match). */
+ * reason, from 0 as NPD starts them (a rate sees the first match). */
 static void node_health(FILE *f, const struct hp_agent *a)
 {
         const struct kmsg_watch *w = hp_agent_kmsg_watch(a);
-        uint64_t old = 0;
+        uint64_t old = 0, n;
+        int active;
 
         if (w == NULL)
                 return;
@@ -407,25 +441,26 @@ static void node_health(FILE *f, const struct hp_agent *a)
                "permanent).");
         for (size_t c = 0; c < w->nconfigs; c++)
                 for (size_t r = 0; r < kmsg_rules_count(w->rules[c]); r++) {
+                        if (!first_of_key(w, c, r, false, &n, &active))
+                                continue;
                         fputs("problem_counter{reason=\"", f);
                         label_value(f, kmsg_rules_reason(w->rules[c], r));
-                        fprintf(f, "\"} %llu\n",
-                                (unsigned long long)kmsg_matcher_count(
-                                        w->matchers[c], r));
+                        fprintf(f, "\"} %llu\n", (unsigned long long)n);
                 }
         family(f, "problem_gauge", "gauge",
                "1 while a permanent rule's condition holds with its reason.");
         for (size_t c = 0; c < w->nconfigs; c++) {
                 old += kmsg_matcher_old(w->matchers[c]);
                 for (size_t r = 0; r < kmsg_rules_count(w->rules[c]); r++) {
-                        if (kmsg_rules_type(w->rules[c], r) != KMSG_PERMANENT)
+                        if (kmsg_rules_type(w->rules[c], r) !=
+                                    KMSG_PERMANENT ||
+                            !first_of_key(w, c, r, true, &n, &active))
                                 continue;
                         fputs("problem_gauge{type=\"", f);
                         label_value(f, kmsg_rules_condition(w->rules[c], r));
                         fputs("\",reason=\"", f);
                         label_value(f, kmsg_rules_reason(w->rules[c], r));
-                        fprintf(f, "\"} %d\n",
-                                kmsg_matcher_active(w->matchers[c], r));
+                        fprintf(f, "\"} %d\n", active != 0);
                 }
         }
         family(f, "hyperpodrun_kmsg_records_total", "counter",

@@ -24,7 +24,7 @@ import pytest
 from conftest import PYTHON, SOURCE_ROOT, deadline_poll, helper
 from test_inprocess import agent as ipr_agent
 from test_inprocess import wait_event
-from test_node_health import NCCL_DOUBLE, preflight_args
+from test_node_health import NCCL_DOUBLE, XID13, preflight_args, record
 from test_operator import Agent, free_port
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -365,6 +365,37 @@ def test_metrics_port_alone_and_refusals(hpr, tmp_path):
     assert r.rc == 2 and f"--metrics-port {taken}: cannot listen on " \
         f"127.0.0.1:{taken}" in r.err, r.describe()
     assert "attempt 0:" not in r.err
+
+
+def test_node_problem_series_once_per_reason(hpr, tmp_path):
+    """Two configs that share reasons (here the same file twice): one
+    series per reason, as node-problem-detector keys them, counting the
+    matches of both, so that the scrape holds no duplicate."""
+    work = tmp_path / "work"
+    work.mkdir()
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(record(XID13))
+    proc = hpr.start(["--standalone", "--nproc-per-node", "1",
+                      "--metrics-port", "0", "--node-problem-config",
+                      f"{XID},{XID}", "--kmsg", kmsg,
+                      helper("metrics_worker.py")], env={"MW_DIR": work})
+    port = listen_port(proc, METRICS_LISTEN_RE, "--metrics-port")
+    series = 'problem_counter{reason="Xid13GraphicsEngineException"}'
+
+    def counted():
+        text = get(port)[1]
+        return text if sample(text, series) else None
+    text = deadline_poll(counted, 30, what="the Xid 13 record counted")
+    assert sample(text, series) == 2, text
+    samples = [line.split(" ")[0] for line in text.splitlines()
+               if line and not line.startswith("#")]
+    assert len(samples) == len(set(samples)), sorted(
+        s for s in samples if samples.count(s) > 1)
+    reasons = {r["reason"] for r in json.loads(XID.read_text())["rules"]}
+    assert {s for s in samples if s.startswith("problem_counter")} == \
+        {f'problem_counter{{reason="{r}"}}' for r in reasons}
+    assert promtool_problems(text) == []
+    finish(proc, work)
 
 
 # ---- A real Prometheus -----------------------------------------------------
