@@ -25,6 +25,7 @@ from conftest import PYTHON, SOURCE_ROOT, deadline_poll, helper
 from test_inprocess import agent as ipr_agent
 from test_inprocess import wait_event
 from test_node_health import NCCL_DOUBLE, XID13, preflight_args, record
+from test_api_access import TOKEN, token_file
 from test_operator import Agent, free_port
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -44,10 +45,10 @@ THROUGHPUT_RULE = {"name": "Throughput",
                    "metricEvaluationDataPoints": 3}
 
 
-def get(port, path="/metrics"):
+def get(port, path="/metrics", headers=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
     try:
-        c.request("GET", path)
+        c.request("GET", path, headers=headers or {})
         r = c.getresponse()
         return r.status, r.read().decode()
     finally:
@@ -396,6 +397,54 @@ def test_node_problem_series_once_per_reason(hpr, tmp_path):
         {f'problem_counter{{reason="{r}"}}' for r in reasons}
     assert promtool_problems(text) == []
     finish(proc, work)
+
+
+def test_metrics_port_needs_the_token_too(hpr, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = hpr.start(["--standalone", "--nproc-per-node", "1",
+                      "--metrics-port", "0", "--server-token-file",
+                      token_file(tmp_path), helper("metrics_worker.py")],
+                     env={"MW_DIR": work})
+    port = listen_port(proc, METRICS_LISTEN_RE, "--metrics-port")
+    assert get(port)[0] == 401
+    assert get(port, headers={"Authorization": "Bearer wrong"})[0] == 401
+    code, text = get(port, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert code == 200 and "hyperpodrun_build_info" in text
+    finish(proc, work)
+
+
+def test_example_manifests_fit_the_job():
+    """podmonitor.yaml selects examples/eks/job.yaml's pods on a port
+    named metrics, and its NetworkPolicy opens that port alone; the
+    dashboard's panels are whole."""
+    import yaml
+    job = yaml.safe_load((Path(SOURCE_ROOT) / "examples" / "eks" /
+                          "job.yaml").read_text())
+    labels = job["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]
+    docs = list(yaml.safe_load_all((MONITORING / "podmonitor.yaml")
+                                   .read_text()))
+    (mon,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    (pol,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert mon["apiVersion"] == "monitoring.coreos.com/v1"
+    assert mon["metadata"]["namespace"] == job["metadata"]["namespace"]
+    assert mon["spec"]["selector"]["matchLabels"] == labels
+    (ep,) = mon["spec"]["podMetricsEndpoints"]
+    assert (ep["port"], ep["path"]) == ("metrics", "/metrics")
+    assert pol["spec"]["podSelector"]["matchLabels"] == labels
+    (rule,) = pol["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8081}]
+    # The port the comment tells the pod to open and name.
+    text = (MONITORING / "podmonitor.yaml").read_text()
+    assert '"--metrics-port", "8081"' in text and \
+        "name: metrics\n#           containerPort: 8081" in text
+    dash = json.loads((MONITORING / "dashboard.json").read_text())
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for p in dash["panels"]:
+        assert p["title"] and p["targets"] and p["gridPos"]["w"] > 0, p
+        for t in p["targets"]:
+            assert t["expr"].strip() and t["refId"], (p["title"], t)
 
 
 # ---- A real Prometheus -----------------------------------------------------
