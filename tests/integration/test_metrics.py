@@ -126,6 +126,7 @@ def finish(proc, work, timeout=60):
 
 def scrape_self_driven(hpr, tmp_path):
     """Two faults under --max-restarts 2: counted as the operator's are."""
+    before = time.time()
     proc, work, port = start_self_driven(
         hpr, tmp_path, ["--max-restarts", "2"], MW_FAIL="2")
 
@@ -140,6 +141,15 @@ def scrape_self_driven(hpr, tmp_path):
                          what="the third attempt's checkpoint in /metrics")
     assert sample(text, "hyperpodrun_restarts_total") == 2
     assert sample(text, 'hyperpodrun_faults_total{cause="worker"}') == 2
+    # Points in time are wall-clock timestamps of this run.
+    now = time.time()
+    for series in ("process_start_time_seconds",
+                   "hyperpodrun_checkpoint_timestamp_seconds",
+                   'hyperpodrun_rule_last_match_timestamp_seconds{'
+                   'local_rank="0",rule="Throughput"}'):
+        assert before - 1 <= sample(text, series) <= now + 1, (series, text)
+    assert sample(text, "process_start_time_seconds") <= \
+        sample(text, "hyperpodrun_checkpoint_timestamp_seconds")
     assert sample(text, 'hyperpodrun_faults_total{cause="rule"}') == 0
     assert sample(text, 'hyperpodrun_build_info{version="'
                   + re.search(r'version="([^"]+)"', text).group(1)
