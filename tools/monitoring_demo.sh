@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Renders docs/monitoring-panels.png, the README's picture of the
 # dashboard's panels, from a real run: hyperpodrun --standalone with two
 # workers (tests/integration/helpers/metrics_worker.py) whose throughput

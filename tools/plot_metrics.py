@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws the example Grafana dashboard's time-series panels from a
 Prometheus server that scraped hyperpodrun, to a PNG: the same queries
 (examples/monitoring/dashboard.json) over Prometheus' HTTP API, without

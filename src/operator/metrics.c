@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GET /metrics: the agent in Prometheus' text exposition format (0.0.4),
  * clean under `promtool check metrics` but for node-problem-detector's own
  * names. Beyond the reference, which exposes nothing: what runs (build,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """/metrics as Prometheus sees it.
 
 Scrapes from every mode (operator, self-driven with --server-port, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker for the metrics tests: a training loop whose throughput and
 faults the test controls through files.
 
