@@ -92,11 +92,26 @@ void hp_argv_free(struct hp_argv *a);
 
 /* ---- Log rule verdicts (verdict.c) ---- */
 
-/* A log rule that turned SLOW, HANGING or FAULTED on one watched rank: the
- * attempt's first such change, as the rule watch reports it. */
+/* What made a verdict: a log rule, or the rank monitor (ftmon.h). */
+enum hp_verdict_kind {
+        HP_VERDICT_RULE = 0,        /* rule: the log rule */
+        HP_VERDICT_HEARTBEAT,       /* rule: "heartbeat" */
+        HP_VERDICT_INITIAL_HEARTBEAT, /* rule: "initial heartbeat" */
+        HP_VERDICT_SECTION,         /* rule: the section's name */
+        HP_VERDICT_OUT_OF_SECTION,  /* rule: "out-of-section" */
+        HP_VERDICT_STRAGGLER,       /* rule: "straggler" */
+        HP_VERDICT_KIND_COUNT
+};
+
+/* A log rule that turned SLOW, HANGING or FAULTED on one watched rank, or
+ * a rank that missed a heartbeat or section deadline or straggled (state
+ * HANGING, SLOW for a straggler): the attempt's first such change. */
 struct hp_verdict {
         enum logmon_state state; /* SLOW, HANGING or FAULTED; WAITING: none */
+        enum hp_verdict_kind kind;
         char rule[LOGMON_NAME_MAX + 1];
+        uint64_t timeout_ms; /* the rank monitor's timeout that passed */
+        double speed;       /* a straggler's speed, of the median's */
         int local_rank;
         int rank;           /* global */
         char line[512];     /* the rule's last matching line, "" for none */
@@ -112,7 +127,9 @@ struct hp_verdict {
 
 /* The reason code the operator reports: "LogSlow_<rule>",
  * "LogHang_<rule>" or "LogFault_<rule>", as logmon_stream_reason gives
- * it. Cut to fit buf and terminated whenever len > 0. Returns the length
+ * it; for the rank monitor "RankHeartbeatTimeout",
+ * "RankInitialHeartbeatTimeout", "RankSectionTimeout_<section>",
+ * "RankOutOfSectionTimeout" or "RankStraggler". Cut to fit buf and terminated whenever len > 0. Returns the length
  * of the whole code (as snprintf), or -EINVAL when v holds no verdict. */
 int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len);
 /* What it means, in the operator's fault message: "Log rule <rule> is
