@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "hyperpod/config.h"
+#include "hyperpod/ftmon.h"
 #include "hyperpod/ipc.h"
 #include "hyperpod/kmsg.h"
 #include "hyperpod/preflight.h"
@@ -386,6 +387,8 @@ const struct hp_preflight_result *hp_agent_preflight_result(
         const struct hp_agent *agent);
 /* The kernel log watch, or NULL when the kernel log is not watched. */
 const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *agent);
+/* The rank monitor (heartbeats, sections, straggler speeds). */
+const struct hp_ftmon *hp_agent_ftmon(const struct hp_agent *agent);
 /* The worker socket, and its checkpoint progress (which outlives every
  * restart of the workers). */
 struct hp_ipc_server *hp_agent_ipc(struct hp_agent *agent);

@@ -232,6 +232,30 @@ static void ipc(FILE *f, struct hp_agent *a)
                         closed[i].reason, (unsigned long long)closed[i].n);
 }
 
+/* The rank monitor's straggler windows: each local rank's heartbeat (or
+ * step) rate over the median rate, as of the latest window; only ranks
+ * with a measured rate. */
+static void rank_speeds(FILE *f, struct hp_agent *a)
+{
+        const struct hp_ftmon *m = hp_agent_ftmon(a);
+        bool any = false;
+        double speed;
+
+        for (int lr = 0; lr < m->nranks; lr++) {
+                if (!hp_ftmon_speed(m, lr, &speed))
+                        continue;
+                if (!any)
+                        family(f, "hyperpodrun_rank_relative_speed", "gauge",
+                               "A local rank's heartbeat or step rate over "
+                               "the median of the ranks, in the latest "
+                               "--straggler-window.");
+                any = true;
+                fprintf(f, "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
+                           "%.4f\n",
+                        lr, speed);
+        }
+}
+
 /* The kernel log rules under node-problem-detector's own metric names, so
  * dashboards built for NPD read them unchanged. */
 static void node_health(FILE *f, const struct hp_agent *a)
@@ -389,6 +413,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "%llu\n",
                 (unsigned long long)hp_agent_console_dropped(a, 2));
         ipc(f, a);
+        rank_speeds(f, a);
         node_health(f, a);
         preflight(f, a);
         family(f, "hyperpodrun_http_requests_total", "counter",

@@ -109,6 +109,11 @@ const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *a)
         return a->health.watching ? &a->health.watch : NULL;
 }
 
+const struct hp_ftmon *hp_agent_ftmon(const struct hp_agent *a)
+{
+        return &a->ft;
+}
+
 struct hp_ipc_server *hp_agent_ipc(struct hp_agent *a)
 {
         return &a->ipc;

@@ -75,7 +75,7 @@ elif mode == "section":
         client.send_heartbeat()
         print(f"step {i}", flush=True)
         i += 1
-        if lr == bad and i >= 5:
+        if lr == bad and i > 5:
             while True:
                 client.send_heartbeat()
                 print("section left open", flush=True)
