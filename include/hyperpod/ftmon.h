@@ -167,6 +167,7 @@ struct hp_ftmon {
         /* The segment: a file in a private directory of its own. */
         volatile uint64_t *shm;
         size_t shm_len;
+        int fd;                 /* the slots file, flock()ed while we live */
         char dir[256];
         char path[300];
         uint64_t checks;        /* timer wakeups, for the benchmark */
@@ -176,7 +177,8 @@ struct hp_ftmon {
 
 /*
  * Makes the segment for nranks local ranks (mode 0600 in a new 0700
- * directory under /dev/shm, else TMPDIR) and the timers. cfg (borrowed,
+ * directory under /dev/shm, else TMPDIR; a dead agent's left there is
+ * removed first) and the timers. cfg (borrowed,
  * outlives m) gives the --ft-* and --straggler-* values; on_verdict gets
  * the first passed deadline (or straggler, when asked) after each
  * hp_ftmon_reset. errbuf says why on failure; nothing is left open.

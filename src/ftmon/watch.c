@@ -8,11 +8,13 @@
  * again. Watching every rank thus costs the agent one wakeup per timeout,
  * whatever the heartbeat rate. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include "hyperpod/ftmon.h"
 
 #define SLOTS_FILE "slots"
+#define SEGMENT_PREFIX "hyperpodrun-ft-"
 
 static uint64_t slot_word(const struct hp_ftmon *m, int lr, int word)
 {
@@ -200,14 +203,63 @@ static const char *segment_base(void)
         return t != NULL && t[0] == '/' ? t : "/tmp";
 }
 
+/* A dead agent's segment directory, name in base: it goes when it is
+ * ours (0700, our user) and its slots file can be locked (its agent, which
+ * held the lock, is gone). */
+static void remove_stale_segment(DIR *base, const char *dir, const char *name)
+{
+        struct stat st;
+        int dfd, fd;
+
+        dfd = openat(dirfd(base), name,
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return;
+        if (fstat(dfd, &st) < 0 || st.st_uid != geteuid() ||
+            (st.st_mode & 07777) != 0700) {
+                close(dfd);
+                return;
+        }
+        fd = openat(dfd, SLOTS_FILE, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            unlinkat(dfd, SLOTS_FILE, 0) == 0 &&
+            unlinkat(dirfd(base), name, AT_REMOVEDIR) == 0)
+                hp_log_info("rank monitor: removed %s/%s, left by an agent "
+                            "that is gone",
+                            dir, name);
+        if (fd >= 0)
+                close(fd);
+        close(dfd);
+}
+
+static void remove_stale_segments(const char *dir)
+{
+        char own[64];
+        struct dirent *de;
+        DIR *d = opendir(dir);
+
+        if (d == NULL)
+                return;
+        snprintf(own, sizeof(own), SEGMENT_PREFIX "%ld.", (long)getpid());
+        while ((de = readdir(d)) != NULL)
+                if (strncmp(de->d_name, SEGMENT_PREFIX,
+                            strlen(SEGMENT_PREFIX)) == 0 &&
+                    strncmp(de->d_name, own, strlen(own)) != 0)
+                        remove_stale_segment(d, dir, de->d_name);
+        closedir(d);
+}
+
 static int segment_open(struct hp_ftmon *m, char *errbuf, size_t errlen)
 {
         int fd, r;
         void *p;
 
+        const char *base = segment_base();
+
         m->shm_len = (size_t)m->nranks * HP_FT_SLOT_BYTES;
+        remove_stale_segments(base);
         if ((size_t)snprintf(m->dir, sizeof(m->dir),
-                             "%s/hyperpodrun-ft-%ld.XXXXXX", segment_base(),
+                             "%s/" SEGMENT_PREFIX "%ld.XXXXXX", base,
                              (long)getpid()) >= sizeof(m->dir)) {
                 snprintf(errbuf, errlen, "rank monitor: TMPDIR is too long");
                 return -ENAMETOOLONG;
@@ -233,13 +285,17 @@ static int segment_open(struct hp_ftmon *m, char *errbuf, size_t errlen)
                 goto fail;
         }
         p = mmap(NULL, m->shm_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        r = -errno;
-        close(fd);
         if (p == MAP_FAILED) {
+                r = -errno;
+                close(fd);
                 errno = -r;
                 goto fail;
         }
+        /* Held for as long as we live: how a later agent tells a dead
+         * agent's segment from a live one's, whatever its pid namespace. */
+        (void)flock(fd, LOCK_EX | LOCK_NB);
         m->shm = p;
+        m->fd = fd;
         return 0;
 
 fail:
@@ -257,6 +313,9 @@ static void segment_close(struct hp_ftmon *m)
         if (m->shm != NULL)
                 munmap((void *)m->shm, m->shm_len);
         m->shm = NULL;
+        if (m->fd >= 0)
+                close(m->fd);
+        m->fd = -1;
         if (m->dir[0] == '\0')
                 return;
         if (unlink(m->path) < 0 && errno != ENOENT)
@@ -293,6 +352,7 @@ int hp_ftmon_init(struct hp_ftmon *m, uv_loop_t *loop,
         m->on_verdict = on_verdict;
         m->ctx = ctx;
         m->armed_ms = UINT64_MAX;
+        m->fd = -1;
         defaults_from(&m->defaults, cfg);
         m->ranks = calloc((size_t)m->nranks, sizeof(*m->ranks));
         m->counts = calloc((size_t)m->nranks, sizeof(*m->counts));

@@ -172,3 +172,29 @@ def test_a_hang_rule_on_rank_0_of_several_warns(hpr, tmp_path):
             ft_env("healthy", FT_STEPS=2, FT_PERIOD=0.01))
     assert r.rc == 0, r.describe()
     assert "hang rule Progress watches local rank 0 only of 2 ranks" in r.err
+
+
+def test_a_dead_agents_segment_goes_and_a_live_ones_stays(hpr, tmp_path):
+    import fcntl
+    import os
+    import tempfile
+    base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else str(hpr.tmpdir)
+    dead = tempfile.mkdtemp(prefix="hyperpodrun-ft-4194304.", dir=base)
+    live = tempfile.mkdtemp(prefix="hyperpodrun-ft-4194305.", dir=base)
+    for d in (dead, live):
+        open(os.path.join(d, "slots"), "w").close()
+    held = open(os.path.join(live, "slots"), "r+")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        r = run(hpr, 1, [], ft_env("healthy", FT_STEPS=2, FT_PERIOD=0.01))
+        assert r.rc == 0, r.describe()
+        assert not os.path.exists(dead), r.describe()
+        assert f"rank monitor: removed {dead}" in r.err
+        assert os.path.exists(os.path.join(live, "slots"))
+    finally:
+        held.close()
+        for d in (dead, live):
+            if os.path.exists(os.path.join(d, "slots")):
+                os.unlink(os.path.join(d, "slots"))
+            if os.path.exists(d):
+                os.rmdir(d)
