@@ -147,6 +147,7 @@ struct hp_ftmon_rank {
         /* The client that registered, compared only (never followed):
          * its connection closing ends the rank's watch. */
         const struct hp_ipc_client *client;
+        uint64_t floor_ms;      /* slot times before it count from it */
         struct hp_ft_timeouts t;
 };
 
@@ -192,8 +193,13 @@ int hp_ftmon_init(struct hp_ftmon *m, uv_loop_t *loop,
 int hp_ftmon_attach(struct hp_ftmon *m, struct hp_ipc_server *s);
 /* A new attempt: no rank active, every slot zero, judging again. */
 void hp_ftmon_reset(struct hp_ftmon *m);
-/* Stops judging until the next reset (the workers are going). */
+/* Stops judging until the next reset or resume (the workers are going,
+ * or wait at in-process restart's barrier). */
 void hp_ftmon_pause(struct hp_ftmon *m);
+/* Judges again, the registered ranks kept: every clock restarts at now
+ * (a heartbeat or section older than now counts from now). In-process
+ * restart's next round. */
+void hp_ftmon_resume(struct hp_ftmon *m);
 /* Closes the timers and removes the segment; the loop must then run. */
 void hp_ftmon_close(struct hp_ftmon *m);
 /* A local rank's relative speed as of the latest window; false when not

@@ -319,10 +319,11 @@ void hp_agent_settle_rules(struct hp_agent *agent);
 uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);
 /* In-process restart, while the training processes wait at the barrier:
  * the rules stop watching (lines are ignored, the clocks stop, every rule
- * keeps its state). */
+ * keeps its state), and so does the rank monitor. */
 void hp_agent_suspend_rules(struct hp_agent *agent);
 /* Watches again: fresh rules (hp_agent_use_rules) start their clocks,
- * suspended ones go on without counting the time they were off. */
+ * suspended ones go on without counting the time they were off; the rank
+ * monitor keeps the registered ranks and restarts their clocks. */
 void hp_agent_resume_rules(struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */

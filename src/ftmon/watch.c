@@ -49,16 +49,25 @@ static uint64_t ns_to_ms(uint64_t ns)
         return ns == 0 ? 0 : (ns + 999999) / 1000000;
 }
 
+/* A slot time on the loop's ms clock, no earlier than the rank's floor
+ * (a resume: what ran before it does not count against the rank). */
+static uint64_t slot_ms(const struct hp_ftmon *m, int lr, int word)
+{
+        uint64_t ms = ns_to_ms(slot_word(m, lr, word));
+
+        return ms != 0 && ms < m->ranks[lr].floor_ms ? m->ranks[lr].floor_ms
+                                                     : ms;
+}
+
 static void read_view(const struct hp_ftmon *m, int lr, struct hp_ft_view *v)
 {
         memset(v, 0, sizeof(*v));
-        v->init_ms = ns_to_ms(slot_word(m, lr, HP_FT_W_INIT_NS));
+        v->init_ms = slot_ms(m, lr, HP_FT_W_INIT_NS);
         v->hb_count = slot_word(m, lr, HP_FT_W_HB_COUNT);
-        v->hb_ms = ns_to_ms(slot_word(m, lr, HP_FT_W_HB_NS));
-        v->oos_ms = ns_to_ms(slot_word(m, lr, HP_FT_W_OOS_NS));
+        v->hb_ms = slot_ms(m, lr, HP_FT_W_HB_NS);
+        v->oos_ms = slot_ms(m, lr, HP_FT_W_OOS_NS);
         for (int i = 0; i < m->cfg->ft_nsections; i++)
-                v->section_ms[i] =
-                        ns_to_ms(slot_word(m, lr, HP_FT_W_SECTION0 + i));
+                v->section_ms[i] = slot_ms(m, lr, HP_FT_W_SECTION0 + i);
 }
 
 static void timer_cb(uv_timer_t *t);
@@ -399,10 +408,24 @@ void hp_ftmon_reset(struct hp_ftmon *m)
                 m->ranks[lr].active = false;
                 m->ranks[lr].client = NULL;
                 m->ranks[lr].rank = -1;
+                m->ranks[lr].floor_ms = 0;
                 m->ranks[lr].t = m->defaults;
         }
         memset((void *)m->shm, 0, m->shm_len);
         hp_ft_stragglers_reset(&m->strag);
+}
+
+void hp_ftmon_resume(struct hp_ftmon *m)
+{
+        uint64_t now = uv_now(m->loop);
+
+        if (!m->started)
+                return;
+        m->judging = true;
+        for (int lr = 0; lr < m->nranks; lr++)
+                m->ranks[lr].floor_ms = now;
+        hp_ft_stragglers_reset(&m->strag);
+        judge_all(m);
 }
 
 void hp_ftmon_pause(struct hp_ftmon *m)
@@ -558,8 +581,9 @@ static void ft_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *c,
 
         /* A second init (a new client in the same rank) starts over, as a
          * new connection to ft's rank monitor does. */
-        rk->active = m->judging;
+        rk->active = true;
         rk->client = c;
+        rk->floor_ms = 0;
         rk->rank = cJSON_IsNumber(rank) && rank->valuedouble >= 0 &&
                                    rank->valuedouble < 1e9
                            ? (int64_t)rank->valuedouble

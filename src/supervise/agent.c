@@ -948,9 +948,11 @@ uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
 void hp_agent_suspend_rules(struct hp_agent *a)
 {
         hp_rulewatch__suspend(&a->rules);
+        hp_ftmon_pause(&a->ft);
 }
 
 void hp_agent_resume_rules(struct hp_agent *a)
 {
         hp_rulewatch__resume(&a->rules, a->round.base_rank);
+        hp_ftmon_resume(&a->ft);
 }

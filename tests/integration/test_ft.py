@@ -198,3 +198,19 @@ def test_a_dead_agents_segment_goes_and_a_live_ones_stays(hpr, tmp_path):
                 os.unlink(os.path.join(d, "slots"))
             if os.path.exists(d):
                 os.rmdir(d)
+
+
+def test_operator_mode_faults_with_the_monitors_reason(hpr, tmp_path):
+    from test_operator import Agent
+    a = Agent(hpr, tmp_path, nproc=2, script=WORKER,
+              args=["--ft-rank-section-timeouts", "step:1"],
+              env=ft_env("section", FT_BAD=1, FT_PERIOD=0.05))
+    a.wait_status("ready")
+    a.start()
+    st = a.wait_status("faulted", timeout=60)
+    assert st["reason"] == "RankSectionTimeout_step", st
+    assert st["message"].startswith(
+        "Section step of local rank 1 (rank 1) was open for 1.000 s"), st
+    a.post("/stop")
+    a.wait_status("ready", timeout=60)
+    assert a.shutdown().rc == 0
