@@ -3,7 +3,8 @@
 
   worker cost   ns per send_heartbeat() in a worker, beside a non-blocking
                 datagram and a framed write on a stream socket (the designs
-                not taken), each N calls in a tight loop
+                not taken), each N calls in a tight loop in rank 0 (the
+                other ranks idle)
   agent CPU     8 ranks × 1 kHz heartbeats for --seconds: the agent's CPU
                 (schedstat, all threads) in % of one core, beside the same
                 job whose workers loop at 1 kHz without heartbeats
@@ -109,7 +110,7 @@ def main():
         ["framed stream write per call", f"{cost['stream_frame_ns']:.0f} ns"],
         [f"agent CPU, {NPROC} ranks x 1 kHz heartbeats",
          f"{phases['hb']['cpu_pct']:.2f} %"],
-        [f"agent CPU, same job without heartbeats",
+        ["agent CPU, same job without heartbeats",
          f"{phases['idle']['cpu_pct']:.2f} %"],
         ["verdict past the deadline (median)",
          f"{bl.median(lat):.3f} ms"],

@@ -625,7 +625,7 @@ def ft_section(res):
     lat = res["verdict_latency_ms"]
     return ["## 8. The rank monitor: heartbeats", "",
             "bench/ft_worker.py under hyperpodrun --standalone --nproc-per-node 8. "
-            "Worker cost: N calls in a tight loop in each rank, rank 0's figure: "
+            "Worker cost: N calls in a tight loop in rank 0 while the others idle: "
             "send_heartbeat() (two stores into the rank's shared slot and ft's timeout "
             "bookkeeping), beside the designs not taken, a non-blocking datagram send and "
             "a framed JSON write on a stream socket (send alone; a full queue is drained "

@@ -27,6 +27,7 @@ monitor; it never hangs.
 """
 
 import dataclasses
+import json
 import logging
 import mmap
 import os
@@ -42,7 +43,7 @@ from ._wire import (
     read_frame,
 )
 
-import json
+_monotonic_ns = time.monotonic_ns
 
 #: Seconds to wait for the agent's answer to ft_init or ft_timeouts.
 REPLY_TIMEOUT = float(os.environ.get("HYPERPODRUN_FT_REPLY_TIMEOUT", "10"))
@@ -337,15 +338,25 @@ class RankMonitorClient:
     # ---- the hot path: stores into the slot ----
 
     def send_heartbeat(self) -> None:
-        """A heartbeat: two stores into the rank's slot."""
-        if not self.is_initialized:
-            raise RankMonitorClientError("RankMonitorClient is not initialized")
-        now = time.monotonic_ns()
+        """A heartbeat: two stores into the rank's slot, and ft's interval
+        bookkeeping, inline: this is the call a training loop makes most."""
         slot = self._slot
+        if slot is None:
+            raise RankMonitorClientError("RankMonitorClient is not initialized")
+        now = _monotonic_ns()
         # The time first: a count the agent sees always has its time.
         slot[_W_HB_NS] = now
         slot[_W_HB_COUNT] += 1
-        self.timeouts_calc.update_on_heartbeat(now / 1e9)
+        calc = self.timeouts_calc
+        t = now * 1e-9
+        if calc.count:
+            gap = t - calc.prev_hb_time
+            if gap > calc.subsequent_max_time:
+                calc.subsequent_max_time = gap
+        elif t - calc.start_time > calc.initial_max_time:
+            calc.initial_max_time = t - calc.start_time
+        calc.count += 1
+        calc.prev_hb_time = t
 
     def start_section(self, section: str) -> None:
         """Opens a section; a name without a timeout in the agent's

@@ -7,7 +7,6 @@ import json
 import math
 import re
 import subprocess
-import time
 import urllib.request
 
 import pytest
