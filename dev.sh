@@ -1,11 +1,14 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # hyperpodrun's entry points on a fresh Debian machine:
 #   ./dev.sh demo   install what is missing, build, run a 2-worker demo job
 #   ./dev.sh test   install what is missing, build, run the whole test suite
 #                   (then again under ASan+UBSan, the fuzz targets for a
 #                   short time, the unit tests under valgrind, and the
 #                   benchmarks' smoke run, the static binary in a Debian 11
-#                   root), ending with one "N passed, N failed" line
+#                   root, dist/ installed and run: the wheel in a venv, the
+#                   .deb in Debian 11, the aarch64 binary under qemu-user),
+#                   ending with one "N passed, N failed" line
 #   ./dev.sh test-loaded   the same build, then the unit and integration
 #                   tests while busy loops keep every core saturated
 #                   (what a shared CI runner sees), ending with the same
@@ -17,6 +20,10 @@
 #   ./dev.sh static install what the static build needs, build the one
 #                   self-contained binary build-static/cmd/hyperpodrun/
 #                   hyperpodrun (what examples/eks/Dockerfile runs)
+#   ./dev.sh dist   install what is missing, build the static binaries for
+#                   x86_64 and aarch64 (cross), write the release into dist/:
+#                   tarballs, wheels, the .deb and SHA256SUMS (offline once
+#                   the Debian packages are installed)
 set -eu
 cd "$(dirname "$0")"
 
@@ -25,7 +32,7 @@ cd "$(dirname "$0")"
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
 python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge
-time python3-matplotlib"
+time python3-matplotlib python3-yaml"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 # The static build: Debian's static archives come with the -dev packages
@@ -35,8 +42,25 @@ PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 STATIC_PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev
 libpcre2-dev libcjson-dev libhttp-parser-dev libyaml-dev dpkg-dev git"
 PACKAGES="$PACKAGES dpkg-dev git debootstrap curl file binutils"
+# The release (./dev.sh dist, tests/dist/run.sh): debhelper and lintian for
+# the .deb; Debian's build, wheel and setuptools make the wheel with no
+# download; python3-venv for the proof. aarch64: the cross compiler, the
+# arm64 libraries beside the native ones (multiarch: dpkg
+# --add-architecture arm64) and qemu-user to run the result.
+# libhttp-parser-dev is not Multi-Arch: same, so its arm64 .deb is only
+# unpacked, under build-static/deps/arm64 (build_aarch64).
+DIST_PACKAGES="debhelper lintian python3-build python3-wheel python3-setuptools
+python3-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+libuv1-dev:arm64 libpcre2-dev:arm64 libyaml-dev:arm64"
 
 install_missing() { # install_missing [PACKAGES]
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        case " $(echo ${1:-$PACKAGES}) " in
+        *:arm64*)
+                dpkg --print-foreign-architectures | grep -qx arm64 ||
+                        $SUDO dpkg --add-architecture arm64 ;;
+        esac
         missing=""
         for p in ${1:-$PACKAGES}; do
                 dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
@@ -44,8 +68,6 @@ install_missing() { # install_missing [PACKAGES]
         done
         [ -z "$missing" ] && return 0
         echo "dev.sh: installing:$missing"
-        SUDO=""
-        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
         $SUDO apt-get update
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y \
                 --no-install-recommends $missing
@@ -69,6 +91,47 @@ build_static() {
         build build-static -Dstatic=true -Dtests=disabled \
                 -Dbuildtype=release -Dstrip=true \
                 -Dcjson_source="$PWD/build-static/deps/cjson"
+}
+
+# The aarch64 static binary in build-aarch64/, cross-built with Debian's
+# gcc-aarch64-linux-gnu (cross/aarch64-linux-gnu.ini) and the arm64 static
+# archives; cJSON's source is the one build_static unpacked. The arm64
+# libhttp-parser-dev is unpacked, not installed (it would replace the native
+# one), and a second cross file tells meson where.
+build_aarch64() {
+        tree=$(tools/apt-source.sh libcjson-dev build-static/deps)
+        ln -sfn "$(basename "$tree")" build-static/deps/cjson
+        deps=build-static/deps/arm64
+        version=$(dpkg-query -W -f='${Version}' \
+                "libhttp-parser-dev:$(dpkg --print-architecture)")
+        if [ ! -f "$deps/root/usr/lib/aarch64-linux-gnu/libhttp_parser.a" ] ||
+           [ "$(cat "$deps/version" 2>/dev/null)" != "$version" ]; then
+                rm -rf "$deps"
+                mkdir -p "$deps"
+                (cd "$deps" && apt-get -q -o APT::Sandbox::User="$(id -un)" \
+                        download "libhttp-parser-dev:arm64=$version")
+                dpkg-deb -x "$deps"/libhttp-parser-dev_*_arm64.deb "$deps/root"
+                echo "$version" >"$deps/version"
+        fi
+        printf "[properties]\nhttp_parser_libdir = ['%s']\n" \
+                "$PWD/$deps/root/usr/lib/aarch64-linux-gnu" >"$deps/paths.ini"
+        build build-aarch64 --cross-file cross/aarch64-linux-gnu.ini \
+                --cross-file "$deps/paths.ini" -Dstatic=true -Dtests=disabled \
+                -Dbuildtype=release -Dstrip=true \
+                -Dcjson_source="$PWD/build-static/deps/cjson"
+}
+
+# dist/: both tarballs and wheels (tools/dist.sh), the .deb (tools/deb.sh,
+# lintian clean of errors) and SHA256SUMS, from build-static/ and
+# build-aarch64/.
+make_dist() {
+        rm -rf dist
+        mkdir -p dist
+        tools/dist.sh x86_64 build-static dist &&
+        tools/dist.sh aarch64 build-aarch64 dist &&
+        tools/deb.sh build-static/deps/cjson dist &&
+        (cd dist && sha256sum -- *.tar.gz *.whl *.deb >SHA256SUMS) &&
+        ls -l dist
 }
 
 # build-hardened/: dpkg-buildflags' flags with every hardening feature,
@@ -154,6 +217,21 @@ run_static_proof() {
         FAILED=$((FAILED + $2))
 }
 
+# What dist/ holds, installed and run (tests/dist/run.sh), as one more pass.
+run_dist_proof() {
+        echo "==> release artifacts (dist/)"
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        out=$($sudo tests/dist/run.sh dist 2>&1) || true
+        printf '%s\n' "$out"
+        set -- $(printf '%s\n' "$out" | sed -n \
+                's/^dist proof: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p')
+        [ $# -eq 2 ] || set -- 0 1
+        echo "==> release artifacts (dist/): $1 passed, $2 failed"
+        PASSED=$((PASSED + $1))
+        FAILED=$((FAILED + $2))
+}
+
 case "${1:-}" in
 demo)
         install_missing
@@ -164,7 +242,7 @@ demo)
                 --log-dir /tmp/hyperpod-demo examples/demo_train.py 20
         ;;
 test)
-        install_missing
+        install_missing "$PACKAGES $DIST_PACKAGES"
         build build
         # -O3 sees what -O2 does not: a release build must build too.
         build build-release -Dbuildtype=release -Dtests=disabled
@@ -208,6 +286,14 @@ test)
                 echo "==> static build: 0 passed, 1 failed"
                 FAILED=$((FAILED + 1))
         fi
+        # The release from the same static build (its Debian 11 root too):
+        # dist/ written, then installed and run.
+        if build_aarch64 && make_dist; then
+                run_dist_proof
+        else
+                echo "==> dist/: 0 passed, 1 failed"
+                FAILED=$((FAILED + 1))
+        fi
         # The benchmarks cannot rot: each runs at a tiny size (static vs
         # dynamic compares build-static/ with build-release/).
         run_bench_smoke
@@ -244,6 +330,12 @@ static)
         install_missing "$STATIC_PACKAGES"
         build_static
         ;;
+dist)
+        install_missing "$STATIC_PACKAGES $DIST_PACKAGES"
+        build_static
+        build_aarch64
+        make_dist
+        ;;
 bench-smoke)
         install_missing
         build build
@@ -252,7 +344,7 @@ bench-smoke)
         exec /usr/bin/python3 bench/run.py --smoke
         ;;
 *)
-        echo "usage: ./dev.sh demo|test|test-loaded|bench|bench-smoke|static" >&2
+        echo "usage: ./dev.sh demo|test|test-loaded|bench|bench-smoke|static|dist" >&2
         exit 2
         ;;
 esac

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Hostile output paths, by hand: what a backtracking log rule costs the
 workers, and how late SIGTERM reaches them while nobody reads stderr.
 

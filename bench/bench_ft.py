@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: the rank monitor (heartbeats through the shared slot).
 
   worker cost   ns per send_heartbeat() in a worker, beside a non-blocking

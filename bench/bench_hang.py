@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 3, hang-detection latency: a worker prints a progress line
 every 10 ms, then stops printing (it stays alive, as a hung collective
 does). JobHangingDetection, with a recurring threshold of 1 s or of 5 s,

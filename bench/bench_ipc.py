@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: the worker socket's cost to the agent. hyperpodrun in
 operator mode with --nproc-per-node 64 (no /start, so no workers), and 64
 client connections from this process, one per local rank, speaking the

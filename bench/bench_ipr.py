@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 7, recovery of one fault, in-process (IPR) against process-level (PLR).
 
 One agent in operator mode, 4 ranks (bench/ipr_worker.py), driven over

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Kernel log watcher (--node-problem-config): what it costs and how fast
 it acts. The kernel log is a FIFO given with --kmsg, fed records in the
 /dev/kmsg format, with the shipped Neuron and NVIDIA Xid configs.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 1, launch: 8 workers that exit at once (--no-python /bin/true),
 from spawning the launcher until it has exited, and the launcher's peak RSS
 as /usr/bin/time -v reports it (ru_maxrss: the launcher or any one of its

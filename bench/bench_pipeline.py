@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 2, the log pipeline: N ranks each printing training-style
 lines of 110 bytes as fast as they can, through the launcher with --tee 3
 (every line to its rank's file and, prefixed, to the console, which is a

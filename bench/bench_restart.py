@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 4, restart latency, 8 workers.
 
 Self-driven: 300 ms after the start, local rank 0 exits with code 1; the

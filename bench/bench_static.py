@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 6, static vs dynamic: the static binary of ./dev.sh static
 against the dynamic one built the same way (release, -O3), in file size
 (as built and stripped), launch time of 8 /bin/true workers, the launcher's

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark 5, overhead during a steady job: 8 ranks each printing 10,000
 training-style lines per second (a batch every 10 ms) for 20 s, with
 --tee 3 and the console to a file. The launcher's own CPU time over the

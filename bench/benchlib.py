@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the benchmarks share: the binaries, a measured process run, the
 machine's description, medians and the results files.
 

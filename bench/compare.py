@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Paired before/after runs of the benchmarks for two hyperpodrun binaries.
 
     /usr/bin/python3 bench/compare.py --before OLD --after NEW [--rounds 5]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench_ft's worker: FTB_MODE cost (rank 0 times N heartbeats and, for
 comparison, N datagrams and N framed stream writes, and prints the
 figures), hb (a heartbeat every ms for FTB_SECONDS), idle (the same loop

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The in-process restart benchmark's worker: one rank of a small job that
 fails once and trains again, run in place (IPR) or anew (PLR).
 

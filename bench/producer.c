@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The benchmarks' worker: writes training-style log lines to stdout as fast
  * as a process can, at a fixed rate, or as a job that hangs or crashes, and
  * stamps the moments the benchmarks time into a file.

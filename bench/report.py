@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes BENCHMARKS.md and the log-pipeline plot from the JSON results of
 the benchmarks, so that the numbers and the text around them cannot drift
 apart:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs every benchmark, then writes BENCHMARKS.md from their results.
 
     /usr/bin/python3 bench/run.py            the full run (./dev.sh bench):

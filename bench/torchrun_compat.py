@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torchrun from Debian's python3-torch (1.13), made to run on Python 3.11.
 
 torch 1.13's Std.from_str maps "3" to a member by iterating the IntFlag

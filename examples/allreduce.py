@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """All-reduce over every worker, set up only from hyperpodrun's environment.
 
 One node, two workers:

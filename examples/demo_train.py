@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in training job for the README demo: no GPU, no torch.
 
 Each rank prints the log lines a real HyperPod job prints (and that the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # apt-source.sh PACKAGE DEST: unpacks the Debian source package of the
 # installed binary package PACKAGE (the same version, from the mirror it
 # was installed from) into DEST, and prints the source tree's path.
@@ -7,7 +8,12 @@
 # not have. It is given one in a private sources list, with private package
 # lists and cache under DEST, so that nothing under /etc or /var changes.
 set -eu
-pkg=$1
+# The native package: with a foreign architecture added (the arm64 build),
+# PACKAGE may be installed twice, and dpkg-query would print both.
+case $1 in
+*:*) pkg=$1 ;;
+*) pkg=$1:$(dpkg --print-architecture) ;;
+esac
 mkdir -p "$2"
 dest=$(cd "$2" && pwd)
 

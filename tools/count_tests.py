@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Counts test cases (not meson test binaries) in a meson testlog.json.
 
 cmocka and pytest each run many cases inside one meson test; this reads

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Shows a torch NCCL flight recorder dump (the file a hang report's
 nccl_flight_recorder.path names) for a human: its version, then one line
 per recorded collective, the newest last.

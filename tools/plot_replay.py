@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots a replay: each threshold rule's metric over time against its
 threshold, and each rule's state as a band, to a PNG, for tuning rules
 such as LowThroughputDetection.

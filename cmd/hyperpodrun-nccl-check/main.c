@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hyperpodrun-nccl-check: one all-reduce communicator over every GPU of
  * this node, timed at sizes up to --max-bytes, for hyperpodrun's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: argv and environment → config → agent → exit status. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,9 @@ int main(int argc, char **argv)
                 (void)hp_signals_release();
                 return replay(&cfg);
         }
+        if (cfg.rdzv_backend_reason != NULL)
+                hp_log_info("rendezvous backend %s: %s",
+                            cfg.rdzv_backend_name, cfg.rdzv_backend_reason);
         r = hp_config_check_files(&cfg, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* --version: what this binary is and what it carries. A bug report or a
  * "does this image's binary have JIT" question needs the libraries' own
  * versions, which a static binary no longer gets from the system. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* --version's report (version.c). */
 #ifndef HP_CMD_VERSION_H
 #define HP_CMD_VERSION_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: shared error codes, logging and small helpers. */
 #ifndef HYPERPOD_COMMON_H
 #define HYPERPOD_COMMON_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the command line and environment, parsed and validated. */
 #ifndef HYPERPOD_CONFIG_H
 #define HYPERPOD_CONFIG_H
@@ -38,6 +39,19 @@ enum hp_hang_dump {
         HP_HANG_DUMP_FULL,   /* and each thread's kernel stack */
 };
 
+/* --duplicate-stdout-filters, --duplicate-stderr-filters: a tee'd line
+ * that contains one of these texts is copied, with its prefix, into the
+ * attempt's filtered_stdout.log (filtered_stderr.log). Offsets into text,
+ * so that the struct can be copied. */
+#define HP_DUP_FILTERS_MAX 64
+#define HP_DUP_FILTERS_TEXT 2048
+struct hp_dup_filters {
+        int count; /* 0: not given, nothing copied */
+        uint16_t at[HP_DUP_FILTERS_MAX];
+        uint16_t len[HP_DUP_FILTERS_MAX];
+        char text[HP_DUP_FILTERS_TEXT]; /* the filters, unescaped */
+};
+
 enum hp_std_stream {
         HP_STD_NONE = 0,
         HP_STD_OUT = 1,
@@ -65,6 +79,10 @@ struct hp_config {
         bool master_port_given;
         enum hp_rdzv_backend rdzv_backend;
         const char *rdzv_backend_name;
+        /* Why the backend was chosen when no --rdzv-backend (or
+         * PET_RDZV_BACKEND) named it, for the log; NULL when one did, or
+         * when it is the default. */
+        const char *rdzv_backend_reason;
         const char *rdzv_endpoint;
         const char *rdzv_id;
         const char *rdzv_conf;
@@ -83,6 +101,7 @@ struct hp_config {
         bool console_filter_set;
         bool console_shown[HP_MAX_NPROC]; /* --local-ranks-filter */
         const char *prefix_template; /* NULL: "[${role_name}${local_rank}]:" */
+        struct hp_dup_filters dup_filters[2]; /* [0] stdout, [1] stderr */
         const char *local_addr;
 
         /* hyperpodrun flags */
@@ -194,6 +213,12 @@ const char *hp_config_help(void);
  * nproc ranks. Exposed for tests. */
 int hp_config_parse_std_spec(const char *text, int nproc, uint8_t *out,
                              char *errbuf, size_t errlen);
+
+/* Parses torchrun's comma-separated filter list ("a,b"; ",," is a comma
+ * in a filter; "" is one empty filter, which every line contains) into
+ * out. Exposed for tests. */
+int hp_config_parse_dup_filters(const char *text, struct hp_dup_filters *out,
+                                char *errbuf, size_t errlen);
 
 /* Checks a console prefix template: only known ${variables}. */
 int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen);

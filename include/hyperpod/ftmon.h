@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: rank liveness beyond log lines — heartbeats, timed sections
  * and stragglers, as nvidia-resiliency-ext's RankMonitorClient reports
  * them, watched on the agent's loop.

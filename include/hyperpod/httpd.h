@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: a small HTTP/1.1 server on the libuv loop, for the operator
  * control API. Parsing is libhttp-parser's; routing is the handler's. */
 #ifndef HYPERPOD_HTTPD_H

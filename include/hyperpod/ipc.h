@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the worker socket (agent ↔ worker IPC) and checkpoint
  * discovery, wire-compatible with the reference's client library. */
 #ifndef HYPERPOD_IPC_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The kernel log: node-problem-detector's kernel-monitor rules over the
  * records of /dev/kmsg, so that a node's hardware faults (an uncorrectable
@@ -46,7 +47,9 @@ struct kmsg_rules;
 
 /* Parses a kernel-monitor config (the JSON NPD's system-log-monitor
  * reads: "conditions", "rules", "bufferSize", "lookback", "source";
- * "plugin" and "logPath" are read and otherwise ignored). origin names the
+ * "plugin", when given, must be "kmsg": a journald or filelog config is
+ * refused; "logPath" is read and ignored, as NPD's kmsg plugin does).
+ * origin names the
  * text in errors. Returns 0 with *out (free with kmsg_rules_free), or
  * HP_ECONFIG with errbuf naming the field, or -ENOMEM. json is
  * borrowed. */

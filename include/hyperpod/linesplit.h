@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the line splitter, shared by the live streams and replay
  * so that a line is the same line in both. Pure: no libuv, no clock, no
  * allocation. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the log-rule engine ("logagent" of the HyperPod agent).
  *
  *   rules (cJSON) ──logmon_ruleset_new──▶ compiled, shared ruleset

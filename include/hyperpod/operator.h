@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the HyperPod operator's control API on :8080.
  *
  * The HyperPod training operator drives one agent per pod over HTTP:

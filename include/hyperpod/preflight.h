@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * --preflight nccl: before the first stage, an all-reduce over every GPU
  * of the node, run by the hyperpodrun-nccl-check program beside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: where this node stands in the job, read again per attempt. */
 #ifndef HYPERPOD_RENDEZVOUS_H
 #define HYPERPOD_RENDEZVOUS_H

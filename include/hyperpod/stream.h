@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: the output path of every worker stream.
  *
  *   pipe ──read──▶ file (every byte, as written)
@@ -180,6 +181,43 @@ struct hp_stream_stats {
         uint64_t file_lost; /* bytes read that the log file does not hold */
 };
 
+/*
+ * torchrun's --duplicate-stdout-filters: the lines of the tee'd streams
+ * that contain one of a few texts, each with its console prefix, copied
+ * into one file for all the ranks (filtered_stdout.log). Streams share
+ * one, borrowed; lines are gathered in its buffer and written once per
+ * read of a pipe, and at the end of each stream. Written from the loop
+ * thread only. The owner embeds it.
+ */
+#define HP_DUP_NEEDLES 64
+#define HP_DUP_BUFFER (HP_LINE_MAX + 1024)
+struct hp_dup {
+        int fd;                 /* -1: closed */
+        int count;
+        const char *needle[HP_DUP_NEEDLES]; /* borrowed */
+        size_t needle_len[HP_DUP_NEEDLES];
+        int error;              /* first failed write, -errno; then none */
+        uint64_t lines;         /* copied */
+        uint64_t lines_lost;    /* to a failed write */
+        size_t used;
+        char path[4096];        /* for messages */
+        char buf[HP_DUP_BUFFER];
+};
+
+/* Creates name in dir_fd (dir: its path, for messages), 0600, refusing a
+ * link; the needles (count of them, at most HP_DUP_NEEDLES, each with its
+ * length) are borrowed and outlive d. 0 or -errno. */
+int hp_dup_open(struct hp_dup *d, int dir_fd, const char *dir,
+                const char *name, const char *const *needles,
+                const size_t *lens, int count);
+/* Copies prefix + line + "\n" when the line contains a needle. */
+void hp_dup_line(struct hp_dup *d, const char *prefix, size_t prefix_len,
+                 const char *line, size_t len);
+/* Writes what was gathered. */
+void hp_dup_flush(struct hp_dup *d);
+/* Flushes and closes; says how many lines a failed write lost. */
+void hp_dup_close(struct hp_dup *d);
+
 struct hp_stream;
 typedef void (*hp_stream_closed_cb)(struct hp_stream *s);
 
@@ -249,6 +287,7 @@ struct hp_stream {
         uint64_t time_stamped;
         hp_line_cb listener;
         void *listener_ctx;
+        struct hp_dup *dup; /* borrowed: filtered copies, or NULL */
         hp_stream_closed_cb closed_cb;
         void *data; /* the owner's */
         bool open;

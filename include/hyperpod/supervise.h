@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: spawning, teeing, stopping and reaping the job's processes. */
 #ifndef HYPERPOD_SUPERVISE_H
 #define HYPERPOD_SUPERVISE_H
@@ -358,6 +359,10 @@ const struct hp_rdzv_info *hp_agent_round(const struct hp_agent *agent);
 /* Replaces the round for the next stage (copied). */
 void hp_agent_set_round(struct hp_agent *agent,
                         const struct hp_rdzv_info *round);
+/* The restart count the next stage runs with (its
+ * TORCHELASTIC_RESTART_COUNT and attempt_<n> log directory): in-process
+ * restart's later rounds run at the last /start's faultCount. */
+void hp_agent_set_restart_count(struct hp_agent *agent, int restart_count);
 /* In-process restart's job_start: the running processes take the
  * round's ranks without a restart. Replaces the round (copied), and each
  * running worker's global rank becomes base_rank + its local rank, for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference agent's worker-side import paths, served by hyperpodrun_client.
 
 Training code written for the HyperPod elastic agent's package

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``hyperpod_elastic_agent.ipc``: the worker socket's clients."""
 
 from hyperpodrun_client import (

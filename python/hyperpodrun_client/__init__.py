@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker side of hyperpodrun's worker socket, for training code.
 
 Training code started by hyperpodrun (or by the reference HyperPod elastic

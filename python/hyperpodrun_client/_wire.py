@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every client of the worker socket shares: where the socket is,
 how a client connects, the frame format and the exception."""
 

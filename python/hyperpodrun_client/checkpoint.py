@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checkpoint discovery: each rank reports the checkpoint steps it saved,
 and asks on start for the latest step every local rank completed."""
 

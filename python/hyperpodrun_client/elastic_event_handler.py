@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Graceful stop for elastic scaling: did the agent ask this job to stop?
 
 For a scale event the operator stops the job gracefully, and the agent

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Heartbeats and timed sections for hyperpodrun, with the names and
 behaviour of nvidia-resiliency-ext's ``RankMonitorClient``.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """In-process restart: the training processes' side of the barrier.
 
 An agent run with ``--inprocess-restart`` keeps its training processes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error names and texts, generated from the one table in common.h. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* System calls newer than the oldest glibc hyperpodrun runs on, made
  * through syscall(2) by number: the glibc wrappers (pidfd_open is 2.36)
  * would make the binary refuse to start on Ubuntu 20.04 or 22.04, Amazon

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* JSON numbers kept as they were written. cJSON reads every number into a
  * double and prints it back from there, so "1.0" comes out as "1", a
  * 20-digit integer loses its last digits and "-0.0" its sign; Python's

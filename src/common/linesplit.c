@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Splitting a byte stream into lines without copying complete lines. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Agent diagnostics on stderr, with a level from LOGLEVEL. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The start-up check that the kernel has what hp-sys.h calls, and the
  * descriptor limit the agent runs with. */
 #include <errno.h>

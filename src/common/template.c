@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ${variable} expansion for the console prefix template. */
 #include <ctype.h>
 #include <stdio.h>

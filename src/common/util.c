@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Small helpers: strict number parsing, random names, whole-file reads,
  * file-system walks. */
 #include <errno.h>

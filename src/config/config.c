@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Command line and PET_* environment → struct hp_config. */
 #include <dirent.h>
 #include <errno.h>
@@ -288,6 +289,11 @@ static int parse_nproc(const struct raw_value *v, int *out, char *errbuf,
                             "(NEURON_RT_VISIBLE_CORES is unset and no "
                             NEURON_SYSFS "/neuron*/core_count)",
                             v->source);
+        } else if (strcmp(v->text, "xpu") == 0) {
+                ERR("%s xpu is not supported: hyperpodrun does not count "
+                    "Intel XPUs (torch.xpu asks the Level Zero runtime); "
+                    "give their number, e.g. --nproc-per-node 8",
+                    v->source);
         } else if (strcmp(v->text, "cpu") == 0) {
                 n = count_cpus();
         } else if (strcmp(v->text, "auto") == 0) {
@@ -304,7 +310,7 @@ static int parse_nproc(const struct raw_value *v, int *out, char *errbuf,
                         n = count_cpus();
         } else if (hp_parse_int(v->text, 1, HP_MAX_NPROC, &n) < 0) {
                 ERR("invalid value '%s' for %s: expected a number from 1 to "
-                    "%d, or gpu, neuron, cpu, auto",
+                    "%d, or gpu (cuda), neuron, cpu, auto",
                     v->text, v->source, HP_MAX_NPROC);
         }
         if (n > HP_MAX_NPROC)
@@ -339,8 +345,9 @@ static int parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
                     "node counts",
                     v->text, v->source);
         if (min != max)
-                ERR("%s %s: an elastic cluster size is not supported; "
-                    "MIN must equal MAX",
+                ERR("%s %s: an elastic cluster size is not supported (it "
+                    "needs the c10d rendezvous); MIN must equal MAX, or "
+                    "give one node count",
                     v->source, v->text);
         *out = min;
         return 0;
@@ -696,9 +703,11 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
         return 0;
 }
 
-/* --signals-to-handle: hyperpodrun handles torchrun's default set
+/* --signals-to-handle: hyperpodrun always handles torchrun's default set
  * (SIGTERM, SIGINT, SIGHUP, SIGQUIT: stop the workers with the signal
- * received) and no other, so only that set is taken, in any order. */
+ * received), and SIGUSR1 and SIGUSR2 (forwarded, the job running on), so
+ * a list is taken when it holds the default set and nothing beyond those
+ * six: torchrun's help suggests adding SIGUSR1,SIGUSR2 under Slurm. */
 static int convert_signals_to_handle(struct hp_config *cfg,
                                      const struct raw_value *raw,
                                      enum hp_option_id id, char *errbuf,
@@ -706,7 +715,9 @@ static int convert_signals_to_handle(struct hp_config *cfg,
 {
         const struct raw_value *v = &raw[id];
         static const char *const handled[] = { "SIGTERM", "SIGINT", "SIGHUP",
-                                               "SIGQUIT" };
+                                               "SIGQUIT", "SIGUSR1",
+                                               "SIGUSR2" };
+        const unsigned required = 0xf; /* torchrun's default four */
         unsigned seen = 0;
 
         for (const char *p = v->text; *p;) {
@@ -719,22 +730,103 @@ static int convert_signals_to_handle(struct hp_config *cfg,
                             strncmp(p, handled[i], len) == 0)
                                 break;
                 if (i == HP_ARRAY_SIZE(handled))
-                        ERR("invalid value '%s' for %s: '%.*s' is not handled "
-                            "by hyperpodrun; it always handles SIGTERM, "
-                            "SIGINT, SIGHUP and SIGQUIT (torchrun's default) "
-                            "and forwards SIGUSR1, and SIGUSR2 to the workers "
-                            "that handle it",
+                        ERR("invalid value '%s' for %s: hyperpodrun cannot "
+                            "handle '%.*s'; it always stops the workers on "
+                            "SIGTERM, SIGINT, SIGHUP and SIGQUIT (torchrun's "
+                            "default), forwards SIGUSR1 and writes a stacks "
+                            "report on SIGUSR2, so a list of those six is "
+                            "taken; signal the workers' process groups "
+                            "directly for any other",
                             v->text, v->source, (int)len, p);
                 seen |= 1u << i;
                 p += len;
                 if (*p == ',')
                         p++;
         }
-        if (seen != (1u << HP_ARRAY_SIZE(handled)) - 1)
+        if ((seen & required) != required)
                 ERR("invalid value '%s' for %s: hyperpodrun always handles "
                     "all of SIGTERM, SIGINT, SIGHUP and SIGQUIT (torchrun's "
-                    "default); a subset is not supported",
+                    "default); a list without one of them is not "
+                    "supported: give the default set, with SIGUSR1 and "
+                    "SIGUSR2 if you like",
                     v->text, v->source);
+        return 0;
+}
+
+/* --event-log-handler: torchrun's default, "null", records no event, as
+ * hyperpodrun does; any other names a Python handler. */
+static int convert_event_log_handler(struct hp_config *cfg,
+                                     const struct raw_value *raw,
+                                     enum hp_option_id id, char *errbuf,
+                                     size_t errlen)
+{
+        (void)cfg;
+        if (strcmp(raw[id].text, "null") == 0)
+                return 0;
+        ERR("%s %s is not supported: it names a Python event handler of "
+            "torch.distributed.elastic.events, which a C launcher cannot "
+            "load; only null (torchrun's default, no events) is taken, and "
+            "hyperpodrun logs its own events to stderr",
+            raw[id].source, raw[id].text);
+}
+
+int hp_config_parse_dup_filters(const char *text, struct hp_dup_filters *out,
+                                char *errbuf, size_t errlen)
+{
+        size_t used = 0;
+
+        /* As torchrun's comma_separated_list: ",," becomes a comma (read
+         * left to right), then the text splits at each comma. */
+        out->count = 1;
+        out->at[0] = 0;
+        out->len[0] = 0;
+        for (const char *p = text; *p; p++) {
+                if (*p == ',' && p[1] != ',') {
+                        if (out->count == HP_DUP_FILTERS_MAX) {
+                                snprintf(errbuf, errlen,
+                                         "'%.100s': more than %d filters",
+                                         text, HP_DUP_FILTERS_MAX);
+                                return HP_EUSAGE;
+                        }
+                        out->at[out->count] = (uint16_t)used;
+                        out->len[out->count++] = 0;
+                        continue;
+                }
+                if (used + 1 >= sizeof(out->text)) {
+                        snprintf(errbuf, errlen,
+                                 "'%.100s...': the filters hold more than "
+                                 "%zu bytes",
+                                 text, sizeof(out->text) - 1);
+                        return HP_EUSAGE;
+                }
+                out->text[used++] = *p;
+                out->len[out->count - 1]++;
+                if (*p == ',')
+                        p++; /* the second of ",," */
+        }
+        out->text[used] = '\0';
+        return 0;
+}
+
+/* --duplicate-stdout-filters, --duplicate-stderr-filters: torchrun's
+ * list, kept for the streams of the training workers. */
+static int convert_duplicate_filters(struct hp_config *cfg,
+                                     const struct raw_value *raw,
+                                     enum hp_option_id id, char *errbuf,
+                                     size_t errlen)
+{
+        int which = id == HP_OPT_DUPLICATE_STDOUT_FILTERS ? 0 : 1;
+        char detail[200];
+
+        if (hp_config_parse_dup_filters(raw[id].text,
+                                        &cfg->dup_filters[which], detail,
+                                        sizeof(detail)) < 0)
+                ERR("invalid value for %s: %s", raw[id].source, detail);
+        if (cfg->log_to_devnull)
+                ERR("%s copies lines into filtered_%s.log in the attempt's "
+                    "log directory, but --log-dir /dev/null writes no "
+                    "file: give a log directory, or drop the filters",
+                    raw[id].source, which ? "stderr" : "stdout");
         return 0;
 }
 
@@ -838,9 +930,12 @@ static int convert_rdzv_backend(struct hp_config *cfg,
                 return r;
         if (index >= 4)
                 ERR("%s %s is not supported: hyperpodrun does not speak "
-                    "PyTorch's TCPStore rendezvous protocol; use static "
-                    "(with --nnodes, --node-rank, --master-addr), slurm, "
-                    "resource-config or --standalone",
+                    "PyTorch's TCPStore rendezvous protocol, so an elastic "
+                    "node count is not possible; use static (with "
+                    "--nnodes N, --node-rank, --master-addr), slurm, "
+                    "resource-config or --standalone. A Kubeflow "
+                    "PyTorchJob without elasticPolicy runs as it is: its "
+                    "PET_MASTER_ADDR selects static",
                     raw[id].source, raw[id].text);
         cfg->rdzv_backend = (enum hp_rdzv_backend)index;
         cfg->rdzv_backend_name = backends[index];
@@ -1209,18 +1304,29 @@ static const struct conversion conversions[] = {
           .text = "it names a Python LogsSpecs class (an entry point), "
                   "which a C launcher cannot load; use --log-dir, "
                   "--redirects, --tee and --local-ranks-filter" },
-        { ROW(EVENT_LOG_HANDLER, REFUSED),
-          .text = "it names a Python event handler of "
-                  "torch.distributed.elastic.events; hyperpodrun logs its "
-                  "events to stderr" },
+        { ROW(EVENT_LOG_HANDLER, FUNC), .fn = convert_event_log_handler },
         { ROW(NUMA_BINDING, REFUSED),
-          .text = "hyperpodrun does not bind workers to NUMA nodes; bind "
-                  "inside the training script, or wrap it with numactl "
-                  "and --no-python" },
+          .text = "hyperpodrun does not bind workers to NUMA nodes: "
+                  "torch 2.x pins LOCAL_RANK's processes near CUDA device "
+                  "LOCAL_RANK, and which PCI device (so which NUMA node) "
+                  "that is only the CUDA runtime can say (its order is "
+                  "fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID), "
+                  "which the agent does not load; wrap the script: "
+                  "--no-python numactl --cpunodebind=N --membind=N "
+                  "python3 -u train.py, N the GPU's "
+                  "/sys/bus/pci/devices/<its PCI address>/numa_node, "
+                  "chosen per ${local_rank} in a small script" },
         { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
-          .text = "every worker sees its real LOCAL_RANK" },
+          .text = "every worker sees its real LOCAL_RANK and every GPU; "
+                  "for device 0 to be the worker's own GPU, run "
+                  "--no-python env 'CUDA_VISIBLE_DEVICES=${local_rank}' "
+                  "python3 -u train.py (hyperpodrun puts each worker's "
+                  "local rank in place of ${local_rank})" },
         { ROW(SIGNALS_TO_HANDLE, FUNC), .fn = convert_signals_to_handle },
 
+        /* The backend first: Kubeflow's elastic job also sets
+         * PET_NNODES=MIN:MAX, and c10d is the cause to name. */
+        { ROW(RDZV_BACKEND, FUNC), .fn = convert_rdzv_backend },
         { ROW(NNODES, FUNC), .fn = convert_nnodes },
         { ROW(NPROC_PER_NODE, FUNC), .fn = convert_nproc },
         { ROW(NODE_RANK, INT), FIELD(node_rank), GIVEN(node_rank_given),
@@ -1228,7 +1334,6 @@ static const struct conversion conversions[] = {
         { ROW(MASTER_ADDR, FUNC), .fn = convert_master_addr },
         { ROW(MASTER_PORT, INT), FIELD(master_port),
           GIVEN(master_port_given), .min = 1, .max = 65535 },
-        { ROW(RDZV_BACKEND, FUNC), .fn = convert_rdzv_backend },
         { ROW(RDZV_ENDPOINT, STRING), FIELD(rdzv_endpoint) },
         { ROW(RDZV_ID, FUNC), .fn = convert_rdzv_id },
         { ROW(RDZV_CONF, FUNC), .fn = convert_rdzv_conf },
@@ -1243,6 +1348,10 @@ static const struct conversion conversions[] = {
         { ROW(NO_PYTHON, NONE) },        /* with -m */
         { ROW(RUN_PATH, NONE) },         /* with -m */
         { ROW(LOG_DIR, FUNC), .fn = convert_log_dir },
+        { ROW(DUPLICATE_STDOUT_FILTERS, FUNC),
+          .fn = convert_duplicate_filters },
+        { ROW(DUPLICATE_STDERR_FILTERS, FUNC),
+          .fn = convert_duplicate_filters },
         { ROW(REDIRECTS, FUNC), .fn = convert_std_spec },
         { ROW(TEE, FUNC), .fn = convert_std_spec },
         { ROW(LOCAL_RANKS_FILTER, FUNC),
@@ -1364,6 +1473,34 @@ static int convert_one(struct hp_config *cfg, const struct raw_value *raw,
         return r;
 }
 
+/*
+ * How the other workers are stopped after a failure or a verdict, when
+ * --shutdown-signal and --shutdown-timeout leave it open. Self-driven
+ * modes stand in for torchrun: SIGTERM, then SIGKILL after
+ * TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30 s, so that a SIGTERM handler
+ * (a checkpoint, a log flush) runs. Operator mode stands in for the
+ * HyperPod agent: SIGKILL, 15 s.
+ */
+static int shutdown_defaults(struct hp_config *cfg,
+                             const struct raw_value *raw, char *errbuf,
+                             size_t errlen)
+{
+        bool operator = hp_config_operator_mode(cfg);
+        struct raw_value env = { .text = NULL };
+
+        if (raw[HP_OPT_SHUTDOWN_SIGNAL].text == NULL)
+                cfg->shutdown_signal = operator ? SIGKILL : SIGTERM;
+        if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text != NULL)
+                return 0;
+        cfg->shutdown_timeout_ms = operator ? 15000 : 30000;
+        env.text = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+        if (env.text == NULL || env.text[0] == '\0')
+                return 0;
+        snprintf(env.source, sizeof(env.source), "%s",
+                 "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (environment)");
+        return parse_seconds(&env, &cfg->shutdown_timeout_ms, errbuf, errlen);
+}
+
 static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                           char *errbuf, size_t errlen)
 {
@@ -1399,6 +1536,10 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                 cfg->tee[i] = 3;
         }
 
+        r = shutdown_defaults(cfg, raw, errbuf, errlen);
+        if (r < 0)
+                return r;
+
         /* Cross-checks between options. */
         if (cfg->inprocess_restart && !hp_config_operator_mode(cfg))
                 ERR("%s needs operator mode (--rdzv-backend hyperpod without "
@@ -1420,6 +1561,49 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                                                : "--node-rank",
                     cfg->node_rank, cfg->nnodes, cfg->nnodes - 1);
         return 0;
+}
+
+/*
+ * With no backend named (neither --rdzv-backend nor PET_RDZV_BACKEND) and
+ * no --standalone, a master given through torchrun's environment,
+ * PET_MASTER_ADDR or PET_RDZV_ENDPOINT, means what it means to torchrun,
+ * whose default backend is static: Kubeflow's training operator sets
+ * them (with PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE,
+ * PET_MASTER_PORT) for a PyTorchJob, where no HyperPod operator will ever
+ * send /start. Anything else keeps the HyperPod operator's default.
+ */
+static void implied_backend(struct hp_config *cfg, struct raw_value *raw)
+{
+        static const enum hp_option_id hints[] = { HP_OPT_MASTER_ADDR,
+                                                   HP_OPT_RDZV_ENDPOINT };
+        struct raw_value *backend = &raw[HP_OPT_RDZV_BACKEND];
+
+        if (backend->text != NULL || raw[HP_OPT_STANDALONE].text != NULL)
+                return;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(hints); i++) {
+                const char *env = option_rows[hints[i]].env;
+                const char *value = getenv(env);
+
+                if (value == NULL || value[0] == '\0')
+                        continue;
+                backend->text = "static";
+                snprintf(backend->source, sizeof(backend->source),
+                         "%s (environment)", env);
+                cfg->rdzv_backend_reason =
+                        hints[i] == HP_OPT_MASTER_ADDR
+                                ? "PET_MASTER_ADDR is set and no "
+                                  "--rdzv-backend or PET_RDZV_BACKEND "
+                                  "names a backend (a Kubeflow PyTorchJob, "
+                                  "or torchrun's environment): torchrun's "
+                                  "default, static; --rdzv-backend "
+                                  "hyperpod keeps the operator's"
+                                : "PET_RDZV_ENDPOINT is set and no "
+                                  "--rdzv-backend or PET_RDZV_BACKEND "
+                                  "names a backend: torchrun's default, "
+                                  "static; --rdzv-backend hyperpod keeps "
+                                  "the operator's";
+                return;
+        }
 }
 
 int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
@@ -1518,6 +1702,7 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
                 }
         }
 
+        implied_backend(cfg, raw);
         c = convert_values(cfg, raw, errbuf, errlen);
         if (c < 0)
                 return c;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The option table: one row per flag, used for getopt, PET_* and errors. */
 #ifndef HP_CONFIG_OPTIONS_H
 #define HP_CONFIG_OPTIONS_H
@@ -5,7 +6,8 @@
 /*
  * XX(id, long name, short letter or 0, takes an argument, PET_* variable or
  * NULL). torchrun's flags have a PET_<DEST> fallback; the reference agent's
- * own flags have none, and neither do ours.
+ * own flags have none, and neither do ours. --shutdown-timeout is both the
+ * reference's and torch 2.x torchrun's, and has torchrun's variable.
  */
 #define HP_OPTION_TABLE(XX)                                                   \
         XX(NNODES, "nnodes", 0, 1, "PET_NNODES")                              \
@@ -29,6 +31,10 @@
         XX(TEE, "tee", 't', 1, "PET_TEE")                                     \
         XX(LOCAL_RANKS_FILTER, "local-ranks-filter", 0, 1,                    \
            "PET_LOCAL_RANKS_FILTER")                                          \
+        XX(DUPLICATE_STDOUT_FILTERS, "duplicate-stdout-filters", 0, 1,        \
+           "PET_DUPLICATE_STDOUT_FILTERS")                                    \
+        XX(DUPLICATE_STDERR_FILTERS, "duplicate-stderr-filters", 0, 1,        \
+           "PET_DUPLICATE_STDERR_FILTERS")                                    \
         XX(LOG_LINE_PREFIX_TEMPLATE, "log-line-prefix-template", 0, 1,        \
            "PET_LOG_LINE_PREFIX_TEMPLATE")                                    \
         XX(LOCAL_ADDR, "local-addr", 0, 1, "PET_LOCAL_ADDR")                  \
@@ -42,7 +48,8 @@
         XX(VIRTUAL_LOCAL_RANK, "virtual-local-rank", 0, 0,                    \
            "PET_VIRTUAL_LOCAL_RANK")                                          \
         XX(SHUTDOWN_SIGNAL, "shutdown-signal", 0, 1, NULL)                    \
-        XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1, NULL)                  \
+        XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, 1,                        \
+           "PET_SHUTDOWN_TIMEOUT")                                            \
         XX(HANG_DUMP, "hang-dump", 0, 1, NULL)                                \
         XX(HANG_DUMP_TIMEOUT, "hang-dump-timeout", 0, 1, NULL)                \
         XX(CGROUP, "cgroup", 0, 1, NULL)                                      \

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The deadlines of one rank and the straggler windows: pure, handed now,
  * for the unit tests. */
 #include <errno.h>

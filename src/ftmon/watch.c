@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The rank watch on the loop: the shared segment, the ft_* messages of
  * the worker socket, one timer for the earliest deadline of every rank
  * and one for the straggler windows.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The operator API's HTTP/1.1 server: libuv for the sockets, http-parser
  * for the protocol, one request in flight per connection. */
 #include <errno.h>

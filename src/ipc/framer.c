@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The worker socket's framing: a 4-byte unsigned big-endian length, then
  * that many bytes of UTF-8 JSON. Pure: partial prefixes and bodies are
  * kept until the rest arrives, and nothing else (f->alloc is 0 between

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* In-process restart's messages from the workers (§4.9): each updates the
  * per-rank table (ranks.c) and tells the operator, which decides. Bad
  * fields are named in a warning; the reference's IPC thread died on a

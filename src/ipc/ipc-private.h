@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the worker socket's files share and nothing outside src/ipc uses. */
 #ifndef HYPERPOD_IPC_PRIVATE_H
 #define HYPERPOD_IPC_PRIVATE_H

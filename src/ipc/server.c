@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The worker socket (§4.9): a Unix stream server on the loop that workers
  * and hooks reach through HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH. Each
  * frame is one JSON message; the message type picks a handler from a table,

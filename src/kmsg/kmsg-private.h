@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Inside the kmsg module. */
 #ifndef HP_KMSG_PRIVATE_H
 #define HP_KMSG_PRIVATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The rules over a stream of records, as NPD's log monitor applies them:
  * each message is pushed into a ring of the config's bufferSize lines,

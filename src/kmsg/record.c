@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One /dev/kmsg record: "<prio>,<seq>,<usec>,<flags>[,...];<message>". */
 #include <errno.h>
 #include <string.h>

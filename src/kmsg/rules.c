@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * node-problem-detector's kernel-monitor config (its system-log-monitor
  * JSON), so that clusters reuse the configs they already run NPD with.
@@ -240,6 +241,23 @@ static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
                 return field_error(errbuf, len, origin,
                                    "not a JSON object (a node-problem-detector "
                                    "kernel monitor config)");
+        /* NPD's system-log-monitor also reads journald and plain log
+         * files; such a config run against the kernel log would watch the
+         * wrong text and never say so. No plugin is the kernel log. */
+        err = string_field(root, "plugin", false, &s, origin, "the config",
+                           errbuf, len);
+        if (err < 0)
+                return err;
+        if (*s != '\0' && strcmp(s, "kmsg") != 0) {
+                snprintf(errbuf, len,
+                         "%s: \"plugin\" is '%.64s': hyperpodrun reads only "
+                         "the kernel log (plugin \"kmsg\", from /dev/kmsg or "
+                         "--kmsg); run node-problem-detector itself for a "
+                         "journald or filelog monitor, or give "
+                         "--node-problem-config kmsg configs only",
+                         origin, s);
+                return HP_ECONFIG;
+        }
         err = string_field(root, "source", false, &s, origin, "the config",
                            errbuf, len);
         if (err < 0)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading a kernel log on the agent's loop. /dev/kmsg gives one record per
  * read(2); a FIFO or a file given with --kmsg gives a byte stream, split

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun --replay: rules, an optional expectation and a recorded log
  * in; the rules' state changes as JSON lines, a diff and the check's
  * outcome out. Everything that can be wrong with the rules or the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internals shared by the files of the log-rule engine: the compiled
  * rules (rule.c), the per-stream state (rulestate.c), and what the
  * loaders and replay share. The matcher has its own header, matcher.h. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The matcher: a pattern's text compiled into the forms that answer a
  * line soonest (struct logmon_regex, matcher.h), and a line matched with
  * the cheapest form that gives the pattern's own answer. Pure and, once

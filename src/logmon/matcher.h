@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The matcher of the log-rule engine: a pattern compiled into the forms
  * the engine picks from, and a line matched against one of them. It
  * knows nothing of rules, states or time: rule.c compiles each rule's

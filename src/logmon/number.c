@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Number parsing that accepts what Python's float() accepts, so that a
  * metric the reference agent understood is understood here too. */
 #include <ctype.h>

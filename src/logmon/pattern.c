@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What a pattern's text says about every line it can match, read without
  * PCRE2: the literal each match contains, and where the rest form splits

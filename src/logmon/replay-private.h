@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the files of the replay share: its state, and the functions one
  * file calls in another. replay.c is the driver (the clock, streams,
  * attempts, the layout and feeding lines), replay_head.c reads what a
@@ -115,6 +116,7 @@ struct logmon_replay {
         uint64_t start_ms;         /* when the live rule clocks started */
         bool started;              /* the agent's start line was seen */
         bool live_verdict;         /* the agent's verdict line was seen */
+        bool job_ended;            /* the agent's line that the job ended */
         bool stopped;              /* --replay-until verdict: it was */
         uint64_t text_line_shown;  /* --replay-format text */
         bool until_set;            /* --replay-until TIME, or verdict's */

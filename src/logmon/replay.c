@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replay: a recorded log through the rules, with time taken from the
  * lines themselves or from a fixed rate. This is the driver: the clock,
  * a stream per rank, the agent's own lines and attempts, the layout
@@ -247,7 +248,8 @@ bool logmon__pending(const struct logmon_replay *r, size_t i, size_t rule,
         const struct logmon_stream *mon = r->streams[i].mon;
         struct logmon_rule_info info;
 
-        if (!r->streams[i].judged || !logmon_stream_running(mon) ||
+        if (r->job_ended || !r->streams[i].judged ||
+            !logmon_stream_running(mon) ||
             logmon_stream_rule_info(mon, rule, &info) != 0 ||
             info.state == LOGMON_HANGING || info.due_ms == UINT64_MAX)
                 return false;
@@ -456,7 +458,14 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
                                 return err;
                 }
                 r->started = true;
+                r->job_ended = false;
         }
+        /* The live agent stopped its rules when the training ended: a
+         * deadline after its line that says so was never to be judged. */
+        if (contains(h->body, h->body_len, "info: all stages succeeded") ||
+            contains(h->body, h->body_len, "agent state RUNNING \u2192 "
+                                           "COMPLETED"))
+                r->job_ended = true;
         if (!r->live_verdict && verdict) {
                 r->live_verdict = true;
                 /* Lines read before the verdict can follow it on the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replay's expectations: checking a replay against one (--expect), with
  * the transitions aligned as diff does, and writing one (--emit-expect). */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* --replay of per-rank files, those check.c finds in a torchrun attempt
  * directory: each file read whole and split by the live splitter, and
  * their lines merged into one replay in time order, each rank's a stream

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a console line carries before its text (struct line_head): the
  * timestamps kubectl --timestamps and ${time} put there, srun --label's
  * task label, a torchrun console prefix, or the agent's own

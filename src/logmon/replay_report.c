@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a replay prints and tells its caller: each rule state change as a
  * JSON line or in text, the metric values a threshold rule compared, the
  * summary at the end, and the results the caller reads back
@@ -337,6 +338,7 @@ static void summary(struct logmon_replay *r)
                    ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
                    "\"format\":\"%s\",\"unprefixed_lines\":%" PRIu64
                    ",\"agent_lines\":%" PRIu64 ",\"agent_verdict\":%s,"
+                   "\"agent_ended\":%s,"
                    "\"lines_after_until\":%" PRIu64 ",\"state\":\"%s\","
                    "\"verdict\":",
                 r->lines, r->now / 1000, r->now % 1000,
@@ -345,7 +347,8 @@ static void summary(struct logmon_replay *r)
                 r->layout == LOGMON_LAYOUT_SRUN    ? "srun" :
                                                      "plain",
                 format_name(r), r->unprefixed, r->agent_lines,
-                r->live_verdict ? "true" : "false", r->after_stop,
+                r->live_verdict ? "true" : "false",
+                r->job_ended ? "true" : "false", r->after_stop,
                 logmon_state_name(logmon_replay_state(r)));
         summary_verdict(r);
         summary_pending(r);
@@ -470,6 +473,10 @@ static void text_summary(struct logmon_replay *r)
                                 logmon_stream_reason(st->mon));
         }
         text_pending(r);
+        if (r->job_ended)
+                fputs("ended: the agent's line says the job ended; its "
+                      "rules stopped there, with no deadline pending\n",
+                      f);
         for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
                 if (logmon_replay_rule_matched(r, i))
                         continue;

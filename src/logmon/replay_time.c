@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replay's clock: the timestamps a line can start with (asctime, ISO
  * 8601, epoch seconds, glog) as epoch milliseconds, with no time zone or
  * libc state involved. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rule validation: JSON rule objects to a shared, read-only ruleset,
  * each pattern compiled by the matcher (matcher.c). All or nothing, with
  * an error that says which rule, which field and what is wrong with

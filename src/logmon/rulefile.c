@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Where rules come from: a JSON list, a JSON object holding the list, or
  * the HyperPodPyTorchJob job.yaml a user applies with kubectl. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-stream rule state machine (§4.2): a logmon_stream, driven by
  * lines and by the caller's clock. Whether a line matches a pattern is
  * the matcher's answer (matcher.h); what a match or its absence does to a

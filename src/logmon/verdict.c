@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The words of a verdict: one wording for the live agent's log line and
  * for a replay's text output, so that a rule author reads the same thing
  * in both. Pure: the caller says how its clock maps to the wall clock. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Who may use the API, and how often a report may be asked for: the
  * --server-token-file token (read once, compared in constant time) and
  * the rate limit of POST /debug/stacks. The checks are pure: the caller

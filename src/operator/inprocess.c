@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* In-process restart (--inprocess-restart): the operator's third way of
  * driving the agent, beside self-driven and process-level restart.
  *
@@ -465,6 +466,10 @@ static void next_stage(struct hp_operator *op, bool training)
 
         current_round(op, &round);
         hp_agent_set_round(a, &round);
+        /* The processes outlive the rounds; the next stage's processes
+         * are new, and run at the last /start's count, as the
+         * reference's would. */
+        hp_agent_set_restart_count(a, restart_count(op));
         r = hp_agent_next_stage(a);
         if (r == 0) {
                 hp_agent_clear_rules(a);
@@ -752,8 +757,8 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
                          failed && w.start_failed
                                  ? "WorkerStartFailed"
                                  : "WorkerCrash");
-                hp_agent_failure_message(a, g, ipr->failure,
-                                         sizeof(ipr->failure));
+                hp_op__failure_message(a, g, ipr->failure,
+                                       sizeof(ipr->failure));
                 ipr->verdict = false;
         }
         ipr->group = HP_IPR_GROUP_FAILED;
@@ -779,8 +784,8 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         char msg[HP_OP_MESSAGE_MAX];
         char reason[HP_VERDICT_REASON_MAX];
 
-        (void)hp_verdict_reason(v, reason, sizeof(reason));
-        (void)hp_verdict_describe(v, msg, sizeof(msg));
+        hp_op__verdict_message(a, v, reason, sizeof(reason), msg,
+                               sizeof(msg));
         verdict(ctx, reason, msg);
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* In-process restart's main loop as one pure decision (§3.6): the
  * reference's per-tick (worker state, agent state) handlers, plus the
  * cases where it is stuck or crashes, each given an outcome:

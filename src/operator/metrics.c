@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GET /metrics: the agent in Prometheus' text exposition format (0.0.4).
  * Beyond the reference, which exposes nothing: the agent's state, its
  * restarts and faults, each rule's state on each watched rank, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared inside src/operator only. */
 #ifndef HP_OPERATOR_PRIVATE_H
 #define HP_OPERATOR_PRIVATE_H
@@ -16,6 +17,15 @@ void hp_op__kick(struct hp_operator *op);
 void hp_op__node_fault_message(const struct hp_operator *op,
                                const char *reason, const char *line,
                                char *msg, size_t len);
+/* The FAULTED reason and message for a rule's verdict, and the message
+ * for a worker's failure, whichever driver reports them: both end with
+ * who went silent, so the operator's /status names the first silent
+ * rank as the agent's log does. */
+void hp_op__verdict_message(struct hp_agent *a, const struct hp_verdict *v,
+                            char *reason, size_t reason_len, char *msg,
+                            size_t len);
+void hp_op__failure_message(struct hp_agent *a, const struct hp_group *g,
+                            char *msg, size_t len);
 void hp_op__round_from_job(const struct hp_operator *op,
                            struct hp_rdzv_info *round);
 /* The Prometheus text exposition of the agent (malloc'd), or NULL. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The operator's control API: routes, the agent state machine in motion,
  * and the hyperpod rendezvous (§3, §5).
  *
@@ -260,6 +261,32 @@ void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g)
         hp_group_stream_stats(g, add_stats_cb, op);
 }
 
+void hp_op__failure_message(struct hp_agent *a, const struct hp_group *g,
+                            char *msg, size_t len)
+{
+        const char *silence = hp_agent_silence(a);
+
+        hp_agent_failure_message(a, g, msg, len);
+        if (silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, len - used, "\n%s", silence);
+        }
+}
+
+void hp_op__verdict_message(struct hp_agent *a, const struct hp_verdict *v,
+                            char *reason, size_t reason_len, char *msg,
+                            size_t len)
+{
+        const char *silence = hp_agent_silence(a);
+
+        (void)hp_verdict_reason(v, reason, reason_len);
+        (void)hp_verdict_describe(v, msg, len);
+        if (silence[0] != '\0') {
+                size_t used = strlen(msg);
+                snprintf(msg + used, len - used, "; %s", silence);
+        }
+}
+
 static void worker_failed(struct hp_agent *a, const struct hp_group *g,
                           void *ctx)
 {
@@ -267,16 +294,11 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         char msg[HP_OP_MESSAGE_MAX];
         struct hp_failure w;
         bool failed = hp_group_failure(g, &w);
-        const char *silence = hp_agent_silence(a);
 
         op->last_failure_code = hp_agent_failure_exit_code(g);
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        hp_agent_failure_message(a, g, msg, sizeof(msg));
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "\n%s", silence);
-        }
+        hp_op__failure_message(a, g, msg, sizeof(msg));
         /* A rank that never ran (its log directory, its pipes, its
          * process could not be made) is not a crash of the job. */
         fault(op, failed && w.start_failed ? "WorkerStartFailed"
@@ -329,16 +351,11 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         struct hp_operator *op = ctx;
         char msg[HP_OP_MESSAGE_MAX];
         char reason[HP_VERDICT_REASON_MAX];
-        const char *silence = hp_agent_silence(a);
 
         if (op->plr.state != HP_OP_RUNNING)
                 return;
-        (void)hp_verdict_reason(v, reason, sizeof(reason));
-        (void)hp_verdict_describe(v, msg, sizeof(msg));
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, sizeof(msg) - used, "; %s", silence);
-        }
+        hp_op__verdict_message(a, v, reason, sizeof(reason), msg,
+                               sizeof(msg));
         op->last_detection_latency_s = (double)v->latency_ms / 1000.0;
         /* The workers keep running until the operator's /stop. */
         fault(op, reason, msg);
@@ -409,27 +426,40 @@ static int env_int(const char *name, int def, int min, int max, int *out,
         return 0;
 }
 
-/* The resource config directory is made when pod_resourceconfig.json is
- * first written; an agent restarted on the same file system reports the
- * saved IP table version at once, as the reference does. */
-static void read_saved_ip_table(struct hp_operator *op)
+/* The resource config directory is made at start, and an agent that
+ * cannot make it does not start, as the reference's: a training script
+ * that reads pod_resourceconfig.json finds its directory, and a bad path
+ * is told at once rather than at the first /start. An agent restarted on
+ * the same file system reports the saved IP table version at once. */
+static int open_resource_dir(struct hp_operator *op, char *errbuf,
+                             size_t len)
 {
         const struct hp_rdzv_options *opt = hp_agent_rdzv_options(op->agent);
         char err[512];
         cJSON *doc = NULL;
         const cJSON *ts;
+        int r;
 
         snprintf(op->resource_dir, sizeof(op->resource_dir), "%s",
                  opt->resource_config_dir);
+        r = hp_mkdir_p(op->resource_dir, 0755);
+        if (r < 0) {
+                snprintf(errbuf, len,
+                         "cannot create the resource config directory '%s' "
+                         "(--rdzv-conf resource_config_dir=DIR): %s",
+                         op->resource_dir, strerror(-r));
+                return r;
+        }
         if (hp_podcfg_read(op->resource_dir, &doc, err, sizeof(err)) < 0) {
                 hp_log_warn("ignoring the saved IP table: %s", err);
-                return;
+                return 0;
         }
         ts = cJSON_GetObjectItemCaseSensitive(doc, "ips_timestamp");
         if (cJSON_IsString(ts))
                 snprintf(op->ip_version, sizeof(op->ip_version), "%s",
                          ts->valuestring);
         cJSON_Delete(doc);
+        return 0;
 }
 
 static void retry_cb(uv_timer_t *timer);
@@ -593,7 +623,9 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                          delay);
                 return HP_ECONFIG;
         }
-        read_saved_ip_table(op);
+        r = open_resource_dir(op, errbuf, len);
+        if (r < 0)
+                return r;
         r = init_server(op, errbuf, len);
         if (r < 0)
                 return r;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The agent state machine of the reference's agents: one table for the
  * process-level-restart agent, one for the in-process-restart agent.
  * Pure: the caller passes the wall clock. */

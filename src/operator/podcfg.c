@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pod_resourceconfig.json: the node IP table the operator sends with
  * /start and /update, kept on disk for the training framework (§5). */
 #include <errno.h>
@@ -136,8 +137,7 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
 
         if (text == NULL)
                 return -ENOMEM;
-        /* Made on the first write rather than at start, so that an agent
-         * that never gets an IP table leaves nothing under /opt/ml. */
+        /* Made at start too; again here, in case it was removed since. */
         r = hp_mkdir_p(dir, 0755);
         if (r < 0) {
                 free(text);

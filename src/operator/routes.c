@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The routes of the operator API (§3.1, §3.5). Every handler answers at
  * once; slow work (spawning, stopping) happens in the kick timer after the
  * response is on its way. */

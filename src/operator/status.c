@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The /status body, byte for byte as the reference's agents build it
  * (§3.4): compact separators, UTF-8 kept, keys in this order and each
  * present only under the reference's condition. */

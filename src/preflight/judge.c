@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The verdict on hyperpodrun-nccl-check's output: pure, for the tests. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Running hyperpodrun-nccl-check on the loop: its stdout read through a
  * pipe, a timer for --preflight-timeout (a hung NCCL cannot be

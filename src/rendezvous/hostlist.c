@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Slurm hostlist expansion: "ip-10-1-[2-4,7],gpu[001-002]" → host names.
  *
  * The grammar and the order of the names follow `scontrol show hostnames`

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The --rdzv-conf keys of the self-driven backends, and the checks they
  * share. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared inside the rendezvous module only. */
 #ifndef HP_RENDEZVOUS_PRIVATE_H
 #define HP_RENDEZVOUS_PRIVATE_H

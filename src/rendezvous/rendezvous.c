@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Rendezvous: the run id, and the rounds of the backends that need no
  * network peer: standalone and static here, slurm (slurm.c) and
  * resource-config (resource_config.c). */

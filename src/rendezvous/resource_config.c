@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The resource-config backend: this node's place in HyperPod's
  * resource_config.json.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The slurm backend: this node's place in a Slurm step.
  *
  * Inside an allocation, `srun hyperpodrun ...` runs one hyperpodrun per

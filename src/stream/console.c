@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The console writer: a fixed ring drained by one thread per output fd. */
 #include <errno.h>
 #include <stdio.h>

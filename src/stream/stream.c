@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A worker pipe feeding a file, the console and a line listener, and the
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
@@ -299,6 +300,8 @@ static void on_line(void *ctx, const char *line, size_t len,
                 s->stats.console_dropped++;
         if (s->listener != NULL)
                 s->listener(s->listener_ctx, line, len, end);
+        if (s->dup != NULL)
+                hp_dup_line(s->dup, s->prefix, s->prefix_len, line, len);
 }
 
 /* n bytes were read into buf after the unwritten ones. They go through the
@@ -313,6 +316,8 @@ static void consume(struct hp_stream *s, size_t n)
         s->stats.bytes += n;
         s->last_read = uv_now(hub->loop);
         hp_linesplit_feed(&s->split, data, n, on_line, s);
+        if (s->dup != NULL)
+                hp_dup_flush(s->dup);
         if (s->console != NULL && hub->console_due == UINT64_MAX) {
                 hub->console_due = uv_now(hub->loop) + HP_CONSOLE_DELAY_MS;
                 hub_arm(hub, hub->console_due);
@@ -374,6 +379,8 @@ static void finish(struct hp_stream *s)
                              (unsigned long long)s->stats.file_lost,
                              (unsigned long long)s->stats.bytes);
         hp_linesplit_finish(&s->split, on_line, s);
+        if (s->dup != NULL)
+                hp_dup_flush(s->dup);
         if (s->console != NULL)
                 hp_console_commit_ordered(s->console);
         unwatch(s);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What a driver may read of the agent and of a group in a callback: the
  * public header keeps both opaque, so that the agent's fields are the
  * module's own. */
@@ -43,6 +44,11 @@ void hp_agent_set_round(struct hp_agent *a, const struct hp_rdzv_info *round)
 {
         if (round != &a->round)
                 a->round = *round;
+}
+
+void hp_agent_set_restart_count(struct hp_agent *a, int restart_count)
+{
+        a->restart_count = restart_count;
 }
 
 void hp_agent_rerank(struct hp_agent *a, const struct hp_rdzv_info *round)

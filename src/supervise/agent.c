@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The agent: attempts, stages, signals and exit status in self-driven mode.
  *
  * An attempt runs the stages in order, each one group of processes:
@@ -802,6 +803,8 @@ static void reap_leftovers(void)
                         return; /* ECHILD: all reaped */
                 if (pid == 0)
                         nanosleep(&pause, NULL);
+                else /* named as the loop's sweep names an orphan */
+                        hp_log_debug("reaped orphan pid %d", (int)pid);
         }
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The worker environment and argv, as torchrun and the reference build
  * them. Pure functions: tested without spawning anything. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hang forensics: on a rule verdict (or SIGUSR2), before the workers are
  * stopped, say which rank went silent first and where every process of the
  * attempt was: each thread's state and wait channel from /proc (and its

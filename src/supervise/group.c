@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One stage's processes: spawn, tee, stop, and know when they are done.
  *
  * Worker lifecycle (logged at debug level):
@@ -174,6 +175,10 @@ static void group_check_done(struct hp_group *g)
         }
         uv_timer_stop(&g->timer);
         g->reported = true;
+        if (g->dups != NULL) {
+                hp_dup_close(&g->dups[0]);
+                hp_dup_close(&g->dups[1]);
+        }
         hp_scope__close(&g->scope);
         hp_watcher__forget(g->watcher);
         if (g->first_failure != NULL)
@@ -421,9 +426,20 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                         g->first_failure = w;
                         g->failed_cb(g, g->ctx);
                 }
-                if (!g->stopping)
-                        hp_group__stop(g, g->cfg->shutdown_signal,
-                                      g->cfg->shutdown_timeout_ms);
+                if (g->stopping)
+                        return;
+                if (g->exited < g->count && g->cfg->shutdown_signal == SIGKILL)
+                        hp_log_info("stopping the other %s workers: SIGKILL",
+                                    hp_stage_name(g->stage));
+                else if (g->exited < g->count)
+                        hp_log_info("stopping the other %s workers: %s, "
+                                    "then SIGKILL after %.3g s",
+                                    hp_stage_name(g->stage),
+                                    hp_signal_name(g->cfg->shutdown_signal),
+                                    (double)g->cfg->shutdown_timeout_ms /
+                                            1000.0);
+                hp_group__stop(g, g->cfg->shutdown_signal,
+                              g->cfg->shutdown_timeout_ms);
                 return;
         }
         /* Once every process has exited, whatever they left (a
@@ -585,6 +601,11 @@ static int setup_stream(const struct hp_group_params *p, struct hp_worker *w,
         s->listener = NULL;
         s->listener_ctx = NULL;
         s->console = NULL;
+        s->dup = NULL;
+        /* As torchrun: the lines of the ranks tee'd to the console. */
+        if (tee && shown && w->group->dups != NULL &&
+            w->group->dups[bit - 1].fd >= 0)
+                s->dup = &w->group->dups[bit - 1];
         if ((redirect || tee) && w->dir[0] != '\0') {
                 r = open_log_file(s, w->dir_fd, w->dir,
                                   bit == HP_STD_OUT ? "stdout.log"
@@ -860,6 +881,16 @@ static void timer_cb(uv_timer_t *timer)
                 for (int i = 0; i < g->count; i++) {
                         struct hp_worker *w = &g->workers[i];
                         if (w->state < HP_WORKER_EXITED) {
+                                /* Worth a line: a SIGTERM handler that
+                                 * did not finish lost its work. */
+                                if (g->stop_signal != SIGKILL)
+                                        hp_log_warn("%s worker %d (pid %d) "
+                                                    "still running after "
+                                                    "%s: SIGKILL",
+                                                    hp_stage_name(g->stage),
+                                                    w->local_rank, (int)w->pid,
+                                                    hp_signal_name(
+                                                            g->stop_signal));
                                 w->signalled = true;
                                 worker_set_state(w, HP_WORKER_KILLING,
                                                  "timeout");
@@ -985,6 +1016,48 @@ static int prepare_dir(const struct hp_group_params *p, struct hp_worker *w,
         return w->dir_fd < 0 ? w->dir_fd : 0;
 }
 
+/* The training workers' filtered copies, in the attempt's directory, as
+ * torchrun's filtered_stdout.log and filtered_stderr.log. A file that
+ * cannot be made is an error in the log; the job goes on. */
+static void open_dups(struct hp_group *g, const struct hp_group_params *p)
+{
+        static const char *const names[2] = { "filtered_stdout.log",
+                                              "filtered_stderr.log" };
+        const struct hp_config *cfg = p->cfg;
+
+        if (p->stage != HP_STAGE_TRAIN || p->attempt_fd < 0 ||
+            (cfg->dup_filters[0].count == 0 &&
+             cfg->dup_filters[1].count == 0))
+                return;
+        g->dups = calloc(2, sizeof(*g->dups));
+        if (g->dups == NULL) {
+                hp_log_error("no filtered copies of the workers' output: %s",
+                             hp_strerror(-ENOMEM));
+                return;
+        }
+        for (int i = 0; i < 2; i++) {
+                const struct hp_dup_filters *f = &cfg->dup_filters[i];
+                const char *needles[HP_DUP_FILTERS_MAX];
+                size_t lens[HP_DUP_FILTERS_MAX];
+                int r;
+
+                g->dups[i].fd = -1;
+                if (f->count == 0)
+                        continue;
+                for (int k = 0; k < f->count; k++) {
+                        needles[k] = f->text + f->at[k];
+                        lens[k] = f->len[k];
+                }
+                r = hp_dup_open(&g->dups[i], p->attempt_fd, p->attempt_dir,
+                                names[i], needles, lens, f->count);
+                if (r < 0)
+                        hp_log_error("cannot create %s/%s: %s; the %s lines "
+                                     "that match the filters are not copied",
+                                     p->attempt_dir, names[i], hp_strerror(r),
+                                     i ? "stderr" : "stdout");
+        }
+}
+
 int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
 {
         const struct hp_config *cfg = p->cfg;
@@ -1018,6 +1091,9 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
         snprintf(name, sizeof(name), "attempt_%d.%s", p->restart_count,
                  hp_stage_name(stage));
         hp_scope__open(p->scopes, &g->scope, name);
+        free(g->dups);
+        g->dups = NULL;
+        open_dups(g, p);
 
         for (int i = 0; i < count; i++) {
                 struct hp_worker *w = &g->workers[i];
@@ -1081,4 +1157,6 @@ void hp_group__release(struct hp_group *g)
         free(g->workers);
         g->workers = NULL;
         g->count = 0;
+        free(g->dups); /* closed when the group reported its end */
+        g->dups = NULL;
 }

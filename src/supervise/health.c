@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Node health: the kernel log read with node-problem-detector's rules, and
  * what a permanent rule (a hardware fault) does. Self-driven, the workers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The agent's lifecycle (see enum hp_agent_state): one table of the
  * transitions it allows, and the one function that changes the state. */
 #include <stdbool.h>

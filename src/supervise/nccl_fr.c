@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* torch's NCCL flight recorder in a hang report (--hang-dump full):
  * ProcessGroupNCCL dumps it to TORCH_FR_DUMP_TEMP_FILE<rank> (torch >= 2.8;
  * before, and still read after it, TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NCCL's RAS in a hang report (--hang-dump full): the text report of the
  * RAS thread of this node's NCCL, asked over TCP on the loop the way the
  * ncclras client asks. */

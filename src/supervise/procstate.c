@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What /proc says about a process and its threads: the fields of its stat
  * line, and each thread's state, wait channel and kernel stack. These
  * files never wait on the process they describe, unlike cmdline or

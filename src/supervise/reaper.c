@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PID-1 and subreaper duties: reaping orphans that the groups do not own,
  * and finding (and killing) what escaped the workers' process groups. */
 #include <ctype.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* torchrun's failure summary: which worker failed first, and why. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The log rule watch on the workers' stdout: the glue between the pure
  * rule engine (src/logmon) and the loop. The engine never reads a clock;
  * the watch feeds it lines with uv_now(), keeps one timer armed at the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Rule evaluation off the loop thread, for floods of log lines.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Where a group's processes are: in a cgroup of the group's own when the
  * cgroup v2 hierarchy is writable, else among the agent's descendants.
  *

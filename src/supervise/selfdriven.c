@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Self-driven mode: the driver that runs the job with no operator.
  *
  * It follows the agent through the same callbacks as the operator

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The silence line of a hang report: which rank stopped writing first, and
  * when the others followed. Pure: the times and the clock are arguments. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Starting a worker: clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD), the way
  * glibc's posix_spawn starts a process, plus the parent-death signal that
  * posix_spawn cannot set, and, where the group has a cgroup of its own,
@@ -10,7 +11,8 @@
  * agent's memory until its exec, so its cost does not grow with the
  * agent; the agent's loop thread is suspended meanwhile, as in uv_spawn.
  * The process is watched through its pidfd (group.c), not through libuv,
- * which never learns of it and so never reaps it.
+ * which never learns of it and so never reaps it. Where clone refuses
+ * CLONE_PIDFD, the pidfd comes from pidfd_open after a plain clone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -100,6 +102,48 @@ __asm__(".pushsection .text\n"
 #else
 #define HAVE_CLONE3_VM 0
 #endif
+
+/* Set when clone refused CLONE_PIDFD with EINVAL: a kernel or seccomp
+ * policy that does not know the flag, or qemu-user before 8.0 (the aarch64
+ * build run on an x86-64 machine). Every later start goes straight to the
+ * plain clone. Only the loop thread starts workers. */
+static bool clone_pidfd_refused;
+
+static int child_main(void *arg);
+
+/* clone(CLONE_VM | CLONE_VFORK) with CLONE_PIDFD, or, where that is
+ * refused, without it and then pidfd_open on the new pid: the process
+ * cannot have been reaped in between, since only this thread waits for
+ * the agent's children and it is here. Returns the pid or -errno. */
+static pid_t clone_vm_pidfd(struct spawn_child *child, void *stack_top,
+                            int *pidfd)
+{
+        pid_t pid;
+        int err;
+
+        if (!clone_pidfd_refused) {
+                pid = clone(child_main, stack_top,
+                            CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                            child, pidfd);
+                if (pid >= 0)
+                        return pid;
+                if (errno != EINVAL)
+                        return -errno;
+                clone_pidfd_refused = true;
+        }
+        pid = clone(child_main, stack_top, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                    child);
+        if (pid < 0)
+                return -errno;
+        *pidfd = hp_pidfd_open(pid, 0);
+        if (*pidfd >= 0)
+                return pid;
+        /* No way to watch it: it must not run unwatched. */
+        err = -errno;
+        (void)kill(pid, SIGKILL);
+        (void)waitpid(pid, NULL, 0);
+        return err;
+}
 
 bool hp_spawn__can_join_cgroup(void)
 {
@@ -226,12 +270,11 @@ int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid_out,
                 clone_errno = ENOSYS;
 #endif
         } else {
-                pid = clone(child_main,
-                            (void *)(((uintptr_t)stack + stack_size) &
-                                     ~(uintptr_t)15),
-                            CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-                            &child, &pidfd);
-                clone_errno = errno;
+                pid = clone_vm_pidfd(&child,
+                                     (void *)(((uintptr_t)stack + stack_size) &
+                                              ~(uintptr_t)15),
+                                     &pidfd);
+                clone_errno = pid < 0 ? -pid : 0;
         }
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
         free(stack);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The stages of an attempt, and what a hook's single process counts as. */
 #include "hyperpod/supervise.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared inside src/supervise only. */
 #ifndef HP_SUPERVISE_PRIVATE_H
 #define HP_SUPERVISE_PRIVATE_H
@@ -103,6 +104,9 @@ struct hp_group {
         struct hp_scope scope;
         struct hp_worker *first_failure;
         bool pipe_limits; /* the user's pipe memory limits apply to us */
+        /* The training workers' filtered copies, stdout and stderr
+         * (--duplicate-*-filters), or NULL. */
+        struct hp_dup *dups;
         uv_timer_t timer;
         /* From hp_group_params; see there. */
         const struct hp_config *cfg;

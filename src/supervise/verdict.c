@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A verdict in words: the reason code the operator reports and what it
  * means. Pure, for the tests. */
 #include <errno.h>

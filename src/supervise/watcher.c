@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The watcher: what kills the job when the agent itself is killed.
  *
  * Workers get PR_SET_PDEATHSIG SIGKILL, but what they start does not, and

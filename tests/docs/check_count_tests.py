@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """tools/count_tests.py counts cases, not meson tests, and a run that was
 killed counts every case it did not finish as failed. Table-driven: each
 row is a meson testlog entry and the (passed, failed) it must give."""

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """--help, the man page and the README must say the same thing.
 
 Usage: check_docs.py BINARY MANPAGE README

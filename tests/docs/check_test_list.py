@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Every tests/integration/test_*.py is a meson test: a file missing from
 tests/meson.build's list would never run, and a listed one that is gone
 would fail to start. Usage: check_test_list.py DIR NAME..."""

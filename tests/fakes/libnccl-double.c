@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A test double for NCCL and the CUDA runtime together: the entry points
  * hyperpodrun-nccl-check loads, with behaviour chosen by NCCL_DOUBLE_MODE:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the libFuzzer targets: the invariant check and a rule set
  * that exercises every field, compiled once. */
 #ifndef HP_FUZZ_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: replay, the code behind --replay, on any log. The
  * first byte picks the options (layout, a rate, a tail or --replay-until

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: the rule parser on any bytes, as JSON (fuzz-rules-json)
  * or as YAML (fuzz-rules-yaml, built from this file with FUZZ_YAML), then
  * validation and compilation of whatever parsed, then a few lines and a

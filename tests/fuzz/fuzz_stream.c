@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libFuzzer target: the evaluator. The input is a script, one command a
  * line, so that log files and engine test cases make useful seeds:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpora of the fuzz targets from the engine's test cases
 (tests/logmon/cases/*.txt): each case's rules as a rule file (corpus/rules)
 and the case as a stream script (corpus/stream, format in fuzz_stream.c).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Judges what tests/gpu/run.sh collected; prints one line per verdict,
 "PASS name: detail", "FAIL name: detail" or "INFO name: detail", which
 run.sh appends to its summary. Standard library only; exits 0 unless its

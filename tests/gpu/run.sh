@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/gpu/run.sh [BINDIR]: the checks that need a real GPU, in one pass
 # of under 5 minutes, on a machine with NVIDIA GPU(s), torch and the pip
 # NCCL (see tests/gpu/README.md):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The worker of tests/gpu/run.sh: a real ProcessGroupNCCL job of one rank
 that hangs on the GPU, for hyperpodrun's --hang-dump full.
 

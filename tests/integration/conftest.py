@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures for the hyperpodrun integration tests.
 
 Every test runs the real binary on real processes. Conventions:
@@ -47,7 +48,7 @@ _SCRUB = {
     "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
     "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "JOB_RESTART_COUNT", "PYTHONPATH", "PYTHONSTARTUP", "LOGLEVEL",
-    "CUDA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
 }
 
 SIGNAL_NAMES = {s.value: s.name for s in signal.Signals}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Who can reach the HTTP API: the optional shared secret of operator mode
 (--server-token-file) and the loopback default of the self-driven modes'
 read-only routes."""

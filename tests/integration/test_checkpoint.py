@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Checkpoint discovery end to end with real PyTorch (gloo, 2 ranks): the
 job saves every 2 steps and reports each rank's shard through the Python
 client; a rank is killed after saving a step it never reports; the

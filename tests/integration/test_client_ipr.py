@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python client's in-process restart side (python/hyperpodrun_client)
 against a fake agent written here: a real Unix socket server that records
 every frame and sends what a test tells it to. The bytes on the wire, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Behaviour the operator and torchrun users expect: the reference agent's
 operator contract where hyperpodrun used to differ, torchrun's command line
 and environment, and small input holes. Real processes and real HTTP."""
@@ -167,9 +168,9 @@ def test_operator_mode_says_what_it_waits_for(hpr, tmp_path):
                   in a.proc.console_err(), 10, what="the hint")
     err = a.proc.console_err()
     assert b"--standalone" in err and b"--rdzv-backend static" in err
-    # Nothing is made under the resource config directory until the IP
-    # table is first written.
-    assert not (tmp_path / "opt").exists()
+    # The resource config directory is made at start, as the reference
+    # makes it, and stays empty until the IP table is first written.
+    assert rc.is_dir() and list(rc.iterdir()) == []
     a.start(ipVersion="v1", rankIps=[{"rank": 0, "ip": "10.0.0.1"}])
     assert json.loads((rc / "pod_resourceconfig.json").read_text())
     assert a.post("/stop")[0] == 200
@@ -177,16 +178,31 @@ def test_operator_mode_says_what_it_waits_for(hpr, tmp_path):
     assert a.shutdown().rc == 0
 
 
-def test_unwritable_resource_dir_is_a_500_at_start(hpr, tmp_path):
+def test_unwritable_resource_dir_stops_the_agent_at_start(hpr, tmp_path):
+    """As the reference: a resource config directory that cannot be made
+    is fatal at start (exit 2, naming it and its flag), not a 500 at the
+    first /start; and one removed later is made again at the write."""
     blocker = tmp_path / "file"
     blocker.write_text("")
-    a = Agent(hpr, tmp_path, nproc=1, resource_dir=blocker / "sub")
-    code, _, body = a.post("/start", dict(
-        GOOD, ipVersion="v1", rankIps=[{"rank": 0, "ip": "10.0.0.1"}]))
-    assert code == 500
-    assert f"cannot create the resource config directory '{blocker}/sub'" \
-        in json.loads(body)["detail"]
-    assert a.status()["status"] == "ready"
+    r = hpr.run(["--server-host", "127.0.0.1", "--server-port", "0",
+                 "--rdzv-conf", f"resource_config_dir={blocker}/sub",
+                 "--nproc-per-node", "1", helper("op_worker.py")],
+                env={"OPW_DIR": tmp_path}, timeout=30)
+    assert r.rc == 2, r.describe()
+    assert f"cannot create the resource config directory '{blocker}/sub' " \
+        "(--rdzv-conf resource_config_dir=DIR): Not a directory" in r.err, \
+        r.describe()
+    assert "listening" not in r.err
+
+    rc = tmp_path / "rc"
+    a = Agent(hpr, tmp_path, nproc=1, resource_dir=rc,
+              env={"OPW_MODE": "wait_file"})
+    assert rc.is_dir()
+    rc.rmdir()
+    a.start(ipVersion="v1", rankIps=[{"rank": 0, "ip": "10.0.0.1"}])
+    assert json.loads((rc / "pod_resourceconfig.json").read_text())
+    assert a.post("/stop")[0] == 200
+    a.wait_status("ready")
     assert a.shutdown().rc == 0
 
 
@@ -274,7 +290,7 @@ def test_run_path_runs_the_script_with_python(hpr, tmp_path):
 
 @pytest.mark.parametrize("flag", [
     ["--numa-binding", "node"], ["--logs-specs", "x"],
-    ["--event-log-handler", "null"], ["--virtual-local-rank"],
+    ["--event-log-handler", "json"], ["--virtual-local-rank"],
     ["--signals-to-handle", "SIGUSR1"],
 ])
 def test_newer_torchrun_flags_are_refused_with_a_reason(hpr, tmp_path, flag):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The console: prefixed, line-atomic, filtered copies of the workers' output."""
 
 import os

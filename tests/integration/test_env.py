@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The environment and command line each worker is started with."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The HyperPod EKS example (examples/eks) stays true: job.yaml's
 logMonitoringConfiguration loads through hyperpodrun's rules loader, its
 rules mean what its comments say, the Dockerfile builds the static binary

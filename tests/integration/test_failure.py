@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Worker failures: the summary, the exit status, and whole-group restarts."""
 
 import re

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile clients and hostile rule files, as a user would meet them: the
 operator must still reach the agent while idle sockets or a slowloris
 hold its port, a huge invalid body gets a short 422, and rule files that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile output paths: a disk that fills up, a console that fails or is
 not read, and a log rule too slow for the output. The agent keeps the job
 going and the files whole, and says what it lost."""

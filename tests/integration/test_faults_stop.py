@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile stops: every stop completes, nothing outlives its attempt, a
 worker that never ran is a failure, and the agent starts clean whatever its
 parent left it (issue 19, points 1, 2, 3 and 6).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-rank log files, their layout, and the console copy of what they hold."""
 
 import os

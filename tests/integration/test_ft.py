@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rank monitor end to end: real Python workers with the
 hyperpodrun_client.fault_tolerance client (ft's RankMonitorClient names),
 the agent's --ft-* flags, its verdicts and the straggler windows; torch

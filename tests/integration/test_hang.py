@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hang reports: on a rule verdict, which rank went silent first and where
 every rank was (Python stacks, /proc states), before the stop; on SIGUSR2,
 the same without a stop. Real PyTorch gloo workers on loopback."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hang reports, the NCCL parts (--hang-dump full): torch's NCCL flight
 recorder and NCCL's RAS report. No GPU here: the other side of each
 protocol is a stand-in (helpers/fake_flight_recorder.py plays

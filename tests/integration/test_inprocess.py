@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """In-process restart (--inprocess-restart): pytest is the operator over
 HTTP, and the training processes speak the worker socket with raw frames
 (helpers/ipr_worker.py), so that the agent's side of the protocol (§3.6,
@@ -701,4 +702,51 @@ def test_worker_data_numbers_pass_through_as_written(hpr, tmp_path):
         return body if b'"worker_data"' in body else None
     body = deadline_poll(shown, 20, interval=0.02, what="worker_data")
     assert ('"data":' + EXACT + "}").encode() in body, body
+    assert a.shutdown().rc == 0
+
+
+def test_log_hang_names_who_went_silent_and_reports(hpr, tmp_path):
+    """A rule's verdict in in-process mode: /status names the silent
+    ranks as plain operator mode does, and the hang report is written
+    for the attempt that faulted."""
+    rule = {"name": "Progress", "logPattern": ".*training step (\\d+).*",
+            "expectedStartCutOffInSeconds": 2,
+            "expectedRecurringFrequencyInSeconds": 1}
+    a = agent(hpr, tmp_path)
+    released(a, {"log_monitoring_configuration": [rule]})
+    st = a.wait_status("faulted", timeout=30)
+    assert st["reason"] == "LogHang_Progress"
+    assert re.search(r"; (rank \d|both ranks 0-1) silent since ",
+                     st["message"]), st["message"]
+    report = deadline_poll(lambda: list(
+        (a.dir / "logs").glob("none_*/attempt_0/hang-report.json")), 15,
+        what="hang-report.json")
+    assert "LogHang_Progress" in report[0].read_text()
+    assert a.shutdown().rc == 0
+
+
+def test_post_train_runs_at_the_last_starts_fault_count(hpr, tmp_path):
+    """In-process rounds keep the processes, not the count: the
+    post-train hook, a new process, runs at the last /start's faultCount
+    and logs into that attempt's directory, as the reference's would."""
+    hooks = tmp_path / "hooks.log"
+    post = write_exec(tmp_path / "post.sh",
+                      "#!/bin/sh\necho post $TORCHELASTIC_RESTART_COUNT "
+                      f"$JOB_RESTART_COUNT >> {hooks}\n")
+    a = agent(hpr, tmp_path, ["--post-train-script", post])
+    released(a, {"fault_count": 0})
+    for count in (1, 3):
+        command(a, 1, "fault NaNLoss in_process_restart loss is nan")
+        a.wait_status("faulted")
+        a.post("/stop")
+        a.wait_status("ready")
+        a.start(fault_count=count)
+        wait_event(a, 0, "job_start", count=1 + (count > 1) + 1)
+        a.wait_status("running")
+    for lr in range(2):
+        command(a, lr, "exit 0")
+    a.wait_status("completed")
+    assert hooks.read_text() == "post 3 3\n"
+    assert [p.name for p in (a.dir / "logs").glob("post_train_*/*")] \
+        == ["attempt_3"]
     assert a.shutdown().rc == 0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """In-process restart end to end with real PyTorch (gloo): hyperpodrun
 --inprocess-restart agents driven by pytest as the HyperPod operator.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """meson install puts the binary in bin/ and the manual page in
 share/man/man1/, checked in a DESTDIR."""
 

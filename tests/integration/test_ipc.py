@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker socket from outside: pytest speaks the reference client's
 exact bytes to a running agent (operator mode, no workers needed), and
 throws bad input at it while a good client, the HTTP API and the metrics

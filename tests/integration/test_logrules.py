@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Log rules on live workers (self-driven mode): a verdict stops and
 restarts the group, and ends the job with status 124 when no restart is
 left. The rule engine's own semantics are covered by tests/logmon."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Self-driven multi-node rendezvous: resource_config.json and Slurm.
 
 Two "nodes" run on one machine as two hyperpodrun processes, one on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Node health: the kernel log read with node-problem-detector's rules
 (--node-problem-config, the configs in examples/node-problem/).
 
@@ -224,6 +225,25 @@ def test_bad_config_and_kmsg_are_errors(hpr, tmp_path):
     r = hpr.run(["--standalone", "--kmsg", tmp_path / "x", script, work])
     assert r.rc == 2
     assert "--kmsg was given without --node-problem-config" in r.err
+    assert not (work / "started0").exists()
+
+
+@pytest.mark.parametrize("plugin", ["journald", "filelog"])
+def test_other_npd_plugins_are_refused(hpr, tmp_path, plugin):
+    """A journald or log-file monitor config is refused, never run
+    against the kernel log."""
+    conf = json.loads(Path(NEURON).read_text())
+    conf["plugin"] = plugin
+    conf["logPath"] = "/var/log/journal" if plugin == "journald" \
+        else "/var/log/syslog"
+    path = tmp_path / f"{plugin}.json"
+    path.write_text(json.dumps(conf))
+    script, work = worker(tmp_path)
+    r = hpr.run(["--standalone", "--node-problem-config",
+                 f"{NEURON},{path}", script, work])
+    assert r.rc == 2, r.describe()
+    assert f"--node-problem-config '{path}': \"plugin\" is '{plugin}': " \
+        "hyperpodrun reads only the kernel log" in r.err
     assert not (work / "started0").exists()
 
 

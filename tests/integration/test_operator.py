@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Operator mode (--rdzv-backend hyperpod, the default): pytest acts as the
 HyperPod training operator over real HTTP on loopback (§3 of the reference:
 routes, 422 format, PLR state machine, /status, pod_resourceconfig.json)."""

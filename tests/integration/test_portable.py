@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binary runs on older distributions and says what it is.
 
 * The dynamic binary needs no glibc symbol newer than GLIBC_2.34, so that it

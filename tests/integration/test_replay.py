@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hyperpodrun --replay, --replay-rate and --expect on the real binary:
 every sample log of examples/rules against its expectations, the diff and
 exit status of an unmet expectation, standard input, a replay rate, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The property replay exists for: for a log hyperpodrun itself recorded,
 --replay reaches the verdict the live run reached, on the same rule,
 local rank, state and line, at the same time to the millisecond where the
@@ -134,6 +135,20 @@ def check_formats(hpr, tmp_path, rules, console, live, stdout_log):
         if live is None:
             assert got is None, (name, got)
             assert summary["state"] in ("HEALTHY", "WAITING"), (name, summary)
+            # The agent's line that the job ended stops the clocks, as
+            # the live rules stopped: no deadline is left pending.
+            assert summary["agent_ended"] is True, (name, summary)
+            assert summary["pending"] == [], (name, summary)
+            if not clocked:  # --expect refuses timed rules there
+                continue
+            expect = tmp_path / "no-pending.expect.json"
+            expect.write_text('{"state": "HEALTHY", "pending_deadline": false}')
+            p = subprocess.run([HYPERPODRUN, "--replay", log,
+                                "--log-monitoring-config", rules, "--expect",
+                                expect], capture_output=True, env=hpr.env,
+                               timeout=60)
+            assert p.returncode == 0, (name, p.stdout.decode(),
+                                       p.stderr.decode())
             continue
         assert got is not None, (name, console, changes)
         assert (got["rule"], got["local_rank"], got["state"]) == (

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stacks report never changes what a worker does: no death, no EINTR
 in any call it is blocked in (the TCPStore rendezvous, a gloo collective,
 a store get, poll, recv, read, sleep), whether the report is asked for

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's files on a node shared with other users.
 
 * A log root that another uid owns, or that others can write, is refused

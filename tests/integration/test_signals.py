@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Signals to hyperpodrun and to its workers, reaping, and leftovers."""
 
 import os
@@ -162,8 +163,18 @@ def test_failure_shutdown_signal_sigterm_obeyed(hpr, tmp_path):
     assert "rank      : 0 (local_rank: 0)" in r.err.split("Root Cause")[1]
 
 
-def test_failure_default_shutdown_signal_is_sigkill(hpr, tmp_path):
+def test_failure_default_shutdown_signal_is_sigterm(hpr, tmp_path):
+    """Self-driven, as torchrun: SIGTERM to the other workers' groups
+    (operator mode's SIGKILL: test_stop_modes.py)."""
     proc, out = start_sigworkers(hpr, tmp_path, "exit-on-term", fail_rank=0)
+    r = proc.wait(20)
+    assert r.rc == 3, r.describe()
+    assert names(out / "sig_w_1") == ["SIGTERM"], r.describe()
+
+
+def test_failure_shutdown_signal_sigkill(hpr, tmp_path):
+    proc, out = start_sigworkers(hpr, tmp_path, "exit-on-term", fail_rank=0,
+                                 extra=["--shutdown-signal", "SIGKILL"])
     r = proc.wait(20)
     assert r.rc == 3, r.describe()
     assert names(out / "sig_w_1") == []
@@ -387,3 +398,50 @@ while True:
     assert sorted(os.listdir(out)) == ["ready_0_0", "ready_1_0", "term_0_0",
                                        "term_1_0"]
     assert [p.name for p in hpr.only_train_dir().iterdir()] == ["attempt_0"]
+
+
+def test_every_reaped_orphan_is_named(hpr, tmp_path):
+    """As PID 1 with LOGLEVEL=DEBUG, a stage that leaves 100 orphans
+    behind (tini's reaping test) gets each named in a "reaped orphan"
+    line while the reader keeps up, and the worker's escaped daemons,
+    killed at the stage's end, are named too: no reaping path is silent,
+    and nothing is dropped from a console that is read."""
+    wrapper = ("unshare", "--pid", "--fork", "--mount-proc")
+    probe = subprocess.run([*wrapper, "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no PID namespace here: {probe.stderr.decode()}")
+    out = tmp_path / "o"
+    out.mkdir()
+    # posix_spawn, not subprocess: a Popen object reaps its exited child
+    # when collected, and such a child was never the agent's orphan.
+    stage = write_exec(tmp_path / "stage.py", f"""#!/usr/bin/python3
+import os, time
+if os.fork() == 0:
+    pids = [os.posix_spawn("/bin/sleep", ["sleep", str(0.2 + i % 10 / 10)],
+                           os.environ) for i in range(100)]
+    open('{out}/orphans', 'w').write(" ".join(map(str, pids)))
+    os._exit(0)
+os.wait()
+pids = [int(p) for p in open('{out}/orphans').read().split()]
+# Gone from /proc only once the agent reaped it: a zombie stays there.
+while any(os.path.exists(f"/proc/{{p}}") for p in pids):
+    time.sleep(0.05)
+""")
+    worker = write_exec(tmp_path / "w.py", f"""#!/usr/bin/python3
+import os
+pids = [os.posix_spawn("/usr/bin/setsid", ["setsid", "sleep", "1000"],
+                       os.environ) for _ in range(10)]
+open('{out}/daemons', 'w').write(" ".join(map(str, pids)))
+""")
+    r = hpr.run(["--standalone", "--shutdown-timeout", "1",
+                 "--pre-train-script", stage, "--no-python", worker],
+                env={"LOGLEVEL": "DEBUG"}, wrapper=wrapper, timeout=120)
+    assert r.rc == 0, r.describe()
+    expected = set()
+    for name in ("orphans", "daemons"):
+        expected |= {int(p) for p in (out / name).read_text().split()}
+    named = {int(line.rsplit(" ", 1)[1]) for line in r.err.splitlines()
+             if "debug: reaped orphan pid " in line}
+    assert len(expected) == 110
+    assert expected - named == set(), r.describe()
+    assert "console lines dropped" not in r.err

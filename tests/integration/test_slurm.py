@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A real Slurm: `srun hyperpodrun --rdzv-backend slurm` on a one-node cluster.
 
 The module starts its own cluster from Debian's packages (./dev.sh installs

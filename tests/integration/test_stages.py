@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stages (pre-train → workers → post-train) and refusal of bad input."""
 
 import json

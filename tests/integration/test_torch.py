@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real PyTorch workers: env:// rendezvous, gloo all-reduce, @record."""
 
 import re

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lines per second through the rule engine: the AWS example rules (the
  * four that read metrics and progress, or all six with "all") over
  * 110-byte training log lines, one stream, JIT or not. Run by hand:

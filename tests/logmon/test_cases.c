@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Data-driven tests of the log-rule engine: every file in the case
  * directory (argv[1]) is one test, run once with JIT and once with the
  * interpreter. The format, curl-style:

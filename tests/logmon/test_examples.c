@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The rule examples users copy (examples/rules, argv[1]) are kept true:
  * rules.json and job.yaml give the same six rules, and each rule's
  * directory holds a one-rule file identical to its entry in rules.json,

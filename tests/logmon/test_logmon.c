@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the parts of src/logmon around the engine: rule files
  * (JSON, job.yaml), several streams on one ruleset, replay and --expect.
  * argv[1] is the directory of data files. The engine's behaviour itself

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The matcher on its own (src/logmon/matcher.c), with no rule around it: a
  * table of patterns and lines with the answer and the number group 1
  * captured, each case with JIT and without, with the pattern as written

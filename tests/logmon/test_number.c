@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The metric parser's fast path against strtod: every decimal it takes
  * must come out bit for bit as strtod rounds it. Table cases at the
  * edges of the fast path, then a few hundred thousand generated ones. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the engine reads from a pattern's text (src/logmon/pattern.c): the
  * literal every match holds and the cut of a rest form around its first
  * ".*". A table of patterns with the answers a reader of PCRE2's syntax

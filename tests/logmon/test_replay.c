@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of what hyperpodrun --replay adds around the engine: the
  * clock (timestamp formats, the format fixed by the first line, glog's
  * missing year, --replay-rate), the layout (console or plain log), the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Records the consoles tests/replay holds: train.py under hyperpodrun,
 live, with rules.json, for each scenario, two ranks on gloo. Keeps the
 console as a pod's log has it (the agent's stderr and the tee'd stdout

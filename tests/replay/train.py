@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A tiny data-parallel PyTorch job (gloo, CPU) whose console
 record.py keeps for replay tests. REPLAY_SCENARIO picks how it behaves:
 healthy, hung (rank 1 stops joining the all-reduce, so rank 0 blocks in

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh BINARY: proof that the static binary runs where the build machine's
 # glibc is not. It checks that BINARY is static, then runs it in a minimal
 # Debian 11 root (glibc 2.31, as Ubuntu 20.04) made by debootstrap: a job

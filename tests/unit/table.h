@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* For the table-driven unit tests. */
 #ifndef HYPERPOD_TESTS_TABLE_H
 #define HYPERPOD_TESTS_TABLE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the command line and PET_* parsing (src/config/config.c).
  *
  * Each case gives an environment and an argv. Accepted cases list the
@@ -41,7 +42,7 @@ struct field_expect {
 
 struct parse_case {
         const char *name;
-        struct env_var env[4];
+        struct env_var env[6];
         const char *argv[16]; /* argv[0] included, NULL-terminated */
         struct field_expect expect[24];
 };
@@ -51,7 +52,7 @@ struct parse_case {
 
 struct error_case {
         const char *name;
-        struct env_var env[4];
+        struct env_var env[6];
         const char *argv[16];
         const char *mentions[4]; /* substrings of the error message */
 };
@@ -67,6 +68,7 @@ static void clear_config_env(void)
                 "PYTHON_EXEC",
                 "CUDA_VISIBLE_DEVICES",
                 "NEURON_RT_VISIBLE_CORES",
+                "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
         };
         char *names[256];
         size_t n = 0;
@@ -194,6 +196,22 @@ static const char *field_text(const struct hp_config *cfg, const char *field,
                                          : cfg->straggler_ratio);
                 return buf;
         }
+        if (strcmp(field, "dup_stdout") == 0 ||
+            strcmp(field, "dup_stderr") == 0) {
+                const struct hp_dup_filters *f =
+                        &cfg->dup_filters[field[7] == 'e' ? 1 : 0];
+                size_t used = 0;
+
+                buf[0] = '\0';
+                for (int i = 0; i < f->count; i++)
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "<%.*s>", (int)f->len[i],
+                                                 f->text + f->at[i]);
+                assert_true(used < len);
+                return buf;
+        }
+        if (strcmp(field, "rdzv_backend_reason_set") == 0)
+                return cfg->rdzv_backend_reason ? "true" : "false";
         if (strcmp(field, "shutdown_signal") == 0) {
                 const char *name = hp_signal_name(cfg->shutdown_signal);
 
@@ -581,6 +599,134 @@ static const struct parse_case parse_cases[] = {
                             { "script", "/abs/t.py" } },
         },
         {
+                .name = "Kubeflow's PyTorchJob: static, self-driven stops",
+                .env = { { "PET_NNODES", "2" },
+                         { "PET_NPROC_PER_NODE", "3" },
+                         { "PET_NODE_RANK", "1" },
+                         { "PET_MASTER_ADDR", "job-master-0" },
+                         { "PET_MASTER_PORT", "23456" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "rdzv_backend_name", "static" },
+                            { "nnodes", "2" },
+                            { "nproc", "3" },
+                            { "node_rank", "1" },
+                            { "master_addr", "job-master-0" },
+                            { "master_port", "23456" },
+                            { "rdzv_backend_reason_set", "true" },
+                            { "shutdown_signal", "SIGTERM" },
+                            { "shutdown_timeout_ms", "30000" },
+                            /* self-driven: torchrun's layout */
+                            { "log_dir", "(null)" },
+                            { "tee", "0,0,0" } },
+        },
+        {
+                .name = "Kubeflow's env with --rdzv-backend hyperpod",
+                .env = { { "PET_NNODES", "2" },
+                         { "PET_MASTER_ADDR", "job-master-0" },
+                         { "PET_MASTER_PORT", "23456" } },
+                .argv = { "hyperpodrun", "--rdzv-backend", "hyperpod",
+                          "t.py" },
+                .expect = { { "rdzv_backend_name", "hyperpod" },
+                            { "rdzv_backend_reason_set", "false" },
+                            { "shutdown_signal", "SIGKILL" },
+                            { "shutdown_timeout_ms", "15000" } },
+        },
+        {
+                .name = "PET_RDZV_BACKEND names the backend, not the master",
+                .env = { { "PET_RDZV_BACKEND", "slurm" },
+                         { "PET_MASTER_ADDR", "10.0.0.1" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "rdzv_backend_name", "slurm" },
+                            { "rdzv_backend_reason_set", "false" } },
+        },
+        {
+                .name = "PET_RDZV_ENDPOINT alone: static",
+                .env = { { "PET_RDZV_ENDPOINT", "10.0.0.1:29400" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "rdzv_backend_name", "static" },
+                            { "rdzv_endpoint", "10.0.0.1:29400" },
+                            { "rdzv_backend_reason_set", "true" } },
+        },
+        {
+                .name = "--master-addr on the command line keeps the "
+                        "operator",
+                .argv = { "hyperpodrun", "--master-addr", "10.0.0.1",
+                          "t.py" },
+                .expect = { { "rdzv_backend_name", "hyperpod" },
+                            { "rdzv_backend_reason_set", "false" } },
+        },
+        {
+                .name = "PET_STANDALONE wins over PET_MASTER_ADDR",
+                .env = { { "PET_STANDALONE", "1" },
+                         { "PET_MASTER_ADDR", "10.0.0.1" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "standalone", "true" },
+                            { "rdzv_backend_reason_set", "false" },
+                            { "shutdown_signal", "SIGTERM" } },
+        },
+        {
+                .name = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, self-driven",
+                .env = { { "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120" } },
+                .argv = { "hyperpodrun", "--standalone", "t.py" },
+                .expect = { { "shutdown_signal", "SIGTERM" },
+                            { "shutdown_timeout_ms", "120000" } },
+        },
+        {
+                .name = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, operator mode",
+                .env = { { "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120" } },
+                .argv = { "hyperpodrun", "t.py" },
+                .expect = { { "shutdown_signal", "SIGKILL" },
+                            { "shutdown_timeout_ms", "120000" } },
+        },
+        {
+                .name = "PET_SHUTDOWN_TIMEOUT wins over "
+                        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                .env = { { "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "120" },
+                         { "PET_SHUTDOWN_TIMEOUT", "7" } },
+                .argv = { "hyperpodrun", "--standalone", "t.py" },
+                .expect = { { "shutdown_timeout_ms", "7000" } },
+        },
+        {
+                .name = "--shutdown-timeout wins over PET_SHUTDOWN_TIMEOUT",
+                .env = { { "PET_SHUTDOWN_TIMEOUT", "7" } },
+                .argv = { "hyperpodrun", "--standalone",
+                          "--shutdown_timeout", "2", "--shutdown-signal",
+                          "SIGKILL", "t.py" },
+                .expect = { { "shutdown_timeout_ms", "2000" },
+                            { "shutdown_signal", "SIGKILL" } },
+        },
+        {
+                .name = "--signals-to-handle with SIGUSR1 and SIGUSR2, as "
+                        "torchrun's help suggests under Slurm",
+                .argv = { "hyperpodrun", "--signals-to-handle",
+                          "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2",
+                          "t.py" },
+                .expect = { { "script", "t.py" } },
+        },
+        {
+                .name = "--event-log-handler null, torchrun's default",
+                .argv = { "hyperpodrun", "--event-log-handler", "null",
+                          "t.py" },
+                .expect = { { "script", "t.py" },
+                            { "dup_stdout", "" },
+                            { "dup_stderr", "" } },
+        },
+        {
+                .name = "duplicate filters as torchrun splits them",
+                .env = { { "PET_DUPLICATE_STDERR_FILTERS", "NCCL WARN" } },
+                .argv = { "hyperpodrun", "--duplicate_stdout_filters",
+                          "loss,,acc,step,", "t.py" },
+                .expect = { { "dup_stdout", "<loss,acc><step><>" },
+                            { "dup_stderr", "<NCCL WARN>" } },
+        },
+        {
+                .name = "an empty duplicate filter list is one empty "
+                        "filter, as in torchrun",
+                .argv = { "hyperpodrun", "--duplicate-stdout-filters", "",
+                          "t.py" },
+                .expect = { { "dup_stdout", "<>" } },
+        },
+        {
                 .name = "--signals-to-handle with torchrun's default set",
                 .argv = { "hyperpodrun", "--signals_to_handle",
                           "SIGINT,SIGTERM,SIGQUIT,SIGHUP", "t.py" },
@@ -859,18 +1005,55 @@ static const struct error_case error_cases[] = {
             "t.py" },
           { "'5'", "--log-monitor-ranks" } },
         { "--signals-to-handle with a signal not handled", NO_ENV,
-          { "hyperpodrun", "--signals-to-handle", "SIGTERM,SIGUSR1", "t.py" },
-          { "'SIGTERM,SIGUSR1'", "--signals-to-handle", "SIGUSR1" } },
+          { "hyperpodrun", "--signals-to-handle",
+            "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGALRM", "t.py" },
+          { "--signals-to-handle", "cannot handle 'SIGALRM'",
+            "forwards SIGUSR1" } },
         { "--signals-to-handle with a subset", NO_ENV,
-          { "hyperpodrun", "--signals-to-handle", "SIGTERM", "t.py" },
-          { "'SIGTERM'", "--signals-to-handle", "subset" } },
+          { "hyperpodrun", "--signals-to-handle", "SIGTERM,SIGUSR1", "t.py" },
+          { "'SIGTERM,SIGUSR1'", "--signals-to-handle",
+            "without one of them" } },
+        { "--event-log-handler other than null", NO_ENV,
+          { "hyperpodrun", "--event-log-handler", "dynamo", "t.py" },
+          { "--event-log-handler dynamo", "not supported",
+            "only null" } },
+        { "--duplicate-stdout-filters with --log-dir /dev/null", NO_ENV,
+          { "hyperpodrun", "--log-dir", "/dev/null",
+            "--duplicate-stdout-filters", "loss", "t.py" },
+          { "--duplicate-stdout-filters", "filtered_stdout.log",
+            "/dev/null writes no file" } },
+        { "PET_DUPLICATE_STDERR_FILTERS with too many filters",
+          { { "PET_DUPLICATE_STDERR_FILTERS",
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,"
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,"
+              "a,b,c,d,e,f,g,h,i,j,k,l,m,n" } },
+          { "hyperpodrun", "t.py" },
+          { "PET_DUPLICATE_STDERR_FILTERS (environment)",
+            "more than 64 filters" } },
+        { "--nproc-per-node xpu", NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "xpu", "t.py" },
+          { "--nproc-per-node xpu", "Intel XPUs", "give their number" } },
+        { "a bad TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+          { { "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon" } },
+          { "hyperpodrun", "--standalone", "t.py" },
+          { "'soon'", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (environment)" } },
+        { "a bad PET_SHUTDOWN_TIMEOUT", { { "PET_SHUTDOWN_TIMEOUT", "-3" } },
+          { "hyperpodrun", "--standalone", "t.py" },
+          { "'-3'", "PET_SHUTDOWN_TIMEOUT (environment)" } },
+        { "Kubeflow's elastic PyTorchJob: c10d",
+          { { "PET_RDZV_BACKEND", "c10d" },
+            { "PET_RDZV_ENDPOINT", "job-master-0:23456" },
+            { "PET_NNODES", "2:4" } },
+          { "hyperpodrun", "t.py" },
+          { "PET_RDZV_BACKEND (environment) c10d", "not supported",
+            "use static", "without elasticPolicy" } },
         { "--numa-binding", NO_ENV,
           { "hyperpodrun", "--numa-binding", "node", "t.py" },
           { "--numa-binding", "not supported" } },
         { "--logs-specs", NO_ENV,
           { "hyperpodrun", "--logs_specs", "x", "t.py" },
           { "--logs-specs", "not supported" } },
-        { "PET_EVENT_LOG_HANDLER", { { "PET_EVENT_LOG_HANDLER", "null" } },
+        { "PET_EVENT_LOG_HANDLER", { { "PET_EVENT_LOG_HANDLER", "json" } },
           { "hyperpodrun", "t.py" },
           { "PET_EVENT_LOG_HANDLER", "not supported" } },
         { "--virtual-local-rank", NO_ENV,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the console writer (src/stream/console.c), on real pipes.
  *
  * A pipe nobody reads is made deterministic by filling it before the

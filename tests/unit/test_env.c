@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the worker environment and argv (src/supervise/env.c):
  * the contract a training script sees, checked without spawning it. */
 #include <setjmp.h>

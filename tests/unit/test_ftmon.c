@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the rank monitor's pure parts (src/ftmon/judge.c): a
  * rank's deadlines at a given now, and the straggler windows; plus the
  * verdict's reason codes and wording (src/supervise/verdict.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the Slurm hostlist expander (src/rendezvous/hostlist.c).
  *
  * The expected names of the valid lists are what `scontrol show hostnames`

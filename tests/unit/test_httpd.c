@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the HTTP server (src/httpd/httpd.c).
  *
  * Each test runs a server on 127.0.0.1, port 0, with a loop of its own on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for in-process restart's pure parts: the IPR transition
  * table, the main loop's decision (src/operator/ipr.c), the worker
  * socket's per-rank table (src/ipc/ranks.c) and the IPR keys of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the worker socket's framer and checkpoint discovery
  * (src/ipc/framer.c, src/ipc/ckpt.c), as tables. The tracker cases follow
  * the reference's own scenarios. */

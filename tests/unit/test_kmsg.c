@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the kernel log rules (src/kmsg): the record parser, the
  * NPD config reader and the matcher, table-driven; the shipped configs in
  * examples/node-problem/ are checked against the kernel lines they are
@@ -102,6 +103,12 @@ static const struct config_case config_cases[] = {
         { "{\"lookback\":\"5 minutes\",\"rules\":[]}", "\"lookback\" '5 minutes' is not a duration" },
         { "{\"bufferSize\":0,\"rules\":[]}", "\"bufferSize\" must be" },
         { "{\"bufferSize\":2.5,\"rules\":[]}", "\"bufferSize\" must be" },
+        { "{\"plugin\":\"kmsg\",\"logPath\":\"/dev/kmsg\",\"rules\":[]}", NULL },
+        { "{\"plugin\":\"journald\",\"logPath\":\"/var/log/journal\",\"rules\":[]}",
+          "\"plugin\" is 'journald': hyperpodrun reads only the kernel log" },
+        { "{\"plugin\":\"filelog\",\"logPath\":\"/var/log/syslog\",\"rules\":[]}",
+          "\"plugin\" is 'filelog'" },
+        { "{\"plugin\":3,\"rules\":[]}", "\"plugin\" is not a string" },
         { "{\"rules\":[{\"type\":7,\"reason\":\"A\",\"pattern\":\"a\"}]}", "\"type\" is not a string" },
 };
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the line splitter (src/stream/linesplit.c).
  *
  * Every table case is fed several ways: in the chunks the case lists, cut

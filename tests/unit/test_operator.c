@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the pure parts of the operator API (src/operator): the
  * PLR state machine, request validation and its 422 entries, the /status
  * body and the pod_resourceconfig.json update. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the --preflight nccl verdict (src/preflight/judge.c). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the rendezvous module (src/rendezvous/rendezvous.c): the
  * endpoint parser and the backends that need no network peer. */
 #include <ctype.h>

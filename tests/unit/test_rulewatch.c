@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the log rule watch (src/supervise/rulewatch.c) and its
  * verdict (src/supervise/verdict.c): the reason code and wording the
  * operator reports, and a watch on a real loop fed lines and ticks with

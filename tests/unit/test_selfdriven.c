@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the self-driven rendezvous backends: slurm
  * (src/rendezvous/slurm.c) and resource-config
  * (src/rendezvous/resource_config.c), their --rdzv-conf keys

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the silence line of a hang report (src/supervise/silence.c):
  * which rank went quiet first, from last-output times and a given clock. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the worker streams and their hub (src/stream/stream.c):
  * pipes as group.c makes them (and socket pairs, which the hub reads
  * as well), a real loop, real files.
@@ -530,9 +531,101 @@ static void test_read_now_reads_what_the_pipes_hold(void **state)
         one_stream_close(f, -1, con_path, con_fd);
 }
 
+/* ---- Duplicate filters (dup.c) ---- */
+
+struct dup_case {
+        const char *name;
+        const char *needles[4]; /* NULL ends them */
+        const char *lines[6];   /* prefix "[r]:" each; NULL ends them */
+        const char *file;       /* what filtered_*.log holds */
+};
+
+static const struct dup_case dup_cases[] = {
+        { "one needle", { "loss" }, { "step 1 loss=2", "step 1 acc=1" },
+          "[r]:step 1 loss=2\n" },
+        { "any of several", { "loss", "NCCL" },
+          { "NCCL WARN x", "plain", "loss" },
+          "[r]:NCCL WARN x\n[r]:loss\n" },
+        { "a comma inside a needle", { "a,b" }, { "a,b", "a b", "xa,by" },
+          "[r]:a,b\n[r]:xa,by\n" },
+        { "the empty needle is in every line", { "" }, { "x", "" },
+          "[r]:x\n[r]:\n" },
+        { "no line matches", { "zzz" }, { "a", "b" }, "" },
+};
+
+static void test_dup_copies_matching_lines(void **state)
+{
+        char dir[] = "/tmp/hp-dup-XXXXXX";
+
+        (void)state;
+        assert_non_null(mkdtemp(dir));
+        for (size_t i = 0; i < HP_ARRAY_SIZE(dup_cases); i++) {
+                const struct dup_case *c = &dup_cases[i];
+                struct hp_dup *d = calloc(1, sizeof(*d));
+                size_t lens[4];
+                int n = 0, dir_fd = open(dir, O_DIRECTORY | O_RDONLY);
+                char got[256] = "", path[64];
+                ssize_t r;
+                int fd;
+
+                assert_non_null(d);
+                assert_true(dir_fd >= 0);
+                while (n < 4 && c->needles[n] != NULL) {
+                        lens[n] = strlen(c->needles[n]);
+                        n++;
+                }
+                assert_int_equal(hp_dup_open(d, dir_fd, dir, "f.log",
+                                             c->needles, lens, n), 0);
+                for (int k = 0; k < 6 && c->lines[k] != NULL; k++)
+                        hp_dup_line(d, "[r]:", 4, c->lines[k],
+                                    strlen(c->lines[k]));
+                hp_dup_close(d);
+                snprintf(path, sizeof(path), "%s/f.log", dir);
+                fd = open(path, O_RDONLY);
+                assert_true(fd >= 0);
+                r = read(fd, got, sizeof(got) - 1);
+                assert_true(r >= 0);
+                got[r] = '\0';
+                if (strcmp(got, c->file) != 0)
+                        fail_msg("%s: the file holds '%s', expected '%s'",
+                                 c->name, got, c->file);
+                close(fd);
+                assert_int_equal(unlink(path), 0);
+                close(dir_fd);
+                free(d);
+        }
+        assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_dup_refuses_a_link(void **state)
+{
+        char dir[] = "/tmp/hp-dup-XXXXXX", link[64];
+        const char *needle = "x";
+        size_t len = 1;
+        struct hp_dup *d = calloc(1, sizeof(*d));
+        int dir_fd;
+
+        (void)state;
+        assert_non_null(d);
+        assert_non_null(mkdtemp(dir));
+        snprintf(link, sizeof(link), "%s/f.log", dir);
+        assert_int_equal(symlink("/dev/null", link), 0);
+        dir_fd = open(dir, O_DIRECTORY | O_RDONLY);
+        assert_true(dir_fd >= 0);
+        assert_int_equal(hp_dup_open(d, dir_fd, dir, "f.log", &needle, &len,
+                                     1), -ELOOP);
+        hp_dup_close(d); /* nothing to close */
+        close(dir_fd);
+        assert_int_equal(unlink(link), 0);
+        assert_int_equal(rmdir(dir), 0);
+        free(d);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_dup_copies_matching_lines),
+                cmocka_unit_test(test_dup_refuses_a_link),
                 cmocka_unit_test(test_streams_lose_and_mix_nothing),
                 cmocka_unit_test(test_drain_and_close_writes_everything_read),
                 cmocka_unit_test(test_read_now_reads_what_the_pipes_hold),

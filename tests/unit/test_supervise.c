@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for supervise's own state machines: the agent's lifecycle
  * (agent.c) and the kill phase a group's stop goes through (group.c),
  * both as pure transition tables. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for hp_template_expand (src/common/template.c), the
  * string.Template-style expansion behind --log-line-prefix-template. */
 #include <setjmp.h>

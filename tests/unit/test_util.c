@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for helpers of src/common/util.c: hp_read_file, the one
  * whole-file reader with a ceiling (real files, a directory and a FIFO
  * in a fresh temporary directory), hp_write_file_atomic, the one atomic

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes SIZE bytes of printable text with no line terminator to stdout.
 
 usage: big_line.py SIZE [TRAILER]

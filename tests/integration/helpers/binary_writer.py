@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes pseudo-random binary to stdout and stderr in random chunks.
 
 usage: binary_writer.py OUTDIR SIZE

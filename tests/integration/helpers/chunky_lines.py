@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes many lines to stdout and stderr in small random chunks.
 
 usage: chunky_lines.py NLINES

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small DDP job (gloo, CPU) that checkpoints every CKPT_EVERY steps,
 reports each rank's shard through hyperpodrun_client, and on start resumes
 from the checkpoint the agent says every rank completed.

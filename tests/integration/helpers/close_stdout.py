@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Closes its stdout, keeps running, then writes to stderr.
 
 usage: close_stdout.py CONSOLE_OUT NLINES

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Starts a daemon that escapes the worker's process group, then exits 0.
 
 usage: daemonize.py OUTDIR

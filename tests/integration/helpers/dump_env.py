@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Worker (or hook) that records what it was started with.
 
 usage: dump_env.py OUTDIR [ARGS...]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A worker whose pipes are held out of its process group's reach.
 
 usage: escaped_holder.py OUTDIR MODE     (or $ESC_DIR and $ESC_MODE)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A worker group in which one rank fails in a chosen way.
 
 usage: fail_worker.py OUTDIR FAIL_RANK HOW [NLINES]

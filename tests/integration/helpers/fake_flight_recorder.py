@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for torch's ProcessGroupNCCL flight recorder, for machines
 without a GPU: it plays ProcessGroupNCCL's side of the dump trigger as
 torch's source does it (DumpPipe and DebugInfoWriter), then hangs.

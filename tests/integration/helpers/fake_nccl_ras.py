@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for NCCL's RAS thread (NCCL >= 2.24), for machines without
 a GPU: it answers on 127.0.0.1 the client protocol that NCCL's ncclras
 client speaks (src/ras/client.cc): "CLIENT PROTOCOL <n>\\n" is answered

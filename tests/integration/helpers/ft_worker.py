@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker that uses the rank monitor client (hyperpodrun_client's
 fault_tolerance, ft's names). FT_MODE says what it does:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An in-process restart training loop with real PyTorch (gloo), for
 hyperpodrun --inprocess-restart.
 

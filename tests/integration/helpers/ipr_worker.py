@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A training process of an in-process-restart job, speaking the worker
 socket with raw frames (no client library): init, at_rcb_barrier, wait for
 job_start, past_rcb_barrier, then "train" until told otherwise.

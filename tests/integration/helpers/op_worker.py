@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker for the operator-mode tests. Behaviour from the environment:
 
 OPW_DIR      where to write rank<RANK>.json (its environment) and pid files

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Leaves an orphan behind for the agent (a subreaper) to adopt and reap.
 
 usage: orphan_maker.py OUTDIR

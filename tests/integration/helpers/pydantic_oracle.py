@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The reference's request validation, as the oracle for hyperpodrun's 422
 bodies: the field types and validators of the reference agent's /start and
 /update models (§3.2 of the reference notes), checked by pydantic 2 and

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Worker that records where the rendezvous put it, attempt by attempt.
 
 usage: rdzv_worker.py OUTFILE [FROM TO]

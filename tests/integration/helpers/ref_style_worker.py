@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker written against the reference agent's package, as its own
 examples use it: TrainingManager, a thread looping on hyperpod_wait_fault,
 another on hyperpod_wait_rank_info that sets rank labels, the barrier's

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A worker (plus one grandchild in its process group) that records signals.
 
 usage: sigworker.py OUTDIR MODE [FAIL_RANK]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A slowloris against 127.0.0.1:PORT: COUNT connections, each sending a
 request line and then one header line every INTERVAL seconds, never
 finishing the request, and reopened as soon as the server closes it.
