@@ -315,6 +315,7 @@ class RankMonitorClient:
         self._slot = memoryview(self._map)[start:start + size].cast("Q")
 
     def _close(self):
+        self._open = set()
         if self._slot is not None:
             self._slot.release()
             self._slot = None
