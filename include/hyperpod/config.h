@@ -11,6 +11,9 @@
  * accelerator cores; this leaves room without letting a typo fork 10^6
  * processes. */
 #define HP_MAX_NPROC 1024
+/* --ft-rank-section-timeouts: sections named, and a name's length. */
+#define HP_FT_SECTIONS_MAX 16
+#define HP_FT_SECTION_NAME_MAX 63
 /* Operator mode's default --log-dir, the HyperPod layout. */
 #define HP_OPERATOR_LOG_DIR "/tmp/hyperpod"
 
@@ -136,6 +139,20 @@ struct hp_config {
         /* log monitoring */
         const char *log_monitoring_config; /* rules file, or NULL */
         bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
+
+        /* rank monitoring (ft_launcher's --ft-* flags; 0 ms: not used) */
+        uint64_t ft_initial_hb_ms;
+        uint64_t ft_hb_ms;
+        uint64_t ft_oos_ms;
+        double ft_safety_factor;         /* for the client's computed ones */
+        int ft_nsections;
+        char ft_section_names[HP_FT_SECTIONS_MAX][HP_FT_SECTION_NAME_MAX + 1];
+        uint64_t ft_section_ms[HP_FT_SECTIONS_MAX];
+        /* stragglers: ratio 0 reports none (speeds are still measured) */
+        double straggler_ratio;
+        int straggler_windows;
+        uint64_t straggler_window_ms;
+        bool straggler_verdict;          /* --straggler-action verdict */
 
         /* node health: kernel log rules (NPD kernel-monitor configs) */
         const char *node_problem_config; /* FILE[,FILE...], or NULL */

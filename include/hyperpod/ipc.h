@@ -333,6 +333,10 @@ struct hp_ipc_server {
         struct hp_ipc_ranks ranks;
         void (*on_change)(void *ctx);
         void *change_ctx;
+        /* Told of each client of a closing connection, before it is
+         * freed (hp_ipc_server_on_gone); NULL: nobody. */
+        void (*on_gone)(void *ctx, const struct hp_ipc_client *c);
+        void *gone_ctx;
         char read_buf[65536];     /* one read at a time on the loop */
 };
 
@@ -361,6 +365,13 @@ void hp_ipc_server_close(struct hp_ipc_server *s);
 /* Routes messages of `type` to fn. Returns 0, -EEXIST or -ENOSPC. */
 int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
                      hp_ipc_handler_fn fn, void *ctx);
+/* gone(ctx, c) runs for each client of a connection as it closes, before
+ * c is freed: c may be compared, not kept. gone must not close
+ * connections. One listener; NULL removes it. */
+void hp_ipc_server_on_gone(struct hp_ipc_server *s,
+                           void (*gone)(void *ctx,
+                                        const struct hp_ipc_client *c),
+                           void *ctx);
 /* Sends {payload..., "type", "client_id"} to one client; payload is
  * borrowed and may be NULL. Never blocks. Returns 0 or an error (the
  * connection is closed when its unread replies pass HP_IPC_QUEUE_MAX). */

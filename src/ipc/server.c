@@ -137,6 +137,8 @@ static void conn_close(struct hp_ipc_conn *c)
         conn_account(c);
         while (c->clients != NULL) {
                 struct hp_ipc_client *next = c->clients->next;
+                if (s->on_gone != NULL)
+                        s->on_gone(s->gone_ctx, c->clients);
                 free(c->clients);
                 c->clients = next;
                 s->nclients--;
@@ -287,6 +289,15 @@ void hp_ipc_drop_clients(struct hp_ipc_server *s)
 {
         while (s->conns != NULL)
                 conn_close(s->conns);
+}
+
+void hp_ipc_server_on_gone(struct hp_ipc_server *s,
+                           void (*gone)(void *ctx,
+                                        const struct hp_ipc_client *c),
+                           void *ctx)
+{
+        s->on_gone = gone;
+        s->gone_ctx = ctx;
 }
 
 int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
@@ -1172,6 +1183,7 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
                 return;
         s->started = false;
         s->on_change = NULL;
+        s->on_gone = NULL;
         while (s->conns != NULL)
                 conn_close(s->conns);
         uv_close((uv_handle_t *)&s->listener, NULL);

@@ -391,6 +391,30 @@ static void ipc(FILE *f, struct hp_agent *a, double wall)
                         closed[i].reason, (unsigned long long)closed[i].n);
 }
 
+/* The rank monitor's straggler windows: each local rank's heartbeat (or
+ * step) rate over the median rate, as of the latest window; only ranks
+ * with a measured rate. */
+static void rank_speeds(FILE *f, struct hp_agent *a)
+{
+        const struct hp_ftmon *m = hp_agent_ftmon(a);
+        bool any = false;
+        double speed;
+
+        for (int lr = 0; lr < m->nranks; lr++) {
+                if (!hp_ftmon_speed(m, lr, &speed))
+                        continue;
+                if (!any)
+                        family(f, "hyperpodrun_rank_relative_speed", "gauge",
+                               "A local rank's heartbeat or step rate over "
+                               "the median of the ranks, in the latest "
+                               "--straggler-window.");
+                any = true;
+                fprintf(f, "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
+                           "%.4f\n",
+                        lr, speed);
+        }
+}
+
 /* ---- The kernel log ---- */
 
 /* Whether rule (c, r) is the first of the configs with its reason (and,
@@ -577,8 +601,9 @@ static void attempts(FILE *f, const struct hp_operator *op)
                 (unsigned long long)restarts);
         family(f, "hyperpodrun_faults_total", "counter",
                "Attempts that faulted, by cause: a worker's failure, a log "
-               "rule's verdict, a node fault (kernel log or pre-flight); in "
-               "operator mode, the times the agent went FAULTED.");
+               "rule's verdict, a node fault (kernel log or pre-flight), "
+               "the rank monitor's verdict; in operator mode, the times the "
+               "agent went FAULTED.");
         for (int c = 0; c < HP_FAULT_CAUSE_COUNT; c++)
                 fprintf(f, "hyperpodrun_faults_total{cause=\"%s\"} %llu\n",
                         hp_fault_cause_name((enum hp_fault_cause)c),
@@ -650,6 +675,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "%llu\n",
                 (unsigned long long)hp_agent_console_dropped(a, 2));
         ipc(f, a, wall);
+        rank_speeds(f, a);
         node_health(f, a);
         preflight(f, a, op->cfg);
         family(f, "hyperpodrun_http_requests_total", "counter",

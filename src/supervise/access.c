@@ -30,6 +30,7 @@ const char *hp_fault_cause_name(enum hp_fault_cause cause)
                 [HP_FAULT_WORKER] = "worker",
                 [HP_FAULT_RULE] = "rule",
                 [HP_FAULT_NODE] = "node",
+                [HP_FAULT_RANK] = "rank",
         };
         return (unsigned)cause < HP_ARRAY_SIZE(names) ? names[cause] : "?";
 }
@@ -38,6 +39,10 @@ enum hp_fault_cause hp_fault_cause_of(const char *reason)
 {
         static const char *const rule_prefixes[] = { "LogSlow_", "LogHang_",
                                                      "LogFault_" };
+        static const char *const rank_reasons[] = {
+                "RankHeartbeatTimeout", "RankInitialHeartbeatTimeout",
+                "RankOutOfSectionTimeout", "RankStraggler",
+        };
 
         if (reason == NULL)
                 return HP_FAULT_WORKER;
@@ -47,6 +52,11 @@ enum hp_fault_cause hp_fault_cause_of(const char *reason)
                 if (strncmp(reason, rule_prefixes[i],
                             strlen(rule_prefixes[i])) == 0)
                         return HP_FAULT_RULE;
+        if (strncmp(reason, "RankSectionTimeout_", 19) == 0)
+                return HP_FAULT_RANK;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(rank_reasons); i++)
+                if (strcmp(reason, rank_reasons[i]) == 0)
+                        return HP_FAULT_RANK;
         return HP_FAULT_WORKER;
 }
 
@@ -179,6 +189,11 @@ hp_agent_preflight_result(const struct hp_agent *a)
 const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *a)
 {
         return a->health.watching ? &a->health.watch : NULL;
+}
+
+const struct hp_ftmon *hp_agent_ftmon(const struct hp_agent *a)
+{
+        return &a->ft;
 }
 
 struct hp_ipc_server *hp_agent_ipc(struct hp_agent *a)

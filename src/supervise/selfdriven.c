@@ -109,7 +109,9 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         /* The attempt's end, for /metrics: a node fault was counted when
          * it came. */
         if (!e.node_fault && e.verdict)
-                a->counts.faults[HP_FAULT_RULE]++;
+                a->counts.faults[a->verdict.kind == HP_VERDICT_RULE
+                                         ? HP_FAULT_RULE
+                                         : HP_FAULT_RANK]++;
         else if (!e.node_fault && result == HP_GROUP_FAILED)
                 a->counts.faults[HP_FAULT_WORKER]++;
         switch (next.what) {

@@ -4,6 +4,7 @@
 #define HP_SUPERVISE_PRIVATE_H
 
 #include "hp-sys.h"
+#include "hyperpod/ftmon.h"
 #include "hyperpod/supervise.h"
 
 /* ---- Processes ---- */
@@ -356,6 +357,9 @@ struct hp_agent {
         /* The worker socket: lives as long as the agent, so checkpoint
          * progress outlives every restart of the workers. */
         struct hp_ipc_server ipc;
+        /* The rank monitor on that socket: heartbeats, sections and
+         * stragglers (src/ftmon). */
+        struct hp_ftmon ft;
         /* RLIMIT_NOFILE as the agent was started with, which it raised
          * for itself: what the workers get (nofile_known: it was read). */
         struct rlimit nofile;

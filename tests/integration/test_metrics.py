@@ -251,11 +251,37 @@ def scrape_inprocess(hpr, tmp_path):
     return text
 
 
+def scrape_rank_monitor(hpr, tmp_path):
+    """The rank monitor's straggler windows: each rank's relative speed."""
+    proc = hpr.start(["--standalone", "--nproc-per-node", "2",
+                      "--server-port", "0", "--straggler-window", "1",
+                      helper("ft_worker.py")],
+                     env={"PYTHONPATH": Path(SOURCE_ROOT) / "python",
+                          "FT_MODE": "straggler", "FT_BAD": "1",
+                          "FT_STEPS": "2000", "FT_PERIOD": "0.02"})
+    port = listen_port(proc, API_LISTEN_RE, "the API")
+
+    def measured():
+        text = get(port)[1]
+        return text if sample(text, 'hyperpodrun_rank_relative_speed{'
+                                    'local_rank="1"}') else None
+    text = deadline_poll(measured, 60, interval=0.2,
+                         what="the ranks' speeds in /metrics")
+    # Rank 1 beats four times slower than rank 0.
+    assert sample(text, 'hyperpodrun_rank_relative_speed{local_rank="1"}') \
+        < sample(text, 'hyperpodrun_rank_relative_speed{local_rank="0"}')
+    proc.signal(__import__("signal").SIGTERM)
+    r = proc.wait(60)
+    assert r.rc == 128 + 15, r.describe()
+    return text
+
+
 MODES = {
     "operator": scrape_operator,
     "self-driven": scrape_self_driven,
     "preflight": scrape_preflight,
     "inprocess": scrape_inprocess,
+    "rank monitor": scrape_rank_monitor,
 }
 
 

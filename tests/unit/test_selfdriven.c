@@ -1330,6 +1330,12 @@ static void test_fault_cause(void **state)
                 { "LogFault_NaNLoss", HP_FAULT_RULE, "rule" },
                 { "NodeFault_Xid79FallenOffTheBus", HP_FAULT_NODE, "node" },
                 { "NodeFault_NCCLPreflight", HP_FAULT_NODE, "node" },
+                { "RankHeartbeatTimeout", HP_FAULT_RANK, "rank" },
+                { "RankInitialHeartbeatTimeout", HP_FAULT_RANK, "rank" },
+                { "RankSectionTimeout_forward", HP_FAULT_RANK, "rank" },
+                { "RankOutOfSectionTimeout", HP_FAULT_RANK, "rank" },
+                { "RankStraggler", HP_FAULT_RANK, "rank" },
+                { "RankSomethingElse", HP_FAULT_WORKER, "worker" },
                 /* A reason a worker sent over the socket, or none. */
                 { "Log", HP_FAULT_WORKER, "worker" },
                 { "NodeFault", HP_FAULT_WORKER, "worker" },
