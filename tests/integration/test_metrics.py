@@ -5,10 +5,11 @@ Scrapes from every mode (operator, self-driven with --server-port, the
 NCCL pre-flight, in-process restart) go through Debian's promtool, which
 must find nothing but node-problem-detector's own names; the table of
 metrics in docs/observability.md, the example dashboard and the example
-alerting rules must name exactly what those scrapes hold. Then a real Prometheus server,
-started on loopback, scrapes a running agent and is asked through its HTTP
-API what it saw: the target up, the build info, a restart counted after a
-fault, and a rule's compared value following the worker's log."""
+alerting rules must name exactly what those scrapes hold. Then a real
+Prometheus server, started on loopback, scrapes a running agent and is
+asked through its HTTP API what it saw: the target up, the build info, a
+restart counted after a fault, and a rule's compared value following the
+worker's log."""
 
 import http.client
 import json
