@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The --help text. man/hyperpodrun.1.in and README.md say the same; the
- * docs test checks that every long option here appears in the man page. */
+/* The --help text. man/hyperpodrun.1.in and docs/usage.md say the same;
+ * the docs test checks that every long option here appears in both. */
 #include "hyperpod/config.h"
 
 static const char help_text[] =

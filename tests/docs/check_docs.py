@@ -9,9 +9,10 @@ must appear in the man page and in docs/usage.md (the options tables). Every
 option the man page's OPTIONS section documents must exist in --help, so that
 nothing stale remains. Every relative link in README.md and docs/*.md must
 lead to a file of the tree, and a link's #anchor to a heading of that file;
-README.md must link every page under docs/. The man page must have the sections of STYLE.md §14 and a .TH line
-with @VERSION@ for meson to fill in. Where mandoc (and groff) are installed,
-they must render it without a warning.
+README.md must link every page under docs/. The man page must have the
+sections of REQUIRED_SECTIONS and a .TH line with @VERSION@ for meson to
+fill in. Where mandoc (and groff) are installed, they must render it without
+a warning.
 
 Exit status: 0 when everything agrees, 1 with a list of the problems
 otherwise, 2 when the check itself cannot run (a missing file, a binary that
