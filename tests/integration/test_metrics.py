@@ -288,7 +288,7 @@ MODES = {
 
 def documented_metrics():
     text = (Path(SOURCE_ROOT) / "docs" / "observability.md").read_text()
-    section = text[text.index("### Metrics\n"):]
+    section = text[text.index("\n## Metrics\n"):]
     section = section[:section.index("\n\n", section.index("| Metric |"))]
     return {m.group(1) for m in
             re.finditer(r"^\| `([a-z_:]+)` \|", section, re.M)}
