@@ -33,6 +33,9 @@ PACKAGES="meson ninja-build pkg-config gcc libc6-dev libuv1-dev libpcre2-dev
 libcjson-dev libhttp-parser-dev libyaml-dev libcmocka-dev python3 python3-pytest
 python3-torch valgrind mandoc man-db procps slurmctld slurmd slurm-client munge
 time python3-matplotlib python3-yaml"
+# promtool and the Prometheus server: tests/integration/test_metrics.py
+# and the alerting rules' unit tests (examples/monitoring).
+PACKAGES="$PACKAGES prometheus"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 # The static build: Debian's static archives come with the -dev packages

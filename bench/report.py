@@ -31,7 +31,7 @@ SERIES = [  # tool, label, colour, marker
 def load(results):
     out = {}
     for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
-                 "store"):
+                 "ft", "store"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -620,10 +620,37 @@ def ipr_section(res):
     return out
 
 
+def ft_section(res):
+    cost = res["worker_cost_ns"]
+    agent = res["agent"]
+    lat = res["verdict_latency_ms"]
+    return ["## 8. The rank monitor: heartbeats", "",
+            "bench/ft_worker.py under hyperpodrun --standalone --nproc-per-node 8. "
+            "Worker cost: N calls in a tight loop in rank 0 while the others idle: "
+            "send_heartbeat() (two stores into the rank's shared slot and ft's timeout "
+            "bookkeeping), beside the designs not taken, a non-blocking datagram send and "
+            "a framed JSON write on a stream socket (send alone; a full queue is drained "
+            "only then). Agent CPU: schedstat of all its threads over the run, in % of one "
+            "core: 8 ranks each heartbeating every millisecond, beside the same workers "
+            "looping every millisecond without heartbeats. Verdict: "
+            "--ft-rank-heartbeat-timeout 0.2 and a rank that stops; how long after the "
+            f"deadline the agent judged, from its log line, median of {len(lat)} runs.", "",
+            commands_block(res), "",
+            "| figure | value |", "|---|---|",
+            f"| send_heartbeat() per call | {f(cost['heartbeat_ns'] / 1000)} µs |",
+            f"| datagram send per call | {f(cost['datagram_ns'] / 1000)} µs |",
+            f"| framed stream write per call | {f(cost['stream_frame_ns'] / 1000)} µs |",
+            f"| agent CPU, 8 ranks × 1 kHz heartbeats | "
+            f"{with_unit(agent['hb']['cpu_pct'], '%')} |",
+            f"| agent CPU, the same job without heartbeats | "
+            f"{with_unit(agent['idle']['cpu_pct'], '%')} |",
+            f"| verdict past the deadline | {with_unit(bl.median(lat), 'ms')} |"]
+
+
 def store_section(res):
     cases = res["cases"]
     reps = max(len(c["runs"]) for c in cases.values())
-    out = ["## 8. TCPStore throughput", "",
+    out = ["## 9. TCPStore throughput", "",
            "The C store server (src/store, run alone as hp-store-server) beside "
            f"torch {res.get('torch') or ''}'s own (torch.distributed.TCPStore with "
            "is_master=True, a process of its own), with the same clients: one "
@@ -715,7 +742,8 @@ def document(data, plot_rel):
                 ("pipeline", lambda res: pipeline_section(res, plot_rel)),
                 ("hang", hang_section), ("restart", restart_section),
                 ("steady", steady_section), ("static", static_section),
-                ("ipr", ipr_section), ("store", store_section)]
+                ("ipr", ipr_section), ("ft", ft_section),
+                ("store", store_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import benchlib as bl
 
-BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
+BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr", "ft",
               "store"]
 
 

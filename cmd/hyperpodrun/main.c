@@ -168,7 +168,7 @@ int main(int argc, char **argv)
                         return server_failed(&op, agent, &loop, err);
                 code = hp_operator_run(&op);
                 hp_operator_close(&op);
-        } else if (cfg.server_port_given) {
+        } else if (cfg.server_port_given || cfg.metrics_port_given) {
                 /* Self-driven, with the read-only routes for monitoring. */
                 r = hp_operator_observe(&op, agent, &cfg, err, sizeof(err));
                 if (r < 0)

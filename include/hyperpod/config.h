@@ -14,6 +14,9 @@
 /* --rdzv-backend c10d's endpoint port when --rdzv-endpoint has none
  * (torchrun's). */
 #define HP_RDZV_C10D_PORT 29400
+/* --ft-rank-section-timeouts: sections named, and a name's length. */
+#define HP_FT_SECTIONS_MAX 16
+#define HP_FT_SECTION_NAME_MAX 63
 /* Operator mode's default --log-dir, the HyperPod layout. */
 #define HP_OPERATOR_LOG_DIR "/tmp/hyperpod"
 
@@ -125,6 +128,10 @@ struct hp_config {
         /* --server-port given: self-driven modes serve the read-only
          * routes only then. */
         bool server_port_given;
+        /* --metrics-port: GET /metrics alone on a listener of its own
+         * (0: a free one), in every mode. */
+        int metrics_port;
+        bool metrics_port_given;
         /* Server options given on the command line or not at all, for
          * the warning that one has no effect ("" when none). */
         const char *server_flag_given;
@@ -137,6 +144,20 @@ struct hp_config {
         /* log monitoring */
         const char *log_monitoring_config; /* rules file, or NULL */
         bool monitored[HP_MAX_NPROC];      /* --log-monitor-ranks */
+
+        /* rank monitoring (ft_launcher's --ft-* flags; 0 ms: not used) */
+        uint64_t ft_initial_hb_ms;
+        uint64_t ft_hb_ms;
+        uint64_t ft_oos_ms;
+        double ft_safety_factor;         /* for the client's computed ones */
+        int ft_nsections;
+        char ft_section_names[HP_FT_SECTIONS_MAX][HP_FT_SECTION_NAME_MAX + 1];
+        uint64_t ft_section_ms[HP_FT_SECTIONS_MAX];
+        /* stragglers: ratio 0 reports none (speeds are still measured) */
+        double straggler_ratio;
+        int straggler_windows;
+        uint64_t straggler_window_ms;
+        bool straggler_verdict;          /* --straggler-action verdict */
 
         /* node health: kernel log rules (NPD kernel-monitor configs) */
         const char *node_problem_config; /* FILE[,FILE...], or NULL */

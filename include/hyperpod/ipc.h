@@ -159,7 +159,8 @@ const char *hp_ckpt_latest(struct hp_ckpt *t);
 cJSON *hp_ckpt_progress(const struct hp_ckpt *t);
 
 /* ---- In-process restart: the per-rank worker table (pure) ----
- * What each local rank said over the socket (§4.9): where it is with the
+ * What each local rank said over the socket
+ * (docs/inprocess-restart-and-checkpoints.md): where it is with the
  * barrier, whether it reported a fault (reason, message, restart mode),
  * the data it left for the operator, and the node's labels. */
 
@@ -265,9 +266,10 @@ int hp_ipc_ranks_operator_mode(const struct hp_ipc_ranks *t);
  * "data"}] for each rank with data, in local-rank order; NULL when none
  * has any (or on ENOMEM, errno set). */
 cJSON *hp_ipc_ranks_worker_data(const struct hp_ipc_ranks *t);
-/* §3.7 rule 0: the fault's reason and message from the first failed rank
- * (local-rank order) with a non-empty reason, else WorkerReportedFault
- * and the failed global ranks. 0, or -ENOENT when no rank failed. */
+/* docs/inprocess-restart-and-checkpoints.md ("One cycle", step 3): the
+ * fault's reason and message from the first failed rank (local-rank order)
+ * with a non-empty reason, else WorkerReportedFault and the failed global
+ * ranks. 0, or -ENOENT when no rank failed. */
 int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
                        size_t reason_len, char *message, size_t message_len);
 
@@ -333,6 +335,10 @@ struct hp_ipc_server {
         struct hp_ipc_ranks ranks;
         void (*on_change)(void *ctx);
         void *change_ctx;
+        /* Told of each client of a closing connection, before it is
+         * freed (hp_ipc_server_on_gone); NULL: nobody. */
+        void (*on_gone)(void *ctx, const struct hp_ipc_client *c);
+        void *gone_ctx;
         char read_buf[65536];     /* one read at a time on the loop */
 };
 
@@ -361,6 +367,13 @@ void hp_ipc_server_close(struct hp_ipc_server *s);
 /* Routes messages of `type` to fn. Returns 0, -EEXIST or -ENOSPC. */
 int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
                      hp_ipc_handler_fn fn, void *ctx);
+/* gone(ctx, c) runs for each client of a connection as it closes, before
+ * c is freed: c may be compared, not kept. gone must not close
+ * connections. One listener; NULL removes it. */
+void hp_ipc_server_on_gone(struct hp_ipc_server *s,
+                           void (*gone)(void *ctx,
+                                        const struct hp_ipc_client *c),
+                           void *ctx);
 /* Sends {payload..., "type", "client_id"} to one client; payload is
  * borrowed and may be NULL. Never blocks. Returns 0 or an error (the
  * connection is closed when its unread replies pass HP_IPC_QUEUE_MAX). */
@@ -379,7 +392,8 @@ int hp_ipc_rank_clients(const struct hp_ipc_server *s, int local_rank);
 /* Closes every connection (a full stop: the workers are going). */
 void hp_ipc_drop_clients(struct hp_ipc_server *s);
 
-/* ---- In-process restart's messages (§4.9) ----
+/* ---- In-process restart's messages ----
+ * (docs/inprocess-restart-and-checkpoints.md, "One cycle")
  * Registers at_rcb_barrier, past_rcb_barrier, job_data, job_fault and
  * rank_labels, which update s->ranks; on_change(ctx) runs after each of
  * them and after a connection with clients closed (NULL: nobody told).

@@ -29,7 +29,8 @@
 #include "hyperpod/supervise.h"
 
 /* ---------------------------------------------------------------------
- * The agent state machine (§3.6, the process-level-restart table)
+ * The agent state machine (docs/operator-api.md, "States"; in-process
+ * restart's table in docs/inprocess-restart-and-checkpoints.md)
  */
 
 enum hp_op_state {
@@ -82,9 +83,10 @@ int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
 int hp_isoformat_utc(int64_t us, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------
- * In-process restart's main loop (§3.6), as a pure decision: given what
- * the agent, its workers and the worker socket say, and the time, what to
- * do next. The driver (inprocess.c) does it, updates the view and asks
+ * In-process restart's main loop
+ * (docs/inprocess-restart-and-checkpoints.md), as a pure decision: given
+ * what the agent, its workers and the worker socket say, and the time, what
+ * to do next. The driver (inprocess.c) does it, updates the view and asks
  * again until the answer is HP_IPR_NONE.
  */
 
@@ -131,7 +133,7 @@ enum hp_ipr_action {
         HP_IPR_READY,           /* every rank is at the barrier */
         HP_IPR_SEND_START,      /* job_start to every rank, rules resumed */
         HP_IPR_HOLD,            /* job_start waits: the IP table has a null */
-        HP_IPR_FAULT,           /* → FAULTED (§3.7, rule 0 first) */
+        HP_IPR_FAULT,           /* → FAULTED (first failed rank's reason) */
         HP_IPR_PAUSE,           /* job_fault to every rank, wait for them */
         HP_IPR_POST_TRAIN,      /* training ended: post-train */
         HP_IPR_COMPLETE,        /* → COMPLETED */
@@ -150,7 +152,8 @@ struct hp_ipr_decision hp_ipr_decide(const struct hp_ipr_view *v,
                                      uint64_t now_ms);
 
 /* ---------------------------------------------------------------------
- * Requests (§3.2) and their validation errors (§3.3)
+ * Requests and their validation errors (docs/operator-api.md,
+ * "Validation")
  */
 
 enum hp_op_route {
@@ -212,7 +215,7 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                         struct hp_op_request *out, cJSON **detail);
 
 /* ---------------------------------------------------------------------
- * pod_resourceconfig.json (§5)
+ * pod_resourceconfig.json (docs/operator-api.md)
  */
 
 #define HP_OP_PODCFG_NAME "pod_resourceconfig.json"
@@ -234,7 +237,7 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
                     size_t len);
 
 /* ---------------------------------------------------------------------
- * /status (§3.4)
+ * /status (docs/operator-api.md, GET /status)
  */
 
 struct hp_op_status {
@@ -297,6 +300,7 @@ struct hp_operator {
         struct hp_agent *agent; /* borrowed */
         const struct hp_config *cfg;
         struct hp_httpd httpd;
+        struct hp_httpd metrics_httpd; /* --metrics-port: GET /metrics only */
         struct hp_plr plr;
         uv_timer_t kick;        /* acts on the state after a request */
         uv_timer_t retry;       /* listen retries */
@@ -319,6 +323,7 @@ struct hp_operator {
         bool log_requests;      /* --server-log-level debug or trace */
         bool observer;          /* self-driven: read-only routes */
         bool httpd_ready;
+        bool metrics_httpd_ready;
         bool timers_ready;
         /* The last /stop's graceful flag and timeout: sticky, as in the
          * reference. */
@@ -327,14 +332,10 @@ struct hp_operator {
         /* The last attempt ended in a worker failure with this status. */
         int last_failure_code;
         /* For /metrics. */
+        double start_time_s;    /* wall clock, when the agent started */
         uint64_t attempts_started;
-        uint64_t faults;
+        uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* times FAULTED, by cause */
         double last_detection_latency_s; /* -1: none yet */
-        struct hp_op_stream_totals {
-                uint64_t lines;
-                uint64_t bytes;
-                uint64_t file_lost;
-        } (*stream_totals)[2]; /* per local rank: stdout, stderr */
         char *response;         /* the last response body (malloc'd) */
         char *token;            /* --server-token-file's, or NULL */
         size_t token_len;
@@ -373,7 +374,8 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                      const struct hp_config *cfg, char *errbuf, size_t len);
 /* Self-driven mode with --server-port: serves /status, /metrics and
  * /healthz on --server-host:--server-port, and answers the control routes
- * 409; the agent runs itself. Errors go to errbuf. */
+ * 409; the agent runs itself. With --metrics-port, GET /metrics on that
+ * port as well (or alone, without --server-port). Errors go to errbuf. */
 int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
                         const struct hp_config *cfg, char *errbuf,
                         size_t len);

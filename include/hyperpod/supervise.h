@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "hyperpod/config.h"
+#include "hyperpod/ftmon.h"
 #include "hyperpod/ipc.h"
 #include "hyperpod/kmsg.h"
 #include "hyperpod/preflight.h"
@@ -94,11 +95,26 @@ void hp_argv_free(struct hp_argv *a);
 
 /* ---- Log rule verdicts (verdict.c) ---- */
 
-/* A log rule that turned SLOW, HANGING or FAULTED on one watched rank: the
- * attempt's first such change, as the rule watch reports it. */
+/* What made a verdict: a log rule, or the rank monitor (ftmon.h). */
+enum hp_verdict_kind {
+        HP_VERDICT_RULE = 0,        /* rule: the log rule */
+        HP_VERDICT_HEARTBEAT,       /* rule: "heartbeat" */
+        HP_VERDICT_INITIAL_HEARTBEAT, /* rule: "initial heartbeat" */
+        HP_VERDICT_SECTION,         /* rule: the section's name */
+        HP_VERDICT_OUT_OF_SECTION,  /* rule: "out-of-section" */
+        HP_VERDICT_STRAGGLER,       /* rule: "straggler" */
+        HP_VERDICT_KIND_COUNT
+};
+
+/* A log rule that turned SLOW, HANGING or FAULTED on one watched rank, or
+ * a rank that missed a heartbeat or section deadline or straggled (state
+ * HANGING, SLOW for a straggler): the attempt's first such change. */
 struct hp_verdict {
         enum logmon_state state; /* SLOW, HANGING or FAULTED; WAITING: none */
+        enum hp_verdict_kind kind;
         char rule[LOGMON_NAME_MAX + 1];
+        uint64_t timeout_ms; /* the rank monitor's timeout that passed */
+        double speed;       /* a straggler's speed, of the median's */
         int local_rank;
         int rank;           /* global */
         char line[512];     /* the rule's last matching line, "" for none */
@@ -114,7 +130,9 @@ struct hp_verdict {
 
 /* The reason code the operator reports: "LogSlow_<rule>",
  * "LogHang_<rule>" or "LogFault_<rule>", as logmon_stream_reason gives
- * it. Cut to fit buf and terminated whenever len > 0. Returns the length
+ * it; for the rank monitor "RankHeartbeatTimeout",
+ * "RankInitialHeartbeatTimeout", "RankSectionTimeout_<section>",
+ * "RankOutOfSectionTimeout" or "RankStraggler". Cut to fit buf and terminated whenever len > 0. Returns the length
  * of the whole code (as snprintf), or -EINVAL when v holds no verdict. */
 int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len);
 /* What it means, in the operator's fault message: "Log rule <rule> is
@@ -303,10 +321,11 @@ void hp_agent_settle_rules(struct hp_agent *agent);
 uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *agent);
 /* In-process restart, while the training processes wait at the barrier:
  * the rules stop watching (lines are ignored, the clocks stop, every rule
- * keeps its state). */
+ * keeps its state), and so does the rank monitor. */
 void hp_agent_suspend_rules(struct hp_agent *agent);
 /* Watches again: fresh rules (hp_agent_use_rules) start their clocks,
- * suspended ones go on without counting the time they were off. */
+ * suspended ones go on without counting the time they were off; the rank
+ * monitor keeps the registered ranks and restarts their clocks. */
 void hp_agent_resume_rules(struct hp_agent *agent);
 /* One line per failed process, "Local Rank <i> (rank <r>) exited with
  * code <c>: <message>", under a heading: the operator's fault message. */
@@ -375,6 +394,8 @@ const struct hp_preflight_result *hp_agent_preflight_result(
         const struct hp_agent *agent);
 /* The kernel log watch, or NULL when the kernel log is not watched. */
 const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *agent);
+/* The rank monitor (heartbeats, sections, straggler speeds). */
+const struct hp_ftmon *hp_agent_ftmon(const struct hp_agent *agent);
 /* The worker socket, and its checkpoint progress (which outlives every
  * restart of the workers). */
 struct hp_ipc_server *hp_agent_ipc(struct hp_agent *agent);
@@ -382,11 +403,56 @@ struct hp_ckpt *hp_agent_ckpt(struct hp_agent *agent);
 /* Lines console fd (1 or 2) lost so far: dropped or failed writes. */
 uint64_t hp_agent_console_dropped(struct hp_agent *agent, int fd);
 
+/* Why an attempt faulted, for /metrics' hyperpodrun_faults_total{cause}. */
+enum hp_fault_cause {
+        HP_FAULT_WORKER = 0, /* a worker failed, or could not start */
+        HP_FAULT_RULE,       /* a log rule's verdict */
+        HP_FAULT_NODE,       /* the kernel log or the pre-flight check */
+        HP_FAULT_RANK,       /* the rank monitor: heartbeat, section,
+                              * straggler */
+        HP_FAULT_CAUSE_COUNT
+};
+
+/* "worker", "rule", "node", "rank". */
+const char *hp_fault_cause_name(enum hp_fault_cause cause);
+/* The cause a FAULTED reason names: NodeFault_* a node fault, LogSlow_*,
+ * LogHang_* and LogFault_* a rule verdict, RankHeartbeatTimeout,
+ * RankInitialHeartbeatTimeout, RankSectionTimeout_*,
+ * RankOutOfSectionTimeout and RankStraggler the rank monitor's, anything
+ * else (WorkerCrash, WorkerStartFailed, WorkerFault, a reason a worker
+ * sent) a worker's. */
+enum hp_fault_cause hp_fault_cause_of(const char *reason);
+
+/* What the self-driven driver did, for /metrics (the operator's own
+ * drivers count for themselves). */
+struct hp_agent_counts {
+        uint64_t attempts;  /* worker groups started from the first stage */
+        uint64_t restarts;  /* of those, restarts after a fault */
+        uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* attempts ended by each */
+};
+const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *agent);
+/* Log rule verdicts per rule name, in every mode, for /metrics: visit
+ * is called for each rule of the rules in use (0 until one fires) and
+ * each other rule that gave a verdict since the agent started, with its
+ * SLOW, HANGING and FAULTED counts (n[0], n[1], n[2]). The first
+ * HP_AGENT_VERDICT_RULES names that fire are counted by name;
+ * hyperpodrun_faults_total{cause="rule"} counts them all. */
+#define HP_AGENT_VERDICT_RULES 64
+void hp_agent_verdict_counts(const struct hp_agent *agent,
+                             void (*visit)(void *ctx, const char *rule,
+                                           const uint64_t n[3]),
+                             void *ctx);
+/* The job's run id (--rdzv-id; a random one with --standalone). */
+const char *hp_agent_run_id(const struct hp_agent *agent);
+
 /* One rank's stream counts; local_rank counts a hook as 0. */
 typedef void (*hp_stream_stats_cb)(void *ctx, int local_rank,
                                    const struct hp_stream_stats *out,
                                    const struct hp_stream_stats *err);
-/* Calls visit for each process of the running group, if one runs. */
+/* Calls visit for each local rank with what its ended groups read (every
+ * stage and attempt so far, hooks as rank 0), then for each process of the
+ * running group, if one runs: a rank's sum is what it has read since the
+ * agent started. */
 void hp_agent_stream_stats(const struct hp_agent *agent,
                            hp_stream_stats_cb visit, void *ctx);
 /* Calls visit (unless NULL) for each watched local rank with its rule

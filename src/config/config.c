@@ -76,6 +76,9 @@ static void config_defaults(struct hp_config *cfg)
         cfg->server_log_level = "info";
         cfg->server_shutdown_timeout_ms = 300000;
         cfg->python_exec = "python3";
+        cfg->ft_safety_factor = 5.0;
+        cfg->straggler_windows = 3;
+        cfg->straggler_window_ms = 5000;
 }
 
 /* Builds the getopt tables: each long option under its dashed name and,
@@ -1172,6 +1175,127 @@ static int convert_monitor_ranks(struct hp_config *cfg,
         return 0;
 }
 
+/* "name:SECS,name:SECS", as ft_launcher's --ft-rank-section-timeouts;
+ * "name:null" (or none, or an empty value) keeps the name with no
+ * timeout, so that the client may compute one. */
+static int convert_section_timeouts(struct hp_config *cfg,
+                                    const struct raw_value *raw,
+                                    enum hp_option_id id, char *errbuf,
+                                    size_t errlen)
+{
+        const struct raw_value *v = &raw[id];
+        const char *p = v->text;
+
+        while (*p != '\0') {
+                const char *end = strchr(p, ',');
+                const char *colon;
+                size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+                size_t name_len;
+                char secs[32];
+                int n = cfg->ft_nsections;
+
+                colon = memchr(p, ':', len);
+                if (colon == NULL || colon == p)
+                        ERR("invalid value '%s' for %s: expected "
+                            "name:SECONDS[,name:SECONDS...], e.g. "
+                            "setup:600,step:180",
+                            v->text, v->source);
+                name_len = (size_t)(colon - p);
+                if (name_len > HP_FT_SECTION_NAME_MAX)
+                        ERR("invalid value '%s' for %s: a section name is "
+                            "at most %d characters",
+                            v->text, v->source, HP_FT_SECTION_NAME_MAX);
+                if (n == HP_FT_SECTIONS_MAX)
+                        ERR("invalid value '%s' for %s: at most %d sections",
+                            v->text, v->source, HP_FT_SECTIONS_MAX);
+                memcpy(cfg->ft_section_names[n], p, name_len);
+                cfg->ft_section_names[n][name_len] = '\0';
+                for (int i = 0; i < n; i++)
+                        if (strcmp(cfg->ft_section_names[i],
+                                   cfg->ft_section_names[n]) == 0)
+                                ERR("invalid value '%s' for %s: section %s "
+                                    "is named twice",
+                                    v->text, v->source,
+                                    cfg->ft_section_names[n]);
+                len -= name_len + 1;
+                if (len >= sizeof(secs))
+                        ERR("invalid value '%s' for %s: expected seconds "
+                            "after %s:",
+                            v->text, v->source, cfg->ft_section_names[n]);
+                memcpy(secs, colon + 1, len);
+                secs[len] = '\0';
+                cfg->ft_section_ms[n] = 0;
+                if (strcmp(secs, "null") != 0 && strcmp(secs, "none") != 0 &&
+                    secs[0] != '\0' &&
+                    (hp_parse_seconds_ms(secs, &cfg->ft_section_ms[n]) < 0 ||
+                     cfg->ft_section_ms[n] == 0))
+                        ERR("invalid value '%s' for %s: '%s' for section %s "
+                            "is not seconds > 0 (or null)",
+                            v->text, v->source, secs,
+                            cfg->ft_section_names[n]);
+                cfg->ft_nsections++;
+                p = end != NULL ? end + 1 : p + strlen(p);
+        }
+        return 0;
+}
+
+/* A number in (min, max]. */
+static int parse_double_value(const struct raw_value *v, double min,
+                              double max, double *out, char *errbuf,
+                              size_t errlen)
+{
+        char *end;
+        double d;
+
+        errno = 0;
+        d = strtod(v->text, &end);
+        if (v->text[0] == '\0' || *end != '\0' || errno != 0 ||
+            !(d > min) || d > max)
+                ERR("invalid value '%s' for %s: expected a number above %g, "
+                    "at most %g",
+                    v->text, v->source, min, max);
+        *out = d;
+        return 0;
+}
+
+static int convert_safety_factor(struct hp_config *cfg,
+                                 const struct raw_value *raw,
+                                 enum hp_option_id id, char *errbuf,
+                                 size_t errlen)
+{
+        return parse_double_value(&raw[id], 0.0, 1000.0,
+                                  &cfg->ft_safety_factor, errbuf, errlen);
+}
+
+/* 0 (the default) measures speeds and flags no straggler. */
+static int convert_straggler_ratio(struct hp_config *cfg,
+                                   const struct raw_value *raw,
+                                   enum hp_option_id id, char *errbuf,
+                                   size_t errlen)
+{
+        if (strcmp(raw[id].text, "0") == 0) {
+                cfg->straggler_ratio = 0.0;
+                return 0;
+        }
+        return parse_double_value(&raw[id], 0.0, 1.0, &cfg->straggler_ratio,
+                                  errbuf, errlen);
+}
+
+static int convert_straggler_action(struct hp_config *cfg,
+                                    const struct raw_value *raw,
+                                    enum hp_option_id id, char *errbuf,
+                                    size_t errlen)
+{
+        static const char *const actions[] = { "warn", "verdict" };
+        int index, r;
+
+        r = parse_choice(&raw[id], actions, HP_ARRAY_SIZE(actions), &index,
+                         errbuf, errlen);
+        if (r == 0)
+                cfg->straggler_verdict = index == 1;
+        return r;
+}
+
 static const struct conversion conversions[] = {
         { ROW(INPROCESS_RESTART, FLAG), FIELD(inprocess_restart) },
         { ROW(INPROCESS_TIMEOUT, SECONDS), FIELD(inprocess_timeout_ms) },
@@ -1255,10 +1379,24 @@ static const struct conversion conversions[] = {
         { ROW(SERVER_SHUTDOWN_TIMEOUT, SECONDS),
           FIELD(server_shutdown_timeout_ms) },
         { ROW(SERVER_TOKEN_FILE, TEXT), FIELD(server_token_file) },
+        { ROW(METRICS_PORT, INT), FIELD(metrics_port),
+          GIVEN(metrics_port_given), .min = 0, .max = 65535 },
 
         { ROW(LOG_MONITORING_CONFIG, TEXT),
           FIELD(log_monitoring_config) },
         { ROW(LOG_MONITOR_RANKS, GROUP), .fn = convert_monitor_ranks },
+        { ROW(FT_INITIAL_RANK_HEARTBEAT_TIMEOUT, SECONDS),
+          FIELD(ft_initial_hb_ms) },
+        { ROW(FT_RANK_HEARTBEAT_TIMEOUT, SECONDS), FIELD(ft_hb_ms) },
+        { ROW(FT_RANK_SECTION_TIMEOUTS, FUNC),
+          .fn = convert_section_timeouts },
+        { ROW(FT_RANK_OUT_OF_SECTION_TIMEOUT, SECONDS), FIELD(ft_oos_ms) },
+        { ROW(FT_SAFETY_FACTOR, FUNC), .fn = convert_safety_factor },
+        { ROW(STRAGGLER_RATIO, FUNC), .fn = convert_straggler_ratio },
+        { ROW(STRAGGLER_WINDOWS, INT), FIELD(straggler_windows), .min = 1,
+          .max = 1000000 },
+        { ROW(STRAGGLER_WINDOW, SECONDS), FIELD(straggler_window_ms) },
+        { ROW(STRAGGLER_ACTION, FUNC), .fn = convert_straggler_action },
         { ROW(NODE_PROBLEM_CONFIG, GROUP), .fn = convert_node_health },
         { ROW(KMSG, NONE) },             /* with node health */
         { ROW(NODE_FAULT_ACTION, NONE) },
@@ -1375,6 +1513,18 @@ static int convert_values(struct hp_config *cfg, struct raw_value *raw,
                 r = convert_one(cfg, raw, &conversions[i], errbuf, errlen);
                 if (r < 0)
                         return r;
+        }
+        /* Two listeners on one port: the second could never listen. */
+        if (cfg->metrics_port_given && cfg->metrics_port != 0 &&
+            cfg->metrics_port == cfg->server_port &&
+            (cfg->server_port_given || hp_config_operator_mode(cfg))) {
+                snprintf(errbuf, errlen,
+                         "--metrics-port %d is the --server-port too: give "
+                         "the metrics their own port (0 for a free one), "
+                         "or leave --metrics-port out to scrape /metrics "
+                         "on the server port",
+                         cfg->metrics_port);
+                return HP_EUSAGE;
         }
         cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
                 : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"

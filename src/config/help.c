@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The --help text. man/hyperpodrun.1.in and README.md say the same; the
- * docs test checks that every long option here appears in the man page. */
+/* The --help text. man/hyperpodrun.1.in and docs/usage.md say the same;
+ * the docs test checks that every long option here appears in both. */
 #include "hyperpod/config.h"
 
 static const char help_text[] =
@@ -139,6 +139,9 @@ static const char help_text[] =
 "                             self-driven modes serve /status, /metrics,\n"
 "                             /healthz and /debug/stacks on it only when it\n"
 "                             is given\n"
+"  --metrics-port PORT        also serve GET /metrics alone on this port of\n"
+"                             --server-host, 0 for a free one, in every mode\n"
+"                             (default: none, /metrics on the server port)\n"
 "  --server-token-file FILE   every request but GET /healthz must carry\n"
 "                             'Authorization: Bearer <token>', the token\n"
 "                             being FILE's content (owned by hyperpodrun's\n"
@@ -158,6 +161,30 @@ static const char help_text[] =
 "  --log-monitor-ranks all|LIST\n"
 "                             local ranks whose stdout the rules watch\n"
 "                             (default 0)\n"
+"  --ft-initial-rank-heartbeat-timeout SECS\n"
+"                             rank monitor (ft_launcher's flags; the workers'\n"
+"                             hyperpodrun_client.fault_tolerance): the most\n"
+"                             from init_workload_monitoring() to a rank's first\n"
+"                             heartbeat (default none)\n"
+"  --ft-rank-heartbeat-timeout SECS\n"
+"                             the most between two heartbeats (default none)\n"
+"  --ft-rank-section-timeouts NAME:SECS[,NAME:SECS...]\n"
+"                             the most a named section stays open (NAME:null:\n"
+"                             monitored, no timeout until one is computed)\n"
+"  --ft-rank-out-of-section-timeout SECS\n"
+"                             the most with no section open (default none);\n"
+"                             a passed deadline is a verdict naming the rank\n"
+"                             and the heartbeat or section, as a rule's\n"
+"  --ft-safety-factor X       computed timeouts are the longest interval seen\n"
+"                             times X (default 5)\n"
+"  --straggler-ratio R        warn of a rank whose heartbeat (or step section)\n"
+"                             rate stays below R times the ranks' median\n"
+"                             (default 0: speeds measured, none reported)\n"
+"  --straggler-windows N      for N windows running (default 3)\n"
+"  --straggler-window SECS    a window's length (default 5)\n"
+"  --straggler-action warn|verdict\n"
+"                             verdict: a straggler is a verdict, RankStraggler\n"
+"                             (default warn)\n"
 "  --node-problem-config FILE[,FILE...]\n"
 "                             node-problem-detector kernel monitor configs\n"
 "                             (examples/node-problem/): a permanent rule's\n"

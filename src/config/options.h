@@ -64,8 +64,21 @@
         XX(SERVER_LOG_LEVEL, "server-log-level", 0, 1, NULL)                  \
         XX(SERVER_SHUTDOWN_TIMEOUT, "server-shutdown-timeout", 0, 1, NULL)    \
         XX(SERVER_TOKEN_FILE, "server-token-file", 0, 1, NULL)                \
+        XX(METRICS_PORT, "metrics-port", 0, 1, NULL)                          \
         XX(LOG_MONITORING_CONFIG, "log-monitoring-config", 0, 1, NULL)       \
         XX(LOG_MONITOR_RANKS, "log-monitor-ranks", 0, 1, NULL)               \
+        XX(FT_INITIAL_RANK_HEARTBEAT_TIMEOUT,                                 \
+           "ft-initial-rank-heartbeat-timeout", 0, 1, NULL)                   \
+        XX(FT_RANK_HEARTBEAT_TIMEOUT, "ft-rank-heartbeat-timeout", 0, 1,      \
+           NULL)                                                              \
+        XX(FT_RANK_SECTION_TIMEOUTS, "ft-rank-section-timeouts", 0, 1, NULL)  \
+        XX(FT_RANK_OUT_OF_SECTION_TIMEOUT, "ft-rank-out-of-section-timeout",  \
+           0, 1, NULL)                                                        \
+        XX(FT_SAFETY_FACTOR, "ft-safety-factor", 0, 1, NULL)                  \
+        XX(STRAGGLER_RATIO, "straggler-ratio", 0, 1, NULL)                    \
+        XX(STRAGGLER_WINDOWS, "straggler-windows", 0, 1, NULL)                \
+        XX(STRAGGLER_WINDOW, "straggler-window", 0, 1, NULL)                  \
+        XX(STRAGGLER_ACTION, "straggler-action", 0, 1, NULL)                  \
         XX(NODE_PROBLEM_CONFIG, "node-problem-config", 0, 1, NULL)           \
         XX(KMSG, "kmsg", 0, 1, NULL)                                          \
         XX(NODE_FAULT_ACTION, "node-fault-action", 0, 1, NULL)               \

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The worker socket (§4.9): a Unix stream server on the loop that workers
- * and hooks reach through HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH. Each
- * frame is one JSON message; the message type picks a handler from a table,
- * so other message families add handlers without touching the transport.
- * Nothing here blocks: reads are dispatched as they come, replies are
- * queued with a cap, and bad input closes or is ignored per connection. */
+/* The worker socket (docs/inprocess-restart-and-checkpoints.md): a Unix
+ * stream server on the loop that workers and hooks reach through
+ * HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH. Each frame is one JSON message;
+ * the message type picks a handler from a table, so other message families
+ * add handlers without touching the transport. Nothing here blocks: reads
+ * are dispatched as they come, replies are queued with a cap, and bad input
+ * closes or is ignored per connection. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -137,6 +138,8 @@ static void conn_close(struct hp_ipc_conn *c)
         conn_account(c);
         while (c->clients != NULL) {
                 struct hp_ipc_client *next = c->clients->next;
+                if (s->on_gone != NULL)
+                        s->on_gone(s->gone_ctx, c->clients);
                 free(c->clients);
                 c->clients = next;
                 s->nclients--;
@@ -287,6 +290,15 @@ void hp_ipc_drop_clients(struct hp_ipc_server *s)
 {
         while (s->conns != NULL)
                 conn_close(s->conns);
+}
+
+void hp_ipc_server_on_gone(struct hp_ipc_server *s,
+                           void (*gone)(void *ctx,
+                                        const struct hp_ipc_client *c),
+                           void *ctx)
+{
+        s->on_gone = gone;
+        s->gone_ctx = ctx;
 }
 
 int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
@@ -1172,6 +1184,7 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
                 return;
         s->started = false;
         s->on_change = NULL;
+        s->on_gone = NULL;
         while (s->conns != NULL)
                 conn_close(s->conns);
         uv_close((uv_handle_t *)&s->listener, NULL);

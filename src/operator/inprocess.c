@@ -28,8 +28,9 @@
  * covers the longest chain (fault → full stop → start). */
 #define DECISIONS_MAX 8
 
-/* The rendezvous before the operator's first /start (§5): no node rank,
- * no master, the node count the command line gave. */
+/* The rendezvous before the operator's first /start
+ * (docs/inprocess-restart-and-checkpoints.md, "One cycle", step 1): no
+ * node rank, no master, the node count the command line gave. */
 static void placeholder_round(const struct hp_operator *op,
                               struct hp_rdzv_info *round)
 {
@@ -215,7 +216,8 @@ static cJSON *rank_ips(const struct hp_operator *op)
 }
 
 /* {"worker_envs": {...}, "aggregate_worker_data": {"rank_ips",
- * "aggregate_worker_data"}} for one local rank, as §4.9 has it. */
+ * "aggregate_worker_data"}} for one local rank, as
+ * docs/inprocess-restart-and-checkpoints.md ("One cycle", step 2) has it. */
 static cJSON *rank_payload(const struct hp_operator *op,
                            const struct hp_rdzv_info *round, int lr)
 {
@@ -352,7 +354,7 @@ static void fault(struct hp_operator *op, const char *why)
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
         if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults++;
+                op->faults[hp_fault_cause_of(reason)]++;
                 hp_log_error("%s: %s", reason, message);
         }
 }
@@ -716,7 +718,6 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 
         if (result == HP_GROUP_FAILED)
                 hp_agent_print_failure_summary(a, g);
-        hp_op__accumulate_stats(op, g);
         if (ipr->group == HP_IPR_GROUP_STOPPING) {
                 finish_full_stop(op);
         } else if (result == HP_GROUP_SUCCEEDED) {

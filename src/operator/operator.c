@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The operator's control API: routes, the agent state machine in motion,
- * and the hyperpod rendezvous (§3, §5).
+ * and the hyperpod rendezvous (docs/operator-api.md; docs/multi-node.md,
+ * "The backends").
  *
  * Requests only record what the operator asked and move the state
  * machine; the `kick` timer then acts on the new state from the loop
@@ -102,7 +103,7 @@ static void fault(struct hp_operator *op, const char *reason,
                   const char *message)
 {
         if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults++;
+                op->faults[hp_fault_cause_of(reason)]++;
                 hp_log_error("%s: %s", reason, message);
         }
 }
@@ -240,27 +241,6 @@ static void kick_cb(uv_timer_t *timer)
 
 /* ---- Agent events ---- */
 
-static void add_stats_cb(void *ctx, int rank,
-                         const struct hp_stream_stats *out,
-                         const struct hp_stream_stats *err)
-{
-        struct hp_operator *op = ctx;
-
-        if (rank >= op->cfg->nproc)
-                return;
-        op->stream_totals[rank][0].lines += out->lines;
-        op->stream_totals[rank][0].bytes += out->bytes;
-        op->stream_totals[rank][1].lines += err->lines;
-        op->stream_totals[rank][1].bytes += err->bytes;
-        op->stream_totals[rank][0].file_lost += out->file_lost;
-        op->stream_totals[rank][1].file_lost += err->file_lost;
-}
-
-void hp_op__accumulate_stats(struct hp_operator *op, const struct hp_group *g)
-{
-        hp_group_stream_stats(g, add_stats_cb, op);
-}
-
 void hp_op__failure_message(struct hp_agent *a, const struct hp_group *g,
                             char *msg, size_t len)
 {
@@ -317,7 +297,6 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
 
         if (result == HP_GROUP_FAILED)
                 hp_agent_print_failure_summary(a, g);
-        hp_op__accumulate_stats(op, g);
         if (result == HP_GROUP_FAILED) {
                 op->last_failure_code = hp_agent_failure_exit_code(g);
                 /* Normally reported at the first failure already. */
@@ -527,6 +506,45 @@ static void retry_cb(uv_timer_t *timer)
         hp_agent_finish(op->agent, 2);
 }
 
+/* --metrics-port: GET /metrics alone, on --server-host, so that a
+ * network policy can let Prometheus reach it and nothing else. No retry:
+ * a port that cannot be had is an error before any worker starts. */
+static int start_metrics_listener(struct hp_operator *op, char *errbuf,
+                                  size_t len)
+{
+        const char *host = op->cfg->server_host;
+        bool v6 = strchr(host, ':') != NULL;
+        struct hp_httpd_limits limits;
+        char err[512];
+        int r;
+
+        if (!op->cfg->metrics_port_given)
+                return 0;
+        hp_httpd_limits_default(&limits);
+        r = hp_httpd_init(&op->metrics_httpd, hp_agent_loop(op->agent),
+                          &limits, hp_op__metrics_handle, op);
+        if (r < 0) {
+                snprintf(errbuf, len, "cannot start the metrics server: %s",
+                         hp_strerror(r));
+                return r;
+        }
+        op->metrics_httpd_ready = true;
+        r = hp_httpd_listen(&op->metrics_httpd, host, op->cfg->metrics_port,
+                            err, sizeof(err));
+        if (r < 0) {
+                snprintf(errbuf, len, "--metrics-port %d: %s",
+                         op->cfg->metrics_port, err);
+                return r;
+        }
+        hp_log_info("metrics (GET /metrics only) listening on "
+                    "http://%s%s%s:%d%s",
+                    v6 ? "[" : "", host, v6 ? "]" : "",
+                    hp_httpd_port(&op->metrics_httpd),
+                    op->token ? ", a token required (--server-token-file)"
+                              : "");
+        return 0;
+}
+
 /* What both ways of serving start from: nothing stopping, no fault yet. */
 static void init_fields(struct hp_operator *op, struct hp_agent *agent,
                         const struct hp_config *cfg, int64_t now)
@@ -537,6 +555,7 @@ static void init_fields(struct hp_operator *op, struct hp_agent *agent,
         op->stop_graceful = -1;
         op->stop_timeout_s = -1;
         op->last_detection_latency_s = -1;
+        op->start_time_s = (double)now / 1e6;
         op->log_requests = strcmp(cfg->server_log_level, "debug") == 0 ||
                            strcmp(cfg->server_log_level, "trace") == 0;
         hp_plr_init(&op->plr, now);
@@ -556,18 +575,12 @@ static int init_server(struct hp_operator *op, char *errbuf, size_t len)
                         return r;
         }
 
-        op->stream_totals = calloc((size_t)op->cfg->nproc,
-                                   sizeof(*op->stream_totals));
-        if (op->stream_totals == NULL)
-                return -ENOMEM;
         hp_httpd_limits_default(&limits);
         r = hp_httpd_init(&op->httpd, hp_agent_loop(op->agent), &limits,
                           hp_operator_handle, op);
         if (r < 0) {
                 snprintf(errbuf, len, "cannot start the HTTP server: %s",
                          hp_strerror(r));
-                free(op->stream_totals);
-                op->stream_totals = NULL;
                 return r;
         }
         op->httpd_ready = true;
@@ -596,6 +609,9 @@ int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
         hp_plr_transition(&op->plr, HP_OP_RUNNING, now, NULL, NULL);
         r = init_server(op, errbuf, len);
         if (r < 0)
+                return r;
+        r = start_metrics_listener(op, errbuf, len);
+        if (r < 0 || !cfg->server_port_given)
                 return r;
         return try_listen(op, errbuf, len);
 }
@@ -627,6 +643,9 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
         if (r < 0)
                 return r;
         r = init_server(op, errbuf, len);
+        if (r < 0)
+                return r;
+        r = start_metrics_listener(op, errbuf, len);
         if (r < 0)
                 return r;
 
@@ -693,12 +712,14 @@ void hp_operator_close(struct hp_operator *op)
                 hp_httpd_close(&op->httpd, NULL);
                 op->httpd_ready = false;
         }
+        if (op->metrics_httpd_ready) {
+                hp_httpd_close(&op->metrics_httpd, NULL);
+                op->metrics_httpd_ready = false;
+        }
         hp_agent_set_events(op->agent, NULL, NULL);
         hp_op_request_free(&op->job);
         free(op->response);
         op->response = NULL;
-        free(op->stream_totals);
-        op->stream_totals = NULL;
         if (op->token != NULL) {
                 explicit_bzero(op->token, op->token_len);
                 free(op->token);

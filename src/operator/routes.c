@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routes of the operator API (§3.1, §3.5). Every handler answers at
- * once; slow work (spawning, stopping) happens in the kick timer after the
- * response is on its way. */
+/* The routes of the operator API (docs/operator-api.md, the table of
+ * routes). Every handler answers at once; slow work (spawning, stopping)
+ * happens in the kick timer after the response is on its way. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include "operator-private.h"
 
 #define JSON_TYPE "application/json"
+#define METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8"
 /* The most of a request body or a 422 that goes into one log line. */
 #define LOG_ECHO_MAX 2048
 /* POST /debug/stacks: at most one report started per this many ms (and
@@ -121,8 +122,9 @@ static void respond_500(struct hp_operator *op, struct hp_httpd_response *res,
 }
 
 /* Applies rankIps and ipVersion to pod_resourceconfig.json when a request
- * carries both (§5). Done before anything else changes, so that a disk
- * error leaves the agent as it was. */
+ * carries both (docs/operator-api.md, "pod_resourceconfig.json"). Done
+ * before anything else changes, so that a disk error leaves the agent as
+ * it was. */
 static int store_ip_table(struct hp_operator *op,
                           const struct hp_op_request *req, char *err,
                           size_t len)
@@ -476,8 +478,7 @@ static void route_request(struct hp_operator *op,
                         respond_500(op, res, "out of memory");
                         return;
                 }
-                respond(op, res, 200, "text/plain; version=0.0.4; "
-                                      "charset=utf-8", text);
+                respond(op, res, 200, METRICS_TYPE, text);
                 return;
         case R_STACKS:
                 handle_stacks(op, res);
@@ -516,6 +517,34 @@ static bool authorized(struct hp_operator *op,
                        "(--server-token-file)\"}");
         add_header(op, res, "WWW-Authenticate", "Bearer");
         return false;
+}
+
+void hp_op__metrics_handle(void *ctx, const struct hp_httpd_request *req,
+                           struct hp_httpd_response *res)
+{
+        struct hp_operator *op = ctx;
+        size_t len;
+        char *text;
+
+        if (!authorized(op, req, res)) {
+                /* answered 401 */
+        } else if (strcmp(req->path, "/metrics") != 0) {
+                respond_static(op, res, 404, JSON_TYPE,
+                               "{\"detail\":\"Not Found: --metrics-port "
+                               "serves GET /metrics only\"}");
+        } else if (req->method != HTTP_GET) {
+                respond_static(op, res, 405, JSON_TYPE,
+                               "{\"detail\":\"Method Not Allowed\"}");
+                add_header(op, res, "Allow", "GET");
+        } else if ((text = hp_op__metrics_render(op, &len)) == NULL) {
+                respond_500(op, res, "out of memory");
+        } else {
+                respond(op, res, 200, METRICS_TYPE, text);
+        }
+        if (op->log_requests)
+                hp_log_info("%s %s from %s (--metrics-port): %d",
+                            req->method_name, req->path, req->peer,
+                            res->status);
 }
 
 void hp_operator_handle(void *ctx, const struct hp_httpd_request *req,

@@ -4,8 +4,10 @@
  * module's own. */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
 #include "supervise-private.h"
@@ -17,7 +19,81 @@ struct hp_agent *hp_agent_new(void)
 
 void hp_agent_free(struct hp_agent *a)
 {
+        if (a != NULL)
+                free(a->ended_stats);
         free(a);
+}
+
+const char *hp_fault_cause_name(enum hp_fault_cause cause)
+{
+        static const char *const names[] = {
+                [HP_FAULT_WORKER] = "worker",
+                [HP_FAULT_RULE] = "rule",
+                [HP_FAULT_NODE] = "node",
+                [HP_FAULT_RANK] = "rank",
+        };
+        return (unsigned)cause < HP_ARRAY_SIZE(names) ? names[cause] : "?";
+}
+
+enum hp_fault_cause hp_fault_cause_of(const char *reason)
+{
+        static const char *const rule_prefixes[] = { "LogSlow_", "LogHang_",
+                                                     "LogFault_" };
+        static const char *const rank_reasons[] = {
+                "RankHeartbeatTimeout", "RankInitialHeartbeatTimeout",
+                "RankOutOfSectionTimeout", "RankStraggler",
+        };
+
+        if (reason == NULL)
+                return HP_FAULT_WORKER;
+        if (strncmp(reason, "NodeFault_", 10) == 0)
+                return HP_FAULT_NODE;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(rule_prefixes); i++)
+                if (strncmp(reason, rule_prefixes[i],
+                            strlen(rule_prefixes[i])) == 0)
+                        return HP_FAULT_RULE;
+        if (strncmp(reason, "RankSectionTimeout_", 19) == 0)
+                return HP_FAULT_RANK;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(rank_reasons); i++)
+                if (strcmp(reason, rank_reasons[i]) == 0)
+                        return HP_FAULT_RANK;
+        return HP_FAULT_WORKER;
+}
+
+const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *a)
+{
+        return &a->counts;
+}
+
+void hp_agent_verdict_counts(const struct hp_agent *a,
+                             void (*visit)(void *ctx, const char *rule,
+                                           const uint64_t n[3]),
+                             void *ctx)
+{
+        static const uint64_t none[3];
+        const struct logmon_ruleset *rs = hp_rulewatch__ruleset(&a->rules);
+
+        for (size_t i = 0; i < a->nverdict_counts; i++)
+                visit(ctx, a->verdict_counts[i].rule, a->verdict_counts[i].n);
+        /* The rules in use that never fired, from 0. */
+        for (size_t r = 0; rs != NULL && r < logmon_ruleset_count(rs); r++) {
+                const char *name = logmon_ruleset_rule_name(rs, r);
+                bool counted = false;
+
+                for (size_t i = 0; i < a->nverdict_counts && !counted; i++)
+                        counted = strcmp(a->verdict_counts[i].rule, name) == 0;
+                /* A name twice in the set (accepted, warned) once. */
+                for (size_t p = 0; p < r && !counted; p++)
+                        counted = strcmp(logmon_ruleset_rule_name(rs, p),
+                                         name) == 0;
+                if (!counted)
+                        visit(ctx, name, none);
+        }
+}
+
+const char *hp_agent_run_id(const struct hp_agent *a)
+{
+        return a->rdzv.run_id;
 }
 
 uv_loop_t *hp_agent_loop(const struct hp_agent *a)
@@ -115,6 +191,11 @@ const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *a)
         return a->health.watching ? &a->health.watch : NULL;
 }
 
+const struct hp_ftmon *hp_agent_ftmon(const struct hp_agent *a)
+{
+        return &a->ft;
+}
+
 struct hp_ipc_server *hp_agent_ipc(struct hp_agent *a)
 {
         return &a->ipc;
@@ -137,6 +218,10 @@ uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
 void hp_agent_stream_stats(const struct hp_agent *a, hp_stream_stats_cb visit,
                            void *ctx)
 {
+        if (a->ended_stats != NULL)
+                for (int i = 0; i < a->cfg->nproc; i++)
+                        visit(ctx, i, &a->ended_stats[i][0],
+                              &a->ended_stats[i][1]);
         if (hp_group__active(&a->group))
                 hp_group_stream_stats(&a->group, visit, ctx);
 }

@@ -77,6 +77,7 @@ static void sigchld_cb(uv_signal_t *handle, int signum)
 static void rules_read_now_cb(void *ctx);
 static void rules_commit_cb(void *ctx);
 static void rules_verdict_cb(void *ctx, const struct hp_verdict *v);
+static void ft_verdict_cb(void *ctx, const struct hp_ft_verdict *fv);
 
 static void group_exited_cb(void *ctx)
 {
@@ -144,12 +145,33 @@ static void report_console_drops(struct hp_agent *a)
         report_console(a, 1);
 }
 
+static void add_ended_cb(void *ctx, int rank, const struct hp_stream_stats *out,
+                         const struct hp_stream_stats *err)
+{
+        struct hp_agent *a = ctx;
+        const struct hp_stream_stats *st[2] = { out, err };
+
+        if (a->ended_stats == NULL || rank < 0 || rank >= a->cfg->nproc)
+                return;
+        for (int s = 0; s < 2; s++) {
+                struct hp_stream_stats *t = &a->ended_stats[rank][s];
+                t->lines += st[s]->lines;
+                t->bytes += st[s]->bytes;
+                t->lines_capped += st[s]->lines_capped;
+                t->console_dropped += st[s]->console_dropped;
+                t->file_lost += st[s]->file_lost;
+        }
+}
+
 static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                           void *ctx)
 {
         struct hp_agent *a = ctx;
         enum hp_stage stage = g->stage;
         bool signalled = a->state == HP_AGENT_STOPPING;
+
+        /* Before the group goes: /metrics counts what every stage read. */
+        hp_group_stream_stats(g, add_ended_cb, a);
 
         /* A signal to the agent ends it with the group, as torchrun's
          * does, whichever driver follows it; otherwise the driver decides
@@ -161,6 +183,7 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         else
                 hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
         hp_rulewatch__suspend(&a->rules);
+        hp_ftmon_pause(&a->ft);
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
@@ -278,9 +301,38 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         return 0;
 }
 
+/* Counts a verdict under its rule's name. */
+static void count_verdict(struct hp_agent *a, const struct hp_verdict *v)
+{
+        size_t i;
+
+        /* The rank monitor's are counted as faults with cause rank. */
+        if (v->kind != HP_VERDICT_RULE || v->state < LOGMON_SLOW ||
+            v->state > LOGMON_FAULTED)
+                return;
+        for (i = 0; i < a->nverdict_counts; i++)
+                if (strcmp(a->verdict_counts[i].rule, v->rule) == 0)
+                        break;
+        if (i == a->nverdict_counts) {
+                if (i == HP_AGENT_VERDICT_RULES)
+                        return; /* in faults_total{cause="rule"} only */
+                snprintf(a->verdict_counts[i].rule,
+                         sizeof(a->verdict_counts[i].rule), "%s", v->rule);
+                a->nverdict_counts++;
+        }
+        a->verdict_counts[i].n[v->state - LOGMON_SLOW]++;
+}
+
 void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 {
+        char speeds[512];
+
+        count_verdict(a, v);
         a->verdict = *v;
+        hp_ftmon_pause(&a->ft);
+        hp_ftmon_speed_line(&a->ft, speeds, sizeof(speeds));
+        if (speeds[0] != '\0')
+                hp_log_warn("%s", speeds);
         /* Which rank went quiet first, before anything is stopped. */
         hp_forensics__note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
@@ -291,6 +343,9 @@ void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
 
 void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
 {
+        /* The others stop heartbeating as they are stopped: no verdict
+         * for that. */
+        hp_ftmon_pause(&a->ft);
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
         a->forensics.silence[0] = '\0';
@@ -342,14 +397,22 @@ void hp_agent_set_events(struct hp_agent *a,
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
                    int restart_count)
 {
+        int r;
+
         if (hp_group__active(&a->group))
                 return -EBUSY;
         if (round != &a->round)
                 a->round = *round;
         a->restart_count = restart_count;
         memset(&a->verdict, 0, sizeof(a->verdict));
+        /* The new workers register anew; computed timeouts come back
+         * through their clients (state_dict). */
+        hp_ftmon_reset(&a->ft);
         log_attempt(a);
-        return try_start_stage(a, first_stage(a));
+        r = try_start_stage(a, first_stage(a));
+        if (r == 0)
+                a->counts.attempts++;
+        return r;
 }
 
 int hp_agent_next_stage(struct hp_agent *a)
@@ -603,6 +666,11 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
          * covered from here. */
         hp_signals_hold();
 
+        a->ended_stats = calloc((size_t)cfg->nproc, sizeof(*a->ended_stats));
+        if (a->ended_stats == NULL) {
+                snprintf(errbuf, errlen, "out of memory");
+                return -ENOMEM;
+        }
         if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
                 snprintf(a->hostname, sizeof(a->hostname), "localhost");
 
@@ -695,6 +763,17 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                              (unsigned long long)a->nofile.rlim_cur);
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
+        if (r == 0) {
+                r = hp_ftmon_init(&a->ft, loop, cfg, a->round.nproc,
+                                  ft_verdict_cb, a, errbuf, errlen);
+                if (r == 0)
+                        r = hp_ftmon_attach(&a->ft, &a->ipc);
+                if (r < 0) {
+                        hp_ftmon_close(&a->ft);
+                        hp_ipc_server_close(&a->ipc);
+                        uv_run(loop, UV_RUN_NOWAIT);
+                }
+        }
         if (r < 0) {
                 hp_watcher__stop(&a->watcher);
                 hp_scope__root_close(&a->scopes);
@@ -745,6 +824,7 @@ err:
         hp_watcher__stop(&a->watcher);
         hp_scope__root_close(&a->scopes);
         hp_agent__health_close(a);
+        hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
         hp_forensics__close(&a->forensics);
         close_log_dirs(a);
@@ -788,6 +868,7 @@ void hp_agent_close(struct hp_agent *a)
                 uv_close((uv_handle_t *)&a->signals[i], NULL);
         uv_close((uv_handle_t *)&a->sigchld, NULL);
         uv_close((uv_handle_t *)&a->group.timer, NULL);
+        hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
         hp_forensics__close(&a->forensics);
@@ -841,6 +922,59 @@ static void rules_commit_cb(void *ctx)
                 hp_console_commit_ordered(a->stream_hub.consoles[i]);
 }
 
+/* The rank monitor's verdict, in the rule verdict's shape: it stops and
+ * restarts the workers, or faults the operator, the same way. */
+static void ft_verdict_cb(void *ctx, const struct hp_ft_verdict *fv)
+{
+        static const enum hp_verdict_kind kinds[] = {
+                [HP_FT_MISS_INITIAL] = HP_VERDICT_INITIAL_HEARTBEAT,
+                [HP_FT_MISS_HEARTBEAT] = HP_VERDICT_HEARTBEAT,
+                [HP_FT_MISS_SECTION] = HP_VERDICT_SECTION,
+                [HP_FT_MISS_OUT_OF_SECTION] = HP_VERDICT_OUT_OF_SECTION,
+        };
+        struct hp_agent *a = ctx;
+        struct hp_verdict v = { .state = LOGMON_HANGING };
+        char reason[HP_VERDICT_REASON_MAX], msg[768];
+        const struct hp_worker *w;
+
+        /* The attempt's first verdict only, while its workers run. */
+        if (a->verdict.state != LOGMON_WAITING ||
+            !hp_group__active(&a->group) || a->group.stopping)
+                return;
+        if (fv->kind == HP_FT_VERDICT_STRAGGLER) {
+                v.state = LOGMON_SLOW;
+                v.kind = HP_VERDICT_STRAGGLER;
+                snprintf(v.rule, sizeof(v.rule), "straggler");
+        } else {
+                v.kind = kinds[fv->j.miss];
+                snprintf(v.rule, sizeof(v.rule), "%s",
+                         fv->j.miss == HP_FT_MISS_SECTION
+                                 ? fv->section
+                                 : hp_ft_miss_name(fv->j.miss));
+                v.deadline_ms = fv->j.deadline_ms;
+                v.timeout_ms = fv->j.timeout_ms;
+                v.latency_ms = fv->latency_us / 1000;
+        }
+        v.speed = fv->speed;
+        v.local_rank = fv->local_rank;
+        w = fv->local_rank < a->group.count
+                    ? &a->group.workers[fv->local_rank]
+                    : NULL;
+        v.rank = w != NULL ? w->rank : (int)fv->rank;
+        v.seen_ms = fv->seen_ms;
+        v.wall = (double)(a->stream_hub.wall_offset_ms + fv->seen_ms) /
+                 1000.0;
+        (void)hp_verdict_reason(&v, reason, sizeof(reason));
+        (void)hp_verdict_describe(&v, msg, sizeof(msg));
+        if (fv->kind == HP_FT_VERDICT_STRAGGLER)
+                hp_log_warn("rank monitor verdict %s: %s", reason, msg);
+        else
+                hp_log_warn("rank monitor verdict %s: %s; judged %.3f ms past "
+                            "the deadline",
+                            reason, msg, (double)fv->latency_us / 1000.0);
+        hp_agent__rule_verdict(a, &v);
+}
+
 static void rules_verdict_cb(void *ctx, const struct hp_verdict *v)
 {
         hp_agent__rule_verdict(ctx, v);
@@ -875,9 +1009,11 @@ uint64_t hp_agent_rule_lines_skipped(const struct hp_agent *a)
 void hp_agent_suspend_rules(struct hp_agent *a)
 {
         hp_rulewatch__suspend(&a->rules);
+        hp_ftmon_pause(&a->ft);
 }
 
 void hp_agent_resume_rules(struct hp_agent *a)
 {
         hp_rulewatch__resume(&a->rules, a->round.base_rank);
+        hp_ftmon_resume(&a->ft);
 }

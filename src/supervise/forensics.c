@@ -459,6 +459,8 @@ static void finish(struct hp_forensics *f)
         cJSON *doc = cJSON_CreateObject(), *ranks;
         char reason[HP_VERDICT_REASON_MAX] = "";
         char path[PATH_MAX] = "", when[40], line[600];
+        char speeds[512];
+        double speed;
         const char *dir = a->attempt_dir[f->stage];
         double wall = wall_now();
         int stacks = 0, python = 0, r = 0;
@@ -483,6 +485,9 @@ static void finish(struct hp_forensics *f)
         cJSON_AddNumberToObject(doc, "collect_ms",
                                 (double)(now - f->started));
         cJSON_AddStringToObject(doc, "silence", f->silence);
+        hp_ftmon_speed_line(&a->ft, speeds, sizeof(speeds));
+        if (speeds[0] != '\0')
+                cJSON_AddStringToObject(doc, "speeds", speeds);
         ranks = cJSON_AddArrayToObject(doc, "ranks");
         if (ranks == NULL)
                 goto out;
@@ -501,6 +506,10 @@ static void finish(struct hp_forensics *f)
                         cJSON_AddNullToObject(o, "rank");
                 cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
                 cJSON_AddNumberToObject(o, "pid", t->pid);
+                /* Its heartbeat or step rate over the median's, when the
+                 * rank monitor measured one. */
+                if (hp_ftmon_speed(&a->ft, t->local_rank, &speed))
+                        cJSON_AddNumberToObject(o, "relative_speed", speed);
                 cJSON_AddStringToObject(o, "state", t->state);
                 iso_time(wall - (double)(now - t->last_ms) / 1000.0, when,
                          sizeof(when));

@@ -468,6 +468,31 @@ static int make_streams(struct hp_rulewatch *w)
         return 0;
 }
 
+/* A hang rule (one with a clock) on local rank 0 alone misses a rank
+ * k > 0 that goes silent, until the collective's own timeout. */
+static void warn_rank0_only(const struct hp_rulewatch *w)
+{
+        int timed;
+
+        if (w->ruleset == NULL || w->nproc < 2 || !w->monitored[0])
+                return;
+        for (int i = 1; i < w->nproc; i++)
+                if (w->monitored[i])
+                        return;
+        timed = logmon_ruleset_timed(w->ruleset);
+        if (timed < 0)
+                return;
+        hp_log_warn("hang rule %s watches local rank 0 only of %d ranks "
+                    "(--log-monitor-ranks 0, the default): a rank k > 0 "
+                    "that goes silent is not seen; add "
+                    "--log-monitor-ranks all (it costs the rule threads' "
+                    "CPU per line), or heartbeats (--ft-rank-heartbeat-"
+                    "timeout), which watch every rank at no cost",
+                    logmon_ruleset_rule_name(w->ruleset, (size_t)timed),
+                    w->nproc);
+}
+
+
 int hp_rulewatch__init(struct hp_rulewatch *w,
                       const struct hp_rulewatch_params *p, char *errbuf,
                       size_t errlen)
@@ -535,6 +560,7 @@ int hp_rulewatch__init(struct hp_rulewatch *w,
                     logmon_ruleset_count(w->ruleset) == 1 ? "" : "s",
                     p->rules_path, w->nproc > 1 && w->monitored[1] ? "s" : "",
                     w->nproc > 1 && w->monitored[1] ? "as given" : "0");
+        warn_rank0_only(w);
         return 0;
 }
 
@@ -546,6 +572,8 @@ int hp_rulewatch__use(struct hp_rulewatch *w, struct logmon_ruleset *rs)
         if (w->ruleset != NULL)
                 logmon_ruleset_unref(w->ruleset);
         w->ruleset = rs ? logmon_ruleset_ref(rs) : NULL;
+        if (rs != NULL && rs != w->cli_ruleset)
+                warn_rank0_only(w);
         return make_streams(w);
 }
 

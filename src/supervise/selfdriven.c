@@ -106,12 +106,21 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                 e.failure_exit = hp_agent_failure_exit_code(g);
         }
         next = hp_selfdriven__next(&e);
+        /* The attempt's end, for /metrics: a node fault was counted when
+         * it came. */
+        if (!e.node_fault && e.verdict)
+                a->counts.faults[a->verdict.kind == HP_VERDICT_RULE
+                                         ? HP_FAULT_RULE
+                                         : HP_FAULT_RANK]++;
+        else if (!e.node_fault && result == HP_GROUP_FAILED)
+                a->counts.faults[HP_FAULT_WORKER]++;
         switch (next.what) {
         case HP_NEXT_NODE_FAULT:
                 hp_agent__health_finish(a);
                 return;
         case HP_NEXT_RESTART:
                 a->restart_count++;
+                a->counts.restarts++;
                 if (e.verdict)
                         hp_log_warn("%s: restarting the worker group "
                                     "(restart %d of %d)",
@@ -171,6 +180,7 @@ static void node_fault(struct hp_agent *a, void *ctx)
         bool active = hp_group__active(&a->group);
 
         (void)ctx;
+        a->counts.faults[HP_FAULT_NODE]++;
         hp_log_error("%s: %sno restart on this node (exit status %d)",
                      a->health.fault, active ? "stopping the workers; " : "",
                      HP_EXIT_NODE_FAULT);

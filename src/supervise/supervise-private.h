@@ -4,6 +4,7 @@
 #define HP_SUPERVISE_PRIVATE_H
 
 #include "hp-sys.h"
+#include "hyperpod/ftmon.h"
 #include "hyperpod/supervise.h"
 
 /* ---- Processes ---- */
@@ -356,12 +357,25 @@ struct hp_agent {
         /* The worker socket: lives as long as the agent, so checkpoint
          * progress outlives every restart of the workers. */
         struct hp_ipc_server ipc;
+        /* The rank monitor on that socket: heartbeats, sections and
+         * stragglers (src/ftmon). */
+        struct hp_ftmon ft;
         /* RLIMIT_NOFILE as the agent was started with, which it raised
          * for itself: what the workers get (nofile_known: it was read). */
         struct rlimit nofile;
         bool nofile_known;
         struct hp_forensics forensics;          /* --hang-dump */
         struct hp_node_health health;           /* --node-problem-config */
+        struct hp_agent_counts counts;          /* the self-driven driver's */
+        /* Verdicts by rule name (hp_agent_verdict_counts). */
+        struct hp_verdict_count {
+                char rule[LOGMON_NAME_MAX + 1];
+                uint64_t n[3]; /* SLOW, HANGING, FAULTED */
+        } verdict_counts[HP_AGENT_VERDICT_RULES];
+        size_t nverdict_counts;
+        /* What ended groups read, per local rank (nproc of them): stdout,
+         * stderr. NULL when it could not be allocated. */
+        struct hp_stream_stats (*ended_stats)[2];
 };
 
 /* After SIGKILL to everything a group started, how long a pipe may stay

@@ -47,7 +47,8 @@ def metrics(path, agent_log, rc):
         if m:
             values[m.group(1) + (m.group(2) or "")] = float(m.group(3))
     passed = values.get("hyperpodrun_preflight_passed")
-    busbw = values.get("hyperpodrun_preflight_busbw_gbps")
+    busbw = values.get("hyperpodrun_preflight_best_busbw_bytes_per_second")
+    busbw = busbw / 1e9 if busbw is not None else None
     gpus = values.get("hyperpodrun_preflight_gpus")
     said = re.search(r"preflight passed: (.*)", log)
     sizes = re.findall(r"preflight: all-reduce of (\d+) bytes: ([\d.]+) us, "

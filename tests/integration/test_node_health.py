@@ -616,7 +616,8 @@ def test_preflight_operator_sees_node_fault(hpr, tmp_path):
     code, _, body = a.request("GET", "/metrics")
     m = body.decode()
     assert "hyperpodrun_preflight_passed 0" in m
-    assert 'hyperpodrun_preflight_busbw_gbps{bytes="1048576"}' in m
+    assert 'hyperpodrun_preflight_busbw_bytes_per_second{size_bytes="1048576"}' in m
+    assert "hyperpodrun_preflight_min_busbw_bytes_per_second 5000000000\n" in m
     assert not list(a.work.glob("rank*.json")), "a worker started"
     code, _, _ = a.post("/stop")
     assert code == 200

@@ -120,16 +120,19 @@ static int parse_argv(struct hp_config *cfg, const char *const *args,
 
 #define INT_FIELDS(X)                                                       \
         X(nnodes) X(nproc) X(node_rank) X(master_port) X(max_restarts)      \
-        X(server_port) X(script_argc)
+        X(server_port) X(metrics_port) X(script_argc) X(ft_nsections)       \
+        X(straggler_windows)
 
 #define BOOL_FIELDS(X)                                                      \
         X(master_port_given) X(standalone) X(module) X(no_python)           \
         X(log_to_devnull) X(console_filter_set) X(show_help)                \
-        X(show_version) X(inprocess_restart)
+        X(show_version) X(inprocess_restart) X(metrics_port_given)          \
+        X(straggler_verdict)
 
 #define U64_FIELDS(X)                                                       \
         X(monitor_interval_ms) X(shutdown_timeout_ms)                       \
-        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)
+        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)              \
+        X(ft_initial_hb_ms) X(ft_hb_ms) X(ft_oos_ms) X(straggler_window_ms)
 
 #define STRING_FIELDS(X)                                                    \
         X(master_addr) X(rdzv_backend_name) X(rdzv_endpoint) X(rdzv_id)     \
@@ -177,6 +180,24 @@ static const char *field_text(const struct hp_config *cfg, const char *field,
                 return cfg->f ? cfg->f : "(null)";
         STRING_FIELDS(X)
 #undef X
+        if (strcmp(field, "ft_sections") == 0) {
+                size_t used = 0;
+
+                buf[0] = '\0';
+                for (int i = 0; i < cfg->ft_nsections; i++)
+                        used += (size_t)snprintf(
+                                buf + used, len - used, "%s%s:%llu",
+                                i ? "," : "", cfg->ft_section_names[i],
+                                (unsigned long long)cfg->ft_section_ms[i]);
+                return buf;
+        }
+        if (strcmp(field, "ft_safety_factor") == 0 ||
+            strcmp(field, "straggler_ratio") == 0) {
+                snprintf(buf, len, "%g",
+                         field[0] == 'f' ? cfg->ft_safety_factor
+                                         : cfg->straggler_ratio);
+                return buf;
+        }
         if (strcmp(field, "dup_stdout") == 0 ||
             strcmp(field, "dup_stderr") == 0) {
                 const struct hp_dup_filters *f =
@@ -229,6 +250,49 @@ static const char *field_text(const struct hp_config *cfg, const char *field,
 /* ---- Accepted command lines ---- */
 
 static const struct parse_case parse_cases[] = {
+        {
+                .name = "rank monitor defaults",
+                .argv = { "hyperpodrun", "train.py" },
+                .expect = {
+                        { "ft_initial_hb_ms", "0" },
+                        { "ft_hb_ms", "0" },
+                        { "ft_oos_ms", "0" },
+                        { "ft_nsections", "0" },
+                        { "ft_safety_factor", "5" },
+                        { "straggler_ratio", "0" },
+                        { "straggler_windows", "3" },
+                        { "straggler_window_ms", "5000" },
+                        { "straggler_verdict", "false" },
+                },
+        },
+        {
+                .name = "rank monitor flags",
+                .argv = { "hyperpodrun", "--ft-initial-rank-heartbeat-timeout",
+                          "600", "--ft-rank-heartbeat-timeout", "1.5",
+                          "--ft-rank-section-timeouts",
+                          "setup:600,step:0.25,eval:null",
+                          "--ft-rank-out-of-section-timeout", "30",
+                          "--ft-safety-factor", "2.5", "train.py" },
+                .expect = {
+                        { "ft_initial_hb_ms", "600000" },
+                        { "ft_hb_ms", "1500" },
+                        { "ft_oos_ms", "30000" },
+                        { "ft_sections", "setup:600000,step:250,eval:0" },
+                        { "ft_safety_factor", "2.5" },
+                },
+        },
+        {
+                .name = "straggler flags",
+                .argv = { "hyperpodrun", "--straggler-ratio", "0.5",
+                          "--straggler-windows", "4", "--straggler-window",
+                          "2", "--straggler-action", "verdict", "train.py" },
+                .expect = {
+                        { "straggler_ratio", "0.5" },
+                        { "straggler_windows", "4" },
+                        { "straggler_window_ms", "2000" },
+                        { "straggler_verdict", "true" },
+                },
+        },
         {
                 .name = "defaults",
                 .argv = { "hyperpodrun", "train.py" },
@@ -422,6 +486,29 @@ static const struct parse_case parse_cases[] = {
                             { "server_port", "9000" },
                             { "server_log_level", "debug" },
                             { "server_shutdown_timeout_ms", "2000" } },
+        },
+        {
+                .name = "a metrics port of its own",
+                .argv = { "hyperpodrun", "--server-port", "9000",
+                          "--metrics-port", "9001", "t.py" },
+                .expect = { { "metrics_port", "9001" },
+                            { "metrics_port_given", "true" } },
+        },
+        {
+                .name = "a free metrics port, self-driven without a "
+                        "server port",
+                .argv = { "hyperpodrun", "--standalone", "--metrics-port",
+                          "0", "t.py" },
+                .expect = { { "metrics_port", "0" },
+                            { "metrics_port_given", "true" },
+                            { "server_host", "127.0.0.1" } },
+        },
+        {
+                .name = "the server port unused: a metrics port may be "
+                        "its number",
+                .argv = { "hyperpodrun", "--standalone", "--metrics-port",
+                          "8080", "t.py" },
+                .expect = { { "metrics_port", "8080" } },
         },
         {
                 .name = "hooks with their one argument",
@@ -823,6 +910,28 @@ static void test_nproc_cpu_counts_usable_cpus(void **state)
 /* ---- Refused command lines ---- */
 
 static const struct error_case error_cases[] = {
+        { "section timeouts without seconds", NO_ENV,
+          { "hyperpodrun", "--ft-rank-section-timeouts", "step", "t.py" },
+          { "'step'", "--ft-rank-section-timeouts", "name:SECONDS" } },
+        { "section timeout not a number", NO_ENV,
+          { "hyperpodrun", "--ft-rank-section-timeouts", "step:soon",
+            "t.py" },
+          { "'soon'", "section step", "--ft-rank-section-timeouts" } },
+        { "section named twice", NO_ENV,
+          { "hyperpodrun", "--ft-rank-section-timeouts", "a:1,a:2", "t.py" },
+          { "section a is named twice" } },
+        { "safety factor zero", NO_ENV,
+          { "hyperpodrun", "--ft-safety-factor", "0", "t.py" },
+          { "'0'", "--ft-safety-factor" } },
+        { "straggler ratio above 1", NO_ENV,
+          { "hyperpodrun", "--straggler-ratio", "1.5", "t.py" },
+          { "'1.5'", "--straggler-ratio" } },
+        { "straggler action unknown", NO_ENV,
+          { "hyperpodrun", "--straggler-action", "kill", "t.py" },
+          { "'kill'", "--straggler-action", "warn, verdict" } },
+        { "heartbeat timeout not seconds", NO_ENV,
+          { "hyperpodrun", "--ft-rank-heartbeat-timeout", "1m", "t.py" },
+          { "'1m'", "--ft-rank-heartbeat-timeout" } },
         { "nproc 0", NO_ENV, { "hyperpodrun", "--nproc-per-node", "0", "t.py" },
           { "'0'", "--nproc-per-node" } },
         { "nproc abc", NO_ENV,
@@ -1061,6 +1170,16 @@ static const struct error_case error_cases[] = {
         { "server port 70000", NO_ENV,
           { "hyperpodrun", "--server-port", "70000", "t.py" },
           { "'70000'", "--server-port" } },
+        { "metrics port 70000", NO_ENV,
+          { "hyperpodrun", "--metrics-port", "70000", "t.py" },
+          { "'70000'", "--metrics-port" } },
+        { "the metrics port is the operator API's default", NO_ENV,
+          { "hyperpodrun", "--metrics-port", "8080", "t.py" },
+          { "--metrics-port 8080 is the --server-port too" } },
+        { "the metrics port is the self-driven server port", NO_ENV,
+          { "hyperpodrun", "--standalone", "--server-port", "9000",
+            "--metrics-port", "9000", "t.py" },
+          { "--metrics-port 9000 is the --server-port too" } },
         { "an unknown start method", NO_ENV,
           { "hyperpodrun", "--start-method", "thread", "t.py" },
           { "'thread'", "--start-method" } },

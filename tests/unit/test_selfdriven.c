@@ -1385,6 +1385,51 @@ static void test_restart_runs(void **state)
         assert_int_equal(failures, 0);
 }
 
+/* /metrics' hyperpodrun_faults_total{cause}: the cause a FAULTED reason
+ * names, in every mode. */
+static void test_fault_cause(void **state)
+{
+        static const struct {
+                const char *reason;
+                enum hp_fault_cause cause;
+                const char *name;
+        } cases[] = {
+                { "WorkerCrash", HP_FAULT_WORKER, "worker" },
+                { "WorkerStartFailed", HP_FAULT_WORKER, "worker" },
+                { "WorkerFault", HP_FAULT_WORKER, "worker" },
+                { "LogSlow_Throughput", HP_FAULT_RULE, "rule" },
+                { "LogHang_Heartbeat", HP_FAULT_RULE, "rule" },
+                { "LogFault_NaNLoss", HP_FAULT_RULE, "rule" },
+                { "NodeFault_Xid79FallenOffTheBus", HP_FAULT_NODE, "node" },
+                { "NodeFault_NCCLPreflight", HP_FAULT_NODE, "node" },
+                { "RankHeartbeatTimeout", HP_FAULT_RANK, "rank" },
+                { "RankInitialHeartbeatTimeout", HP_FAULT_RANK, "rank" },
+                { "RankSectionTimeout_forward", HP_FAULT_RANK, "rank" },
+                { "RankOutOfSectionTimeout", HP_FAULT_RANK, "rank" },
+                { "RankStraggler", HP_FAULT_RANK, "rank" },
+                { "RankSomethingElse", HP_FAULT_WORKER, "worker" },
+                /* A reason a worker sent over the socket, or none. */
+                { "Log", HP_FAULT_WORKER, "worker" },
+                { "NodeFault", HP_FAULT_WORKER, "worker" },
+                { "", HP_FAULT_WORKER, "worker" },
+                { NULL, HP_FAULT_WORKER, "worker" },
+        };
+        int failures = 0;
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
+                enum hp_fault_cause got = hp_fault_cause_of(cases[i].reason);
+                if (got != cases[i].cause ||
+                    strcmp(hp_fault_cause_name(got), cases[i].name) != 0)
+                        CASE_FAILED(failures, "%s: %s, expected %s",
+                                    cases[i].reason ? cases[i].reason
+                                                    : "(null)",
+                                    hp_fault_cause_name(got), cases[i].name);
+        }
+        assert_string_equal(hp_fault_cause_name(HP_FAULT_CAUSE_COUNT), "?");
+        assert_int_equal(failures, 0);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -1400,6 +1445,7 @@ int main(void)
                 cmocka_unit_test(test_c10d_rounds),
                 cmocka_unit_test(test_restart_policy),
                 cmocka_unit_test(test_restart_runs),
+                cmocka_unit_test(test_fault_cause),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
