@@ -26,7 +26,8 @@ struct option_row {
 };
 
 static const struct option_row option_rows[HP_OPT_COUNT] = {
-#define XX(id, name, letter, arg, env) [HP_OPT_##id] = { name, letter, arg, env },
+#define XX(id, name, letter, metavar, env, kind, conv, help)                  \
+        [HP_OPT_##id] = { name, letter, metavar != NULL, env },
         HP_OPTION_TABLE(XX)
 #undef XX
 };
@@ -861,6 +862,7 @@ struct conversion {
         const char *const *choices;
         size_t nchoices;
         convert_fn fn;
+        int first;                  /* converted before the others, 1 first */
 };
 
 #define ROW(opt, k) .id = HP_OPT_##opt, .kind = CONV_##k
@@ -1295,132 +1297,16 @@ static int convert_straggler_action(struct hp_config *cfg,
         return r;
 }
 
-static const struct conversion conversions[] = {
-        { ROW(INPROCESS_RESTART, FLAG), FIELD(inprocess_restart) },
-        { ROW(INPROCESS_TIMEOUT, SECONDS), FIELD(inprocess_timeout_ms) },
-        /* torchrun flags that need its Python machinery: each is refused
-         * with the reason, rather than accepted and ignored. */
-        { ROW(LOGS_SPECS, REFUSED),
-          .text = "it names a Python LogsSpecs class (an entry point), "
-                  "which a C launcher cannot load; use --log-dir, "
-                  "--redirects, --tee and --local-ranks-filter" },
-        { ROW(EVENT_LOG_HANDLER, FUNC), .fn = convert_event_log_handler },
-        { ROW(NUMA_BINDING, REFUSED),
-          .text = "hyperpodrun does not bind workers to NUMA nodes: "
-                  "torch 2.x pins LOCAL_RANK's processes near CUDA device "
-                  "LOCAL_RANK, and which PCI device (so which NUMA node) "
-                  "that is only the CUDA runtime can say (its order is "
-                  "fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID), "
-                  "which the agent does not load; wrap the script: "
-                  "--no-python numactl --cpunodebind=N --membind=N "
-                  "python3 -u train.py, N the GPU's "
-                  "/sys/bus/pci/devices/<its PCI address>/numa_node, "
-                  "chosen per ${local_rank} in a small script" },
-        { ROW(VIRTUAL_LOCAL_RANK, REFUSED),
-          .text = "every worker sees its real LOCAL_RANK and every GPU; "
-                  "for device 0 to be the worker's own GPU, run "
-                  "--no-python env 'CUDA_VISIBLE_DEVICES=${local_rank}' "
-                  "python3 -u train.py (hyperpodrun puts each worker's "
-                  "local rank in place of ${local_rank})" },
-        { ROW(SIGNALS_TO_HANDLE, FUNC), .fn = convert_signals_to_handle },
+#define HP_UNPAREN(...) __VA_ARGS__
 
-        /* The backend first: Kubeflow's elastic job also sets
-         * PET_NNODES=MIN:MAX, and c10d is the cause to name. */
-        { ROW(RDZV_BACKEND, FUNC), .fn = convert_rdzv_backend },
-        { ROW(NNODES, FUNC), .fn = convert_nnodes },
-        { ROW(NPROC_PER_NODE, FUNC), .fn = convert_nproc },
-        { ROW(NODE_RANK, INT), FIELD(node_rank), GIVEN(node_rank_given),
-          .min = 0, .max = (1 << 20) - 1 },
-        { ROW(MASTER_ADDR, FUNC), .fn = convert_master_addr },
-        { ROW(MASTER_PORT, INT), FIELD(master_port),
-          GIVEN(master_port_given), .min = 1, .max = 65535 },
-        { ROW(RDZV_ENDPOINT, STRING), FIELD(rdzv_endpoint) },
-        { ROW(RDZV_ID, FUNC), .fn = convert_rdzv_id },
-        { ROW(RDZV_CONF, FUNC), .fn = convert_rdzv_conf },
-        { ROW(STANDALONE, FLAG), FIELD(standalone) },
-        { ROW(MAX_RESTARTS, INT), FIELD(max_restarts), .min = 0,
-          .max = 1000000 },
-        { ROW(MONITOR_INTERVAL, SECONDS), FIELD(monitor_interval_ms) },
-        { ROW(START_METHOD, CHOICE), FIELD(start_method),
-          CHOICES(start_methods) },
-        { ROW(ROLE, TEXT), FIELD(role) },
-        { ROW(MODULE, GROUP), .fn = convert_launch_mode },
-        { ROW(NO_PYTHON, NONE) },        /* with -m */
-        { ROW(RUN_PATH, NONE) },         /* with -m */
-        { ROW(LOG_DIR, FUNC), .fn = convert_log_dir },
-        { ROW(DUPLICATE_STDOUT_FILTERS, FUNC),
-          .fn = convert_duplicate_filters },
-        { ROW(DUPLICATE_STDERR_FILTERS, FUNC),
-          .fn = convert_duplicate_filters },
-        { ROW(REDIRECTS, FUNC), .fn = convert_std_spec },
-        { ROW(TEE, FUNC), .fn = convert_std_spec },
-        { ROW(LOCAL_RANKS_FILTER, FUNC),
-          .fn = convert_local_ranks_filter },
-        { ROW(LOG_LINE_PREFIX_TEMPLATE, FUNC),
-          .fn = convert_prefix_template },
-        { ROW(LOCAL_ADDR, STRING), FIELD(local_addr) },
-
-        { ROW(SHUTDOWN_SIGNAL, FUNC), .fn = convert_shutdown_signal },
-        { ROW(SHUTDOWN_TIMEOUT, SECONDS), FIELD(shutdown_timeout_ms) },
-        { ROW(HANG_DUMP, FUNC), .fn = convert_hang_dump },
-        { ROW(HANG_DUMP_TIMEOUT, SECONDS),
-          FIELD(hang_dump_timeout_ms) },
-        { ROW(CGROUP, FUNC), .fn = convert_cgroup },
-        { ROW(PRE_TRAIN_SCRIPT, GROUP), .fn = convert_train_scripts },
-        { ROW(PRE_TRAIN_ARGS, NONE) },   /* with the script */
-        { ROW(POST_TRAIN_SCRIPT, NONE) },
-        { ROW(POST_TRAIN_ARGS, NONE) },
-        { ROW(SERVER_HOST, TEXT), FIELD(server_host) },
-        { ROW(SERVER_PORT, INT), FIELD(server_port),
-          GIVEN(server_port_given), .min = 0, .max = 65535 },
-        { ROW(SERVER_LOG_LEVEL, CHOICE), FIELD(server_log_level),
-          CHOICES(log_levels) },
-        { ROW(SERVER_SHUTDOWN_TIMEOUT, SECONDS),
-          FIELD(server_shutdown_timeout_ms) },
-        { ROW(SERVER_TOKEN_FILE, TEXT), FIELD(server_token_file) },
-        { ROW(METRICS_PORT, INT), FIELD(metrics_port),
-          GIVEN(metrics_port_given), .min = 0, .max = 65535 },
-
-        { ROW(LOG_MONITORING_CONFIG, TEXT),
-          FIELD(log_monitoring_config) },
-        { ROW(LOG_MONITOR_RANKS, GROUP), .fn = convert_monitor_ranks },
-        { ROW(FT_INITIAL_RANK_HEARTBEAT_TIMEOUT, SECONDS),
-          FIELD(ft_initial_hb_ms) },
-        { ROW(FT_RANK_HEARTBEAT_TIMEOUT, SECONDS), FIELD(ft_hb_ms) },
-        { ROW(FT_RANK_SECTION_TIMEOUTS, FUNC),
-          .fn = convert_section_timeouts },
-        { ROW(FT_RANK_OUT_OF_SECTION_TIMEOUT, SECONDS), FIELD(ft_oos_ms) },
-        { ROW(FT_SAFETY_FACTOR, FUNC), .fn = convert_safety_factor },
-        { ROW(STRAGGLER_RATIO, FUNC), .fn = convert_straggler_ratio },
-        { ROW(STRAGGLER_WINDOWS, INT), FIELD(straggler_windows), .min = 1,
-          .max = 1000000 },
-        { ROW(STRAGGLER_WINDOW, SECONDS), FIELD(straggler_window_ms) },
-        { ROW(STRAGGLER_ACTION, FUNC), .fn = convert_straggler_action },
-        { ROW(NODE_PROBLEM_CONFIG, GROUP), .fn = convert_node_health },
-        { ROW(KMSG, NONE) },             /* with node health */
-        { ROW(NODE_FAULT_ACTION, NONE) },
-        { ROW(PREFLIGHT, NONE) },
-        { ROW(PREFLIGHT_MIN_BUSBW, NONE) },
-        { ROW(PREFLIGHT_MAX_BYTES, NONE) },
-        { ROW(PREFLIGHT_TIMEOUT, NONE) },
-        { ROW(PREFLIGHT_LIBRARY, NONE) },
-        { ROW(REPLAY, GROUP), .fn = convert_replay },
-        { ROW(REPLAY_RATE, NONE) },      /* with --replay */
-        { ROW(EXPECT, NONE) },
-        { ROW(REPLAY_UNTIL, NONE) },
-        { ROW(REPLAY_INPUT, NONE) },
-        { ROW(REPLAY_FORMAT, NONE) },
-        { ROW(EMIT_EXPECT, NONE) },
-        { ROW(STRICT, FLAG), FIELD(strict) },
-        { ROW(CHECK_RULES, TEXT), FIELD(check_rules),
-          .text = "a rules file" },
-        /* Not values: answered before conversion. */
-        { ROW(HELP, NONE) },
-        { ROW(VERSION, NONE) },
+/* The conversion columns of options.h's table. */
+static const struct conversion conversions[HP_OPT_COUNT] = {
+#define XX(id_, name, letter, metavar, env, kind_, conv, help)                \
+        [HP_OPT_##id_] = { .id = HP_OPT_##id_, .kind = CONV_##kind_,           \
+                           HP_UNPAREN conv },
+        HP_OPTION_TABLE(XX)
+#undef XX
 };
-
-_Static_assert(HP_ARRAY_SIZE(conversions) == HP_OPT_COUNT,
-               "every option has one row in conversions[]");
 
 static int convert_one(struct hp_config *cfg, const struct raw_value *raw,
                        const struct conversion *c, char *errbuf,
@@ -1503,16 +1389,39 @@ static int shutdown_defaults(struct hp_config *cfg,
         return parse_seconds(&env, &cfg->shutdown_timeout_ms, errbuf, errlen);
 }
 
-static int convert_values(struct hp_config *cfg, struct raw_value *raw,
-                          char *errbuf, size_t errlen)
+/* The rows with .first in its order, then the others in table order. */
+static int convert_in_order(struct hp_config *cfg,
+                            const struct raw_value *raw, char *errbuf,
+                            size_t errlen)
 {
         int r;
 
-        for (size_t i = 0; i < HP_ARRAY_SIZE(conversions); i++) {
-                r = convert_one(cfg, raw, &conversions[i], errbuf, errlen);
+        for (int rank = 1; rank <= HP_OPT_COUNT; rank++)
+                for (int id = 0; id < HP_OPT_COUNT; id++) {
+                        if (conversions[id].first != rank)
+                                continue;
+                        r = convert_one(cfg, raw, &conversions[id], errbuf,
+                                        errlen);
+                        if (r < 0)
+                                return r;
+                }
+        for (int id = 0; id < HP_OPT_COUNT; id++) {
+                if (conversions[id].first != 0)
+                        continue;
+                r = convert_one(cfg, raw, &conversions[id], errbuf, errlen);
                 if (r < 0)
                         return r;
         }
+        return 0;
+}
+
+static int convert_values(struct hp_config *cfg, struct raw_value *raw,
+                          char *errbuf, size_t errlen)
+{
+        int r = convert_in_order(cfg, raw, errbuf, errlen);
+
+        if (r < 0)
+                return r;
         /* Two listeners on one port: the second could never listen. */
         if (cfg->metrics_port_given && cfg->metrics_port != 0 &&
             cfg->metrics_port == cfg->server_port &&
