@@ -206,6 +206,102 @@ static int parse_until(const char *text, struct logmon_replay_opts *o,
         return HP_EUSAGE;
 }
 
+/* The replay itself, of the log or of the directory's ranks; errbuf says
+ * why it failed in the flags' terms. */
+static int replay(const struct logmon_check_opts *opts, FILE *log,
+                  struct rank_dir *dir, struct logmon_ruleset *rs,
+                  const struct logmon_replay_opts *replay_opts, FILE *out,
+                  struct logmon_replay **r, char *errbuf, size_t len)
+{
+        int err;
+
+        if (log == NULL) {
+                err = open_rank_dir(opts->log, dir, errbuf, len);
+                if (err != 0)
+                        return err;
+                err = logmon_replay_files(rs, dir->files, dir->name_ptrs,
+                                          dir->n, replay_opts, out, r);
+        } else {
+                err = logmon_replay_run(rs, log, replay_opts, out, r);
+        }
+        if (err == 0)
+                return 0;
+        if (log != NULL && ferror(log))
+                snprintf(errbuf, len, "--replay %s: read error",
+                         log_label(opts->log));
+        else if (err == -EDOM)
+                snprintf(errbuf, len, "--replay-until: no line of %s "
+                         "has a timestamp to count a time from",
+                         log_label(opts->log));
+        else if (err == -ENOENT)
+                snprintf(errbuf, len, "--replay-until verdict: %s "
+                         "has no verdict line of hyperpodrun's "
+                         "(\"log rule verdict ...\")",
+                         log_label(opts->log));
+        else
+                snprintf(errbuf, len, "--replay %s: %s",
+                         log_label(opts->log),
+                         err == -EIO ? "cannot write the output" :
+                                       hp_strerror(err));
+        return err;
+}
+
+/* The outcome of a replay against the expectation: 0 when met, the
+ * number of differences (written to diff) when not, HP_ECONFIG when the
+ * log has no clock for rules that need one. */
+static int judge(const struct logmon_check_opts *opts,
+                 const struct logmon_ruleset *rs, struct logmon_replay *r,
+                 const cJSON *expect, FILE *diff, char *errbuf, size_t len)
+{
+        struct logmon_replay_info info;
+        char unused[8];
+        int err, timed;
+
+        /* An expectation judged with time standing still would pass a
+         * hung log: without a clock, rules that need one cannot be
+         * checked. */
+        logmon_replay_get_info(r, &info);
+        timed = logmon_ruleset_timed(rs);
+        /* The agent's own times are a clock only for a log with no
+         * worker line between them (a job that printed nothing). */
+        if (timed >= 0 &&
+            (strcmp(info.clock, "none") == 0 ||
+             (strcmp(info.clock, "agent") == 0 &&
+              info.lines > info.agent_lines + info.unprefixed))) {
+                snprintf(errbuf, len, "--expect %s: rule %d (%s) has a time "
+                         "limit, but no line of %s has a timestamp, so "
+                         "time stood still; give --replay-rate, or record "
+                         "the console with ${time} in "
+                         "--log-line-prefix-template", opts->expect, timed,
+                         logmon_ruleset_rule_name(rs, (size_t)timed),
+                         log_label(opts->log));
+                return HP_ECONFIG;
+        }
+        /* A log that ends before a deadline says nothing of the rule:
+         * the expectation decides, or is told it did not. */
+        if (logmon_replay_pending(r) > 0 &&
+            cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline") ==
+                    NULL)
+                hp_log_warn("%s: %s ends with %zu rule deadline%s still to "
+                            "come (the summary's \"pending\"), so it "
+                            "cannot tell a hung job from a healthy one; "
+                            "say \"pending_deadline\": false to fail such "
+                            "a log, or true to accept it",
+                            opts->expect, log_label(opts->log),
+                            logmon_replay_pending(r),
+                            logmon_replay_pending(r) == 1 ? "" : "s");
+        /* Validated above: the check cannot fail, only differ. */
+        err = logmon_expect_check(r, expect, diff, unused, sizeof(unused));
+        if (err == 0)
+                hp_log_info("%s: expectation met by %s", opts->expect,
+                            log_label(opts->log));
+        else
+                hp_log_error("%s: expectation not met by %s: %d "
+                             "difference%s (above)", opts->expect,
+                             log_label(opts->log), err, err == 1 ? "" : "s");
+        return err;
+}
+
 int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                      FILE *out, FILE *diff, char *errbuf, size_t len)
 {
@@ -218,15 +314,13 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
         };
         const struct logmon_ruleset_opts rule_opts = { .strict =
                                                                opts->strict };
-        struct logmon_replay_info info;
         struct logmon_ruleset *rs = NULL;
         struct logmon_replay *r = NULL;
         const char *warnings;
         cJSON *expect = NULL;
         FILE *log = NULL;
         struct rank_dir *dir = NULL;
-        char unused[8];
-        int err, timed;
+        int err;
 
         err = logmon_config_load_ruleset(opts->rules, &rule_opts, &rs,
                                          errbuf, len);
@@ -256,35 +350,9 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                 }
         }
 
-        if (log == NULL) {
-                err = open_rank_dir(opts->log, dir, errbuf, len);
-                if (err != 0)
-                        goto out;
-                err = logmon_replay_files(rs, dir->files, dir->name_ptrs,
-                                          dir->n, &replay_opts, out, &r);
-        } else {
-                err = logmon_replay_run(rs, log, &replay_opts, out, &r);
-        }
-        if (err != 0) {
-                if (log != NULL && ferror(log))
-                        snprintf(errbuf, len, "--replay %s: read error",
-                                 log_label(opts->log));
-                else if (err == -EDOM)
-                        snprintf(errbuf, len, "--replay-until: no line of %s "
-                                 "has a timestamp to count a time from",
-                                 log_label(opts->log));
-                else if (err == -ENOENT)
-                        snprintf(errbuf, len, "--replay-until verdict: %s "
-                                 "has no verdict line of hyperpodrun's "
-                                 "(\"log rule verdict ...\")",
-                                 log_label(opts->log));
-                else
-                        snprintf(errbuf, len, "--replay %s: %s",
-                                 log_label(opts->log),
-                                 err == -EIO ? "cannot write the output" :
-                                               hp_strerror(err));
+        err = replay(opts, log, dir, rs, &replay_opts, out, &r, errbuf, len);
+        if (err != 0)
                 goto out;
-        }
         report(opts, rs, r);
         if (opts->emit_expect != NULL) {
                 err = emit(opts->emit_expect, r, errbuf, len);
@@ -293,49 +361,7 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
         }
         if (expect == NULL)
                 goto out;
-        /* An expectation judged with time standing still would pass a
-         * hung log: without a clock, rules that need one cannot be
-         * checked. */
-        logmon_replay_get_info(r, &info);
-        timed = logmon_ruleset_timed(rs);
-        /* The agent's own times are a clock only for a log with no
-         * worker line between them (a job that printed nothing). */
-        if (timed >= 0 &&
-            (strcmp(info.clock, "none") == 0 ||
-             (strcmp(info.clock, "agent") == 0 &&
-              info.lines > info.agent_lines + info.unprefixed))) {
-                snprintf(errbuf, len, "--expect %s: rule %d (%s) has a time "
-                         "limit, but no line of %s has a timestamp, so "
-                         "time stood still; give --replay-rate, or record "
-                         "the console with ${time} in "
-                         "--log-line-prefix-template", opts->expect, timed,
-                         logmon_ruleset_rule_name(rs, (size_t)timed),
-                         log_label(opts->log));
-                err = HP_ECONFIG;
-                goto out;
-        }
-        /* A log that ends before a deadline says nothing of the rule:
-         * the expectation decides, or is told it did not. */
-        if (logmon_replay_pending(r) > 0 &&
-            cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline") ==
-                    NULL)
-                hp_log_warn("%s: %s ends with %zu rule deadline%s still to "
-                            "come (the summary's \"pending\"), so it "
-                            "cannot tell a hung job from a healthy one; "
-                            "say \"pending_deadline\": false to fail such "
-                            "a log, or true to accept it",
-                            opts->expect, log_label(opts->log),
-                            logmon_replay_pending(r),
-                            logmon_replay_pending(r) == 1 ? "" : "s");
-        /* Validated above: the check cannot fail, only differ. */
-        err = logmon_expect_check(r, expect, diff, unused, sizeof(unused));
-        if (err == 0)
-                hp_log_info("%s: expectation met by %s", opts->expect,
-                            log_label(opts->log));
-        else
-                hp_log_error("%s: expectation not met by %s: %d "
-                             "difference%s (above)", opts->expect,
-                             log_label(opts->log), err, err == 1 ? "" : "s");
+        err = judge(opts, rs, r, expect, diff, errbuf, len);
 out:
         if (log != NULL && log != in)
                 fclose(log);
