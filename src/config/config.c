@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
 #include "config-private.h"
@@ -28,12 +27,11 @@ struct option_row {
 };
 
 static const struct option_row option_rows[HP_OPT_COUNT] = {
-#define XX(id, name, letter, metavar, env, kind, conv, help)                  \
+#define XX(id, name, letter, metavar, env, kind, conv, help)                 \
         [HP_OPT_##id] = { name, letter, metavar != NULL, env },
         HP_OPTION_TABLE(XX)
 #undef XX
 };
-
 
 static void config_defaults(struct hp_config *cfg)
 {
@@ -79,7 +77,8 @@ static void build_getopt_tables(struct option *longopts, char *names,
         shortopts[s++] = ':'; /* report a missing argument as ':' */
         for (int id = 0; id < HP_OPT_COUNT; id++) {
                 const struct option_row *row = &option_rows[id];
-                int has_arg = row->takes_arg ? required_argument : no_argument;
+                int has_arg = row->takes_arg ? required_argument
+                                             : no_argument;
 
                 longopts[n++] = (struct option){ row->name, has_arg, NULL,
                                                  256 + id };
@@ -198,12 +197,14 @@ static int read_command_line(int argc, char **argv, struct raw_value *raw,
         char shortopts[2 * HP_OPT_COUNT + 4];
         int c;
 
-        build_getopt_tables(longopts, alt_names, sizeof(alt_names), shortopts);
+        build_getopt_tables(longopts, alt_names, sizeof(alt_names),
+                            shortopts);
         /* optind = 0 makes glibc re-initialise, so parsing twice (tests)
          * works. opterr = 0: errors are ours, with the value named. */
         optind = 0;
         opterr = 0;
-        while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) !=
+               -1) {
                 const char *culprit = argv[optind - 1];
                 int id;
 
@@ -225,7 +226,8 @@ static int read_command_line(int argc, char **argv, struct raw_value *raw,
                         ERR("unrecognized option '%s' (see --help)", culprit);
                 }
                 if (c == ':')
-                        ERR("option '%s' needs a value (see --help)", culprit);
+                        ERR("option '%s' needs a value (see --help)",
+                            culprit);
                 id = c >= 256 ? c - 256 : letter_to_id(c);
                 if (id < 0 || id >= HP_OPT_COUNT)
                         ERR("unrecognized option '%s' (see --help)", culprit);
@@ -326,13 +328,15 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
                             "give one");
                 if (optind < argc)
                         ERR("--check-rules runs no training script, but '%s' "
-                            "was given", argv[optind]);
+                            "was given",
+                            argv[optind]);
                 return 0;
         }
         if (cfg->replay_log != NULL) {
                 if (optind < argc)
                         ERR("--replay runs no training script, but '%s' was "
-                            "given", argv[optind]);
+                            "given",
+                            argv[optind]);
                 return 0;
         }
         if (optind >= argc)

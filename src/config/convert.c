@@ -16,20 +16,24 @@
 #include "config-private.h"
 
 /* --preflight and its companions, which need it. */
-static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
-                             char *errbuf, size_t errlen)
+static int convert_preflight(struct hp_config *cfg,
+                             const struct raw_value *raw, char *errbuf,
+                             size_t errlen)
 {
         static const char *const kinds[] = { "none", "nccl" };
         static const enum hp_option_id needs[] = {
-                HP_OPT_PREFLIGHT_MIN_BUSBW, HP_OPT_PREFLIGHT_MAX_BYTES,
-                HP_OPT_PREFLIGHT_TIMEOUT, HP_OPT_PREFLIGHT_LIBRARY,
+                HP_OPT_PREFLIGHT_MIN_BUSBW,
+                HP_OPT_PREFLIGHT_MAX_BYTES,
+                HP_OPT_PREFLIGHT_TIMEOUT,
+                HP_OPT_PREFLIGHT_LIBRARY,
         };
         const struct raw_value *v;
         int index = 0, r;
 
         if (raw[HP_OPT_PREFLIGHT].text != NULL) {
                 r = config__parse_choice(&raw[HP_OPT_PREFLIGHT], kinds,
-                                 HP_ARRAY_SIZE(kinds), &index, errbuf, errlen);
+                                         HP_ARRAY_SIZE(kinds), &index, errbuf,
+                                         errlen);
                 if (r < 0)
                         return r;
         }
@@ -51,19 +55,21 @@ static int convert_preflight(struct hp_config *cfg, const struct raw_value *raw,
                             v->text, v->source);
         }
         v = &raw[HP_OPT_PREFLIGHT_MAX_BYTES];
-        if (v->text != NULL &&
-            (hp_parse_u64(v->text, 1ull << 40, &cfg->preflight_max_bytes) < 0 ||
-             cfg->preflight_max_bytes < 4))
+        if (v->text != NULL && (hp_parse_u64(v->text, 1ull << 40,
+                                             &cfg->preflight_max_bytes) < 0 ||
+                                cfg->preflight_max_bytes < 4))
                 ERR("invalid value '%s' for %s: expected bytes, 4 to 2^40",
                     v->text, v->source);
         if (raw[HP_OPT_PREFLIGHT_TIMEOUT].text != NULL) {
                 r = config__parse_seconds(&raw[HP_OPT_PREFLIGHT_TIMEOUT],
-                                  &cfg->preflight_timeout_ms, errbuf, errlen);
+                                          &cfg->preflight_timeout_ms, errbuf,
+                                          errlen);
                 if (r < 0)
                         return r;
                 if (cfg->preflight_timeout_ms == 0)
                         ERR("invalid value '0' for %s: the check needs some "
-                            "time", raw[HP_OPT_PREFLIGHT_TIMEOUT].source);
+                            "time",
+                            raw[HP_OPT_PREFLIGHT_TIMEOUT].source);
         }
         v = &raw[HP_OPT_PREFLIGHT_LIBRARY];
         if (v->text != NULL) {
@@ -98,13 +104,15 @@ static int convert_node_health(struct hp_config *cfg,
                         ERR("empty value for %s", kmsg->source);
                 if (conf->text == NULL)
                         ERR("%s was given without --node-problem-config, the "
-                            "rules to read it with", kmsg->source);
+                            "rules to read it with",
+                            kmsg->source);
                 cfg->kmsg = kmsg->text;
                 cfg->kmsg_given = true;
         }
         if (action->text != NULL) {
-                r = config__parse_choice(action, actions, HP_ARRAY_SIZE(actions),
-                                 &index, errbuf, errlen);
+                r = config__parse_choice(action, actions,
+                                         HP_ARRAY_SIZE(actions), &index,
+                                         errbuf, errlen);
                 if (r < 0)
                         return r;
                 cfg->node_fault_action = (enum hp_node_fault_action)index;
@@ -153,29 +161,33 @@ static int convert_replay(struct hp_config *cfg, const struct raw_value *raw,
         }
         cfg->replay_format = -1;
         if (format->text != NULL) {
-                r = config__parse_choice(format, formats, HP_ARRAY_SIZE(formats),
-                                 &cfg->replay_format, errbuf, errlen);
+                r = config__parse_choice(format, formats,
+                                         HP_ARRAY_SIZE(formats),
+                                         &cfg->replay_format, errbuf, errlen);
                 if (r < 0)
                         return r;
         }
         if (until->text != NULL) {
                 if (until->text[0] == '\0')
                         ERR("empty value for %s (an RFC 3339 time, "
-                            "+SECONDS or verdict)", until->source);
+                            "+SECONDS or verdict)",
+                            until->source);
                 cfg->replay_until = until->text;
         }
         if (input->text != NULL) {
                 r = config__parse_choice(input, inputs, HP_ARRAY_SIZE(inputs),
-                                 &cfg->replay_input, errbuf, errlen);
+                                         &cfg->replay_input, errbuf, errlen);
                 if (r < 0)
                         return r;
         }
         if (replay->text[0] == '\0')
                 ERR("empty value for %s (a log file, or - for standard "
-                    "input)", replay->source);
+                    "input)",
+                    replay->source);
         if (cfg->log_monitoring_config == NULL)
                 ERR("%s was given without --log-monitoring-config, the "
-                    "rules to replay the log through", replay->source);
+                    "rules to replay the log through",
+                    replay->source);
         cfg->replay_log = replay->text;
         if (rate->text != NULL) {
                 errno = 0;
@@ -205,9 +217,9 @@ static int convert_signals_to_handle(struct hp_config *cfg,
                                      size_t errlen)
 {
         const struct raw_value *v = &raw[id];
-        static const char *const handled[] = { "SIGTERM", "SIGINT", "SIGHUP",
-                                               "SIGQUIT", "SIGUSR1",
-                                               "SIGUSR2" };
+        static const char *const handled[] = {
+                "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"
+        };
         const unsigned required = 0xf; /* torchrun's default four */
         unsigned seen = 0;
 
@@ -291,30 +303,30 @@ static int convert_duplicate_filters(struct hp_config *cfg,
  * converted together with others, has a function.
  */
 enum conversion_kind {
-        CONV_NONE = 0,  /* converted with another option's row */
-        CONV_REFUSED,   /* not taken: "is not supported: <text>" */
-        CONV_FLAG,      /* bool at field */
-        CONV_STRING,    /* const char * at field, any text */
-        CONV_TEXT,      /* const char * at field, not empty; text: a hint */
-        CONV_INT,       /* int at field, from min to max */
-        CONV_SECONDS,   /* uint64_t milliseconds at field */
-        CONV_CHOICE,    /* const char * at field, one of choices */
-        CONV_FUNC,      /* fn, when the option is given */
-        CONV_GROUP,     /* fn, always: it converts several options */
+        CONV_NONE = 0, /* converted with another option's row */
+        CONV_REFUSED,  /* not taken: "is not supported: <text>" */
+        CONV_FLAG,     /* bool at field */
+        CONV_STRING,   /* const char * at field, any text */
+        CONV_TEXT,     /* const char * at field, not empty; text: a hint */
+        CONV_INT,      /* int at field, from min to max */
+        CONV_SECONDS,  /* uint64_t milliseconds at field */
+        CONV_CHOICE,   /* const char * at field, one of choices */
+        CONV_FUNC,     /* fn, when the option is given */
+        CONV_GROUP,    /* fn, always: it converts several options */
 };
 
 struct conversion {
         enum hp_option_id id;
         enum conversion_kind kind;
-        size_t field;               /* offsetof(struct hp_config, ...) */
+        size_t field; /* offsetof(struct hp_config, ...) */
         bool has_given;
-        size_t given;               /* a bool set when the option is given */
+        size_t given; /* a bool set when the option is given */
         int min, max;
         const char *text;
         const char *const *choices;
         size_t nchoices;
         convert_fn fn;
-        int first;                  /* converted before the others, 1 first */
+        int first; /* converted before the others, 1 first */
 };
 
 #define FIELD(f) .field = offsetof(struct hp_config, f)
@@ -372,13 +384,13 @@ static int convert_rdzv_backend(struct hp_config *cfg,
 {
         /* Those from c10d on are PyTorch's own, refused with a reason. */
         static const char *const backends[] = {
-                "hyperpod", "static", "slurm", "resource-config",
+                "hyperpod", "static", "slurm",   "resource-config",
                 "c10d",     "etcd",   "etcd-v2",
         };
         int r, index;
 
-        r = config__parse_choice(&raw[id], backends, HP_ARRAY_SIZE(backends), &index,
-                         errbuf, errlen);
+        r = config__parse_choice(&raw[id], backends, HP_ARRAY_SIZE(backends),
+                                 &index, errbuf, errlen);
         if (r < 0)
                 return r;
         if (index >= 4)
@@ -469,9 +481,8 @@ static int convert_log_dir(struct hp_config *cfg, const struct raw_value *raw,
 
 /* --redirects and --tee, per local rank. */
 static int convert_std_spec(struct hp_config *cfg,
-                            const struct raw_value *raw,
-                            enum hp_option_id id, char *errbuf,
-                            size_t errlen)
+                            const struct raw_value *raw, enum hp_option_id id,
+                            char *errbuf, size_t errlen)
 {
         uint8_t *out = id == HP_OPT_REDIRECTS ? cfg->redirects : cfg->tee;
         char detail[200];
@@ -493,7 +504,7 @@ static int convert_local_ranks_filter(struct hp_config *cfg,
         if (raw[id].text[0] == '\0')
                 return 0;
         r = config__parse_ranks_filter(&raw[id], cfg->nproc, false,
-                               cfg->console_shown, errbuf, errlen);
+                                       cfg->console_shown, errbuf, errlen);
         if (r < 0)
                 return r;
         cfg->console_filter_set = true;
@@ -522,8 +533,8 @@ static int convert_shutdown_signal(struct hp_config *cfg,
         static const char *const signals[] = { "SIGTERM", "SIGKILL" };
         int r, index;
 
-        r = config__parse_choice(&raw[id], signals, HP_ARRAY_SIZE(signals), &index,
-                         errbuf, errlen);
+        r = config__parse_choice(&raw[id], signals, HP_ARRAY_SIZE(signals),
+                                 &index, errbuf, errlen);
         if (r < 0)
                 return r;
         cfg->shutdown_signal = index == 0 ? SIGTERM : SIGKILL;
@@ -538,8 +549,9 @@ static int convert_hang_dump(struct hp_config *cfg,
         static const char *const hang_dumps[] = { "off", "stacks", "full" };
         int r, index;
 
-        r = config__parse_choice(&raw[id], hang_dumps, HP_ARRAY_SIZE(hang_dumps),
-                         &index, errbuf, errlen);
+        r = config__parse_choice(&raw[id], hang_dumps,
+                                 HP_ARRAY_SIZE(hang_dumps), &index, errbuf,
+                                 errlen);
         if (r < 0)
                 return r;
         cfg->hang_dump = (enum hp_hang_dump)index;
@@ -552,8 +564,9 @@ static int convert_cgroup(struct hp_config *cfg, const struct raw_value *raw,
         static const char *const cgroup_modes[] = { "auto", "off" };
         int r, index;
 
-        r = config__parse_choice(&raw[id], cgroup_modes, HP_ARRAY_SIZE(cgroup_modes),
-                         &index, errbuf, errlen);
+        r = config__parse_choice(&raw[id], cgroup_modes,
+                                 HP_ARRAY_SIZE(cgroup_modes), &index, errbuf,
+                                 errlen);
         if (r < 0)
                 return r;
         cfg->cgroup = index == 0;
@@ -616,8 +629,8 @@ static int convert_monitor_ranks(struct hp_config *cfg,
                         cfg->monitored[i] = true;
                 cfg->replay_all_ranks = true;
         } else {
-                r = config__parse_ranks_filter(v, bound, true, cfg->monitored, errbuf,
-                                       errlen);
+                r = config__parse_ranks_filter(v, bound, true, cfg->monitored,
+                                               errbuf, errlen);
                 if (r < 0)
                         return r;
         }
@@ -697,7 +710,8 @@ static int convert_safety_factor(struct hp_config *cfg,
                                  size_t errlen)
 {
         return config__parse_double_value(&raw[id], 0.0, 1000.0,
-                                  &cfg->ft_safety_factor, errbuf, errlen);
+                                          &cfg->ft_safety_factor, errbuf,
+                                          errlen);
 }
 
 /* 0 (the default) measures speeds and flags no straggler. */
@@ -710,8 +724,9 @@ static int convert_straggler_ratio(struct hp_config *cfg,
                 cfg->straggler_ratio = 0.0;
                 return 0;
         }
-        return config__parse_double_value(&raw[id], 0.0, 1.0, &cfg->straggler_ratio,
-                                  errbuf, errlen);
+        return config__parse_double_value(&raw[id], 0.0, 1.0,
+                                          &cfg->straggler_ratio, errbuf,
+                                          errlen);
 }
 
 static int convert_straggler_action(struct hp_config *cfg,
@@ -722,8 +737,8 @@ static int convert_straggler_action(struct hp_config *cfg,
         static const char *const actions[] = { "warn", "verdict" };
         int index, r;
 
-        r = config__parse_choice(&raw[id], actions, HP_ARRAY_SIZE(actions), &index,
-                         errbuf, errlen);
+        r = config__parse_choice(&raw[id], actions, HP_ARRAY_SIZE(actions),
+                                 &index, errbuf, errlen);
         if (r == 0)
                 cfg->straggler_verdict = index == 1;
         return r;
@@ -733,8 +748,9 @@ static int convert_straggler_action(struct hp_config *cfg,
 
 /* The conversion columns of options.h's table. */
 static const struct conversion conversions[HP_OPT_COUNT] = {
-#define XX(id_, name, letter, metavar, env, kind_, conv, help)                \
-        [HP_OPT_##id_] = { .id = HP_OPT_##id_, .kind = CONV_##kind_,           \
+#define XX(id_, name, letter, metavar, env, kind_, conv, help)               \
+        [HP_OPT_##id_] = { .id = HP_OPT_##id_,                               \
+                           .kind = CONV_##kind_,                             \
                            HP_UNPAREN conv },
         HP_OPTION_TABLE(XX)
 #undef XX
@@ -772,15 +788,16 @@ static int convert_one(struct hp_config *cfg, const struct raw_value *raw,
                 *(const char **)field = v->text;
                 return 0;
         case CONV_INT:
-                r = config__parse_int_value(v, c->min, c->max, (int *)field, errbuf,
-                                    errlen);
+                r = config__parse_int_value(v, c->min, c->max, (int *)field,
+                                            errbuf, errlen);
                 break;
         case CONV_SECONDS:
-                r = config__parse_seconds(v, (uint64_t *)field, errbuf, errlen);
+                r = config__parse_seconds(v, (uint64_t *)field, errbuf,
+                                          errlen);
                 break;
         case CONV_CHOICE:
-                r = config__parse_choice(v, c->choices, c->nchoices, &index, errbuf,
-                                 errlen);
+                r = config__parse_choice(v, c->choices, c->nchoices, &index,
+                                         errbuf, errlen);
                 if (r == 0)
                         *(const char **)field = c->choices[index];
                 break;
@@ -805,20 +822,21 @@ static int shutdown_defaults(struct hp_config *cfg,
                              const struct raw_value *raw, char *errbuf,
                              size_t errlen)
 {
-        bool operator = hp_config_operator_mode(cfg);
+        bool operator= hp_config_operator_mode(cfg);
         struct raw_value env = { .text = NULL };
 
         if (raw[HP_OPT_SHUTDOWN_SIGNAL].text == NULL)
-                cfg->shutdown_signal = operator ? SIGKILL : SIGTERM;
+                cfg->shutdown_signal = operator? SIGKILL : SIGTERM;
         if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text != NULL)
                 return 0;
-        cfg->shutdown_timeout_ms = operator ? 15000 : 30000;
+        cfg->shutdown_timeout_ms = operator? 15000 : 30000;
         env.text = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
         if (env.text == NULL || env.text[0] == '\0')
                 return 0;
         snprintf(env.source, sizeof(env.source), "%s",
                  "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (environment)");
-        return config__parse_seconds(&env, &cfg->shutdown_timeout_ms, errbuf, errlen);
+        return config__parse_seconds(&env, &cfg->shutdown_timeout_ms, errbuf,
+                                     errlen);
 }
 
 /* The rows with .first in its order, then the others in table order. */
@@ -848,7 +866,7 @@ static int convert_in_order(struct hp_config *cfg,
 }
 
 int config__convert_values(struct hp_config *cfg, struct raw_value *raw,
-                          char *errbuf, size_t errlen)
+                           char *errbuf, size_t errlen)
 {
         int r = convert_in_order(cfg, raw, errbuf, errlen);
 
@@ -866,12 +884,15 @@ int config__convert_values(struct hp_config *cfg, struct raw_value *raw,
                          cfg->metrics_port);
                 return HP_EUSAGE;
         }
-        cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text ? "--server-host"
-                : raw[HP_OPT_SERVER_LOG_LEVEL].text ? "--server-log-level"
-                : raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text
-                        ? "--server-shutdown-timeout"
-                : raw[HP_OPT_SERVER_TOKEN_FILE].text ? "--server-token-file"
-                        : "";
+        cfg->server_flag_given = raw[HP_OPT_SERVER_HOST].text
+                                         ? "--server-host"
+                                 : raw[HP_OPT_SERVER_LOG_LEVEL].text
+                                         ? "--server-log-level"
+                                 : raw[HP_OPT_SERVER_SHUTDOWN_TIMEOUT].text
+                                         ? "--server-shutdown-timeout"
+                                 : raw[HP_OPT_SERVER_TOKEN_FILE].text
+                                         ? "--server-token-file"
+                                         : "";
         /* The operator must reach the agent from its own pod, as in the
          * reference; a self-driven job's read-only routes are for this
          * node unless --server-host says otherwise. */

@@ -26,7 +26,7 @@ int hp_config_find_executable(const char *name, char *path, size_t len)
                 if (access(name, X_OK) < 0)
                         return -EACCES;
                 return hp_snprintf(path, len, "%s", name) < 0 ? -ENAMETOOLONG
-                                                             : 0;
+                                                              : 0;
         }
         search = getenv("PATH");
         if (search == NULL)

@@ -22,12 +22,14 @@ struct help_row {
 };
 
 static const struct help_row help_rows[] = {
-#define XX(id, name, letter, metavar, env, kind, conv, help)                  \
+#define XX(id, name, letter, metavar, env, kind, conv, help)                 \
         { name, letter, metavar, env != NULL, help },
         HP_OPTION_TABLE(XX)
 #undef XX
 };
 
+/* The text around the options, laid out as printed. */
+/* clang-format off */
 static const char usage[] =
 "Usage: hyperpodrun [OPTIONS] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
 "       hyperpodrun [OPTIONS] -m MODULE [ARGS...]\n"
@@ -64,6 +66,8 @@ static const char closing[] =
 "when --expect is not met, or 2 when the rules, the expectation or the log\n"
 "cannot be used. --check-rules exits 0, or 2 for rules that cannot be used.\n"
 "See hyperpodrun(1) for the environment, files and signals.\n";
+
+/* clang-format on */
 
 struct help_buf {
         char *text;

@@ -29,6 +29,8 @@
  * flags, and the backend before --nnodes, because Kubeflow's elastic job
  * also sets PET_NNODES=MIN:MAX and c10d is the cause to name.
  */
+/* One row per flag, laid out by hand. */
+/* clang-format off */
 #define HP_OPTION_TABLE(XX)                                                   \
         XX(NNODES, "nnodes", 0, "N", "PET_NNODES", FUNC,                      \
            (.fn = convert_nnodes),                                            \
@@ -453,5 +455,6 @@ enum hp_option_id {
 #undef XX
         HP_OPT_COUNT
 };
+/* clang-format on */
 
 #endif

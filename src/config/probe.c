@@ -121,7 +121,7 @@ static int count_cpus(void)
 }
 
 int config__parse_nproc(const struct raw_value *v, int *out, char *errbuf,
-                       size_t errlen)
+                        size_t errlen)
 {
         int n;
 
@@ -140,8 +140,8 @@ int config__parse_nproc(const struct raw_value *v, int *out, char *errbuf,
                 if (n == 0)
                         ERR("%s neuron: no NeuronCore found "
                             "(NEURON_RT_VISIBLE_CORES is unset and no "
-                            NEURON_SYSFS "/neuron*/core_count)",
-                            v->source);
+                            "%s/neuron*/core_count)",
+                            v->source, NEURON_SYSFS);
         } else if (strcmp(v->text, "xpu") == 0) {
                 ERR("%s xpu is not supported: hyperpodrun does not count "
                     "Intel XPUs (torch.xpu asks the Level Zero runtime); "

@@ -12,7 +12,7 @@
 #include "config-private.h"
 
 int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
-                        size_t errlen)
+                         size_t errlen)
 {
         const char *colon = strchr(v->text, ':');
         char min_text[32];
@@ -122,8 +122,8 @@ bad_item:
  * --local-ranks-filter takes such ranks and shows nothing for them, so
  * that one command line fits nodes of different sizes. */
 int config__parse_ranks_filter(const struct raw_value *v, int nproc,
-                              bool strict, bool *shown, char *errbuf,
-                              size_t errlen)
+                               bool strict, bool *shown, char *errbuf,
+                               size_t errlen)
 {
         for (int i = 0; i < nproc; i++)
                 shown[i] = false;
@@ -162,7 +162,7 @@ int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen)
                 { "role_name", "r" },     { "rank", "0" },
                 { "local_rank", "0" },    { "group_rank", "0" },
                 { "restart_count", "0" }, { "hostname", "h" },
-                { "pid", "1" },               { "time", "\x01" },
+                { "pid", "1" },           { "time", "\x01" },
         };
         char out[4096];
         int r;
@@ -171,15 +171,17 @@ int hp_config_check_template(const char *tmpl, char *errbuf, size_t errlen)
                                sizeof(out), NULL, errbuf, errlen);
         /* Each line's time is written into one place in its prefix. */
         if (r == 0 && strchr(out, '\x01') != strrchr(out, '\x01')) {
-                snprintf(errbuf, errlen, "${time} appears more than once in "
-                         "template '%s'", tmpl);
+                snprintf(errbuf, errlen,
+                         "${time} appears more than once in "
+                         "template '%s'",
+                         tmpl);
                 return HP_ECONFIG;
         }
         return r;
 }
 
 int config__parse_seconds(const struct raw_value *v, uint64_t *out,
-                         char *errbuf, size_t errlen)
+                          char *errbuf, size_t errlen)
 {
         if (hp_parse_seconds_ms(v->text, out) < 0)
                 ERR("invalid value '%s' for %s: expected seconds, e.g. 15 or "
@@ -189,7 +191,7 @@ int config__parse_seconds(const struct raw_value *v, uint64_t *out,
 }
 
 int config__parse_int_value(const struct raw_value *v, int min, int max,
-                           int *out, char *errbuf, size_t errlen)
+                            int *out, char *errbuf, size_t errlen)
 {
         if (hp_parse_int(v->text, min, max, out) < 0)
                 ERR("invalid value '%s' for %s: expected an integer from %d "
@@ -198,8 +200,9 @@ int config__parse_int_value(const struct raw_value *v, int min, int max,
         return 0;
 }
 
-int config__parse_choice(const struct raw_value *v, const char *const *choices,
-                        size_t n, int *index, char *errbuf, size_t errlen)
+int config__parse_choice(const struct raw_value *v,
+                         const char *const *choices, size_t n, int *index,
+                         char *errbuf, size_t errlen)
 {
         char list[256] = "";
 
@@ -256,16 +259,16 @@ int hp_config_parse_dup_filters(const char *text, struct hp_dup_filters *out,
 
 /* A number in (min, max]. */
 int config__parse_double_value(const struct raw_value *v, double min,
-                              double max, double *out, char *errbuf,
-                              size_t errlen)
+                               double max, double *out, char *errbuf,
+                               size_t errlen)
 {
         char *end;
         double d;
 
         errno = 0;
         d = strtod(v->text, &end);
-        if (v->text[0] == '\0' || *end != '\0' || errno != 0 ||
-            !(d > min) || d > max)
+        if (v->text[0] == '\0' || *end != '\0' || errno != 0 || !(d > min) ||
+            d > max)
                 ERR("invalid value '%s' for %s: expected a number above %g, "
                     "at most %g",
                     v->text, v->source, min, max);

@@ -32,12 +32,11 @@ struct validator {
         locale_t loc;
 };
 
-static void verr(struct validator *v, const char *field, const char *fmt,
-                 ...) __attribute__((format(printf, 3, 4)));
+static void verr(struct validator *v, const char *field, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* "rule 2 (LossSpike): metricThreshold: <message>". */
-static void verr(struct validator *v, const char *field, const char *fmt,
-                 ...)
+static void verr(struct validator *v, const char *field, const char *fmt, ...)
 {
         char msg[512];
         va_list ap;
@@ -48,8 +47,8 @@ static void verr(struct validator *v, const char *field, const char *fmt,
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         if (v->name != NULL)
-                snprintf(v->errbuf, v->len, "rule %zu (%s): %s: %s",
-                         v->index, v->name, field, msg);
+                snprintf(v->errbuf, v->len, "rule %zu (%s): %s: %s", v->index,
+                         v->name, field, msg);
         else if (field != NULL)
                 snprintf(v->errbuf, v->len, "rule %zu: %s: %s", v->index,
                          field, msg);
@@ -75,8 +74,9 @@ static void vwarn(struct validator *v, const char *field, const char *fmt,
         if (v->warnings_len >= WARNINGS_MAX - 1)
                 return;
         n = snprintf(v->warnings + v->warnings_len,
-                     WARNINGS_MAX - v->warnings_len, "rule %zu (%s): %s: %s\n",
-                     v->index, v->name, field, msg);
+                     WARNINGS_MAX - v->warnings_len,
+                     "rule %zu (%s): %s: %s\n", v->index, v->name, field,
+                     msg);
         if (n > 0)
                 v->warnings_len += (size_t)n;
         if (v->warnings_len >= WARNINGS_MAX)
@@ -181,8 +181,8 @@ static const struct {
         const char *text;
         enum logmon_op op;
 } operators[] = {
-        { "gt", LOGMON_OP_GT },     { "gteq", LOGMON_OP_GTEQ },
-        { "lt", LOGMON_OP_LT },     { "lteq", LOGMON_OP_LTEQ },
+        { "gt", LOGMON_OP_GT }, { "gteq", LOGMON_OP_GTEQ },
+        { "lt", LOGMON_OP_LT }, { "lteq", LOGMON_OP_LTEQ },
         { "eq", LOGMON_OP_EQ },
 };
 
@@ -205,8 +205,8 @@ static bool numeric(struct validator *v, const cJSON *item, double *out)
         }
         if (cJSON_IsString(item))
                 return logmon__parse_float(item->valuestring,
-                                           strlen(item->valuestring),
-                                           v->loc, out);
+                                           strlen(item->valuestring), v->loc,
+                                           out);
         return false;
 }
 
@@ -295,7 +295,8 @@ static int check_name(struct validator *v, struct logmon_ruleset *rs,
                 if (strcmp(rs->rules[i].name, r->name) == 0) {
                         vwarn(v, "name",
                               "same name as rule %zu: reasons will name "
-                              "the first", i);
+                              "the first",
+                              i);
                         break;
                 }
         }
@@ -344,7 +345,8 @@ static int check_stop_pattern(struct validator *v, struct logmon_ruleset *rs,
         /* An empty pattern matches every line: the rule would retire on
          * the first line it sees. */
         if (cJSON_IsString(item) && item->valuestring[0] == '\0') {
-                verr(v, "stopPattern", "empty pattern would retire "
+                verr(v, "stopPattern",
+                     "empty pattern would retire "
                      "the rule on its first line");
                 return HP_ECONFIG;
         }
@@ -367,7 +369,8 @@ static int check_threshold(struct validator *v, struct logmon_ruleset *rs,
                 return HP_ECONFIG;
         }
         if (isnan(d)) {
-                verr(v, "metricThreshold", "nan compares false "
+                verr(v, "metricThreshold",
+                     "nan compares false "
                      "with everything; the rule could never be "
                      "SLOW");
                 return HP_ECONFIG;
@@ -381,8 +384,7 @@ static int check_operator(struct validator *v, struct logmon_ruleset *rs,
                           const cJSON *obj, struct logmon_rule *r,
                           const struct logmon_ruleset_opts *opts)
 {
-        static const char *const ops[] = { "gt", "gteq", "lt", "lteq",
-                                           "eq" };
+        static const char *const ops[] = { "gt", "gteq", "lt", "lteq", "eq" };
         const cJSON *item = field(obj, "operator");
         const char *near;
         char desc[80];
@@ -398,11 +400,12 @@ static int check_operator(struct validator *v, struct logmon_ruleset *rs,
                 return 0;
         near = cJSON_IsString(item) ? closest(item->valuestring, ops, 5)
                                     : NULL;
-        verr(v, "operator", "expected one of gt, gteq, lt, "
+        verr(v, "operator",
+             "expected one of gt, gteq, lt, "
              "lteq, eq, got %s%s%s%s",
              describe(item, desc, sizeof(desc)),
-             near ? " (did you mean \"" : "",
-             near ? near : "", near ? "\"?)" : "");
+             near ? " (did you mean \"" : "", near ? near : "",
+             near ? "\"?)" : "");
         return HP_ECONFIG;
 }
 
@@ -450,8 +453,10 @@ static int check_fault_on_match(struct validator *v,
                  strcasecmp(item->valuestring, "false") == 0)
                 r->fault_on_match = false;
         else {
-                verr(v, "faultOnMatch", "expected true or false, "
-                     "got %s", describe(item, desc, sizeof(desc)));
+                verr(v, "faultOnMatch",
+                     "expected true or false, "
+                     "got %s",
+                     describe(item, desc, sizeof(desc)));
                 return HP_ECONFIG;
         }
         return 0;
@@ -459,9 +464,9 @@ static int check_fault_on_match(struct validator *v,
 
 /* The checks of a rule, in the order its errors are reported. */
 static const rule_check_fn rule_checks[] = {
-        check_name,      check_log_pattern, check_timing,
-        check_stop_pattern, check_threshold, check_operator,
-        check_datapoints, check_fault_on_match,
+        check_name,         check_log_pattern,    check_timing,
+        check_stop_pattern, check_threshold,      check_operator,
+        check_datapoints,   check_fault_on_match,
 };
 
 /* A metric rule needs a threshold, an operator and a capture group. */
@@ -474,7 +479,8 @@ static void warn_metric(struct validator *v, struct logmon_rule *r)
                       "needs %s as well; the rule never reports SLOW",
                       r->has_threshold ? "operator" : "metricThreshold");
         else if (r->has_threshold && r->captures == 0)
-                vwarn(v, "logPattern", "has no capture group for the "
+                vwarn(v, "logPattern",
+                      "has no capture group for the "
                       "metric; the rule never reports SLOW");
 }
 
@@ -486,7 +492,7 @@ static int check_unknown_keys(struct validator *v, const cJSON *obj,
 {
         const cJSON *key;
 
-        cJSON_ArrayForEach(key, obj) {
+        cJSON_ArrayForEach (key, obj) {
                 bool known = false;
                 const char *near;
 
@@ -565,8 +571,7 @@ static void rules_free(struct logmon_ruleset *rs)
 
 int logmon_ruleset_new(const cJSON *rules,
                        const struct logmon_ruleset_opts *opts,
-                       struct logmon_ruleset **out, char *errbuf,
-                       size_t len)
+                       struct logmon_ruleset **out, char *errbuf, size_t len)
 {
         static const struct logmon_ruleset_opts defaults = { 0 };
         struct validator v = { .errbuf = errbuf, .len = len };
@@ -580,15 +585,18 @@ int logmon_ruleset_new(const cJSON *rules,
         if (opts == NULL)
                 opts = &defaults;
         if (!cJSON_IsArray(rules)) {
-                snprintf(errbuf, len, "rules: expected a list of rule "
+                snprintf(errbuf, len,
+                         "rules: expected a list of rule "
                          "objects, got %s",
                          describe(rules, desc, sizeof(desc)));
                 return HP_ECONFIG;
         }
         count = cJSON_GetArraySize(rules);
         if (count > LOGMON_RULES_MAX) {
-                snprintf(errbuf, len, "rules: %d rules, at most %d are "
-                         "supported", count, LOGMON_RULES_MAX);
+                snprintf(errbuf, len,
+                         "rules: %d rules, at most %d are "
+                         "supported",
+                         count, LOGMON_RULES_MAX);
                 return HP_ECONFIG;
         }
 
@@ -598,15 +606,15 @@ int logmon_ruleset_new(const cJSON *rules,
         rs->refs = 1;
         rs->jit = true;
         rs->max_pairs = 1;
-        rs->rules = calloc(count > 0 ? (size_t)count : 1,
-                           sizeof(*rs->rules));
+        rs->rules = calloc(count > 0 ? (size_t)count : 1, sizeof(*rs->rules));
         rs->warnings = calloc(1, WARNINGS_MAX);
         rs->c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-        rs->mctx = logmon__match_limits_new(
-                opts->match_limit != 0 ? opts->match_limit :
-                                         LOGMON_MATCH_LIMIT,
-                opts->depth_limit != 0 ? opts->depth_limit :
-                                         LOGMON_DEPTH_LIMIT);
+        rs->mctx = logmon__match_limits_new(opts->match_limit != 0
+                                                    ? opts->match_limit
+                                                    : LOGMON_MATCH_LIMIT,
+                                            opts->depth_limit != 0
+                                                    ? opts->depth_limit
+                                                    : LOGMON_DEPTH_LIMIT);
         if (rs->rules == NULL || rs->warnings == NULL ||
             rs->c_locale == (locale_t)0 || rs->mctx == NULL)
                 goto error;
@@ -614,7 +622,7 @@ int logmon_ruleset_new(const cJSON *rules,
         v.loc = rs->c_locale;
 
         i = 0;
-        cJSON_ArrayForEach(obj, rules) {
+        cJSON_ArrayForEach (obj, rules) {
                 struct logmon_rule *r = &rs->rules[i];
 
                 v.index = i;
