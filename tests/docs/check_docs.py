@@ -4,17 +4,24 @@
 
 Usage: check_docs.py BINARY MANPAGE README
 
---help (src/config/help.c) is the source of truth. Every long option it lists
-must appear in the man page and in the README. Every option the man page's
-OPTIONS section documents must exist in --help, so that nothing stale
-remains. The man page must have the sections of STYLE.md §14 and a .TH line
+--help (made by src/config/help.c from the option table) is the source of
+truth. Every long option it lists must appear in the man page and in the
+README. Every option the man page's OPTIONS section documents must exist in
+--help, so that nothing stale remains. The man page must have the sections of STYLE.md §14 and a .TH line
 with @VERSION@ for meson to fill in. Where mandoc (and groff) are installed,
 they must render it without a warning.
+
+The option table (src/config/options.h, beside the man page in the tree)
+makes --help, so --help must list exactly the table's options; the man page
+must name the PET_ variable of every torchrun option that is not refused,
+and every PET_ variable the man page, the README or docs/ name must be one
+of the table's (no stale or misspelt variable).
 
 Exit status: 0 when everything agrees, 1 with a list of the problems
 otherwise, 2 when the check itself cannot run (a missing file, a binary that
 does not start).
 """
+import pathlib
 import re
 import shutil
 import subprocess
@@ -123,6 +130,42 @@ def stale_options(options_source, known):
     return problems
 
 
+# A row of options.h: XX(ID, "name", letter, METAVAR|NULL, "PET_X"|NULL,
+# KIND, ...; backslash-newlines joined first.
+TABLE_ROW = re.compile(r'XX\((\w+),\s*"([a-z-]+)",\s*\S+,\s*(?:NULL|"[^"]*"),'
+                       r'\s*(NULL|"PET_\w+"),\s*(\w+),')
+DOC_PET = re.compile(r"\bPET_[A-Z][A-Z_]*[A-Z]\b")
+
+
+def option_table(path):
+    """(name, PET_ variable or None, conversion kind) per row."""
+    text = read(path).replace("\\\n", " ")
+    rows = [(m[2], None if m[3] == "NULL" else m[3].strip('"'), m[4])
+            for m in TABLE_ROW.finditer(text)]
+    if len(rows) < 50:
+        fail_setup(f"{path}: only {len(rows)} option rows understood")
+    return rows
+
+
+def table_problems(rows, options, man_text, docs):
+    """What the option table says that --help or the docs contradict."""
+    problems = []
+    names = {name for name, _, _ in rows}
+    for name in sorted(names - set(options)):
+        problems.append(f"--{name}: in options.h, missing from --help")
+    for name in sorted(set(options) - names):
+        problems.append(f"--{name}: in --help, not in options.h")
+    pets = {env for _, env, _ in rows if env}
+    for name, env, kind in rows:
+        if env and kind != "REFUSED" and env not in man_text:
+            problems.append(f"--{name}: its {env} is not in the man page")
+    for where, text in docs:
+        for env in sorted(set(DOC_PET.findall(text)) - pets):
+            problems.append(f"{where}: {env} is no option's variable "
+                            f"(src/config/options.h)")
+    return problems
+
+
 def run_linter(argv):
     try:
         result = subprocess.run(argv, capture_output=True, text=True,
@@ -153,6 +196,14 @@ def main(argv):
             problems.append(f"--{name}: in --help, missing from the man page")
         if not mentions(readme, name):
             problems.append(f"--{name}: in --help, missing from the README")
+
+    root = pathlib.Path(man_path).resolve().parents[1]
+    docs = [("man page", man_text), ("README", readme)]
+    docs += [(str(p.relative_to(root)), read(p))
+             for p in sorted((root / "docs").glob("*.md"))]
+    problems += table_problems(
+        option_table(root / "src" / "config" / "options.h"), options,
+        man_text, docs)
 
     sections = man_sections(man_source)
     for name in REQUIRED_SECTIONS:
