@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The --help text, from the option table in options.h. man/hyperpodrun.1.in
- * and README.md say the same; the docs test checks that every long option
- * here appears in the man page. */
+ * and docs/usage.md say the same; the docs test checks that every long
+ * option here appears in both. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
