@@ -327,8 +327,10 @@ struct conversion {
         size_t nchoices;
         convert_fn fn;
         int first; /* converted before the others, 1 first */
+        int after; /* converted right after option after - 1 */
 };
 
+#define AFTER(opt) .after = HP_OPT_##opt + 1
 #define FIELD(f) .field = offsetof(struct hp_config, f)
 #define GIVEN(f) .has_given = true, .given = offsetof(struct hp_config, f)
 #define CHOICES(list) .choices = (list), .nchoices = HP_ARRAY_SIZE(list)
@@ -822,14 +824,14 @@ static int shutdown_defaults(struct hp_config *cfg,
                              const struct raw_value *raw, char *errbuf,
                              size_t errlen)
 {
-        bool operator= hp_config_operator_mode(cfg);
+        bool operator_mode = hp_config_operator_mode(cfg);
         struct raw_value env = { .text = NULL };
 
         if (raw[HP_OPT_SHUTDOWN_SIGNAL].text == NULL)
-                cfg->shutdown_signal = operator? SIGKILL : SIGTERM;
+                cfg->shutdown_signal = operator_mode ? SIGKILL : SIGTERM;
         if (raw[HP_OPT_SHUTDOWN_TIMEOUT].text != NULL)
                 return 0;
-        cfg->shutdown_timeout_ms = operator? 15000 : 30000;
+        cfg->shutdown_timeout_ms = operator_mode ? 15000 : 30000;
         env.text = getenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
         if (env.text == NULL || env.text[0] == '\0')
                 return 0;
@@ -839,7 +841,22 @@ static int shutdown_defaults(struct hp_config *cfg,
                                      errlen);
 }
 
-/* The rows with .first in its order, then the others in table order. */
+/* Converts option id, then the rows marked AFTER(id), and theirs. */
+static int convert_with_followers(struct hp_config *cfg,
+                                  const struct raw_value *raw, int id,
+                                  char *errbuf, size_t errlen)
+{
+        int r = convert_one(cfg, raw, &conversions[id], errbuf, errlen);
+
+        for (int next = 0; r == 0 && next < HP_OPT_COUNT; next++)
+                if (conversions[next].after == id + 1)
+                        r = convert_with_followers(cfg, raw, next, errbuf,
+                                                   errlen);
+        return r;
+}
+
+/* The rows with .first in its order, then the others in table order,
+ * each followed by the rows converted after it. */
 static int convert_in_order(struct hp_config *cfg,
                             const struct raw_value *raw, char *errbuf,
                             size_t errlen)
@@ -850,15 +867,15 @@ static int convert_in_order(struct hp_config *cfg,
                 for (int id = 0; id < HP_OPT_COUNT; id++) {
                         if (conversions[id].first != rank)
                                 continue;
-                        r = convert_one(cfg, raw, &conversions[id], errbuf,
-                                        errlen);
+                        r = convert_with_followers(cfg, raw, id, errbuf,
+                                                   errlen);
                         if (r < 0)
                                 return r;
                 }
         for (int id = 0; id < HP_OPT_COUNT; id++) {
-                if (conversions[id].first != 0)
+                if (conversions[id].first != 0 || conversions[id].after != 0)
                         continue;
-                r = convert_one(cfg, raw, &conversions[id], errbuf, errlen);
+                r = convert_with_followers(cfg, raw, id, errbuf, errlen);
                 if (r < 0)
                         return r;
         }

@@ -25,7 +25,9 @@
  * conversion: FIELD(member of struct hp_config), GIVEN(member), .min,
  * .max, CHOICES(list), .text, .fn. Options are converted in table order,
  * so that with two bad options the first is the one reported, except
- * that rows with .first = N go first, in N's order: the refused torchrun
+ * that a row with AFTER(ID) is converted right after row ID (its value
+ * may depend on ID's, as the filters' on --log-dir), and rows with
+ * .first = N go first, in N's order: the refused torchrun
  * flags, and the backend before --nnodes, because Kubeflow's elastic job
  * also sets PET_NNODES=MIN:MAX and c10d is the cause to name.
  */
@@ -158,7 +160,7 @@
            "SIGUSR2 (always forwarded) if you like")                          \
         XX(SHUTDOWN_TIMEOUT, "shutdown-timeout", 0, "SECS",                   \
            "PET_SHUTDOWN_TIMEOUT", SECONDS,                                   \
-           (FIELD(shutdown_timeout_ms)),                                      \
+           (FIELD(shutdown_timeout_ms), AFTER(SHUTDOWN_SIGNAL)),              \
            "after a failure or a stop, SIGKILL the workers\n"                 \
            "SECS after the first signal (default\n"                           \
            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30;\n"                       \
@@ -170,11 +172,12 @@
            "torchrun's default (no events); others refused")                  \
         XX(DUPLICATE_STDOUT_FILTERS, "duplicate-stdout-filters", 0, "VALUE",  \
            "PET_DUPLICATE_STDOUT_FILTERS", FUNC,                              \
-           (.fn = convert_duplicate_filters),                                 \
+           (.fn = convert_duplicate_filters, AFTER(LOG_DIR)),                 \
            NULL)                                                              \
         XX(DUPLICATE_STDERR_FILTERS, "duplicate-stderr-filters", 0, "LIST",   \
            "PET_DUPLICATE_STDERR_FILTERS", FUNC,                              \
-           (.fn = convert_duplicate_filters),                                 \
+           (.fn = convert_duplicate_filters,                                  \
+            AFTER(DUPLICATE_STDOUT_FILTERS)),                                 \
            "copy the tee'd stdout (stderr) lines holding\n"                   \
            "one of the comma-separated texts, prefixed,\n"                    \
            "to attempt_N/filtered_stdout.log (stderr)")                       \
@@ -272,12 +275,13 @@
            "is given")                                                        \
         XX(METRICS_PORT, "metrics-port", 0, "PORT", NULL, INT,                \
            (FIELD(metrics_port),                                              \
-            GIVEN(metrics_port_given), .min = 0, .max = 65535),               \
+            GIVEN(metrics_port_given), .min = 0, .max = 65535,                \
+            AFTER(SERVER_TOKEN_FILE)),                                        \
            "also serve GET /metrics alone on this port of\n"                  \
            "--server-host, 0 for a free one, in every mode\n"                 \
            "(default: none, /metrics on the server port)")                    \
         XX(SERVER_TOKEN_FILE, "server-token-file", 0, "FILE", NULL, TEXT,     \
-           (FIELD(server_token_file)),                                        \
+           (FIELD(server_token_file), AFTER(SERVER_SHUTDOWN_TIMEOUT)),        \
            "every request but GET /healthz must carry\n"                      \
            "'Authorization: Bearer <token>', the token\n"                     \
            "being FILE's content (owned by hyperpodrun's\n"                   \
