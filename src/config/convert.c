@@ -296,11 +296,12 @@ static int convert_duplicate_filters(struct hp_config *cfg,
 }
 
 /*
- * The conversion of each option's raw text into struct hp_config, one
- * row per option in the order they are checked, so that with two bad
- * options the first in this order is the one reported. Most options are
- * one of a few kinds; an option whose conversion is its own, or that is
- * converted together with others, has a function.
+ * The conversion of each option's raw text into struct hp_config: the
+ * kind and fields of its row in options.h, converted in a fixed order
+ * (convert_in_order) so that with two bad options the first in this
+ * order is the one reported. Most options are one of a few kinds; an
+ * option whose conversion is its own, or that is converted together with
+ * others, has a function.
  */
 enum conversion_kind {
         CONV_NONE = 0, /* converted with another option's row */
