@@ -385,7 +385,8 @@ static int convert_rdzv_backend(struct hp_config *cfg,
                                 enum hp_option_id id, char *errbuf,
                                 size_t errlen)
 {
-        /* Those from c10d on are PyTorch's own, refused with a reason. */
+        /* The order is enum hp_rdzv_backend's; the etcd ones are refused
+         * with a reason. */
         static const char *const backends[] = {
                 "hyperpod", "static", "slurm",   "resource-config",
                 "c10d",     "etcd",   "etcd-v2",
@@ -396,10 +397,9 @@ static int convert_rdzv_backend(struct hp_config *cfg,
                                  &index, errbuf, errlen);
         if (r < 0)
                 return r;
-        if (index >= 4)
+        if (index > HP_RDZV_C10D)
                 ERR("%s %s is not supported: hyperpodrun does not speak "
-                    "PyTorch's TCPStore rendezvous protocol, so an elastic "
-                    "node count is not possible; use static (with "
+                    "etcd; use c10d (with --rdzv-endpoint), static (with "
                     "--nnodes N, --node-rank, --master-addr), slurm, "
                     "resource-config or --standalone. A Kubeflow "
                     "PyTorchJob without elasticPolicy runs as it is: its "
@@ -947,6 +947,12 @@ int config__convert_values(struct hp_config *cfg, struct raw_value *raw,
         if (cfg->standalone && cfg->nnodes != 1)
                 ERR("--standalone runs a single node, but --nnodes is %d",
                     cfg->nnodes);
+        if (!cfg->standalone && cfg->rdzv_backend == HP_RDZV_C10D &&
+            cfg->rdzv_endpoint[0] == '\0')
+                ERR("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]: "
+                    "the address where the agents meet (port %d when not "
+                    "given)",
+                    HP_RDZV_C10D_PORT);
         if (!cfg->standalone && cfg->node_rank >= cfg->nnodes &&
             cfg->rdzv_backend == HP_RDZV_STATIC)
                 ERR("%s %d is out of range: --nnodes is %d, so node ranks "

@@ -29,7 +29,8 @@
  * may depend on ID's, as the filters' on --log-dir), and rows with
  * .first = N go first, in N's order: the refused torchrun
  * flags, and the backend before --nnodes, because Kubeflow's elastic job
- * also sets PET_NNODES=MIN:MAX and c10d is the cause to name.
+ * also sets PET_NNODES=MIN:MAX and an unsupported backend is the cause
+ * to name.
  */
 /* One row per flag, laid out by hand. */
 /* clang-format off */
@@ -63,14 +64,16 @@
            (.fn = convert_rdzv_backend,                                       \
             .first = 8),                                                      \
            "hyperpod (default: wait for the HyperPod\n"                       \
-           "operator), static, slurm or resource-config;\n"                   \
+           "operator), static, slurm, resource-config or\n"                   \
+           "c10d (the agents meet at a store one hosts);\n"                   \
            "with none named and PET_MASTER_ADDR or\n"                         \
            "PET_RDZV_ENDPOINT set (a Kubeflow PyTorchJob):\n"                 \
-           "static; c10d, etcd, etcd-v2 are refused")                         \
+           "static; etcd, etcd-v2 are refused")                               \
         XX(RDZV_ENDPOINT, "rdzv-endpoint", 0, "HOST[:PORT]",                  \
            "PET_RDZV_ENDPOINT", STRING,                                       \
            (FIELD(rdzv_endpoint)),                                            \
-           "static: master address and port")                                 \
+           "static: master address and port; c10d: where\n"                   \
+           "the agents' store is (port 29400)")                               \
         XX(RDZV_ID, "rdzv-id", 0, "ID", "PET_RDZV_ID", FUNC,                  \
            (.fn = convert_rdzv_id),                                           \
            "run id: TORCHELASTIC_RUN_ID and the log\n"                        \
@@ -80,7 +83,8 @@
            "backend options; slurm: scontrol=PATH|off,\n"                     \
            "scontrol_timeout=SECS, master_port=jobid;\n"                      \
            "resource-config: resource_config=PATH,\n"                         \
-           "instance_group=NAME")                                             \
+           "instance_group=NAME; c10d: is_host=BOOL,\n"                       \
+           "join_timeout=SECS (600)")                                         \
         XX(STANDALONE, "standalone", 0, NULL, "PET_STANDALONE", FLAG,         \
            (FIELD(standalone)),                                               \
            "single node: a free master port on 127.0.0.1\n"                   \

@@ -37,9 +37,10 @@ int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
                     "node counts",
                     v->text, v->source);
         if (min != max)
-                ERR("%s %s: an elastic cluster size is not supported (it "
-                    "needs the c10d rendezvous); MIN must equal MAX, or "
-                    "give one node count",
+                ERR("%s %s: an elastic cluster size is not supported "
+                    "(the c10d backend takes a fixed node count); MIN must "
+                    "equal MAX, or give one node count. A Kubeflow "
+                    "PyTorchJob without elasticPolicy runs as it is",
                     v->source, v->text);
         *out = min;
         return 0;
