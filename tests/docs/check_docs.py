@@ -4,8 +4,9 @@
 
 Usage: check_docs.py BINARY MANPAGE ROOT
 
---help (src/config/help.c) is the source of truth. Every long option it lists
-must appear in the man page and in docs/usage.md (the options tables). Every
+--help (made by src/config/help.c from the option table) is the source of
+truth. Every long option it lists must appear in the man page and in
+docs/usage.md (the options tables). Every
 option the man page's OPTIONS section documents must exist in --help, so that
 nothing stale remains. Every relative link in README.md and docs/*.md must
 lead to a file of the tree, and a link's #anchor to a heading of that file;
@@ -13,6 +14,12 @@ README.md must link every page under docs/. The man page must have the
 sections of REQUIRED_SECTIONS and a .TH line with @VERSION@ for meson to
 fill in. Where mandoc (and groff) are installed, they must render it without
 a warning.
+
+The option table (src/config/options.h) makes --help, so --help must list
+exactly the table's options; the man page must name the PET_ variable of
+every torchrun option that is not refused, and every PET_ variable the man
+page, README.md or docs/ name must be one of the table's (no stale or
+misspelt variable).
 
 Exit status: 0 when everything agrees, 1 with a list of the problems
 otherwise, 2 when the check itself cannot run (a missing file, a binary that
@@ -199,6 +206,42 @@ def link_problems(root):
     return problems, count
 
 
+# A row of options.h: XX(ID, "name", letter, METAVAR|NULL, "PET_X"|NULL,
+# KIND, ...; backslash-newlines joined first.
+TABLE_ROW = re.compile(r'XX\((\w+),\s*"([a-z-]+)",\s*\S+,\s*(?:NULL|"[^"]*"),'
+                       r'\s*(NULL|"PET_\w+"),\s*(\w+),')
+DOC_PET = re.compile(r"\bPET_[A-Z][A-Z_]*[A-Z]\b")
+
+
+def option_table(path):
+    """(name, PET_ variable or None, conversion kind) per row."""
+    text = read(path).replace("\\\n", " ")
+    rows = [(m[2], None if m[3] == "NULL" else m[3].strip('"'), m[4])
+            for m in TABLE_ROW.finditer(text)]
+    if len(rows) < 50:
+        fail_setup(f"{path}: only {len(rows)} option rows understood")
+    return rows
+
+
+def table_problems(rows, options, man_text, docs):
+    """What the option table says that --help or the docs contradict."""
+    problems = []
+    names = {name for name, _, _ in rows}
+    for name in sorted(names - set(options)):
+        problems.append(f"--{name}: in options.h, missing from --help")
+    for name in sorted(set(options) - names):
+        problems.append(f"--{name}: in --help, not in options.h")
+    pets = {env for _, env, _ in rows if env}
+    for name, env, kind in rows:
+        if env and kind != "REFUSED" and env not in man_text:
+            problems.append(f"--{name}: its {env} is not in the man page")
+    for where, text in docs:
+        for env in sorted(set(DOC_PET.findall(text)) - pets):
+            problems.append(f"{where}: {env} is no option's variable "
+                            f"(src/config/options.h)")
+    return problems
+
+
 def run_linter(argv):
     try:
         result = subprocess.run(argv, capture_output=True, text=True,
@@ -232,6 +275,12 @@ def main(argv):
                             f"{OPTIONS_PAGE}")
     links, nlinks = link_problems(root)
     problems += links
+    docs = [("man page", man_text), ("README.md", read(root / "README.md"))]
+    docs += [(str(p.relative_to(root)), read(p))
+             for p in sorted((root / "docs").glob("*.md"))]
+    problems += table_problems(
+        option_table(root / "src" / "config" / "options.h"), options,
+        man_text, docs)
 
     sections = man_sections(man_source)
     for name in REQUIRED_SECTIONS:
