@@ -3,9 +3,12 @@
 #ifndef HYPERPOD_RENDEZVOUS_H
 #define HYPERPOD_RENDEZVOUS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <uv.h>
 
 #include "hyperpod/config.h"
 
@@ -45,7 +48,8 @@ struct hp_rdzv_options {
         uint64_t join_timeout_ms;
 };
 
-struct hp_rdzv_c10d; /* private to src/rendezvous */
+struct hp_rdzv_c10d;  /* private to src/rendezvous */
+struct hp_rdzv_watch; /* private to src/rendezvous */
 
 struct hp_rdzv {
         const struct hp_config *cfg; /* borrowed */
@@ -58,7 +62,20 @@ struct hp_rdzv {
         struct hp_rdzv_c10d *c10d;
         bool have_round;
         struct hp_rdzv_info round;
+        /* c10d: the round's number (TORCHELASTIC_RESTART_COUNT, the same
+         * on every node), whether this agent joined it without it
+         * closing, the store's numeric address, and the watch on the
+         * round's end. */
+        int gen;
+        bool round_open;
+        char store_addr[64];
+        int store_port;
+        struct hp_rdzv_watch *watch;
 };
+
+/* hp_rdzv_next's answer when another node left the job (failed with no
+ * restart left, stopped, faulty): this one exits too. */
+#define HP_RDZV_PEER_EXIT (-ECONNABORTED)
 
 /* Fixes the run id (a random UUID with --standalone) and checks the
  * --rdzv-conf keys of the slurm and resource-config backends. Errors are
@@ -80,6 +97,34 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
  * succeeded (torchrun's rule), keeps the store until every node has.
  * Safe to call more than once and on a zeroed struct. */
 void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded);
+
+/* ---- The round coordinator: restarts that move every node together ----
+ *
+ * With a backend whose nodes share a store (c10d), a round ends for every
+ * node when one ends it: a node whose workers failed (or were judged by a
+ * rule) runs hp_rdzv_next again, which ends the round at the store before
+ * joining the next; one that leaves the job (no restart left, a signal, a
+ * node fault) ends it with "exit" in hp_rdzv_close. The others learn it by
+ * push: hp_rdzv_watch keeps a WAIT on the round's end key on the agent's
+ * loop and calls cb once, with job_over false ("restart with the others":
+ * stop the workers and run hp_rdzv_next) or true (another node left, or
+ * the store went away: stop the workers and exit). */
+typedef void (*hp_rdzv_round_end_cb)(void *ctx, bool job_over,
+                                     const char *why);
+
+/* True when this backend's rounds are coordinated (the restart count is
+ * then job-wide: the round number). */
+bool hp_rdzv_coordinated(const struct hp_rdzv *rdzv);
+
+/* Watches the current round's end on loop; 0 (nothing to watch when the
+ * backend is not coordinated) or a negative errno. A second call replaces
+ * the first. */
+int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,
+                  hp_rdzv_round_end_cb cb, void *ctx);
+
+/* Drops the watch (no callback after this); its connection closes on the
+ * loop's next turn. hp_rdzv_next and hp_rdzv_close drop it too. */
+void hp_rdzv_unwatch(struct hp_rdzv *rdzv);
 
 /* Splits "host[:port]" or "[v6]:port"; port stays default_port when
  * absent. Exposed for tests. */

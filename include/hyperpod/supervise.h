@@ -259,6 +259,10 @@ struct hp_agent_events {
 
 /* Exit status of a self-driven run stopped by a node fault. */
 #define HP_EXIT_NODE_FAULT 123
+/* Exit status of a self-driven multi-node run that ended because another
+ * node left the job (its workers failed with no restart left, it was
+ * stopped or faulty) or the rendezvous store went away. */
+#define HP_EXIT_PEER_FAILED 122
 
 /* When the agent's own environment has TORCHELASTIC_ERROR_FILE and it
  * exits with exit_code because a worker failed, copies the root cause's

@@ -62,7 +62,8 @@ static const char closing[] =
 "Exit status: 0 when every stage succeeded; the root-cause worker's exit\n"
 "code, or 128+N when it was killed by signal N; 128+N when hyperpodrun was\n"
 "stopped by signal N; 124 when a log rule stopped the job and no restart\n"
-"was left; 2 for a bad command line or setup error. --replay exits 0, or 1\n"
+"was left; 122 when another node left a c10d job; 2 for a bad command line\n"
+"or setup error. --replay exits 0, or 1\n"
 "when --expect is not met, or 2 when the rules, the expectation or the log\n"
 "cannot be used. --check-rules exits 0, or 2 for rules that cannot be used.\n"
 "See hyperpodrun(1) for the environment, files and signals.\n";

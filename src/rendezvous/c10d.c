@@ -164,6 +164,14 @@ struct round {
         int master_port;
         char key_joined[300];
         char key_closed[300];
+        /* Written before joining: the previous round's end key when this
+         * is a re-rendezvous ("restart", unless a node wrote "exit"
+         * first); at the end of a failed job, "exit" to that key and the
+         * next rounds' closed keys, so that nobody waits for this node. */
+        char key_prev_end[300];
+        const char *exit_keys[3];
+        size_t nexit_keys;
+        bool peer_exit; /* the round was closed by a node that left */
         const char *endpoint;
         const char *run_id;
         uint64_t join_timeout_ms;
@@ -230,11 +238,38 @@ static void master_cb(void *ctx, const struct hp_store_reply *r)
         uv_stop(&rd->loop);
 }
 
+static void after_closed(struct round *rd);
+
+/* The closed key's value: "1", or "exit" when a node that left the job
+ * closed the round so that nobody waits for it. */
+static void closed_value_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+
+        if (r->status == 0 && r->val_len == 4 &&
+            memcmp(r->val, "exit", 4) == 0) {
+                rd->peer_exit = true;
+                round_fail(rd, "rendezvous '%s' at %s: another node left the "
+                               "job; no next round",
+                           rd->run_id, rd->endpoint);
+                return;
+        }
+        after_closed(rd);
+}
+
 static void waited_cb(void *ctx, const struct hp_store_reply *r)
 {
         struct round *rd = ctx;
         int q;
 
+        if (r->status == 0 && !rd->finishing) {
+                q = hp_store_client_get(rd->client, rd->key_closed,
+                                        strlen(rd->key_closed),
+                                        closed_value_cb, rd);
+                if (q < 0)
+                        round_fail(rd, "%s", hp_strerror(q));
+                return;
+        }
         if (r->status < 0) {
                 round_fail(rd, "rendezvous '%s' at %s: the store went away "
                                "while waiting for %d nodes: %s",
@@ -242,7 +277,15 @@ static void waited_cb(void *ctx, const struct hp_store_reply *r)
                            hp_strerror(r->status));
                 return;
         }
-        if (rd->own_store && !rd->finishing) {
+        rd->state = ROUND_DONE;
+        uv_stop(&rd->loop);
+}
+
+static void after_closed(struct round *rd)
+{
+        int q;
+
+        if (rd->own_store) {
                 q = hp_store_client_get(rd->client, rd->key_master,
                                         strlen(rd->key_master), master_cb, rd);
                 if (q < 0)
@@ -380,7 +423,17 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
                 return;
         }
         rd->state = ROUND_JOINING;
-        q = hp_store_client_add(rd->client, rd->key_joined,
+        q = 0;
+        if (rd->key_prev_end[0] != '\0')
+                q = hp_store_client_compare_set(
+                        rd->client, rd->key_prev_end, strlen(rd->key_prev_end),
+                        "", 0, "restart", 7, closed_set_cb, rd);
+        for (size_t i = 0; q == 0 && i < rd->nexit_keys; i++)
+                q = hp_store_client_set(rd->client, rd->exit_keys[i],
+                                        strlen(rd->exit_keys[i]), "exit", 4,
+                                        closed_set_cb, rd);
+        if (q == 0)
+                q = hp_store_client_add(rd->client, rd->key_joined,
                                 strlen(rd->key_joined), 1, joined_cb, rd);
         if (q < 0)
                 round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
@@ -480,6 +533,28 @@ static int run_round(struct round *rd)
         return rd->state == ROUND_DONE ? 0 : HP_ERDZV;
 }
 
+/* The key of round gen's part: /hyperpodrun/rdzv/<id>/<gen>/<what>. */
+static void round_keys(const struct hp_rdzv *rdzv, int gen, const char *what,
+                       char *key, size_t len)
+{
+        snprintf(key, len, "/hyperpodrun/rdzv/%s/%d/%s", rdzv->run_id, gen,
+                 what);
+}
+
+/* What torchrun's c10d backend does not read either, said rather than
+ * ignored in silence. */
+static void warn_unread(const struct hp_config *cfg)
+{
+        if (cfg->node_rank_given)
+                hp_log_warn("--node-rank %d is not read by the c10d backend: "
+                            "node ranks go by order of arrival",
+                            cfg->node_rank);
+        if (cfg->master_addr_given || cfg->master_port_given)
+                hp_log_warn("--master-addr and --master-port are not read by "
+                            "the c10d backend: the workers' MASTER_ADDR:"
+                            "MASTER_PORT is the store on --rdzv-endpoint");
+}
+
 int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                        char *errbuf, size_t errlen)
 {
@@ -489,12 +564,6 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         const char *env;
         int r;
 
-        /* One round per agent: a restart keeps its node rank (coordinated
-         * re-rendezvous of every node is not done yet). */
-        if (rdzv->have_round) {
-                *out = rdzv->round;
-                return 0;
-        }
         if (hp_rdzv_parse_endpoint(cfg->rdzv_endpoint, host, sizeof(host),
                                    HP_RDZV_C10D_PORT, &rd.port) < 0) {
                 snprintf(errbuf, errlen,
@@ -506,22 +575,17 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         r = resolve(host, addr, sizeof(addr), errbuf, errlen);
         if (r < 0)
                 return r;
-        /* What torchrun's c10d backend does not read either, said rather
-         * than ignored in silence. */
-        if (cfg->node_rank_given)
-                hp_log_warn("--node-rank %d is not read by the c10d backend: "
-                            "node ranks go by order of arrival",
-                            cfg->node_rank);
-        if (cfg->master_addr_given || cfg->master_port_given)
-                hp_log_warn("--master-addr and --master-port are not read by "
-                            "the c10d backend: the workers' MASTER_ADDR:"
-                            "MASTER_PORT is the store on --rdzv-endpoint");
-        if (cfg->max_restarts > 0 && cfg->nnodes > 1)
-                hp_log_warn("--max-restarts %d with c10d: a restart restarts "
-                            "this node's workers only, in the same round; the "
-                            "other nodes' are not restarted with them",
-                            cfg->max_restarts);
-        if (rdzv->c10d == NULL && rdzv->opt.is_host != 0) {
+        /* A re-rendezvous: every node comes to the next round together.
+         * This one ends the last for all (its end key, which the others
+         * watch), then joins the next. */
+        if (rdzv->have_round) {
+                hp_rdzv_unwatch(rdzv);
+                round_keys(rdzv, rdzv->gen, "end", rd.key_prev_end,
+                           sizeof(rd.key_prev_end));
+                rdzv->gen++;
+        } else
+                warn_unread(cfg);
+        if (rdzv->c10d == NULL && rdzv->gen == 0 && rdzv->opt.is_host != 0) {
                 /* is_host=true binds every address, as torchrun does; by
                  * default the endpoint's own, which only its machine can. */
                 const char *bind_host = rdzv->opt.is_host == 1
@@ -541,6 +605,8 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 } else
                         hp_log_debug("rendezvous: not hosting: %s", why);
         }
+        snprintf(rdzv->store_addr, sizeof(rdzv->store_addr), "%s", addr);
+        rdzv->store_port = rd.port;
         rd.addr = addr;
         rd.nnodes = cfg->nnodes;
         rd.endpoint = cfg->rdzv_endpoint;
@@ -548,17 +614,20 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
         rd.err = errbuf;
         rd.errlen = errlen;
-        snprintf(rd.key_joined, sizeof(rd.key_joined),
-                 "/hyperpodrun/rdzv/%s/joined", rdzv->run_id);
-        snprintf(rd.key_closed, sizeof(rd.key_closed),
-                 "/hyperpodrun/rdzv/%s/closed", rdzv->run_id);
-        snprintf(rd.key_master, sizeof(rd.key_master),
-                 "/hyperpodrun/rdzv/%s/master", rdzv->run_id);
+        round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
+                   sizeof(rd.key_joined));
+        round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
+                   sizeof(rd.key_closed));
+        round_keys(rdzv, rdzv->gen, "master", rd.key_master,
+                   sizeof(rd.key_master));
+        rdzv->round_open = true;
         /* torchrun's switch back to worker rank 0 hosting the workers'
          * store, read as torchrun reads it. */
         env = getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
         rd.own_store = env != NULL && strcmp(env, "1") == 0;
         r = run_round(&rd);
+        if (r < 0 && rd.peer_exit)
+                return HP_RDZV_PEER_EXIT;
         if (r < 0) {
                 if (rd.state != ROUND_FAILED)
                         snprintf(errbuf, errlen, "rendezvous '%s' at %s: %s",
@@ -584,6 +653,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         rdzv->round.group_world_size = out->nnodes;
         rdzv->round.base_rank = out->node_rank * cfg->nproc;
         rdzv->have_round = true;
+        rdzv->round_open = false;
         return 0;
 }
 
@@ -597,7 +667,21 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
         const struct hp_config *cfg = rdzv->cfg;
         struct round rd = { .state = ROUND_CONNECTING, .finishing = true };
         char host[256], addr[INET6_ADDRSTRLEN], err[512];
+        char end[300], next[300], open[300];
 
+        /* Nobody waits for this node: a failed job ends the round it ran
+         * (the others exit too) and closes the next with "exit", as well
+         * as the round it was joining; a node that succeeded closes the
+         * next round only, which the others reach after a failure of
+         * their own. */
+        round_keys(rdzv, rdzv->gen, "end", end, sizeof(end));
+        round_keys(rdzv, rdzv->gen + 1, "closed", next, sizeof(next));
+        round_keys(rdzv, rdzv->gen, "closed", open, sizeof(open));
+        rd.exit_keys[rd.nexit_keys++] = next;
+        if (!succeeded)
+                rd.exit_keys[rd.nexit_keys++] = end;
+        if (!succeeded && rdzv->round_open)
+                rd.exit_keys[rd.nexit_keys++] = open;
         if (hp_rdzv_parse_endpoint(cfg->rdzv_endpoint, host, sizeof(host),
                                    HP_RDZV_C10D_PORT, &rd.port) < 0 ||
             resolve(host, addr, sizeof(addr), err, sizeof(err)) < 0)
@@ -623,6 +707,7 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
 {
         struct hp_rdzv_c10d *h = rdzv->c10d;
 
+        hp_rdzv_unwatch(rdzv);
         if (rdzv->have_round)
                 exit_barrier(rdzv, succeeded);
         rdzv->have_round = false;
@@ -635,4 +720,109 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
                             "open");
         free(h);
         rdzv->c10d = NULL;
+}
+
+/* ---- the watch: a round's end, pushed to every agent ---- */
+
+struct hp_rdzv_watch {
+        struct hp_store_client *client;
+        hp_rdzv_round_end_cb cb;
+        void *ctx;
+        char key[300];
+        bool fired;
+};
+
+static void watch_fire(struct hp_rdzv_watch *w, bool job_over,
+                       const char *why)
+{
+        if (w->fired)
+                return;
+        w->fired = true;
+        w->cb(w->ctx, job_over, why);
+}
+
+static void watch_value_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct hp_rdzv_watch *w = ctx;
+        bool restart = r->status == 0 && r->val_len == 7 &&
+                       memcmp(r->val, "restart", 7) == 0;
+
+        if (r->status == -ECANCELED)
+                return;
+        watch_fire(w, !restart,
+                   restart ? "another node ended the round"
+                           : "another node left the job");
+}
+
+static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct hp_rdzv_watch *w = ctx;
+
+        if (r->status == -ECANCELED)
+                return;
+        if (r->status < 0 ||
+            hp_store_client_get(w->client, w->key, strlen(w->key),
+                                watch_value_cb, w) < 0)
+                watch_fire(w, true, "the rendezvous store went away");
+}
+
+static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct hp_rdzv_watch *w = ctx;
+
+        if (r->status < 0 && r->status != -ECANCELED)
+                watch_fire(w, true, "the rendezvous store went away");
+}
+
+static void watch_gone_cb(void *ctx)
+{
+        free(ctx);
+}
+
+bool hp_rdzv_coordinated(const struct hp_rdzv *rdzv)
+{
+        return rdzv->cfg != NULL && rdzv->cfg->rdzv_backend == HP_RDZV_C10D;
+}
+
+int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,
+                  hp_rdzv_round_end_cb cb, void *ctx)
+{
+        struct hp_rdzv_watch *w;
+        const char *keys[1];
+        int r;
+
+        if (!hp_rdzv_coordinated(rdzv) || !rdzv->have_round)
+                return 0;
+        hp_rdzv_unwatch(rdzv);
+        w = calloc(1, sizeof(*w));
+        if (w == NULL)
+                return -ENOMEM;
+        w->cb = cb;
+        w->ctx = ctx;
+        round_keys(rdzv, rdzv->gen, "end", w->key, sizeof(w->key));
+        r = hp_store_client_connect(loop, rdzv->store_addr, rdzv->store_port,
+                                    watch_connected_cb, w, &w->client);
+        if (r < 0) {
+                free(w);
+                return r;
+        }
+        keys[0] = w->key;
+        r = hp_store_client_wait(w->client, keys, 1, 0, watch_woken_cb, w);
+        rdzv->watch = w;
+        if (r < 0) {
+                hp_rdzv_unwatch(rdzv);
+                return r;
+        }
+        return 0;
+}
+
+void hp_rdzv_unwatch(struct hp_rdzv *rdzv)
+{
+        struct hp_rdzv_watch *w = rdzv->watch;
+
+        if (w == NULL)
+                return;
+        rdzv->watch = NULL;
+        w->fired = true;
+        hp_store_client_close(w->client, watch_gone_cb, w);
 }

@@ -874,6 +874,7 @@ void hp_agent_close(struct hp_agent *a)
         hp_forensics__close(&a->forensics);
         hp_stream_hub_close(&a->stream_hub);
         hp_rulewatch__close(&a->rules);
+        hp_rdzv_unwatch(&a->rdzv);
         uv_run(a->loop, UV_RUN_DEFAULT);
         /* A store this agent hosts (c10d) goes with it, after the exit
          * barrier when the job succeeded; its thread may still log, so

@@ -61,6 +61,26 @@ const char *hp_selfdriven__next_name(enum hp_next what)
         return what <= HP_NEXT_NODE_FAULT ? names[what] : "?";
 }
 
+/* Another node ended the round (the round coordinator's push): the
+ * workers stop, and their end restarts with the others or exits. */
+static void round_ended(void *ctx, bool job_over, const char *why)
+{
+        struct hp_agent *a = ctx;
+
+        if (a->round_ended != 0 || a->received_signal != 0)
+                return;
+        a->round_ended = job_over ? 2 : 1;
+        if (!hp_group__active(&a->group))
+                return;
+        hp_log_warn("%s: stopping the workers%s", why,
+                    job_over ? "; the job ends"
+                             : " for the next round, with every node");
+        a->group.stop_requested = true;
+        if (!a->group.stopping)
+                hp_group__stop(&a->group, a->cfg->shutdown_signal,
+                              a->cfg->shutdown_timeout_ms);
+}
+
 static void start_attempt(struct hp_agent *a)
 {
         char err[512];
@@ -71,15 +91,48 @@ static void start_attempt(struct hp_agent *a)
          * node's address is picked up. */
         if (a->restart_count > 0) {
                 r = hp_rdzv_next(&a->rdzv, &a->round, err, sizeof(err));
+                if (r == HP_RDZV_PEER_EXIT) {
+                        hp_log_error("%s (exit status %d)", err,
+                                     HP_EXIT_PEER_FAILED);
+                        hp_agent_finish(a, HP_EXIT_PEER_FAILED);
+                        return;
+                }
                 if (r < 0) {
                         hp_log_error("rendezvous: %s", err);
                         hp_agent_finish(a, 1);
                         return;
                 }
         }
+        /* Coordinated rounds: the count is the job's, the round's. */
+        if (hp_rdzv_coordinated(&a->rdzv))
+                a->restart_count = a->rdzv.gen;
+        a->round_ended = 0;
+        r = hp_rdzv_watch(&a->rdzv, a->loop, round_ended, a);
+        if (r < 0)
+                hp_log_warn("rendezvous: cannot watch the round's end: %s",
+                            hp_strerror(r));
         /* A stage that cannot start was logged; the job ends. */
         if (hp_agent_begin(a, &a->round, a->restart_count) < 0)
                 hp_agent_finish(a, 1);
+}
+
+/* The end of an attempt that another node ended: restart with it, or
+ * exit when it left the job. */
+static void ended_elsewhere(struct hp_agent *a)
+{
+        if (a->round_ended == 2) {
+                hp_log_error("another node left the job; exit status %d",
+                             HP_EXIT_PEER_FAILED);
+                hp_agent_finish(a, HP_EXIT_PEER_FAILED);
+                return;
+        }
+        a->restart_count++;
+        a->counts.restarts++;
+        hp_log_warn("another node's workers failed; restarting the worker "
+                    "group with every node (restart %d of %d)",
+                    a->restart_count, a->cfg->max_restarts);
+        hp_agent_clear_rules(a);
+        start_attempt(a);
 }
 
 static void stage_ended(struct hp_agent *a, enum hp_stage stage,
@@ -98,6 +151,14 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         char reason[HP_VERDICT_REASON_MAX];
 
         (void)ctx;
+        /* Stopped for another node's round end: not this node's failure
+         * (a worker that failed on its own, a signal to this agent and a
+         * node fault still win; the counts are the same on every node). */
+        if (a->round_ended != 0 && a->received_signal == 0 &&
+            !e.node_fault && result != HP_GROUP_FAILED) {
+                ended_elsewhere(a);
+                return;
+        }
         (void)hp_verdict_reason(&a->verdict, reason, sizeof(reason));
         /* After a verdict or a node fault the failure is ours (we killed
          * the workers), not theirs: no summary. */

@@ -332,6 +332,9 @@ struct hp_agent {
         int exit_code;
         int received_signal; /* the signal that stops it (STOPPING) */
         int signal_at_start; /* a stop sent before the handlers existed */
+        /* Self-driven, coordinated rounds: another node ended this round
+         * (1: restart with it; 2: it left the job, exit). */
+        int round_ended;
         bool verdict_report; /* a hang report was started for the verdict */
         bool no_files;
         char hostname[256];

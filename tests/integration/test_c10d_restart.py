@@ -1,0 +1,117 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Coordinated restarts with --rdzv-backend c10d: a worker failure on one
+node ends the round for every node (pushed through the agents' store), so
+every node's workers stop and the next round starts everywhere, with one
+job-wide restart count (TORCHELASTIC_RESTART_COUNT the same on every
+node); a gloo all-reduce runs across the restart. With no restart left the
+failing node exits with its worker's status and every other with 122."""
+
+import re
+
+import pytest
+
+from conftest import have_torch, helper
+from test_c10d import free_port, wait_all
+
+ROUND_WORKER = helper("round_worker.py")
+
+needs_torch = pytest.mark.skipif(not have_torch(),
+                                 reason="/usr/bin/python3 has no torch")
+
+
+def start(hpr, tmp_path, n, nproc, out, env, extra=()):
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = []
+    for i in range(n):
+        procs.append(hpr.start(
+            ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", endpoint, "--rdzv-id", "job9",
+             "--nnodes", str(n), "--nproc-per-node", str(nproc), "--tee", "3",
+             *extra, ROUND_WORKER, out],
+            env={**env, "DUMP_TAG": f"agent{i}"}, log_dir=False))
+    return procs
+
+
+def records(out):
+    """{(agent, node, local, count): (pid, rank, world)} from the files."""
+    found = {}
+    for p in out.iterdir():
+        tag, node, local, count = p.name.split(".")
+        pid, rank, world = p.read_text().split()
+        found[(tag, int(node), int(local), int(count))] = (
+            int(pid), int(rank), int(world))
+    return found
+
+
+def last_node(result):
+    nodes = re.findall(r"rendezvous 'job9' at \S+: joined as node (\d+)",
+                       result.err)
+    assert nodes, result.describe()
+    return int(nodes[-1])
+
+
+@needs_torch
+def test_a_worker_failure_restarts_every_node(hpr, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    # Global rank 2 is node 1's first worker; it fails in round 0 after
+    # the all-reduce, while the others wait as in a collective.
+    procs = start(hpr, tmp_path, 2, 2, out,
+                  {"FAIL_RANK": "2", "FAIL_UNTIL": "1"},
+                  extra=["--max-restarts", "2"])
+    results = wait_all(procs, 240)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    found = records(out)
+    # Every worker of every node ran in round 0 and again in round 1, as a
+    # new process.
+    for i in range(2):
+        tag = f"agent{i}"
+        for count in (0, 1):
+            mine = [k for k in found if k[0] == tag and k[3] == count]
+            assert len(mine) == 2, (found, results[i].describe())
+        pids0 = {found[k][0] for k in found if k[0] == tag and k[3] == 0}
+        pids1 = {found[k][0] for k in found if k[0] == tag and k[3] == 1}
+        assert not pids0 & pids1, found
+    # One world of 4 ranks per round.
+    for count in (0, 1):
+        ranks = sorted(v[1] for k, v in found.items() if k[3] == count)
+        assert ranks == [0, 1, 2, 3], found
+    restarted = [r for r in results
+                 if "another node's workers failed; restarting the worker "
+                    "group with every node (restart 1 of 2)" in r.err]
+    failed = [r for r in results
+              if "failed; restarting the worker group (restart 1 of 2)"
+              in r.err]
+    assert len(restarted) == 1 and len(failed) == 1, \
+        [r.describe() for r in results]
+    # The all-reduce ran in both rounds, through the agents' store.
+    for r in results:
+        text = r.stdout.decode()
+        for rnd in (0, 1):
+            assert re.search(rf"round {rnd} rank \d: sum 10 of 10", text), \
+                r.describe()
+
+
+def test_restarts_exhausted_every_agent_exits(hpr, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start(hpr, tmp_path, 3, 1, out,
+                  {"NO_TORCH": "1", "FAIL_RANK": "1", "FAIL_CODE": "7"},
+                  extra=["--max-restarts", "1"])
+    results = wait_all(procs, 180)
+    codes = sorted(r.rc for r in results)
+    assert codes == [7, 122, 122], [r.describe() for r in results]
+    for r in results:
+        if r.rc == 7:
+            assert last_node(r) == 1, r.describe()
+            assert "no restarts left (--max-restarts 1)" in r.err
+        else:
+            assert ("another node left the job; exit status 122" in r.err
+                    or "another node left the job; no next round" in r.err), \
+                r.describe()
+    found = records(out)
+    # Every node ran round 0 and round 1 (one job-wide restart), never 2.
+    for i in range(3):
+        counts = sorted(k[3] for k in found if k[0] == f"agent{i}")
+        assert counts == [0, 1], found
