@@ -10,9 +10,13 @@
  *                               FILE. On a restart (TORCHELASTIC_RESTART_COUNT
  *                               > 0) it stamps its start and exits 0.
  *   producer crash MS FILE      every rank stamps its start; on the first
- *                               attempt rank 0 stamps and exits 1 after MS,
+ *                               attempt RANK 0 (of every node's ranks: the
+ *                               one on node 0) stamps and exits 1 after MS,
  *                               the others wait to be stopped. On a restart
  *                               each rank stamps its start and exits 0.
+ *   producer crash-once MS FILE as crash, across nodes: rank 0 also makes
+ *                               FILE.crashed, and a rank that finds it
+ *                               stamps its start and exits 0.
  *
  * It must never be the bottleneck of what it measures: lines are formatted
  * into a 1 MiB buffer with a hand-rolled counter, so the producer spends
@@ -198,7 +202,7 @@ static int run_crash(unsigned long after_ms, const char *file)
         stamp(file, "start");
         if (env_int("TORCHELASTIC_RESTART_COUNT") > 0)
                 return 0;
-        if (env_int("LOCAL_RANK") != 0) {
+        if (env_int("RANK") != 0) {
                 for (;;)
                         pause();
         }
@@ -207,10 +211,34 @@ static int run_crash(unsigned long after_ms, const char *file)
         _exit(1);
 }
 
+/* As crash, with the round told by FILE.crashed rather than by
+ * TORCHELASTIC_RESTART_COUNT, which torchrun's c10d agents do not raise on
+ * the nodes that did not fail. */
+static int run_crash_once(unsigned long after_ms, const char *file)
+{
+        char mark[4096];
+        int fd;
+
+        snprintf(mark, sizeof(mark), "%s.crashed", file);
+        stamp(file, "start");
+        if (access(mark, F_OK) == 0)
+                return 0;
+        if (env_int("RANK") != 0) {
+                for (;;)
+                        pause();
+        }
+        sleep_ms(after_ms);
+        stamp(file, "crash");
+        fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0)
+                close(fd);
+        _exit(1);
+}
+
 static int usage(void)
 {
         fprintf(stderr, "usage: producer lines N [RATE] | hang MS COUNT FILE "
-                        "| crash MS FILE\n");
+                        "| crash MS FILE | crash-once MS FILE\n");
         return 2;
 }
 
@@ -224,5 +252,7 @@ int main(int argc, char **argv)
                                 strtoul(argv[3], NULL, 10), argv[4]);
         if (argc == 4 && strcmp(argv[1], "crash") == 0)
                 return run_crash(strtoul(argv[2], NULL, 10), argv[3]);
+        if (argc == 4 && strcmp(argv[1], "crash-once") == 0)
+                return run_crash_once(strtoul(argv[2], NULL, 10), argv[3]);
         return usage();
 }

@@ -31,7 +31,7 @@ SERIES = [  # tool, label, colour, marker
 def load(results):
     out = {}
     for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
-                 "ft", "store"):
+                 "ft", "store", "rdzv"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -677,6 +677,28 @@ def store_section(res):
     return out
 
 
+def rdzv_section(res):
+    cases = res["cases"]
+    reps = max(len(c["hyperpodrun"]["runs"]) for c in cases.values())
+    out = ["## 10. Coordinated restart across nodes (c10d)", "",
+           f"N agents on loopback, {res['nproc']} workers each, meet with "
+           "--rdzv-backend c10d (torchrun: its own c10d backend, --monitor_interval "
+           "0.1). 1 s after the start global rank 0 exits with code 1; every agent "
+           "must stop its workers and start the next round (--max-restarts 1). From "
+           "rank 0's last instruction to the moment the last of the new workers runs "
+           "its first one; the other workers wait in pause(), so their own exit time "
+           "is nil. hyperpodrun's agents learn the round's end through a WAIT on the "
+           f"store; torchrun's poll it. Median of {reps} runs.", "",
+           commands_block(res), "",
+           "| agents | hyperpodrun | torchrun | torchrun / hyperpodrun |",
+           "|---|---|---|---|"]
+    for n, c in cases.items():
+        t = c.get("torchrun", {}).get("restart_ms")
+        out.append(f"| {n} | {f(c['hyperpodrun']['restart_ms'])} ms | "
+                   f"{'—' if t is None else f(t) + ' ms'} | {times(c['ratio'])} |")
+    return out
+
+
 def steady_section(res, bare_ns=None):
     tools = res["tools"]
     out = ["## 5. Overhead of a steady job", "",
@@ -743,7 +765,7 @@ def document(data, plot_rel):
                 ("hang", hang_section), ("restart", restart_section),
                 ("steady", steady_section), ("static", static_section),
                 ("ipr", ipr_section), ("ft", ft_section),
-                ("store", store_section)]
+                ("store", store_section), ("rdzv", rdzv_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

@@ -26,7 +26,7 @@ from pathlib import Path
 import benchlib as bl
 
 BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr", "ft",
-              "store"]
+              "store", "rdzv"]
 
 
 def main():
