@@ -46,6 +46,10 @@ struct hp_rdzv_options {
         int is_host;               /* 1, 0, or -1: host when the endpoint
                                     * can be bound here */
         uint64_t join_timeout_ms;
+        /* static, slurm, resource-config: coordinated restarts through a
+         * store on node 0's agent (--rdzv-conf coordinate): 0 off, -1 on
+         * at the master port + 1, or the port. */
+        int coordinate_port;
 };
 
 struct hp_rdzv_c10d;  /* private to src/rendezvous */

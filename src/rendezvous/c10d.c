@@ -109,27 +109,34 @@ static int host_start(struct hp_rdzv *rdzv, const char *bind_host, int port,
 }
 
 /* The endpoint's address, numeric, for binding and connecting. */
-static int resolve(const char *host, char *addr, size_t len, char *err,
-                   size_t errlen)
+static int resolve_what(const char *what, const char *host, char *addr,
+                        size_t len, char *err, size_t errlen)
 {
         struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
         struct addrinfo *res;
         int r = getaddrinfo(host, NULL, &hints, &res);
 
         if (r != 0) {
-                snprintf(err, errlen, "cannot resolve --rdzv-endpoint host "
-                                      "'%s': %s", host, gai_strerror(r));
+                snprintf(err, errlen, "cannot resolve %s '%s': %s", what,
+                         host, gai_strerror(r));
                 return HP_ERDZV;
         }
         r = getnameinfo(res->ai_addr, res->ai_addrlen, addr, (socklen_t)len,
                         NULL, 0, NI_NUMERICHOST);
         freeaddrinfo(res);
         if (r != 0) {
-                snprintf(err, errlen, "cannot resolve --rdzv-endpoint host "
-                                      "'%s': %s", host, gai_strerror(r));
+                snprintf(err, errlen, "cannot resolve %s '%s': %s", what,
+                         host, gai_strerror(r));
                 return HP_ERDZV;
         }
         return 0;
+}
+
+static int resolve(const char *host, char *addr, size_t len, char *err,
+                   size_t errlen)
+{
+        return resolve_what("--rdzv-endpoint host", host, addr, len, err,
+                            errlen);
 }
 
 /* ---- the round ---- */
@@ -172,6 +179,8 @@ struct round {
         const char *exit_keys[3];
         size_t nexit_keys;
         bool peer_exit; /* the round was closed by a node that left */
+        int fixed_rank; /* the backend's node rank, or -1: by arrival */
+        int gen;
         const char *endpoint;
         const char *run_id;
         uint64_t join_timeout_ms;
@@ -379,9 +388,15 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                            (long long)rd->joined);
                 return;
         }
-        hp_log_info("rendezvous '%s' at %s: joined as node %lld of %d",
-                    rd->run_id, rd->endpoint, (long long)rd->joined - 1,
-                    rd->nnodes);
+        if (rd->fixed_rank >= 0)
+                hp_log_info("rendezvous '%s' at %s: node %d joined round %d "
+                            "(%lld of %d)",
+                            rd->run_id, rd->endpoint, rd->fixed_rank, rd->gen,
+                            (long long)rd->joined, rd->nnodes);
+        else
+                hp_log_info("rendezvous '%s' at %s: joined as node %lld of %d",
+                            rd->run_id, rd->endpoint,
+                            (long long)rd->joined - 1, rd->nnodes);
         rd->state = ROUND_WAITING;
         q = 0;
         if (rd->own_store && rd->joined == 1)
@@ -559,7 +574,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                        char *errbuf, size_t errlen)
 {
         const struct hp_config *cfg = rdzv->cfg;
-        struct round rd = { .state = ROUND_CONNECTING };
+        struct round rd = { .state = ROUND_CONNECTING, .fixed_rank = -1 };
         char host[256], addr[INET6_ADDRSTRLEN], why[300];
         const char *env;
         int r;
@@ -614,6 +629,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
         rd.err = errbuf;
         rd.errlen = errlen;
+        rd.gen = rdzv->gen;
         round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
                    sizeof(rd.key_joined));
         round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
@@ -657,6 +673,82 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         return 0;
 }
 
+int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
+                         char *errbuf, size_t errlen)
+{
+        struct round rd = { .state = ROUND_CONNECTING };
+        char addr[INET6_ADDRSTRLEN], endpoint[300], why[300];
+        int r;
+
+        r = resolve_what("the master", out->master_addr, addr, sizeof(addr),
+                         errbuf, errlen);
+        if (r < 0)
+                return r;
+        rd.port = rdzv->opt.coordinate_port > 0 ? rdzv->opt.coordinate_port
+                                                : out->master_port + 1;
+        if (rd.port > 65535) {
+                snprintf(errbuf, errlen,
+                         "--rdzv-conf coordinate=on: the restart store's "
+                         "port, the master port %d + 1, is past 65535; give "
+                         "coordinate=PORT",
+                         out->master_port);
+                return HP_ECONFIG;
+        }
+        snprintf(endpoint, sizeof(endpoint),
+                 strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, rd.port);
+        if (rdzv->have_round) {
+                hp_rdzv_unwatch(rdzv);
+                round_keys(rdzv, rdzv->gen, "end", rd.key_prev_end,
+                           sizeof(rd.key_prev_end));
+                rdzv->gen++;
+        }
+        /* Node 0's agent hosts the store, on every address. */
+        if (rdzv->c10d == NULL && rdzv->gen == 0 && out->node_rank == 0) {
+                const char *any = strchr(addr, ':') ? "::" : "0.0.0.0";
+
+                r = host_start(rdzv, any, rd.port, why, sizeof(why));
+                if (r < 0) {
+                        snprintf(errbuf, errlen,
+                                 "node 0 cannot host the restart store "
+                                 "(--rdzv-conf coordinate): %s",
+                                 why);
+                        return HP_ERDZV;
+                }
+                hp_log_info("rendezvous '%s': hosting the restart store on "
+                            "%s:%d",
+                            rdzv->run_id, any, rd.port);
+        }
+        snprintf(rdzv->store_addr, sizeof(rdzv->store_addr), "%s", addr);
+        rdzv->store_port = rd.port;
+        rd.addr = addr;
+        rd.nnodes = out->nnodes;
+        rd.fixed_rank = out->node_rank;
+        rd.gen = rdzv->gen;
+        rd.endpoint = endpoint;
+        rd.run_id = rdzv->run_id;
+        rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
+        rd.err = errbuf;
+        rd.errlen = errlen;
+        round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
+                   sizeof(rd.key_joined));
+        round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
+                   sizeof(rd.key_closed));
+        rdzv->round_open = true;
+        r = run_round(&rd);
+        if (r < 0 && rd.peer_exit)
+                return HP_RDZV_PEER_EXIT;
+        if (r < 0) {
+                if (rd.state != ROUND_FAILED)
+                        snprintf(errbuf, errlen, "rendezvous '%s' at %s: %s",
+                                 rdzv->run_id, endpoint, hp_strerror(r));
+                return HP_ERDZV;
+        }
+        rdzv->round.nnodes = out->nnodes;
+        rdzv->have_round = true;
+        rdzv->round_open = false;
+        return 0;
+}
+
 /* The exit barrier: every agent says it is done, whatever its end; the
  * one that holds the store, when its job succeeded, keeps it until all
  * have (or EXIT_BARRIER_MS passed), so that no node's workers lose their
@@ -664,9 +756,8 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
  * counts, so that the host does not wait for it. */
 static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
 {
-        const struct hp_config *cfg = rdzv->cfg;
         struct round rd = { .state = ROUND_CONNECTING, .finishing = true };
-        char host[256], addr[INET6_ADDRSTRLEN], err[512];
+        char endpoint[300], err[512];
         char end[300], next[300], open[300];
 
         /* Nobody waits for this node: a failed job ends the round it ran
@@ -682,14 +773,14 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
                 rd.exit_keys[rd.nexit_keys++] = end;
         if (!succeeded && rdzv->round_open)
                 rd.exit_keys[rd.nexit_keys++] = open;
-        if (hp_rdzv_parse_endpoint(cfg->rdzv_endpoint, host, sizeof(host),
-                                   HP_RDZV_C10D_PORT, &rd.port) < 0 ||
-            resolve(host, addr, sizeof(addr), err, sizeof(err)) < 0)
-                return;
-        rd.addr = addr;
+        snprintf(endpoint, sizeof(endpoint),
+                 strchr(rdzv->store_addr, ':') ? "[%s]:%d" : "%s:%d",
+                 rdzv->store_addr, rdzv->store_port);
+        rd.port = rdzv->store_port;
+        rd.addr = rdzv->store_addr;
         rd.hosting = rdzv->c10d != NULL && succeeded;
         rd.nnodes = rdzv->round.nnodes;
-        rd.endpoint = cfg->rdzv_endpoint;
+        rd.endpoint = endpoint;
         rd.run_id = rdzv->run_id;
         rd.join_timeout_ms = EXIT_BARRIER_MS;
         rd.err = err;
@@ -781,7 +872,9 @@ static void watch_gone_cb(void *ctx)
 
 bool hp_rdzv_coordinated(const struct hp_rdzv *rdzv)
 {
-        return rdzv->cfg != NULL && rdzv->cfg->rdzv_backend == HP_RDZV_C10D;
+        return rdzv->cfg != NULL &&
+               (rdzv->cfg->rdzv_backend == HP_RDZV_C10D ||
+                rdzv->opt.coordinate_port != 0);
 }
 
 int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,

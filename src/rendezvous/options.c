@@ -28,6 +28,12 @@ enum key_id {
         KEY_RESOURCE_CONFIG_DIR,
         KEY_IS_HOST,
         KEY_JOIN_TIMEOUT,
+        KEY_COORDINATE_STATIC,
+        KEY_COORDINATE_SLURM,
+        KEY_COORDINATE_RESOURCE_CONFIG,
+        KEY_JOIN_TIMEOUT_STATIC,
+        KEY_JOIN_TIMEOUT_SLURM,
+        KEY_JOIN_TIMEOUT_RESOURCE_CONFIG,
 };
 
 struct key_row {
@@ -44,6 +50,14 @@ static const struct key_row keys[] = {
         [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir", HP_RDZV_HYPERPOD },
         [KEY_IS_HOST] = { "is_host", HP_RDZV_C10D },
         [KEY_JOIN_TIMEOUT] = { "join_timeout", HP_RDZV_C10D },
+        [KEY_COORDINATE_STATIC] = { "coordinate", HP_RDZV_STATIC },
+        [KEY_COORDINATE_SLURM] = { "coordinate", HP_RDZV_SLURM },
+        [KEY_COORDINATE_RESOURCE_CONFIG] = { "coordinate",
+                                             HP_RDZV_RESOURCE_CONFIG },
+        [KEY_JOIN_TIMEOUT_STATIC] = { "join_timeout", HP_RDZV_STATIC },
+        [KEY_JOIN_TIMEOUT_SLURM] = { "join_timeout", HP_RDZV_SLURM },
+        [KEY_JOIN_TIMEOUT_RESOURCE_CONFIG] = { "join_timeout",
+                                               HP_RDZV_RESOURCE_CONFIG },
 };
 
 bool hp_rdzv__same_host(const char *name, const char *me)
@@ -78,6 +92,33 @@ static int store(char *dst, size_t len, const char *value, size_t value_len,
         }
         memcpy(dst, value, value_len);
         dst[value_len] = '\0';
+        return 0;
+}
+
+/* coordinate=on|off|PORT. */
+static int parse_coordinate(const char *text, int *port, char *errbuf,
+                            size_t errlen)
+{
+        char *end;
+        long v;
+
+        if (strcasecmp(text, "on") == 0 || strcasecmp(text, "true") == 0) {
+                *port = -1;
+                return 0;
+        }
+        if (strcasecmp(text, "off") == 0 || strcasecmp(text, "false") == 0) {
+                *port = 0;
+                return 0;
+        }
+        v = strtol(text, &end, 10);
+        if (end == text || *end != '\0' || v < 1 || v > 65535) {
+                snprintf(errbuf, errlen,
+                         "invalid value '%s' for --rdzv-conf coordinate: "
+                         "expected on, off or a port (1 to 65535)",
+                         text);
+                return HP_ECONFIG;
+        }
+        *port = (int)v;
         return 0;
 }
 
@@ -161,7 +202,19 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                         return HP_ECONFIG;
                 }
                 return 0;
+        case KEY_COORDINATE_STATIC:
+        case KEY_COORDINATE_SLURM:
+        case KEY_COORDINATE_RESOURCE_CONFIG:
+                if (value_len >= sizeof(text))
+                        value_len = sizeof(text) - 1;
+                memcpy(text, value, value_len);
+                text[value_len] = '\0';
+                return parse_coordinate(text, &opt->coordinate_port, errbuf,
+                                        errlen);
         case KEY_JOIN_TIMEOUT:
+        case KEY_JOIN_TIMEOUT_STATIC:
+        case KEY_JOIN_TIMEOUT_SLURM:
+        case KEY_JOIN_TIMEOUT_RESOURCE_CONFIG:
                 if (value_len >= sizeof(text))
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
@@ -199,8 +252,8 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
         opt->is_host = -1;
         snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
                  "%s", DEFAULT_RESOURCE_CONFIG_DIR);
-        /* static and --standalone read no key. */
-        if (cfg->standalone || cfg->rdzv_backend == HP_RDZV_STATIC)
+        /* --standalone reads no key. */
+        if (cfg->standalone)
                 return 0;
 
         for (const char *p = cfg->rdzv_conf; *p;) {
@@ -216,6 +269,15 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
                             strlen(keys[i].name) == key_len &&
                             memcmp(keys[i].name, p, key_len) == 0)
                                 break;
+                if (i == HP_ARRAY_SIZE(keys) &&
+                    cfg->rdzv_backend == HP_RDZV_STATIC) {
+                        /* torchrun's static backend reads no key and
+                         * ignores the others; so does this one. */
+                        p += len;
+                        if (*p == ',')
+                                p++;
+                        continue;
+                }
                 if (i == HP_ARRAY_SIZE(keys) &&
                     cfg->rdzv_backend == HP_RDZV_HYPERPOD) {
                         /* The reference's hyperpod backend ignores keys it

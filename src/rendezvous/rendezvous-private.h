@@ -35,6 +35,13 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                        char *errbuf, size_t errlen);
 void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded);
 
+/* --rdzv-conf coordinate with static, slurm or resource-config: a round
+ * at a store that node 0's agent hosts on the master's address (port
+ * coordinate=PORT, or the master port + 1), with the backend's node
+ * ranks, so that restarts move every node together as with c10d. */
+int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
+                         char *errbuf, size_t errlen);
+
 /* Checks what a self-driven backend found against the flags the user gave
  * anyway (--nnodes, --node-rank) and applies --master-addr, which wins
  * over the derived master. source names the backend's inputs. */

@@ -175,6 +175,11 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                          cfg->rdzv_backend_name);
                 return HP_ENOTSUP;
         }
+        if (rdzv->opt.coordinate_port != 0 && out->nnodes > 1) {
+                r = hp_rdzv__coord_round(rdzv, out, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        }
         out->world_size = out->nnodes * out->nproc;
         out->group_world_size = out->nnodes;
         out->base_rank = out->node_rank * out->nproc;

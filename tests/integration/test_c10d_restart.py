@@ -115,3 +115,69 @@ def test_restarts_exhausted_every_agent_exits(hpr, tmp_path):
     for i in range(3):
         counts = sorted(k[3] for k in found if k[0] == f"agent{i}")
         assert counts == [0, 1], found
+
+
+def start_static(hpr, tmp_path, n, nproc, out, env, extra=()):
+    """n agents of a static job whose restarts are coordinated through a
+    store on node 0's agent (--rdzv-conf coordinate=PORT)."""
+    master, store = free_port(), free_port()
+    procs = []
+    for i in range(n):
+        procs.append(hpr.start(
+            ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "static",
+             "--rdzv-id", "job9", "--rdzv-conf", f"coordinate={store}",
+             "--master-addr", "127.0.0.1", "--master-port", str(master),
+             "--nnodes", str(n), "--node-rank", str(i),
+             "--nproc-per-node", str(nproc), "--tee", "3", *extra,
+             ROUND_WORKER, out],
+            env={**env, "DUMP_TAG": f"agent{i}"}, log_dir=False))
+    return procs
+
+
+@needs_torch
+def test_static_restarts_every_node_through_node_0s_store(hpr, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start_static(hpr, tmp_path, 2, 1, out,
+                         {"FAIL_RANK": "1", "FAIL_UNTIL": "1"},
+                         extra=["--max-restarts", "1"])
+    results = wait_all(procs, 240)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    assert "hosting the restart store" in results[0].err, results[0].describe()
+    found = records(out)
+    for i in range(2):
+        counts = sorted(k[3] for k in found if k[0] == f"agent{i}")
+        assert counts == [0, 1], found
+        # The static node rank is kept across the restart.
+        assert {k[1] for k in found if k[0] == f"agent{i}"} == {i}, found
+    for r in results:
+        for rnd in (0, 1):
+            assert re.search(rf"round {rnd} rank \d: sum 3 of 3", r.out), \
+                r.describe()
+    assert ("another node's workers failed; restarting the worker group "
+            "with every node (restart 1 of 1)") in results[0].err
+
+
+def test_static_restarts_exhausted_every_agent_exits(hpr, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start_static(hpr, tmp_path, 3, 1, out,
+                         {"NO_TORCH": "1", "FAIL_RANK": "2", "FAIL_CODE": "5"},
+                         extra=["--max-restarts", "1"])
+    results = wait_all(procs, 180)
+    assert [r.rc for r in results] == [122, 122, 5], \
+        [r.describe() for r in results]
+    found = records(out)
+    for i in range(3):
+        counts = sorted(k[3] for k in found if k[0] == f"agent{i}")
+        assert counts == [0, 1], found
+
+
+def test_coordinate_bad_value(hpr):
+    r = hpr.run(["--rdzv-backend", "static", "--nnodes", "2",
+                 "--node-rank", "0", "--rdzv-conf", "coordinate=maybe",
+                 ROUND_WORKER, "/nonexistent"], timeout=30)
+    assert r.rc == 2, r.describe()
+    assert ("invalid value 'maybe' for --rdzv-conf coordinate: expected on, "
+            "off or a port (1 to 65535)") in r.err, r.describe()
