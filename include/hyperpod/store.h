@@ -174,6 +174,13 @@ int hp_store_server_new(uv_loop_t *loop, const struct hp_store_limits *limits,
 int hp_store_server_listen(struct hp_store_server *s, const char *host,
                            int port, char *err, size_t errlen);
 
+/* Drops, as a protocol error with why in the log, every client that sends
+ * a query on a key starting with prefix (at most 63 bytes): a client of
+ * another protocol on top of this one (torchrun's c10d rendezvous keeps
+ * its state at "/torch.rendezvous.<id>", as its client sends it). Call before the server runs. */
+void hp_store_server_refuse_prefix(struct hp_store_server *s,
+                                   const char *prefix, const char *why);
+
 /* The bound port, 0 before a listen succeeded. */
 int hp_store_server_port(const struct hp_store_server *s);
 

@@ -79,6 +79,16 @@ static int host_start(struct hp_rdzv *rdzv, const char *bind_host, int port,
                 return r;
         }
         r = hp_store_server_new(&h->loop, NULL, &h->server);
+        if (r == 0)
+                /* A torchrun agent that joins by mistake fails at once
+                 * (its store connection is dropped) rather than waiting
+                 * for a round it cannot read. torch's clients put "/"
+                 * before every key. */
+                hp_store_server_refuse_prefix(
+                        h->server, "/torch.rendezvous.",
+                        "a torchrun agent's c10d rendezvous; hyperpodrun's "
+                        "rounds are not torchrun's: run hyperpodrun on every "
+                        "node");
         if (r == 0) {
                 r = hp_store_server_listen(h->server, bind_host, port, err,
                                            errlen);

@@ -103,6 +103,8 @@ struct hp_store_server {
         uint64_t drops_unlogged;
         void (*close_cb)(void *ctx);
         void *close_ctx;
+        char refuse_prefix[64]; /* "": none */
+        char refuse_why[256];
 };
 
 /* ---- memory ---- */
@@ -567,7 +569,8 @@ static void conn_drop(struct conn *c, int err, const char *fmt, ...)
         va_end(ap);
         /* Bytes that are no query, or a query no torch client sends (an
          * ADD to text), are the protocol's; the rest are the limits'. */
-        if (err == -EPROTO || err == -EINVAL || err == -ERANGE)
+        if (err == -EPROTO || err == -EINVAL || err == -ERANGE ||
+            err == -EPERM)
                 c->s->stats.protocol_errors++;
         else
                 c->s->stats.limit_errors++;
@@ -904,6 +907,32 @@ static void do_list(struct conn *c)
                                 out_bytes(c, e->key, e->key_len);
 }
 
+static bool refused_key(const struct hp_store_server *s, const uint8_t *key,
+                        size_t len)
+{
+        size_t n = strlen(s->refuse_prefix);
+
+        return key != NULL && len >= n && memcmp(key, s->refuse_prefix, n) == 0;
+}
+
+/* Whether q names a key under the refused prefix; *it is that key. */
+static bool refused(const struct hp_store_server *s,
+                    const struct hp_store_query *q, struct hp_store_item *it)
+{
+        size_t off = 0;
+
+        it->key = q->key;
+        it->key_len = q->key_len;
+        if (refused_key(s, q->key, q->key_len))
+                return true;
+        if (q->items == NULL)
+                return false;
+        while (hp_store_items_next(q, &off, it))
+                if (refused_key(s, it->key, it->key_len))
+                        return true;
+        return false;
+}
+
 static void execute(struct conn *c, const struct hp_store_query *q)
 {
         struct hp_store_server *s = c->s;
@@ -913,6 +942,12 @@ static void execute(struct conn *c, const struct hp_store_query *q)
         bool ready = true;
 
         s->stats.queries_total++;
+        if (s->refuse_prefix[0] != '\0' && refused(s, q, &it)) {
+                conn_drop(c, -EPERM, "key '%.*s': %s",
+                          (int)(it.key_len > 128 ? 128 : it.key_len),
+                          (const char *)it.key, s->refuse_why);
+                return;
+        }
         switch (q->op) {
         case HP_STORE_OP_VALIDATE:
                 break;
@@ -1210,6 +1245,13 @@ int hp_store_server_listen(struct hp_store_server *s, const char *host,
                                         ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                         : ((struct sockaddr_in *)&ss)->sin_port);
         return 0;
+}
+
+void hp_store_server_refuse_prefix(struct hp_store_server *s,
+                                   const char *prefix, const char *why)
+{
+        snprintf(s->refuse_prefix, sizeof(s->refuse_prefix), "%s", prefix);
+        snprintf(s->refuse_why, sizeof(s->refuse_why), "%s", why);
 }
 
 int hp_store_server_port(const struct hp_store_server *s)

@@ -247,6 +247,37 @@ def test_a_garbage_client_on_the_store_port_is_dropped(hpr, tmp_path):
 
 
 @needs_torch
+def test_a_torchrun_agent_joining_by_mistake_fails_clearly(hpr, tmp_path):
+    """torchrun's c10d agent keeps its rendezvous at
+    "torch.rendezvous.<id>": the store drops it, so it fails at once with
+    a connection error instead of waiting for a round it cannot read, and
+    the hyperpodrun round goes on with the right agent."""
+    port = free_port()
+    common = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+              "--rdzv-id", "job7", "--nnodes", "2", "--nproc-per-node", "1",
+              "--no-python", "/bin/true"]
+    host = hpr.start(["--log-dir", tmp_path / "a", *common], log_dir=False)
+    deadline_poll(lambda: b"hosting the store" in host.err_path.read_bytes()
+                  or host.poll() is not None, timeout=60, what="the host")
+    torchrun = subprocess.run(
+        ["/usr/bin/python3", "-m", "torch.distributed.run",
+         "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+         "--rdzv_id", "job7", "--nnodes", "2", "--nproc_per_node", "1",
+         "--no_python", "/bin/true"],
+        env=hpr.env, capture_output=True, timeout=120, cwd=tmp_path)
+    assert torchrun.returncode != 0, torchrun.stderr.decode()[-3000:]
+    assert b"RendezvousConnectionError" in torchrun.stderr, \
+        torchrun.stderr.decode()[-3000:]
+    other = hpr.start(["--log-dir", tmp_path / "b", *common], log_dir=False)
+    results = wait_all([host, other], 180)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    assert ("key '/torch.rendezvous.job7': a torchrun agent's c10d "
+            "rendezvous; hyperpodrun's rounds are not torchrun's") \
+        in results[0].err, results[0].describe()
+
+
+@needs_torch
 def test_torch_disable_share_rdzv_tcp_store(hpr, tmp_path):
     """TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torchrun's way back: node 0
     publishes its address and a free port, worker rank 0 hosts the

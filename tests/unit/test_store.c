@@ -290,6 +290,9 @@ static void server_thread(void *arg)
         uv_run(&s->loop, UV_RUN_DEFAULT);
 }
 
+/* The key prefix the next server_start refuses (NULL: none). */
+static const char *next_refuse;
+
 static struct server *server_start(const struct hp_store_limits *l)
 {
         struct server *s = calloc(1, sizeof(*s));
@@ -298,6 +301,9 @@ static struct server *server_start(const struct hp_store_limits *l)
         assert_non_null(s);
         assert_int_equal(uv_loop_init(&s->loop), 0);
         assert_int_equal(hp_store_server_new(&s->loop, l, &s->store), 0);
+        if (next_refuse != NULL)
+                hp_store_server_refuse_prefix(s->store, next_refuse,
+                                              "refused in the test");
         assert_int_equal(hp_store_server_listen(s->store, "127.0.0.1", 0, err,
                                                 sizeof(err)),
                          0);
@@ -477,12 +483,12 @@ static const struct talk_case talks[] = {
           1, 0 },
 };
 
-static void test_conversations(void **state)
+static int run_talks(const struct talk_case *cases, size_t ncases)
 {
         int failures = 0;
 
-        for (size_t i = 0; i < HP_ARRAY_SIZE(talks); i++) {
-                const struct talk_case *t = &talks[i];
+        for (size_t i = 0; i < ncases; i++) {
+                const struct talk_case *t = &cases[i];
                 struct server *s = server_start(NULL);
                 int fds[4] = { -1, -1, -1, -1 };
 
@@ -523,7 +529,38 @@ static void test_conversations(void **state)
                                     (unsigned long long)s->stats.limit_errors);
                 free(s);
         }
-        assert_int_equal(failures, 0);
+        return failures;
+}
+
+static void test_conversations(void **state)
+{
+        (void)state;
+        next_refuse = NULL;
+        assert_int_equal(run_talks(talks, HP_ARRAY_SIZE(talks)), 0);
+}
+
+/* A refused prefix (torchrun's rendezvous key) drops the client that
+ * names it in any query, one key or many; other keys and clients go on. */
+static const struct talk_case refusals[] = {
+        { "a compare_set on a refused key is dropped",
+          { { 0, "01 " L3 "'/tr' " L0 L1 "'x'", NULL, true },
+            { 1, "06", "0000000000000000", false },
+            END },
+          1, 0 },
+        { "a wait naming a refused key among others is dropped",
+          { { 0, "05 " L2 L1 "'a' " L3 "'/tr'", NULL, true }, END }, 1, 0 },
+        { "other keys are served",
+          { { 0, "00 " L2 "'/a' " L1 "'1' 02 " L2 "'/a'", L1 "'1'", false },
+            END },
+          0, 0 },
+};
+
+static void test_refused_prefix(void **state)
+{
+        (void)state;
+        next_refuse = "/t";
+        assert_int_equal(run_talks(refusals, HP_ARRAY_SIZE(refusals)), 0);
+        next_refuse = NULL;
 }
 
 /* Past connections_max, a new connection is closed at once and counted;
@@ -837,6 +874,7 @@ int main(void)
                 cmocka_unit_test(test_parse_fields),
                 cmocka_unit_test(test_op_codes),
                 cmocka_unit_test(test_conversations),
+                cmocka_unit_test(test_refused_prefix),
                 cmocka_unit_test(test_connection_limit),
                 cmocka_unit_test(test_memory_limit),
                 cmocka_unit_test(test_reply_limit),
