@@ -7,6 +7,7 @@ node); a gloo all-reduce runs across the restart. With no restart left the
 failing node exits with its worker's status and every other with 122."""
 
 import re
+import signal
 
 import pytest
 
@@ -181,3 +182,51 @@ def test_coordinate_bad_value(hpr):
     assert r.rc == 2, r.describe()
     assert ("invalid value 'maybe' for --rdzv-conf coordinate: expected on, "
             "off or a port (1 to 65535)") in r.err, r.describe()
+
+
+def wait_started(out, tags, count=0, timeout=120):
+    """Until every agent's workers of round count have written their file."""
+    from conftest import deadline_poll
+    deadline_poll(lambda: all(any(p.name.startswith(f"{t}.") and
+                                  p.name.endswith(f".{count}")
+                                  for p in out.iterdir()) for t in tags),
+                  timeout=timeout, what="every agent's workers")
+
+
+def test_an_agent_stopped_by_a_signal_ends_every_node(hpr, tmp_path):
+    """SIGTERM to one agent: it stops its workers and exits 143; the other
+    learns it at the store, stops its workers and exits 122 rather than
+    waiting in a collective."""
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start(hpr, tmp_path, 2, 1, out,
+                  {"NO_TORCH": "1", "FAIL_UNTIL": "99"},
+                  extra=["--max-restarts", "3"])
+    wait_started(out, ["agent0", "agent1"])
+    procs[1].signal(signal.SIGTERM)
+    results = wait_all(procs, 120)
+    assert [r.rc for r in results] == [122, 143], \
+        [r.describe() for r in results]
+    assert "another node left the job: stopping the workers; the job ends" \
+        in results[0].err, results[0].describe()
+
+
+def test_the_store_hosts_death_ends_every_node(hpr, tmp_path):
+    """SIGKILL to the agent that hosts the store (the store dies with it):
+    the other agent's watch connection closes, and it stops its workers
+    and exits 122 at once (torchrun's job fails too, after its timeouts)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start(hpr, tmp_path, 2, 1, out,
+                  {"NO_TORCH": "1", "FAIL_UNTIL": "99"},
+                  extra=["--max-restarts", "3"])
+    wait_started(out, ["agent0", "agent1"])
+    host = [p for p in procs
+            if b"hosting the store" in p.err_path.read_bytes()]
+    assert len(host) == 1
+    other = [p for p in procs if p is not host[0]][0]
+    host[0].kill()
+    r = other.wait(120)
+    assert r.rc == 122, r.describe()
+    assert "the rendezvous store went away: stopping the workers" in r.err, \
+        r.describe()
