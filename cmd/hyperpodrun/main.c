@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* hyperpodrun: argv and environment → config → agent → exit status. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,15 +50,28 @@ static int replay(const struct hp_config *cfg)
         return r > 0 ? EXIT_EXPECTATION_NOT_MET : 0;
 }
 
+/* The operator's state is private to its module: allocated here, freed
+ * once the loop has closed its handles. */
+static int new_operator(struct hp_operator **op, char *err, size_t len)
+{
+        *op = hp_operator_new();
+        if (*op != NULL)
+                return 0;
+        snprintf(err, len, "out of memory");
+        return -ENOMEM;
+}
+
 /* The operator's server could not start: nothing was spawned yet. */
 static int server_failed(struct hp_operator *op, struct hp_agent *agent,
                          uv_loop_t *loop, const char *err)
 {
         fprintf(stderr, "hyperpodrun: error: %s\n", err);
-        hp_operator_close(op);
+        if (op != NULL)
+                hp_operator_close(op);
         hp_agent_close(agent);
         hp_agent_free(agent);
         uv_loop_close(loop);
+        hp_operator_free(op);
         return EXIT_USAGE;
 }
 
@@ -66,7 +80,7 @@ int main(int argc, char **argv)
         /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
          * off the stack. */
         static struct hp_config cfg;
-        static struct hp_operator op;
+        struct hp_operator *op = NULL;
         struct hp_agent *agent;
         const char *level_text = getenv("LOGLEVEL");
         enum hp_log_level level;
@@ -163,18 +177,27 @@ int main(int argc, char **argv)
         if (hp_config_operator_mode(&cfg)) {
                 /* Operator mode: the HyperPod operator starts, stops and
                  * watches the job over HTTP. */
-                r = hp_operator_init(&op, agent, &cfg, err, sizeof(err));
+                r = new_operator(&op, err, sizeof(err));
+                if (r == 0)
+                        r = hp_operator_init(op, agent, hp_agent_ipc(agent),
+                                             hp_agent_ckpt(agent), &cfg, err,
+                                             sizeof(err));
                 if (r < 0)
-                        return server_failed(&op, agent, &loop, err);
-                code = hp_operator_run(&op);
-                hp_operator_close(&op);
+                        return server_failed(op, agent, &loop, err);
+                code = hp_operator_run(op);
+                hp_operator_close(op);
         } else if (cfg.server_port_given || cfg.metrics_port_given) {
                 /* Self-driven, with the read-only routes for monitoring. */
-                r = hp_operator_observe(&op, agent, &cfg, err, sizeof(err));
+                r = new_operator(&op, err, sizeof(err));
+                if (r == 0)
+                        r = hp_operator_observe(op, agent,
+                                                hp_agent_ipc(agent),
+                                                hp_agent_ckpt(agent), &cfg,
+                                                err, sizeof(err));
                 if (r < 0)
-                        return server_failed(&op, agent, &loop, err);
+                        return server_failed(op, agent, &loop, err);
                 code = hp_agent_run(agent);
-                hp_operator_close(&op);
+                hp_operator_close(op);
         } else {
                 if (cfg.server_flag_given[0] != '\0')
                         hp_log_warn("%s has no effect in self-driven mode "
@@ -190,5 +213,7 @@ int main(int argc, char **argv)
         if (r < 0)
                 hp_log_warn("event loop closed with handles open: %s",
                             uv_strerror(r));
+        /* After the loop ran the close callbacks of its handles. */
+        hp_operator_free(op);
         return code;
 }

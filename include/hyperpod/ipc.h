@@ -399,5 +399,7 @@ void hp_ipc_drop_clients(struct hp_ipc_server *s);
  * with it: a fault is never lost. Returns 0 or an error. */
 int hp_ipc_inprocess_enable(struct hp_ipc_server *s,
                             void (*on_change)(void *ctx), void *ctx);
+/* Nobody is told any more (the operator is closing). */
+void hp_ipc_inprocess_disable(struct hp_ipc_server *s);
 
 #endif

@@ -339,9 +339,9 @@ static void streams(FILE *f, const struct hp_operator *op)
 
 /* ---- The worker socket and checkpoint discovery ---- */
 
-static void ipc(FILE *f, struct hp_agent *a, double wall)
+static void ipc(FILE *f, const struct hp_agent *a,
+                const struct hp_ipc_server *s, double wall)
 {
-        const struct hp_ipc_server *s = hp_agent_ipc(a);
         const struct {
                 const char *reason;
                 uint64_t n;
@@ -674,7 +674,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "hyperpodrun_console_dropped_lines_total{stream=\"stderr\"} "
                 "%llu\n",
                 (unsigned long long)hp_agent_console_dropped(a, 2));
-        ipc(f, a, wall);
+        ipc(f, a, op->ipc, wall);
         rank_speeds(f, a);
         node_health(f, a);
         preflight(f, a, op->cfg);

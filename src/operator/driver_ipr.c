@@ -68,7 +68,7 @@ static void timer_cb(uv_timer_t *t)
 static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
 {
         struct hp_op_ipr *ipr = &op->ipr;
-        struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         uint64_t timeout = op->cfg->inprocess_timeout_ms;
         char limit[48], held[128], missing[128];
         int n;
@@ -106,7 +106,7 @@ static void end_wait(struct hp_operator *op)
 {
         op->ipr.wait = HP_IPR_WAIT_NONE;
         op->ipr.deadline = 0;
-        hp_ipc_ranks_wait_end(&hp_agent_ipc(op->agent)->ranks);
+        hp_ipc_ranks_wait_end(&op->ipc->ranks);
         uv_timer_stop(&op->ipr.timer);
 }
 
@@ -147,14 +147,14 @@ static bool ip_table_complete(const struct hp_operator *op, char *missing,
 static bool clients_missing(const struct hp_operator *op)
 {
         for (int lr = 0; lr < op->cfg->nproc; lr++)
-                if (hp_ipc_rank_clients(hp_agent_ipc(op->agent), lr) == 0)
+                if (hp_ipc_rank_clients(op->ipc, lr) == 0)
                         return true;
         return false;
 }
 
 static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         char missing[64];
 
         memset(v, 0, sizeof(*v));
@@ -267,13 +267,12 @@ oom:
 static int send_rank_info(struct hp_operator *op, const char *type,
                           bool release, char *why, size_t len)
 {
-        struct hp_agent *a = op->agent;
         struct hp_rdzv_info round;
         size_t used = 0;
 
         current_round(op, &round);
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
-                if (hp_ipc_rank_clients(hp_agent_ipc(a), lr) > 0)
+                if (hp_ipc_rank_clients(op->ipc, lr) > 0)
                         continue;
                 if (used == 0)
                         used = (size_t)snprintf(why, len,
@@ -288,7 +287,7 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                 return -1;
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
                 cJSON *msg = rank_payload(op, &round, lr);
-                int r = msg ? hp_ipc_send_to_rank(hp_agent_ipc(a), lr, type,
+                int r = msg ? hp_ipc_send_to_rank(op->ipc, lr, type,
                                                   msg)
                             : -ENOMEM;
                 cJSON_Delete(msg);
@@ -298,16 +297,16 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                                  type, lr, hp_strerror(r));
                         return -1;
                 }
-                hp_ipc_ranks_set_rank_info(&hp_agent_ipc(a)->ranks, lr,
+                hp_ipc_ranks_set_rank_info(&op->ipc->ranks, lr,
                                            round.base_rank + lr,
                                            round.node_rank);
                 if (release)
-                        hp_ipc_ranks_release(&hp_agent_ipc(a)->ranks, lr);
+                        hp_ipc_ranks_release(&op->ipc->ranks, lr);
         }
         return 0;
 }
 
-int hp_op__ipr_update(struct hp_operator *op)
+static int send_update(struct hp_operator *op)
 {
         char why[256];
 
@@ -334,7 +333,7 @@ int hp_op__ipr_update(struct hp_operator *op)
 
 static void fault(struct hp_operator *op, const char *why)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         char reason[HP_OP_REASON_MAX], message[HP_OP_MESSAGE_MAX];
 
         if (hp_ipc_ranks_fault(ranks, reason, sizeof(reason), message,
@@ -351,10 +350,7 @@ static void fault(struct hp_operator *op, const char *why)
         }
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
-        if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults[hp_fault_cause_of(reason)]++;
-                hp_log_error("%s: %s", reason, message);
-        }
+        hp_op__fault(op, reason, message);
 }
 
 static void finish_full_stop(struct hp_operator *op)
@@ -367,7 +363,7 @@ static void finish_full_stop(struct hp_operator *op)
         ipr->verdict = false;
         ipr->holding = false;
         ipr->failure[0] = ipr->failure_reason[0] = '\0';
-        hp_ipc_ranks_reset(&hp_agent_ipc(op->agent)->ranks, true);
+        hp_ipc_ranks_reset(&op->ipc->ranks, true);
         /* The operator sends the IP table again. */
         op->ip_version[0] = '\0';
         op->last_failure_code = 0;
@@ -381,7 +377,7 @@ static void full_stop(struct hp_operator *op)
         op->ipr.plr_armed = false;
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
-        hp_ipc_drop_clients(hp_agent_ipc(a));
+        hp_ipc_drop_clients(op->ipc);
         if (!hp_agent_workers_active(a)) {
                 finish_full_stop(op);
                 return;
@@ -491,7 +487,7 @@ static void send_start(struct hp_operator *op)
         struct hp_rdzv_info round;
         char why[256];
 
-        hp_ipc_ranks_reset(&hp_agent_ipc(a)->ranks, false);
+        hp_ipc_ranks_reset(&op->ipc->ranks, false);
         if (send_rank_info(op, "job_start", true, why, sizeof(why)) < 0) {
                 hp_log_error("in-process restart: job_start: %s", why);
                 snprintf(op->ipr.failure_reason,
@@ -548,7 +544,7 @@ static void pause_workers(struct hp_operator *op)
                                                    restart_count(op)) == NULL)
                 r = -ENOMEM;
         else
-                r = hp_ipc_broadcast(hp_agent_ipc(op->agent), "job_fault", msg);
+                r = hp_ipc_broadcast(op->ipc, "job_fault", msg);
         cJSON_Delete(msg);
         hp_agent_clear_rules(op->agent);
         if (r < 0) {
@@ -612,7 +608,7 @@ static void apply(struct hp_operator *op, const struct hp_ipr_decision *d)
         }
 }
 
-void hp_op__ipr_kick(struct hp_operator *op)
+static void ipr_kick(struct hp_operator *op)
 {
         struct hp_op_ipr *ipr = &op->ipr;
 
@@ -649,7 +645,7 @@ void hp_op__ipr_kick(struct hp_operator *op)
 
 /* ---- Requests ---- */
 
-void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
+static void take_spare(struct hp_operator *op, bool spare, int fault_count)
 {
         struct hp_op_ipr *ipr = &op->ipr;
 
@@ -667,7 +663,7 @@ void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
         ipr->spare = spare;
 }
 
-void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
+static void take_stop_mode(struct hp_operator *op, const char *mode)
 {
         /* The default, and the reference's other RestartMode names: no
          * local restart, nothing to say. */
@@ -687,11 +683,54 @@ void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
                      mode);
 }
 
+static int ipr_start(struct hp_operator *op, struct hp_op_request *body,
+                     char *err, size_t len)
+{
+        bool running;
+        int r;
+
+        r = hp_op__store_ip_table(op, body, err, len);
+        if (r < 0)
+                return r;
+        running = hp_op__set_state(op, HP_OP_RUNNING, "RunningStarted",
+                                   NULL);
+        take_spare(op, body->spare, body->fault_count);
+        hp_op__store_job(op, body, false);
+        /* job_start goes once every rank is at the barrier. */
+        hp_op__kick(op);
+        if (!running)
+                hp_log_info("/start in state %s: kept; job_start goes when "
+                            "the agent is READY and a /start follows",
+                            hp_op_state_name(op->plr.state));
+        return 0;
+}
+
+static void ipr_update(struct hp_operator *op, struct hp_op_request *body)
+{
+        take_spare(op, body->spare, body->fault_count);
+        hp_op__store_job(op, body, true);
+        /* As the reference: the rank is assigned once the workers have
+         * it, else the operator sends again. */
+        if (send_update(op) == 0)
+                op->assigned_rank = op->job.rank;
+        else
+                op->ip_version[0] = '\0';
+        hp_op__kick(op);
+}
+
+static void ipr_stop(struct hp_operator *op, const struct hp_op_request *body)
+{
+        take_stop_mode(op, body->restart_mode);
+        /* A refused STOPPING still kicks: the decision may pause. */
+        hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL);
+        hp_op__kick(op);
+}
+
 /* Fills the IPR keys of /status; *owned is for the caller to delete. */
-void hp_op__ipr_status(const struct hp_operator *op, struct hp_op_status *st,
+static void ipr_status(const struct hp_operator *op, struct hp_op_status *st,
                        cJSON **owned)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         int mode = hp_ipc_ranks_operator_mode(ranks);
 
         st->inprocess = true;
@@ -806,7 +845,7 @@ static void preflight_passed(struct hp_agent *a, void *ctx)
         hp_op__kick(ctx);
 }
 
-static const struct hp_agent_events events = {
+static const struct hp_agent_events ipr_events = {
         .stage_ended = stage_ended,
         .rule_verdict = rule_verdict,
         .worker_failed = worker_failed,
@@ -819,7 +858,7 @@ static void ipc_changed(void *ctx)
         hp_op__kick(ctx);
 }
 
-int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
+static int ipr_open(struct hp_operator *op, char *errbuf, size_t len)
 {
         struct hp_op_ipr *ipr = &op->ipr;
         int r;
@@ -827,7 +866,7 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         memset(ipr, 0, sizeof(*ipr));
         ipr->spare = true;
         op->plr.inprocess = true;
-        r = hp_ipc_inprocess_enable(hp_agent_ipc(op->agent), ipc_changed, op);
+        r = hp_ipc_inprocess_enable(op->ipc, ipc_changed, op);
         if (r < 0) {
                 snprintf(errbuf, len, "in-process restart: the worker "
                                       "socket's handlers: %s",
@@ -836,7 +875,6 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         }
         uv_timer_init(hp_agent_loop(op->agent), &ipr->timer);
         ipr->timer_ready = true;
-        hp_agent_set_events(op->agent, &events, op);
         hp_log_info("in-process restart (--inprocess-restart): the "
                     "processes start now and wait at the barrier; READY "
                     "once every local rank is there, then /start releases "
@@ -845,13 +883,32 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         return 0;
 }
 
-void hp_op__ipr_close(struct hp_operator *op)
+/* READY comes once the workers are at the barrier (ipr_kick). */
+static void ipr_ready(struct hp_operator *op)
+{
+        (void)op;
+}
+
+static void ipr_close(struct hp_operator *op)
 {
         if (!op->plr.inprocess)
-                return;
-        hp_agent_ipc(op->agent)->on_change = NULL;
+                return; /* never opened */
+        hp_ipc_inprocess_disable(op->ipc);
         if (op->ipr.timer_ready) {
                 uv_close((uv_handle_t *)&op->ipr.timer, NULL);
                 op->ipr.timer_ready = false;
         }
 }
+
+const struct hp_op_driver hp_op__driver_ipr = {
+        .name = "in-process restart",
+        .events = &ipr_events,
+        .open = ipr_open,
+        .ready = ipr_ready,
+        .start = ipr_start,
+        .update = ipr_update,
+        .stop = ipr_stop,
+        .status = ipr_status,
+        .kick = ipr_kick,
+        .close = ipr_close,
+};

@@ -179,3 +179,9 @@ int hp_ipc_inprocess_enable(struct hp_ipc_server *s,
         s->change_ctx = ctx;
         return 0;
 }
+
+void hp_ipc_inprocess_disable(struct hp_ipc_server *s)
+{
+        s->on_change = NULL;
+        s->change_ctx = NULL;
+}
