@@ -75,6 +75,56 @@ static int server_failed(struct hp_operator *op, struct hp_agent *agent,
         return EXIT_USAGE;
 }
 
+/* LOGLEVEL from the environment: 0, or -1 (told on stderr). */
+static int log_level_from_env(void)
+{
+        const char *level_text = getenv("LOGLEVEL");
+        enum hp_log_level level;
+
+        if (level_text == NULL || *level_text == '\0')
+                return 0;
+        if (hp_log_level_parse(level_text, &level) < 0) {
+                fprintf(stderr,
+                        "hyperpodrun: error: invalid value '%s' for "
+                        "LOGLEVEL (environment): expected DEBUG, INFO, "
+                        "WARNING or ERROR\n",
+                        level_text);
+                return -1;
+        }
+        hp_log_set_level(level);
+        return 0;
+}
+
+/* --help, --version, --check-rules and --replay run without an agent:
+ * their exit status, or -1 for a job to run. */
+static int one_shot(const struct hp_config *cfg)
+{
+        char err[1024];
+
+        if (cfg->show_help) {
+                fputs(hp_config_help(), stdout);
+                return 0;
+        }
+        if (cfg->show_version) {
+                hp_version_print(stdout);
+                return 0;
+        }
+        if (cfg->check_rules != NULL) {
+                if (logmon_rules_check(cfg->check_rules, cfg->strict, stdout,
+                                       err, sizeof(err)) < 0) {
+                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
+                        return EXIT_USAGE;
+                }
+                return 0;
+        }
+        if (cfg->replay_log != NULL) {
+                /* No agent: Ctrl-C ends a replay at once. */
+                (void)hp_signals_release();
+                return replay(cfg);
+        }
+        return -1;
+}
+
 int main(int argc, char **argv)
 {
         /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
@@ -82,8 +132,6 @@ int main(int argc, char **argv)
         static struct hp_config cfg;
         struct hp_operator *op = NULL;
         struct hp_agent *agent;
-        const char *level_text = getenv("LOGLEVEL");
-        enum hp_log_level level;
         char err[1024];
         uv_loop_t loop;
         int code, r;
@@ -101,45 +149,17 @@ int main(int argc, char **argv)
                         strerror(-r));
                 return EXIT_FAILURE;
         }
-        if (level_text != NULL && *level_text != '\0') {
-                if (hp_log_level_parse(level_text, &level) < 0) {
-                        fprintf(stderr,
-                                "hyperpodrun: error: invalid value '%s' for "
-                                "LOGLEVEL (environment): expected DEBUG, "
-                                "INFO, WARNING or ERROR\n",
-                                level_text);
-                        return EXIT_USAGE;
-                }
-                hp_log_set_level(level);
-        }
+        if (log_level_from_env() < 0)
+                return EXIT_USAGE;
 
         r = hp_config_parse(&cfg, argc, argv, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);
                 return EXIT_USAGE;
         }
-        if (cfg.show_help) {
-                fputs(hp_config_help(), stdout);
-                return 0;
-        }
-        if (cfg.show_version) {
-                hp_version_print(stdout);
-                return 0;
-        }
-        if (cfg.check_rules != NULL) {
-                r = logmon_rules_check(cfg.check_rules, cfg.strict, stdout,
-                                       err, sizeof(err));
-                if (r < 0) {
-                        fprintf(stderr, "hyperpodrun: error: %s\n", err);
-                        return EXIT_USAGE;
-                }
-                return 0;
-        }
-        if (cfg.replay_log != NULL) {
-                /* No agent: Ctrl-C ends a replay at once. */
-                (void)hp_signals_release();
-                return replay(&cfg);
-        }
+        code = one_shot(&cfg);
+        if (code >= 0)
+                return code;
         if (cfg.rdzv_backend_reason != NULL)
                 hp_log_info("rendezvous backend %s: %s",
                             cfg.rdzv_backend_name, cfg.rdzv_backend_reason);

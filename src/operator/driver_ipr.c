@@ -901,7 +901,7 @@ static void ipr_close(struct hp_operator *op)
 }
 
 const struct hp_op_driver hp_op__driver_ipr = {
-        .name = "in-process restart",
+        .mode = "inprocess",
         .events = &ipr_events,
         .open = ipr_open,
         .ready = ipr_ready,

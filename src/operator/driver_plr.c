@@ -341,7 +341,7 @@ static void plr_close(struct hp_operator *op)
 }
 
 const struct hp_op_driver hp_op__driver_plr = {
-        .name = "process-level restart",
+        .mode = "operator",
         .events = &plr_events,
         .open = plr_open,
         .ready = plr_ready,

@@ -82,11 +82,13 @@ static double loop_to_wall(const struct hp_agent *a, uint64_t at_ms,
         return wall_now - (double)(now > at_ms ? now - at_ms : 0) / 1000.0;
 }
 
-/* "operator", "inprocess", or the self-driven backend. */
-static const char *mode_name(const struct hp_config *cfg)
+/* The driver's ("operator", "inprocess"), or the self-driven backend. */
+static const char *mode_name(const struct hp_operator *op)
 {
-        if (hp_config_operator_mode(cfg))
-                return cfg->inprocess_restart ? "inprocess" : "operator";
+        const struct hp_config *cfg = op->cfg;
+
+        if (!op->observer)
+                return op->drv->mode;
         if (cfg->standalone)
                 return "standalone";
         switch (cfg->rdzv_backend) {
@@ -565,7 +567,7 @@ static void identity(FILE *f, const struct hp_operator *op)
                "standalone, static, slurm, resource-config).");
         fprintf(f, "hyperpodrun_build_info{version=\"");
         label_value(f, HP_VERSION);
-        fprintf(f, "\",mode=\"%s\"} 1\n", mode_name(op->cfg));
+        fprintf(f, "\",mode=\"%s\"} 1\n", mode_name(op));
         family(f, "hyperpodrun_run_info", "gauge",
                "1, with the job's run id (--rdzv-id, TORCHELASTIC_RUN_ID; "
                "a random one with --standalone).");

@@ -81,6 +81,8 @@ struct hp_operator {
 };
 
 
+/* ---- core.c ---- */
+
 /* Moves the state machine and logs it; false (logged) when the table
  * refuses the transition. */
 bool hp_op__set_state(struct hp_operator *op, enum hp_op_state to,
@@ -124,7 +126,7 @@ void hp_op__metrics_handle(void *ctx, const struct hp_httpd_request *req,
  *                 /start sends job_start, a fault sends job_fault.
  */
 struct hp_op_driver {
-        const char *name;
+        const char *mode; /* /metrics' mode label */
         /* What the agent reports (worker failure, stage end, verdict, node
          * fault, pre-flight): set on the agent at init. */
         const struct hp_agent_events *events;
@@ -155,7 +157,7 @@ struct hp_op_driver {
 extern const struct hp_op_driver hp_op__driver_plr;
 extern const struct hp_op_driver hp_op__driver_ipr;
 
-/* Helpers the drivers share (routes.c, operator.c). */
+/* What the routes and the drivers share (core.c). */
 /* rankIps and ipVersion to pod_resourceconfig.json when a request carries
  * both; 0, or a negative errno with err saying why. */
 int hp_op__store_ip_table(struct hp_operator *op,
