@@ -63,11 +63,11 @@ struct hp_httpd_conn {
         struct hp_httpd_conn *next;
         int handles; /* close callbacks still to come */
         enum conn_state state;
-        bool served; /* counted in current_connections */
-        bool answered; /* has had a response */
+        bool served;    /* counted in current_connections */
+        bool answered;  /* has had a response */
         uint64_t since; /* loop time the current state began */
         bool reading;
-        bool keep_alive; /* after the response being written */
+        bool keep_alive;   /* after the response being written */
         bool message_done; /* the parser paused at the end of a request */
         bool began; /* a request began in this parse: arm its deadline */
         uint64_t linger_end; /* loop time when lingering stops */

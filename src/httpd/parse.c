@@ -68,8 +68,8 @@ static struct hp_httpd_conn *conn_of_parser(http_parser *p)
 
 static void continue_cb(uv_write_t *req, int status)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, continue_req);
+        struct hp_httpd_conn *c = hp_container_of(req, struct hp_httpd_conn,
+                                                  continue_req);
 
         /* A failed write shows up again on the next read or write. */
         if (status < 0 && c->state != CONN_CLOSED)
@@ -286,7 +286,8 @@ static int on_headers_complete(http_parser *p)
 
                 if (r < 0)
                         hp_log_debug("http: %s: cannot write 100 Continue: "
-                                     "%s", c->peer, uv_strerror(r));
+                                     "%s",
+                                     c->peer, uv_strerror(r));
         }
         c->body_off = c->req.len;
         return 0;

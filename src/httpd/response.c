@@ -14,11 +14,21 @@ void hp_httpd__count_status(struct hp_httpd_stats *s, int status)
 {
         s->requests_total++;
         switch (status / 100) {
-        case 1: s->responses_1xx++; break;
-        case 2: s->responses_2xx++; break;
-        case 3: s->responses_3xx++; break;
-        case 4: s->responses_4xx++; break;
-        default: s->responses_5xx++; break;
+        case 1:
+                s->responses_1xx++;
+                break;
+        case 2:
+                s->responses_2xx++;
+                break;
+        case 3:
+                s->responses_3xx++;
+                break;
+        case 4:
+                s->responses_4xx++;
+                break;
+        default:
+                s->responses_5xx++;
+                break;
         }
 }
 

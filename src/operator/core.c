@@ -167,8 +167,9 @@ void hp_op__node_fault_message(const struct hp_operator *op,
 }
 
 /* Applies rankIps and ipVersion to pod_resourceconfig.json when a request
- * carries both (§5). Done before anything else changes, so that a disk
- * error leaves the agent as it was. */
+ * carries both (docs/operator-api.md, "pod_resourceconfig.json"). Done
+ * before anything else changes, so that a disk error leaves the agent as
+ * it was. */
 int hp_op__store_ip_table(struct hp_operator *op,
                           const struct hp_op_request *req, char *err,
                           size_t len)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Process-level restart, the operator's default driver (§3.6): /start
- * spawns pre-train, train and post-train with the operator's rendezvous;
- * a worker failure, a rule verdict or a node fault moves the agent to
+/* Process-level restart, the operator's default driver
+ * (docs/operator-api.md, "States"): /start spawns pre-train, train and
+ * post-train with the operator's rendezvous; a worker failure, a rule verdict or a node fault moves the agent to
  * FAULTED and the workers keep running until the operator's /stop, which
  * stops them and goes back to READY. The agent's events land here. */
 #include <errno.h>
@@ -64,9 +64,10 @@ static void next_stage(struct hp_operator *op)
                 op->rules_changed = false;
                 r = hp_agent_use_rules(op->agent, op->job.ruleset);
                 if (r < 0) {
-                        hp_op__fault(op, "WorkerFault",
-                              "cannot watch the next stage with the rules "
-                              "of the last /update");
+                        hp_op__fault(
+                                op, "WorkerFault",
+                                "cannot watch the next stage with the rules "
+                                "of the last /update");
                         return;
                 }
         }
@@ -111,7 +112,8 @@ static void plr_kick(struct hp_operator *op)
                     !hp_agent_workers_active(a) &&
                     !hp_agent_preflight_pending(a))
                         start_workers(op);
-                else if (op->next_stage_pending && !hp_agent_workers_active(a))
+                else if (op->next_stage_pending &&
+                         !hp_agent_workers_active(a))
                         next_stage(op);
                 break;
         case HP_OP_STOPPING:
@@ -149,12 +151,14 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         hp_op__failure_message(a, g, msg, sizeof(msg));
         /* A rank that never ran (its log directory, its pipes, its
          * process could not be made) is not a crash of the job. */
-        hp_op__fault(op, failed && w.start_failed ? "WorkerStartFailed"
-                                           : "WorkerCrash",
-              msg);
+        hp_op__fault(op,
+                     failed && w.start_failed ? "WorkerStartFailed"
+                                              : "WorkerCrash",
+                     msg);
         if (failed && w.exit_time > 0)
-                op->last_detection_latency_s =
-                        (double)hp_op__wall_us() / 1e6 - w.exit_time;
+                op->last_detection_latency_s = (double)hp_op__wall_us() /
+                                                       1e6 -
+                                               w.exit_time;
 }
 
 static void stage_ended(struct hp_agent *a, enum hp_stage stage,
@@ -178,7 +182,7 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                         hp_op__kick(op);
                 } else if (result == HP_GROUP_STOPPED) {
                         hp_op__fault(op, "WorkerFault",
-                              "the workers were stopped unexpectedly");
+                                     "the workers were stopped unexpectedly");
                 }
                 break;
         case HP_OP_STOPPING:
@@ -237,7 +241,6 @@ static const struct hp_agent_events plr_events = {
         .node_fault = node_fault,
         .preflight_passed = preflight_passed,
 };
-
 
 /* A torchrun command line lands here by default and would wait in
  * silence: say what the agent waits for, and how to run without it. */

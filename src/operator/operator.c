@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The operator's control API: its life from init to close (§3, §5).
+/* The operator's control API: its life from init to close
+ * (docs/operator-api.md; docs/multi-node.md, "The backends").
  *
  * Init opens the resource config directory, the HTTP listeners (routes.c
  * answers) and the timers, picks the driver of the mode (driver_plr.c or

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routes of the operator API (§3.1, §3.5). Every handler answers at
- * once; slow work (spawning, stopping) happens in the kick timer after the
- * response is on its way. */
+/* The routes of the operator API (docs/operator-api.md, the table of
+ * routes). Every handler answers at once; slow work (spawning, stopping)
+ * happens in the kick timer after the response is on its way. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,11 @@
  * connect, and torch 1.13's TCPStore client took the EINTR for a failed
  * rendezvous (RuntimeError: Interrupted system call) and the worker
  * exited 1. Our thread waits in a pipe read, which the kernel restarts,
- * so no other thread ever sees the signal. And the signal is ignored
+ * so no other thread ever sees the signal. It blocks every other signal:
+ * a SIGTERM sent to the process could otherwise land on it, and the
+ * worker's handler would wait until its main thread woke (a sleeping
+ * time.sleep is not woken by a signal handled on another thread). And
+ * the signal is ignored
  * before faulthandler registers, which is what faulthandler puts back as
  * the interpreter exits: a signal then (a report taken just as a worker
  * ends) is lost, where its default action would have killed the worker.
@@ -103,8 +107,19 @@ static const char sitecustomize[] =
 "        # comes then is lost instead of killing the worker.\n"
 "        signal.signal(sig, signal.SIG_IGN)\n"
 "        faulthandler.register(sig, file=fd, all_threads=True)\n"
-"        _thread.start_new_thread(_hp_stacks_wait,\n"
-"                                 (fd, r, w, _thread.get_native_id))\n"
+"        # The thread takes no signal but ours: a SIGTERM sent to the\n"
+"        # process must land on the worker's own threads, or its handler\n"
+"        # waits for the main thread to wake (time.sleep is not woken).\n"
+"        # Blocked here first, so that the thread starts with the mask.\n"
+"        keep = {sig, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE,\n"
+"                signal.SIGILL, signal.SIGABRT}\n"
+"        mask = signal.pthread_sigmask(\n"
+"            signal.SIG_BLOCK, set(signal.valid_signals()) - keep)\n"
+"        try:\n"
+"            _thread.start_new_thread(_hp_stacks_wait,\n"
+"                                     (fd, r, w, _thread.get_native_id))\n"
+"        finally:\n"
+"            signal.pthread_sigmask(signal.SIG_SETMASK, mask)\n"
 "    except Exception:\n"
 "        pass\n"
 "\n"

@@ -724,6 +724,7 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 .role = cfg->role,
                 .master_addr = p->round->master_addr,
                 .master_port = p->round->master_port,
+                .agent_store = p->round->agent_store,
                 .restart_count = p->restart_count,
                 /* Operator mode: the operator restarts, not the agent,
                  * so workers see what the reference's do: torch's
