@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Process-level restart, the operator's default driver
  * (docs/operator-api.md, "States"): /start spawns pre-train, train and
- * post-train with the operator's rendezvous; a worker failure, a rule verdict or a node fault moves the agent to
- * FAULTED and the workers keep running until the operator's /stop, which
- * stops them and goes back to READY. The agent's events land here. */
+ * post-train with the operator's rendezvous; a worker failure, a rule
+ * verdict or a node fault moves the agent to FAULTED and the workers keep
+ * running until the operator's /stop, which stops them and goes back to
+ * READY. The agent's events land here. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

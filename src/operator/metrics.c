@@ -281,7 +281,8 @@ struct stream_sum {
         struct hp_stream_stats (*sum)[2];
 };
 
-static void stream_sum_cb(void *ctx, int rank, const struct hp_stream_stats *out,
+static void stream_sum_cb(void *ctx, int rank,
+                          const struct hp_stream_stats *out,
                           const struct hp_stream_stats *err)
 {
         struct stream_sum *c = ctx;
