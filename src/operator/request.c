@@ -741,13 +741,92 @@ void hp_op_request_free(struct hp_op_request *req)
         memset(req, 0, sizeof(*req));
 }
 
+/* The body as JSON, as Python's json.loads reads it, or NULL with the
+ * error added to c (or c->oom set). */
+static cJSON *decode_body(struct checker *c, const char *body,
+                          size_t body_len)
+{
+        const char *end = NULL;
+        cJSON *doc;
+
+        if (!hp_utf8_valid(body, body_len) ||
+            nul_escape_at(body, body_len) >= 0) {
+                char where[128];
+                cJSON *loc_input = cJSON_CreateObject();
+
+                snprintf(where, sizeof(where), "%s",
+                         hp_utf8_valid(body, body_len)
+                                 ? "a string holds \\u0000 (NUL), which "
+                                   "cannot be passed on"
+                                 : "the body is not valid UTF-8");
+                add_error(c, "json_invalid", NULL, -1, NULL,
+                          "JSON decode error", loc_input, where);
+                cJSON_Delete(loc_input);
+                return NULL;
+        }
+        doc = cJSON_ParseWithLengthOpts(body, body_len, &end, false);
+        if (doc != NULL) {
+                /* Only blanks may follow the value, as for json.loads. */
+                while (end < body + body_len &&
+                       strchr(" \t\r\n", *end) != NULL && *end != '\0')
+                        end++;
+                if (end != body + body_len) {
+                        cJSON_Delete(doc);
+                        doc = NULL;
+                }
+        }
+        if (doc == NULL) {
+                char where[96];
+                cJSON *loc_input = cJSON_CreateObject();
+                size_t pos = end && end >= body ? (size_t)(end - body) : 0;
+
+                snprintf(where, sizeof(where),
+                         "invalid JSON at byte %zu of %zu", pos, body_len);
+                add_error(c, "json_invalid", NULL, (int)pos, NULL,
+                          "JSON decode error", loc_input, where);
+                cJSON_Delete(loc_input);
+                return NULL;
+        }
+        /* Numbers JSON does not allow are refused as Python's json does;
+         * those of worker_data keep their text, which the workers get. */
+        if (doc != NULL) {
+                size_t bad_at = 0;
+                int r = hp_json_exact_numbers(
+                        doc,
+                        cJSON_IsObject(doc) ? member(doc, "worker_data")
+                                            : NULL,
+                        body, body_len, &bad_at);
+
+                if (r == -ENOMEM) {
+                        c->oom = true;
+                        cJSON_Delete(doc);
+                        return NULL;
+                }
+                if (r < 0) {
+                        char where[128];
+                        cJSON *loc_input = cJSON_CreateObject();
+
+                        snprintf(where, sizeof(where),
+                                 "invalid JSON number at byte %zu of %zu "
+                                 "(a leading zero, or no digit after '.' "
+                                 "or 'e')",
+                                 bad_at, body_len);
+                        add_error(c, "json_invalid", NULL, (int)bad_at, NULL,
+                                  "JSON decode error", loc_input, where);
+                        cJSON_Delete(loc_input);
+                        cJSON_Delete(doc);
+                        return NULL;
+                }
+        }
+        return doc;
+}
+
 int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                         const char *body, size_t body_len, bool has_body,
                         struct hp_op_request *out, cJSON **detail)
 {
         struct checker c = { 0 };
         cJSON *doc = NULL;
-        const char *end = NULL;
 
         memset(out, 0, sizeof(*out));
         out->is_graceful = -1;
@@ -773,73 +852,9 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                 cJSON_Delete(raw);
                 goto done;
         }
-        if (!hp_utf8_valid(body, body_len) ||
-            nul_escape_at(body, body_len) >= 0) {
-                char where[128];
-                cJSON *loc_input = cJSON_CreateObject();
-
-                snprintf(where, sizeof(where), "%s",
-                         hp_utf8_valid(body, body_len)
-                                 ? "a string holds \\u0000 (NUL), which "
-                                   "cannot be passed on"
-                                 : "the body is not valid UTF-8");
-                add_error(&c, "json_invalid", NULL, -1, NULL,
-                          "JSON decode error", loc_input, where);
-                cJSON_Delete(loc_input);
+        doc = decode_body(&c, body, body_len);
+        if (doc == NULL)
                 goto done;
-        }
-        doc = cJSON_ParseWithLengthOpts(body, body_len, &end, false);
-        if (doc != NULL) {
-                /* Only blanks may follow the value, as for json.loads. */
-                while (end < body + body_len &&
-                       strchr(" \t\r\n", *end) != NULL && *end != '\0')
-                        end++;
-                if (end != body + body_len) {
-                        cJSON_Delete(doc);
-                        doc = NULL;
-                }
-        }
-        if (doc == NULL) {
-                char where[96];
-                cJSON *loc_input = cJSON_CreateObject();
-                size_t pos = end && end >= body ? (size_t)(end - body) : 0;
-
-                snprintf(where, sizeof(where),
-                         "invalid JSON at byte %zu of %zu", pos, body_len);
-                add_error(&c, "json_invalid", NULL, (int)pos, NULL,
-                          "JSON decode error", loc_input, where);
-                cJSON_Delete(loc_input);
-                goto done;
-        }
-        /* Numbers JSON does not allow are refused as Python's json does;
-         * those of worker_data keep their text, which the workers get. */
-        if (doc != NULL) {
-                size_t bad_at = 0;
-                int r = hp_json_exact_numbers(
-                        doc,
-                        cJSON_IsObject(doc) ? member(doc, "worker_data")
-                                            : NULL,
-                        body, body_len, &bad_at);
-
-                if (r == -ENOMEM) {
-                        c.oom = true;
-                        goto done;
-                }
-                if (r < 0) {
-                        char where[128];
-                        cJSON *loc_input = cJSON_CreateObject();
-
-                        snprintf(where, sizeof(where),
-                                 "invalid JSON number at byte %zu of %zu "
-                                 "(a leading zero, or no digit after '.' "
-                                 "or 'e')",
-                                 bad_at, body_len);
-                        add_error(&c, "json_invalid", NULL, (int)bad_at, NULL,
-                                  "JSON decode error", loc_input, where);
-                        cJSON_Delete(loc_input);
-                        goto done;
-                }
-        }
         if (route == HP_OP_STOP && cJSON_IsNull(doc))
                 goto done;
         if (!cJSON_IsObject(doc)) {
