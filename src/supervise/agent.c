@@ -262,8 +262,8 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 .attempt_dir = a->attempt_dir[stage],
                 .ipc_path = a->ipc.path,
                 .nofile = a->nofile_known ? &a->nofile : NULL,
-                .python_path = a->forensics.python_path,
-                .stacks_signal = a->forensics.stacks_signal,
+                .python_path = hp_forensics_python_path(a->forensics),
+                .stacks_signal = hp_forensics_stacks_signal(a->forensics),
                 .loop = a->loop,
                 .console_out = &a->console_out,
                 .console_err = a->console_for_err,
@@ -285,8 +285,8 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
         prepare_attempt_dir(a, stage);
         p.attempt_fd = a->attempt_fd[stage]; /* made just now */
         /* The flight recorder's files go in the attempt directory. */
-        if (hp_forensics__fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
-                                     sizeof(fr_pipe))) {
+        if (hp_forensics_fr_prefixes(a->forensics, a->attempt_dir[stage],
+                                     fr_pipe, fr_dump, sizeof(fr_pipe))) {
                 p.fr_pipe = fr_pipe;
                 p.fr_dump = fr_dump;
         }
@@ -334,10 +334,10 @@ void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
         if (speeds[0] != '\0')
                 hp_log_warn("%s", speeds);
         /* Which rank went quiet first, before anything is stopped. */
-        hp_forensics__note_silence(a, "the verdict");
+        hp_agent__note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        a->verdict_report = hp_forensics__begin(&a->forensics, false) == 0;
+        a->verdict_report = hp_agent__begin_report(a, false) == 0;
         a->events->rule_verdict(a, &a->verdict, a->events_ctx);
 }
 
@@ -348,9 +348,9 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         hp_ftmon_pause(&a->ft);
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
-        a->forensics.silence[0] = '\0';
+        hp_forensics_clear_silence(a->forensics);
         if (hp_group__active(&a->group) && g == &a->group && g->count > 1)
-                hp_forensics__note_silence(a, "the failure");
+                hp_agent__note_silence(a, "the failure");
         if (a->events->worker_failed != NULL && a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
@@ -433,7 +433,7 @@ bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
         if (!hp_group__active(&a->group))
                 return false;
         a->group.stop_requested = true;
-        if (!hp_forensics__defer_stop(&a->forensics, sig, timeout_ms))
+        if (!hp_agent__defer_stop(a, sig, timeout_ms))
                 hp_group__stop(&a->group, sig, timeout_ms);
         return true;
 }
@@ -471,7 +471,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
                 /* A report, the job running on: forwarded only to the
                  * processes that handle it, since its default action
                  * would end the others (a healthy job exited 140). */
-                r = hp_forensics__begin(&a->forensics, true);
+                r = hp_agent__begin_report(a, true);
                 if (r < 0 && r != -ENOTSUP)
                         hp_log_warn("SIGUSR2: no stacks report: %s",
                                     r == -EBUSY ? "one is being collected"
@@ -643,6 +643,23 @@ too_long:
         return HP_ECONFIG;
 }
 
+/* The hang report collector (src/forensics), --hang-dump. */
+static int forensics_init(struct hp_agent *a, char *errbuf, size_t errlen)
+{
+        struct hp_forensics_params p = {
+                .loop = a->loop,
+                .enabled = a->cfg->hang_dump != HP_HANG_DUMP_OFF,
+                .full = a->cfg->hang_dump == HP_HANG_DUMP_FULL,
+                .no_files = a->no_files,
+                .timeout_ms = a->cfg->hang_dump_timeout_ms,
+                .ft = &a->ft,
+                .stop = hp_agent__report_stop,
+                .ctx = a,
+        };
+
+        return hp_forensics_new(&p, &a->forensics, errbuf, errlen);
+}
+
 int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                   const struct hp_config *cfg, char *errbuf, size_t errlen)
 {
@@ -703,21 +720,21 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                                       .ctx = a },
                               errbuf, errlen);
         if (r == 0)
-                r = hp_forensics__init(&a->forensics, a, errbuf, errlen);
+                r = forensics_init(a, errbuf, errlen);
         if (r == 0)
                 r = hp_agent__health_init(a, errbuf, errlen);
         if (r < 0) {
                 if (r == -ENOMEM)
                         snprintf(errbuf, errlen, "out of memory");
                 hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
+                hp_forensics_close(a->forensics);
                 hp_rulewatch__close(&a->rules);
                 return r;
         }
         r = prepare_log_dirs(a, errbuf, errlen);
         if (r < 0) {
                 hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
+                hp_forensics_close(a->forensics);
                 hp_rulewatch__close(&a->rules);
                 return r;
         }
@@ -778,7 +795,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_watcher__stop(&a->watcher);
                 hp_scope__root_close(&a->scopes);
                 hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
+                hp_forensics_close(a->forensics);
                 hp_rulewatch__close(&a->rules);
                 close_log_dirs(a);
                 return r;
@@ -826,7 +843,7 @@ err:
         hp_agent__health_close(a);
         hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
-        hp_forensics__close(&a->forensics);
+        hp_forensics_close(a->forensics);
         close_log_dirs(a);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
@@ -871,7 +888,7 @@ void hp_agent_close(struct hp_agent *a)
         hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
-        hp_forensics__close(&a->forensics);
+        hp_forensics_close(a->forensics);
         hp_stream_hub_close(&a->stream_hub);
         hp_rulewatch__close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);

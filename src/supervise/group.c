@@ -325,7 +325,7 @@ static void close_held_pipes(struct hp_worker *w)
                 held = true;
                 for (int j = 0; j < found; j++) {
                         struct hp_proc p;
-                        bool known = hp_proc__read(pids[j], &p) == 0;
+                        bool known = hp_proc_read(pids[j], &p) == 0;
                         int r = snprintf(holders + n, sizeof(holders) - n,
                                          "%spid %d (%s)", n ? ", " : "",
                                          (int)pids[j], known ? p.comm : "?");
@@ -977,12 +977,12 @@ void hp_group__signal_takers(struct hp_group *g, int sig, int *sent,
                         continue; /* gone */
                 /* Read again once the pidfd holds the process: what is
                  * read is then about the process the signal would reach. */
-                leader = hp_proc__read(procs.items[i].pid, &now) == 0
+                leader = hp_proc_read(procs.items[i].pid, &now) == 0
                                  ? worker_by_pid(g, now.pgid)
                                  : NULL;
                 if (leader != NULL && leader->state < HP_WORKER_EXITED &&
-                    hp_proc__live(&now)) {
-                        if (!hp_proc__takes_signal(now.pid, sig))
+                    hp_proc_live(&now)) {
+                        if (!hp_proc_takes_signal(now.pid, sig))
                                 (*spared)++;
                         else if (hp_pidfd_send_signal(pidfd, sig) == 0)
                                 (*sent)++;
