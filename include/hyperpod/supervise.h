@@ -247,6 +247,10 @@ int hp_agent_run(struct hp_agent *agent);
 
 /* ---- Driving the agent from outside (operator mode) ---- */
 
+/* Attaches the driver that follows the agent: main picks it (self-driven
+ * mode's, which hp_agent_run attaches, or the operator's). The agent has
+ * no driver of its own: until one is attached, and after NULL lets it
+ * go, what the agent reports goes nowhere. */
 void hp_agent_set_events(struct hp_agent *agent,
                          const struct hp_agent_events *events, void *ctx);
 /* Starts an attempt with this rendezvous round and restart count: the

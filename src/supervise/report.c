@@ -12,6 +12,23 @@
 
 #include "supervise-private.h"
 
+/* The hang report collector (src/forensics), --hang-dump. */
+int hp_agent__forensics_init(struct hp_agent *a, char *errbuf, size_t errlen)
+{
+        struct hp_forensics_params p = {
+                .loop = a->loop,
+                .enabled = a->cfg->hang_dump != HP_HANG_DUMP_OFF,
+                .full = a->cfg->hang_dump == HP_HANG_DUMP_FULL,
+                .no_files = a->no_files,
+                .timeout_ms = a->cfg->hang_dump_timeout_ms,
+                .ft = &a->ft,
+                .stop = hp_agent__report_stop,
+                .ctx = a,
+        };
+
+        return hp_forensics_new(&p, &a->forensics, errbuf, errlen);
+}
+
 static uint64_t worker_last(const struct hp_worker *w)
 {
         return w->out.last_read > w->err.last_read ? w->out.last_read

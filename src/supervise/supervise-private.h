@@ -459,8 +459,18 @@ bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
 void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
                          const char *why);
 
-/* The enabled stage after stage, or -1. */
+/* Which stages run (logdirs.c): whether stage does, and the enabled
+ * stage after stage, or -1. */
+bool hp_agent__stage_enabled(const struct hp_agent *a, enum hp_stage stage);
 int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage);
+/* The log root and a run directory per enabled stage (a config error is
+ * HP_ECONFIG with errbuf saying why), and their close. */
+int hp_agent__prepare_log_dirs(struct hp_agent *a, char *errbuf,
+                               size_t errlen);
+void hp_agent__close_log_dirs(struct hp_agent *a);
+/* Makes the stage's attempt directory for a->restart_count (see
+ * logdirs.c); a->attempt_dir[stage] is "" without log files. */
+void hp_agent__prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage);
 
 /* ---- Self-driven mode (selfdriven.c) ---- */
 
@@ -571,9 +581,17 @@ void hp_worker__start_failure(const struct hp_worker *w, char *buf,
 #define HP_RULE_REPORT_MS 1000
 #define HP_RULE_WARN_MS 10000
 
+/* How a rule thread's state changes are logged, on the loop thread (the
+ * watch's hp_rulewatch__log_change). */
+typedef void (*hp_rulewatch__change_cb)(struct hp_rulewatch *w, int rank,
+                                        const struct logmon_event *e,
+                                        uint64_t t_ms, const char *line,
+                                        size_t len);
+
 /* Starts the thread; wake is the loop's handle for verdicts and earlier
- * deadlines. */
+ * deadlines, log_change logs the changes it kept. */
 int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             hp_rulewatch__change_cb log_change,
                              struct hp_rule_thread **out);
 /* Every queued line fed and no verdict waiting: the streams are the
  * loop's. */
@@ -625,8 +643,12 @@ void hp_agent__health_close(struct hp_agent *a);
 /* Ends a self-driven run stopped by a node fault, once --node-fault-action
  * has ended. */
 void hp_agent__health_finish(struct hp_agent *a);
-/* --preflight nccl passed: the first attempt may start. */
+/* The driver's events (driver.c): --preflight nccl passed, the first
+ * attempt may start; a node fault; --preflight nccl could not run (true:
+ * the driver ended the agent for it). */
 void hp_agent__preflight_passed(struct hp_agent *a);
+void hp_agent__node_fault(struct hp_agent *a);
+bool hp_agent__preflight_unavailable(struct hp_agent *a, const char *reason);
 
 /* Exit status when a log rule stopped the job and no restart was left
  * (timeout(1)'s status: most verdicts are hangs). */
@@ -660,6 +682,8 @@ int hp_agent__begin_report(struct hp_agent *a, bool on_request);
 /* While a report is collected, a stop of the group waits for it: true
  * when the stop was taken, to be sent once the report is out. */
 bool hp_agent__defer_stop(struct hp_agent *a, int sig, uint64_t timeout_ms);
+/* Makes a->forensics for --hang-dump (see hp_forensics_new). */
+int hp_agent__forensics_init(struct hp_agent *a, char *errbuf, size_t errlen);
 /* The collector's stop callback (struct hp_forensics_params). */
 void hp_agent__report_stop(void *ctx, int sig, uint64_t timeout_ms, int stage,
                            int attempt);
