@@ -388,6 +388,74 @@ static void keep_report(struct hp_forensics *f, const char *path)
         snprintf(slot, PATH_MAX, "%s", path);
 }
 
+/* One rank's part of the report; counts the Python workers and the
+ * stacks they gave. NULL without memory. */
+static cJSON *rank_report(struct hp_forensics *f, struct hp_forensics_target *t,
+                          uint64_t now, double wall, int *stacks, int *python)
+{
+        char when[40];
+        double speed;
+        cJSON *o = cJSON_CreateObject(), *py;
+        char *dump = NULL;
+        char frame[512] = "", state[128];
+
+        if (o == NULL)
+                return NULL;
+        /* null: no global rank yet (in-process restart). */
+        if (t->rank >= 0)
+                cJSON_AddNumberToObject(o, "rank", t->rank);
+        else
+                cJSON_AddNullToObject(o, "rank");
+        cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
+        cJSON_AddNumberToObject(o, "pid", t->pid);
+        /* Its heartbeat or step rate over the median's, when the
+         * rank monitor measured one. */
+        if (f->p.ft != NULL && hp_ftmon_speed(f->p.ft, t->local_rank, &speed))
+                cJSON_AddNumberToObject(o, "relative_speed", speed);
+        cJSON_AddStringToObject(o, "state", t->state);
+        iso_time(wall - (double)(now - t->last_ms) / 1000.0, when,
+                 sizeof(when));
+        cJSON_AddStringToObject(o, t->wrote ? "last_output" : "started",
+                                when);
+        cJSON_AddNumberToObject(o, "silent_s",
+                                (double)(f->started - t->last_ms) / 1000.0);
+        py = cJSON_AddObjectToObject(o, "python");
+        if (t->stacks_fd >= 0) {
+                (*python)++;
+                dump = read_stacks(t);
+                cJSON_AddNumberToObject(py, "pid", t->stacks_pid);
+        }
+        cJSON_AddStringToObject(
+                py, "status",
+                t->stacks_fd < 0 ? "no handler"
+                : dump == NULL   ? "no answer"
+                : t->complete    ? "complete"
+                                 : "cut at the timeout");
+        if (dump != NULL) {
+                (*stacks)++;
+                cJSON_AddStringToObject(py, "stacks", dump);
+                innermost_frame(dump, frame, sizeof(frame));
+        }
+        free(dump);
+        hp_nccl_fr__report(&t->fr, o);
+        main_thread_state(t, state, sizeof(state));
+        cJSON_AddItemToObject(o, "processes", t->processes);
+        if (t->rank >= 0)
+                hp_log_warn("hang report: rank %d (local %d, pid %d): "
+                            "%s%s%s",
+                            t->rank, t->local_rank, (int)t->pid,
+                            state[0] ? state : "gone",
+                            frame[0] ? "; Python: " : "", frame);
+        else /* no global rank yet (in-process restart) */
+                hp_log_warn("hang report: local rank %d (pid %d): "
+                            "%s%s%s",
+                            t->local_rank, (int)t->pid,
+                            state[0] ? state : "gone",
+                            frame[0] ? "; Python: " : "", frame);
+        t->processes = NULL;
+        return o;
+}
+
 static void finish(struct hp_forensics *f)
 {
         uint64_t now = uv_now(f->p.loop);
@@ -395,7 +463,6 @@ static void finish(struct hp_forensics *f)
         const char *reason = f->reason;
         char path[PATH_MAX] = "", when[40], line[600];
         char speeds[512] = "";
-        double speed;
         const char *dir = f->dir;
         double wall = wall_now();
         int stacks = 0, python = 0, r = 0;
@@ -426,68 +493,11 @@ static void finish(struct hp_forensics *f)
         if (ranks == NULL)
                 goto out;
         for (int i = 0; i < f->count; i++) {
-                struct hp_forensics_target *t = &f->targets[i];
-                cJSON *o = cJSON_CreateObject(), *py;
-                char *dump = NULL;
-                char frame[512] = "", state[128];
+                cJSON *o = rank_report(f, &f->targets[i], now, wall, &stacks,
+                                       &python);
 
                 if (o == NULL)
                         break;
-                /* null: no global rank yet (in-process restart). */
-                if (t->rank >= 0)
-                        cJSON_AddNumberToObject(o, "rank", t->rank);
-                else
-                        cJSON_AddNullToObject(o, "rank");
-                cJSON_AddNumberToObject(o, "local_rank", t->local_rank);
-                cJSON_AddNumberToObject(o, "pid", t->pid);
-                /* Its heartbeat or step rate over the median's, when the
-                 * rank monitor measured one. */
-                if (f->p.ft != NULL &&
-                    hp_ftmon_speed(f->p.ft, t->local_rank, &speed))
-                        cJSON_AddNumberToObject(o, "relative_speed", speed);
-                cJSON_AddStringToObject(o, "state", t->state);
-                iso_time(wall - (double)(now - t->last_ms) / 1000.0, when,
-                         sizeof(when));
-                cJSON_AddStringToObject(o, t->wrote ? "last_output"
-                                                    : "started",
-                                        when);
-                cJSON_AddNumberToObject(o, "silent_s",
-                                        (double)(f->started - t->last_ms) /
-                                                1000.0);
-                py = cJSON_AddObjectToObject(o, "python");
-                if (t->stacks_fd >= 0) {
-                        python++;
-                        dump = read_stacks(t);
-                        cJSON_AddNumberToObject(py, "pid", t->stacks_pid);
-                }
-                cJSON_AddStringToObject(
-                        py, "status",
-                        t->stacks_fd < 0 ? "no handler"
-                        : dump == NULL   ? "no answer"
-                        : t->complete    ? "complete"
-                                         : "cut at the timeout");
-                if (dump != NULL) {
-                        stacks++;
-                        cJSON_AddStringToObject(py, "stacks", dump);
-                        innermost_frame(dump, frame, sizeof(frame));
-                }
-                free(dump);
-                hp_nccl_fr__report(&t->fr, o);
-                main_thread_state(t, state, sizeof(state));
-                cJSON_AddItemToObject(o, "processes", t->processes);
-                if (t->rank >= 0)
-                        hp_log_warn("hang report: rank %d (local %d, pid "
-                                    "%d): %s%s%s",
-                                    t->rank, t->local_rank, (int)t->pid,
-                                    state[0] ? state : "gone",
-                                    frame[0] ? "; Python: " : "", frame);
-                else /* no global rank yet (in-process restart) */
-                        hp_log_warn("hang report: local rank %d (pid %d): "
-                                    "%s%s%s",
-                                    t->local_rank, (int)t->pid,
-                                    state[0] ? state : "gone",
-                                    frame[0] ? "; Python: " : "", frame);
-                t->processes = NULL;
                 cJSON_AddItemToArray(ranks, o);
         }
         ras_end(f, doc);

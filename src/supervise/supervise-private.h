@@ -392,6 +392,26 @@ struct hp_group_params {
         void *ctx;
 };
 
+/* A worker's output (output.c). */
+
+/* " (rank 3)", or "" while the global rank is not known. */
+const char *hp_worker__rank_text(const struct hp_worker *w, char *buf,
+                                 size_t len);
+/* Where one of the worker's streams goes (bit: HP_STD_OUT or
+ * HP_STD_ERR), per torchrun's -r/-t and the console filter: its log file
+ * opened, its console and listener picked. */
+int hp_worker__setup_stream(const struct hp_group_params *p,
+                            struct hp_worker *w, struct hp_stream *s, int bit);
+/* The stream's console prefix, which may name the pid: once spawned. */
+void hp_worker__set_prefix(const struct hp_group_params *p,
+                           struct hp_worker *w, struct hp_stream *s);
+/* Whether Linux's limits on a user's pipe memory apply to us. */
+bool hp_group__pipe_limits_apply(void);
+/* The worker's end of a new pipe for one of its outputs, in *child_fd,
+ * sized within the group's share; ours goes to s. */
+int hp_group__open_output_pipe(const struct hp_group *g, int ranks,
+                               struct hp_stream *s, int *child_fd);
+
 /* Spawns the group's processes. A process that cannot start fails the
  * group through done_cb, from the loop; the return is 0 or -ENOMEM. */
 int hp_group__start(struct hp_group *g, const struct hp_group_params *p);
