@@ -68,6 +68,7 @@ int main(int argc, char **argv)
         static struct hp_config cfg;
         static struct hp_operator op;
         struct hp_agent *agent;
+        struct hp_agent_setup setup;
         const char *level_text = getenv("LOGLEVEL");
         enum hp_log_level level;
         char err[1024];
@@ -152,7 +153,14 @@ int main(int argc, char **argv)
                 uv_loop_close(&loop);
                 return 1;
         }
-        r = hp_agent_init(agent, &loop, &cfg, err, sizeof(err));
+        /* The driver: the operator, or the agent's own restarts. */
+        setup = (struct hp_agent_setup){
+                .round_from_driver = hp_config_operator_mode(&cfg),
+                .max_restarts = hp_config_operator_mode(&cfg)
+                                        ? HP_OPERATOR_MAX_RESTARTS
+                                        : cfg.max_restarts,
+        };
+        r = hp_agent_init(agent, &loop, &cfg, &setup, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);
                 uv_run(&loop, UV_RUN_DEFAULT);

@@ -232,13 +232,27 @@ void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
 struct hp_agent *hp_agent_new(void);
 void hp_agent_free(struct hp_agent *agent);
 
+/* What the agent needs to know of the driver main picked, before it
+ * starts (the driver itself attaches later: hp_agent_set_events). */
+struct hp_agent_setup {
+        /* The driver gives each attempt's round (the operator's /start):
+         * no rendezvous at init, only the local shape is known. */
+        bool round_from_driver;
+        /* TORCHELASTIC_MAX_RESTARTS as the workers see it: --max-restarts
+         * when the agent restarts them itself, HP_OPERATOR_MAX_RESTARTS
+         * when the operator does. */
+        int max_restarts;
+};
+
 /*
  * Prepares everything that can fail before a process is spawned: the log
  * directories, the consoles, the signal handlers, the subreaper flag. On
  * failure errbuf says why and nothing is left running.
  */
 int hp_agent_init(struct hp_agent *agent, uv_loop_t *loop,
-                  const struct hp_config *cfg, char *errbuf, size_t errlen);
+                  const struct hp_config *cfg,
+                  const struct hp_agent_setup *setup, char *errbuf,
+                  size_t errlen);
 
 /* Self-driven mode (selfdriven.c): run attempts until success, a failure
  * with no restarts left, or a stop signal. Returns the process exit

@@ -200,6 +200,7 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 .attempt_dir = a->attempt_dir[stage],
                 .ipc_path = a->ipc.path,
                 .nofile = a->nofile_known ? &a->nofile : NULL,
+                .max_restarts = a->setup.max_restarts,
                 .python_path = hp_forensics_python_path(a->forensics),
                 .stacks_signal = hp_forensics_stacks_signal(a->forensics),
                 .loop = a->loop,
@@ -428,8 +429,8 @@ static void signal_cb(uv_signal_t *handle, int signum)
         hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
-/* The round: the rendezvous's, or with the operator only the local shape
- * until its /start gives the rest. */
+/* The round: the rendezvous's, or only the local shape when the driver
+ * gives each attempt's round (the operator's /start). */
 static int init_round(struct hp_agent *a, char *errbuf, size_t errlen)
 {
         const struct hp_config *cfg = a->cfg;
@@ -438,7 +439,7 @@ static int init_round(struct hp_agent *a, char *errbuf, size_t errlen)
         r = hp_rdzv_init(&a->rdzv, cfg, errbuf, errlen);
         if (r < 0)
                 return r;
-        if (hp_config_operator_mode(cfg)) {
+        if (a->setup.round_from_driver) {
                 a->round.nproc = cfg->nproc;
                 a->round.nnodes = cfg->nnodes;
                 a->round.node_rank = -1;
@@ -550,7 +551,9 @@ static void start_signals(struct hp_agent *a)
 }
 
 int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
-                  const struct hp_config *cfg, char *errbuf, size_t errlen)
+                  const struct hp_config *cfg,
+                  const struct hp_agent_setup *setup, char *errbuf,
+                  size_t errlen)
 {
         int r;
 
@@ -558,6 +561,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
         hp_agent_set_events(a, NULL, NULL);
         a->loop = loop;
         a->cfg = cfg;
+        a->setup = *setup;
         a->scopes.dirfd = -1;
         a->watcher.fd = -1;
         a->log_root_fd = -1;

@@ -528,12 +528,7 @@ static int build_env(const struct hp_group *g, const struct hp_group_params *p,
                 .master_addr = p->round->master_addr,
                 .master_port = p->round->master_port,
                 .restart_count = p->restart_count,
-                /* Operator mode: the operator restarts, not the agent,
-                 * so workers see what the reference's do: torch's
-                 * WorkerSpec default. */
-                .max_restarts = hp_config_operator_mode(cfg)
-                                        ? HP_OPERATOR_MAX_RESTARTS
-                                        : cfg->max_restarts,
+                .max_restarts = p->max_restarts,
                 .run_id = p->run_id,
                 .error_file = w->error_file,
                 .ipc_path = p->ipc_path,

@@ -274,6 +274,7 @@ struct hp_node_health {
 struct hp_agent {
         uv_loop_t *loop;
         const struct hp_config *cfg;
+        struct hp_agent_setup setup; /* from main's choice of driver */
         struct hp_rdzv rdzv;
         struct hp_rdzv_info round;
         struct hp_console console_out;
@@ -365,6 +366,7 @@ struct hp_group_params {
         const char *ipc_path;    /* the worker socket */
         /* The processes' RLIMIT_NOFILE; NULL: the agent's own. */
         const struct rlimit *nofile;
+        int max_restarts; /* TORCHELASTIC_MAX_RESTARTS */
         /* --hang-dump: the workers' PYTHONPATH and stacks signal, and the
          * flight recorder's file prefixes; NULL when not set. */
         const char *python_path;
