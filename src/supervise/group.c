@@ -611,17 +611,18 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 return r;
         }
         for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
-                r = hp_stream_init(s, p->hub);
+                r = hp_stream_init(s, p->hub,
+                                   &(struct hp_stream_opts){
+                                           .closed_cb = stream_closed_cb,
+                                           .data = w,
+                                           .rank = hp_stage_local_rank(
+                                                   g->stage, w->local_rank),
+                                   });
                 if (r < 0) {
                         worker_fail_to_start(w, r, HP_START_PIPE, NULL);
                         goto out;
                 }
                 w->refs++;
-                s->data = w;
-                s->closed_cb = stream_closed_cb;
-                s->file_fd = -1;
-                s->console = NULL;
-                s->listener = NULL;
         }
 
         r = hp_worker__setup_stream(p, w, &w->out, HP_STD_OUT);

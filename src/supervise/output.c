@@ -3,6 +3,7 @@
  * and the pipes it writes into. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,28 +51,26 @@ const char *hp_worker__rank_text(const struct hp_worker *w, char *buf,
 /* Opens name in the rank's directory (dir, open as dir_fd) for s, which
  * keeps the path for its messages: private to the agent's user (0600),
  * and never through a link, nor anything but a regular file. */
-static int open_log_file(struct hp_stream *s, int dir_fd, const char *dir,
-                         const char *name)
+static int open_log_file(int dir_fd, const char *dir, const char *name,
+                         char *path, size_t len)
 {
         struct stat st;
-        int r = hp_snprintf(s->file_path, sizeof(s->file_path), "%s/%s", dir,
-                            name);
+        int fd;
 
-        if (r < 0)
+        if (hp_snprintf(path, len, "%s/%s", dir, name) < 0)
                 return -ENAMETOOLONG;
-        s->file_fd = openat(dir_fd, name,
-                            O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                                    O_APPEND | O_NOFOLLOW | O_NONBLOCK,
-                            0600);
-        if (s->file_fd < 0)
+        fd = openat(dir_fd, name,
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND |
+                            O_NOFOLLOW | O_NONBLOCK,
+                    0600);
+        if (fd < 0)
                 return -errno;
-        if (fstat(s->file_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-            fcntl(s->file_fd, F_SETFL, O_APPEND) < 0) {
-                close(s->file_fd);
-                s->file_fd = -1;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+            fcntl(fd, F_SETFL, O_APPEND) < 0) {
+                close(fd);
                 return -EPERM;
         }
-        return 0;
+        return fd;
 }
 
 void hp_worker__set_prefix(const struct hp_group_params *p,
@@ -94,14 +93,11 @@ void hp_worker__set_prefix(const struct hp_group_params *p,
         const char *tmpl = p->cfg->prefix_template
                                    ? p->cfg->prefix_template
                                    : "[${role_name}${local_rank}]:";
-        char err[256];
-
+        char err[256], prefix[HP_STREAM_PREFIX_MAX] = "";
+        size_t len = 0;
         const char *t;
 
-        s->prefix_len = 0;
-        s->prefix[0] = '\0';
-        s->time_at = -1;
-        s->time_stamped = UINT64_MAX;
+        hp_stream_set_prefix(s, "", 0, -1);
         /* A stream that is neither tee'd nor redirected reaches the console
          * as torchrun's inherited fd would: without a prefix. */
         if (!s->prefixed)
@@ -117,17 +113,18 @@ void hp_worker__set_prefix(const struct hp_group_params *p,
                          p->round->node_rank);
         snprintf(restarts, sizeof(restarts), "%d", p->restart_count);
         snprintf(pid, sizeof(pid), "%d", (int)w->pid);
-        if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), s->prefix,
-                               sizeof(s->prefix), &s->prefix_len, err,
-                               sizeof(err)) < 0) {
+        if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), prefix,
+                               sizeof(prefix), &len, err, sizeof(err)) < 0) {
                 /* The template was checked at startup; only the length can
                  * fail here, with a very long hostname. Keep what fits. */
-                s->prefix_len = strlen(s->prefix);
+                len = strlen(prefix);
         }
-        t = memchr(s->prefix, '\x01', s->prefix_len);
-        if (t != NULL && s->prefix_len - (size_t)(t - s->prefix) >=
-                                 HP_ISO8601_MS_LEN)
-                s->time_at = (int)(t - s->prefix);
+        t = memchr(prefix, '\x01', len);
+        hp_stream_set_prefix(s, prefix, len,
+                             t != NULL && len - (size_t)(t - prefix) >=
+                                                  HP_ISO8601_MS_LEN
+                                     ? (int)(t - prefix)
+                                     : -1);
 }
 
 /* Decides where one stream goes, per torchrun's -r/-t and the filter. */
@@ -139,33 +136,30 @@ int hp_worker__setup_stream(const struct hp_group_params *p,
         bool redirect = (cfg->redirects[rank] & bit) != 0;
         bool tee = (cfg->tee[rank] & bit) != 0;
         bool shown = !cfg->console_filter_set || cfg->console_shown[rank];
-        int r;
+        char path[PATH_MAX] = "";
+        struct hp_stream_output out = { .file_fd = -1, .prefixed = tee };
 
-        s->file_fd = -1;
-        s->rank = rank;
-        s->data = w; /* closed_cb is the group's, set with the stream */
-        s->listener = NULL;
-        s->listener_ctx = NULL;
-        s->console = NULL;
-        s->dup = NULL;
         /* As torchrun: the lines of the ranks tee'd to the console. */
         if (tee && shown && w->group->dups != NULL &&
             w->group->dups[bit - 1].fd >= 0)
-                s->dup = &w->group->dups[bit - 1];
+                out.dup = &w->group->dups[bit - 1];
         if ((redirect || tee) && w->dir[0] != '\0') {
-                r = open_log_file(s, w->dir_fd, w->dir,
-                                  bit == HP_STD_OUT ? "stdout.log"
-                                                    : "stderr.log");
-                if (r < 0)
-                        return r;
+                out.file_fd = open_log_file(w->dir_fd, w->dir,
+                                            bit == HP_STD_OUT ? "stdout.log"
+                                                              : "stderr.log",
+                                            path, sizeof(path));
+                if (out.file_fd < 0)
+                        return out.file_fd;
+                out.file_path = path;
         }
         if (bit == HP_STD_OUT && p->listener_for != NULL)
-                s->listener = p->listener_for(p->ctx, p->stage, w->local_rank,
-                                              &s->listener_ctx);
+                out.listener = p->listener_for(p->ctx, p->stage,
+                                               w->local_rank,
+                                               &out.listener_ctx);
         if (shown && (tee || !redirect))
-                s->console = bit == HP_STD_OUT ? p->console_out
-                                               : p->console_err;
-        s->prefixed = tee;
+                out.console = bit == HP_STD_OUT ? p->console_out
+                                                : p->console_err;
+        hp_stream_set_output(s, &out);
         return 0;
 }
 
