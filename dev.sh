@@ -38,6 +38,8 @@ time python3-matplotlib python3-yaml"
 PACKAGES="$PACKAGES prometheus"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
+# clang-format: the house style check (tools/check_format.sh, .clang-format).
+PACKAGES="$PACKAGES clang-format"
 # The static build: Debian's static archives come with the -dev packages
 # above; cJSON's source comes through apt-get source (dpkg-dev), the commit
 # through git. The bullseye proof (tests/static/run.sh) needs debootstrap,

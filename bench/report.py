@@ -31,7 +31,7 @@ SERIES = [  # tool, label, colour, marker
 def load(results):
     out = {}
     for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
-                 "ft"):
+                 "ft", "store"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -647,6 +647,36 @@ def ft_section(res):
             f"| verdict past the deadline | {with_unit(bl.median(lat), 'ms')} |"]
 
 
+def store_section(res):
+    cases = res["cases"]
+    reps = max(len(c["runs"]) for c in cases.values())
+    out = ["## 9. TCPStore throughput", "",
+           "The C store server (src/store, run alone as hp-store-server) beside "
+           f"torch {res.get('torch') or ''}'s own (torch.distributed.TCPStore with "
+           "is_master=True, a process of its own), with the same clients: one "
+           "process per client, each a torch TCPStore client that sets "
+           f"{f(res['count'])} keys of its own ({res['value_bytes']}-byte values) and "
+           "then gets them, all clients started together. ops/s is every client's "
+           "operations over the first start to the last end of the phase; torch "
+           "1.13's get() is two round trips (WAIT, then GET), its set() one query "
+           "with no answer. The server's CPU time per operation covers both phases. "
+           f"Median of {reps} runs.", "",
+           commands_block(res), "",
+           "| clients | server | SET/s | GET/s | server CPU per op |",
+           "|---|---|---|---|---|"]
+    for c in cases.values():
+        out.append(f"| {c['clients']} | {c['server']} | {f(c['set_ops_per_s'])} | "
+                   f"{f(c['get_ops_per_s'])} | "
+                   f"{with_unit(c['server_cpu_us_per_op'], 'µs')} |")
+        if c["server"] == "torch":
+            mine = cases.get(f"hyperpodrun/{c['clients']}", {})
+            if mine.get("set_ratio"):
+                out.append(f"| {c['clients']} | C / torch | {times(mine['set_ratio'])} | "
+                           f"{times(mine['get_ratio'])} | torch / C: "
+                           f"{times(mine['cpu_ratio'])} |")
+    return out
+
+
 def steady_section(res, bare_ns=None):
     tools = res["tools"]
     out = ["## 5. Overhead of a steady job", "",
@@ -712,7 +742,8 @@ def document(data, plot_rel):
                 ("pipeline", lambda res: pipeline_section(res, plot_rel)),
                 ("hang", hang_section), ("restart", restart_section),
                 ("steady", steady_section), ("static", static_section),
-                ("ipr", ipr_section), ("ft", ft_section)]
+                ("ipr", ipr_section), ("ft", ft_section),
+                ("store", store_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import benchlib as bl
 
-BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr", "ft"]
+BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr", "ft",
+              "store"]
 
 
 def main():

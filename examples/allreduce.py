@@ -18,8 +18,10 @@ Two nodes (here both on one machine; on a cluster use node 0's address):
 Each worker contributes a tensor holding RANK + 1; after the all-reduce
 every rank holds 1 + 2 + ... + WORLD_SIZE and prints it. The process group
 is initialised with init_method "env://": MASTER_ADDR, MASTER_PORT, RANK and
-WORLD_SIZE come from hyperpodrun, and since hyperpodrun sets
-TORCHELASTIC_USE_AGENT_STORE=False, rank 0 hosts the TCP store.
+WORLD_SIZE come from hyperpodrun. With TORCHELASTIC_USE_AGENT_STORE=False
+(static, slurm, resource-config, --standalone) rank 0 hosts the TCP store;
+with --rdzv-backend c10d it is True and every rank uses the agents' store
+at MASTER_ADDR:MASTER_PORT.
 
 Options: --backend (default gloo; nccl needs one GPU per local rank),
 --timeout seconds for the process group (default 60).

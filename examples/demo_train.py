@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""A stand-in training job for the README demo: no GPU, no torch.
+"""A stand-in training job for ./dev.sh demo: no GPU, no torch.
 
 Each rank prints the log lines a real HyperPod job prints (and that the
 seed logMonitoringConfiguration rules match): the experiment banner, a

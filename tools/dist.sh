@@ -54,6 +54,8 @@ cp "$bin/hyperpodrun" "$bin/hyperpodrun-nccl-check" "$stage/$name/"
 $strip "$stage/$name/hyperpodrun" "$stage/$name/hyperpodrun-nccl-check"
 cp "$build/hyperpodrun.1" "$root/LICENSE" "$root/README.md" "$root/NEWS.md" \
         "$stage/$name/"
+mkdir -p "$stage/$name/docs"    # the pages README.md links, with their pictures
+cp "$root"/docs/*.md "$root"/docs/*.png "$stage/$name/docs/"
 notices >"$stage/$name/THIRD-PARTY-LICENSES"
 chmod 0755 "$stage/$name/hyperpodrun" "$stage/$name/hyperpodrun-nccl-check"
 (cd "$stage" && tar --sort=name --owner=0 --group=0 --numeric-owner \

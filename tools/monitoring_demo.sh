@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Renders docs/monitoring-panels.png, the README's picture of the
+# Renders docs/monitoring-panels.png, docs/observability.md's picture of the
 # dashboard's panels, from a real run: hyperpodrun --standalone with two
 # workers (tests/integration/helpers/metrics_worker.py) whose throughput
 # drops under the rule's threshold for a while, so the rule goes SLOW, the

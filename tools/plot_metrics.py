@@ -3,7 +3,8 @@
 """Draws the example Grafana dashboard's time-series panels from a
 Prometheus server that scraped hyperpodrun, to a PNG: the same queries
 (examples/monitoring/dashboard.json) over Prometheus' HTTP API, without
-Grafana. For the README's picture of the panels, and to look at a run.
+Grafana. For docs/observability.md's picture of the panels, and to look
+at a run.
 
 Usage:
   tools/plot_metrics.py PROMETHEUS_URL out.png [--start T] [--end T]

@@ -11,6 +11,9 @@
  * accelerator cores; this leaves room without letting a typo fork 10^6
  * processes. */
 #define HP_MAX_NPROC 1024
+/* --rdzv-backend c10d's endpoint port when --rdzv-endpoint has none
+ * (torchrun's). */
+#define HP_RDZV_C10D_PORT 29400
 /* --ft-rank-section-timeouts: sections named, and a name's length. */
 #define HP_FT_SECTIONS_MAX 16
 #define HP_FT_SECTION_NAME_MAX 63
@@ -21,7 +24,9 @@ enum hp_rdzv_backend {
         HP_RDZV_HYPERPOD = 0,   /* operator-driven (default, as the reference) */
         HP_RDZV_STATIC,         /* torchrun static: flags give everything */
         HP_RDZV_SLURM,          /* self-driven from the Slurm step */
-        HP_RDZV_RESOURCE_CONFIG /* self-driven from resource_config.json */
+        HP_RDZV_RESOURCE_CONFIG, /* self-driven from resource_config.json */
+        HP_RDZV_C10D            /* self-driven: the agents meet at a
+                                 * TCPStore one of them hosts */
 };
 
 /* Bits of -r/--redirects and -t/--tee. */

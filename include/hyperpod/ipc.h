@@ -159,7 +159,8 @@ const char *hp_ckpt_latest(struct hp_ckpt *t);
 cJSON *hp_ckpt_progress(const struct hp_ckpt *t);
 
 /* ---- In-process restart: the per-rank worker table (pure) ----
- * What each local rank said over the socket (§4.9): where it is with the
+ * What each local rank said over the socket
+ * (docs/inprocess-restart-and-checkpoints.md): where it is with the
  * barrier, whether it reported a fault (reason, message, restart mode),
  * the data it left for the operator, and the node's labels. */
 
@@ -265,9 +266,10 @@ int hp_ipc_ranks_operator_mode(const struct hp_ipc_ranks *t);
  * "data"}] for each rank with data, in local-rank order; NULL when none
  * has any (or on ENOMEM, errno set). */
 cJSON *hp_ipc_ranks_worker_data(const struct hp_ipc_ranks *t);
-/* §3.7 rule 0: the fault's reason and message from the first failed rank
- * (local-rank order) with a non-empty reason, else WorkerReportedFault
- * and the failed global ranks. 0, or -ENOENT when no rank failed. */
+/* docs/inprocess-restart-and-checkpoints.md ("One cycle", step 3): the
+ * fault's reason and message from the first failed rank (local-rank order)
+ * with a non-empty reason, else WorkerReportedFault and the failed global
+ * ranks. 0, or -ENOENT when no rank failed. */
 int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
                        size_t reason_len, char *message, size_t message_len);
 
@@ -390,7 +392,8 @@ int hp_ipc_rank_clients(const struct hp_ipc_server *s, int local_rank);
 /* Closes every connection (a full stop: the workers are going). */
 void hp_ipc_drop_clients(struct hp_ipc_server *s);
 
-/* ---- In-process restart's messages (§4.9) ----
+/* ---- In-process restart's messages ----
+ * (docs/inprocess-restart-and-checkpoints.md, "One cycle")
  * Registers at_rcb_barrier, past_rcb_barrier, job_data, job_fault and
  * rank_labels, which update s->ranks; on_change(ctx) runs after each of
  * them and after a connection with clients closed (NULL: nobody told).

@@ -12,8 +12,9 @@
  * count that never goes backwards (a smaller value is treated as the last
  * one seen). The caller arms one timer at logmon_stream_next_deadline().
  *
- * Semantics follow the reference agent (hyperpod-agent.md §4.1-§4.5) with
- * the deliberate improvements listed in README/man: decimal thresholds,
+ * Semantics are those of docs/rules-and-replay.md ("How a rule is
+ * judged"): the reference agent's, with the deliberate improvements
+ * listed in docs/differences.md and the man page: decimal thresholds,
  * no idle evaluation of "", millisecond deadlines, sticky FAULTED, and
  * bad input (invalid UTF-8, NUL bytes, non-numeric captures, runaway
  * regexes) reported and survived instead of ending monitoring.
@@ -59,7 +60,8 @@ const char *logmon_state_name(enum logmon_state state);
 const char *logmon_reason_prefix(enum logmon_state state);
 /* Parses a state name (case-sensitive). Returns 0 or HP_ECONFIG. */
 int logmon_state_parse(const char *name, enum logmon_state *out);
-/* Whether a stream may go from one state to the other (§4.3): WAITING to
+/* Whether a stream may go from one state to the other
+ * (docs/rules-and-replay.md, "How a rule is judged"): WAITING to
  * anything, never back to WAITING, nothing out of FAULTED. */
 bool logmon_state_transition_allowed(enum logmon_state from,
                                      enum logmon_state to);
@@ -195,11 +197,12 @@ struct logmon_stream *logmon_stream_new(struct logmon_ruleset *rs);
 void logmon_stream_free(struct logmon_stream *s);
 
 /*
- * Lifecycle (§4.4). start begins monitoring; the first start after new or
- * clear starts the cut-off clocks. suspend stops the clocks and ignores
- * input, keeping every rule's state; resume (or start) continues. All are
- * idempotent; resume does nothing on a never-started stream. clear forgets
- * all rule state and stops, as if new.
+ * Lifecycle (docs/rules-and-replay.md, "How a rule is judged"). start
+ * begins monitoring; the first start after new or clear starts the cut-off
+ * clocks. suspend stops the clocks and ignores input, keeping every rule's
+ * state; resume (or start) continues. All are idempotent; resume does
+ * nothing on a never-started stream. clear forgets all rule state and
+ * stops, as if new.
  */
 void logmon_stream_start(struct logmon_stream *s, uint64_t now_ms);
 void logmon_stream_suspend(struct logmon_stream *s, uint64_t now_ms);

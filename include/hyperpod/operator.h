@@ -29,7 +29,8 @@
 #include "hyperpod/supervise.h"
 
 /* ---------------------------------------------------------------------
- * The agent state machine (§3.6, the process-level-restart table)
+ * The agent state machine (docs/operator-api.md, "States"; in-process
+ * restart's table in docs/inprocess-restart-and-checkpoints.md)
  */
 
 enum hp_op_state {
@@ -82,9 +83,10 @@ int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
 int hp_isoformat_utc(int64_t us, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------
- * In-process restart's main loop (§3.6), as a pure decision: given what
- * the agent, its workers and the worker socket say, and the time, what to
- * do next. The driver (inprocess.c) does it, updates the view and asks
+ * In-process restart's main loop
+ * (docs/inprocess-restart-and-checkpoints.md), as a pure decision: given
+ * what the agent, its workers and the worker socket say, and the time, what
+ * to do next. The driver (inprocess.c) does it, updates the view and asks
  * again until the answer is HP_IPR_NONE.
  */
 
@@ -131,7 +133,7 @@ enum hp_ipr_action {
         HP_IPR_READY,           /* every rank is at the barrier */
         HP_IPR_SEND_START,      /* job_start to every rank, rules resumed */
         HP_IPR_HOLD,            /* job_start waits: the IP table has a null */
-        HP_IPR_FAULT,           /* → FAULTED (§3.7, rule 0 first) */
+        HP_IPR_FAULT,           /* → FAULTED (first failed rank's reason) */
         HP_IPR_PAUSE,           /* job_fault to every rank, wait for them */
         HP_IPR_POST_TRAIN,      /* training ended: post-train */
         HP_IPR_COMPLETE,        /* → COMPLETED */
@@ -150,7 +152,8 @@ struct hp_ipr_decision hp_ipr_decide(const struct hp_ipr_view *v,
                                      uint64_t now_ms);
 
 /* ---------------------------------------------------------------------
- * Requests (§3.2) and their validation errors (§3.3)
+ * Requests and their validation errors (docs/operator-api.md,
+ * "Validation")
  */
 
 enum hp_op_route {
@@ -212,7 +215,7 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                         struct hp_op_request *out, cJSON **detail);
 
 /* ---------------------------------------------------------------------
- * pod_resourceconfig.json (§5)
+ * pod_resourceconfig.json (docs/operator-api.md)
  */
 
 #define HP_OP_PODCFG_NAME "pod_resourceconfig.json"
@@ -234,7 +237,7 @@ int hp_podcfg_write(const char *dir, const cJSON *doc, char *errbuf,
                     size_t len);
 
 /* ---------------------------------------------------------------------
- * /status (§3.4)
+ * /status (docs/operator-api.md, GET /status)
  */
 
 struct hp_op_status {

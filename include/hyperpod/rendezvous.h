@@ -20,6 +20,9 @@ struct hp_rdzv_info {
         int base_rank;        /* node_rank * nproc */
         char master_addr[256];
         int master_port;
+        /* c10d: MASTER_ADDR:MASTER_PORT is the agents' store, which the
+         * workers share (TORCHELASTIC_USE_AGENT_STORE=True). */
+        bool agent_store;
 };
 
 /* The --rdzv-conf keys the self-driven backends read, parsed once by
@@ -36,7 +39,13 @@ struct hp_rdzv_options {
         /* hyperpod: where pod_resourceconfig.json is kept */
         char resource_config_dir[4096];
         bool resource_config_dir_given; /* by --rdzv-conf, not the default */
+        /* c10d */
+        int is_host;               /* 1, 0, or -1: host when the endpoint
+                                    * can be bound here */
+        uint64_t join_timeout_ms;
 };
+
+struct hp_rdzv_c10d; /* private to src/rendezvous */
 
 struct hp_rdzv {
         const struct hp_config *cfg; /* borrowed */
@@ -44,6 +53,11 @@ struct hp_rdzv {
         struct hp_rdzv_options opt;
         char hostname[256];          /* this machine's, for the self-driven
                                       * backends */
+        /* c10d: the store this agent hosts (NULL when another does), and
+         * the round, which restarts keep. */
+        struct hp_rdzv_c10d *c10d;
+        bool have_round;
+        struct hp_rdzv_info round;
 };
 
 /* Fixes the run id (a random UUID with --standalone) and checks the
@@ -59,6 +73,13 @@ int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
  * HP_ECONFIG, with the source and the value named in errbuf. */
 int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                  size_t errlen);
+
+/* Ends what hp_rdzv_init and the rounds started: the store a c10d agent
+ * hosts (its workers' store too) is closed. A c10d agent first passes the
+ * exit barrier: it says it has finished, and the host, when its job
+ * succeeded (torchrun's rule), keeps the store until every node has.
+ * Safe to call more than once and on a zeroed struct. */
+void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded);
 
 /* Splits "host[:port]" or "[v6]:port"; port stays default_port when
  * absent. Exposed for tests. */

@@ -50,6 +50,7 @@ struct hp_env_params {
         const char *role;
         const char *master_addr;
         int master_port;
+        bool agent_store;  /* TORCHELASTIC_USE_AGENT_STORE */
         int restart_count;
         int max_restarts;
         const char *run_id;

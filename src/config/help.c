@@ -1,9 +1,36 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The --help text. man/hyperpodrun.1.in and README.md say the same; the
- * docs test checks that every long option here appears in the man page. */
-#include "hyperpod/config.h"
+/* The --help text, from the option table in options.h. man/hyperpodrun.1.in
+ * and docs/usage.md say the same; the docs test checks that every long
+ * option here appears in both. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static const char help_text[] =
+#include "hyperpod/common.h"
+#include "hyperpod/config.h"
+#include "options.h"
+
+#define HELP_COLUMN 29 /* where an option's text starts */
+
+struct help_row {
+        const char *name;
+        int letter;
+        const char *metavar;
+        bool torchrun; /* has a PET_ variable: listed with torchrun's */
+        const char *help;
+};
+
+static const struct help_row help_rows[] = {
+#define XX(id, name, letter, metavar, env, kind, conv, help)                 \
+        { name, letter, metavar, env != NULL, help },
+        HP_OPTION_TABLE(XX)
+#undef XX
+};
+
+/* The text around the options, laid out as printed. */
+/* clang-format off */
+static const char usage[] =
 "Usage: hyperpodrun [OPTIONS] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
 "       hyperpodrun [OPTIONS] -m MODULE [ARGS...]\n"
 "       hyperpodrun [OPTIONS] --no-python PROGRAM [ARGS...]\n"
@@ -18,227 +45,19 @@ static const char help_text[] =
 "environment, tee their output to per-rank files and the console, and\n"
 "supervise them (SageMaker HyperPod elastic agent, in C).\n"
 "\n"
+;
+
+static const char torchrun_intro[] =
 "torchrun options (also --name_with_underscores; each can be set with the\n"
 "environment variable PET_<NAME>, e.g. PET_NPROC_PER_NODE; flags win; a\n"
 "flag's PET_ value is an integer, 0 for off, as torchrun reads it):\n"
-"  --nnodes N                 number of nodes; MIN:MAX only with MIN == MAX\n"
-"                             (default 1)\n"
-"  --nproc-per-node N|gpu|neuron|cpu|auto\n"
-"                             workers on this node (default 1); gpu counts\n"
-"                             NVIDIA GPUs, neuron counts NeuronCores\n"
-"                             (NEURON_RT_VISIBLE_CORES, else the Neuron\n"
-"                             driver's sysfs core_count files), cpu counts\n"
-"                             usable CPUs, auto is gpu when there are GPUs,\n"
-"                             else neuron, else cpu; xpu is refused\n"
-"  --node-rank N              rank of this node, static backend (default 0)\n"
-"  --master-addr ADDR         address of rank 0, static (default 127.0.0.1)\n"
-"  --master-port PORT         port of rank 0's store, static (default 29500)\n"
-"  --rdzv-backend NAME        hyperpod (default: wait for the HyperPod\n"
-"                             operator), static, slurm or resource-config;\n"
-"                             with none named and PET_MASTER_ADDR or\n"
-"                             PET_RDZV_ENDPOINT set (a Kubeflow PyTorchJob):\n"
-"                             static; c10d, etcd, etcd-v2 are refused\n"
-"  --rdzv-endpoint HOST[:PORT]\n"
-"                             static: master address and port\n"
-"  --rdzv-id ID               run id: TORCHELASTIC_RUN_ID and the log\n"
-"                             directory prefix (default none)\n"
-"  --rdzv-conf K=V[,K=V...]   backend options; slurm: scontrol=PATH|off,\n"
-"                             scontrol_timeout=SECS, master_port=jobid;\n"
-"                             resource-config: resource_config=PATH,\n"
-"                             instance_group=NAME\n"
-"  --standalone               single node: a free master port on 127.0.0.1\n"
-"                             and a random run id; start at once\n"
-"  --max-restarts N           whole-group restarts after a failure (default 0);\n"
-"                             operator mode: the operator restarts, and\n"
-"                             workers see TORCHELASTIC_MAX_RESTARTS=3\n"
-"  --monitor-interval SECS    accepted for torchrun compatibility; hyperpodrun\n"
-"                             reacts to events, not to a poll (default 0.1)\n"
-"  --start-method NAME        accepted for torchrun compatibility (spawn, fork,\n"
-"                             forkserver); scripts are always exec'd\n"
-"  --role NAME                ROLE_NAME and the console prefix (default default)\n"
-"  -m, --module               run TRAINING_SCRIPT as python -m MODULE\n"
-"  --no-python                exec TRAINING_SCRIPT directly, not via python\n"
-"  --run-path                 run TRAINING_SCRIPT with python -u, as torchrun's\n"
-"                             runpy.run_path; wins over --no-python and -m\n"
-"  --log-dir DIR              per-rank log files under DIR (default: operator\n"
-"                             mode /tmp/hyperpod, else a new\n"
-"                             torchelastic_XXXXXXXX in $TMPDIR); /dev/null: none;\n"
-"                             refused if a user other than root and ours can\n"
-"                             change it; files 0600 in 0700 directories\n"
-"  -r, --redirects SPEC       streams written to files only: 0 none, 1 stdout,\n"
-"                             2 stderr, 3 both, or per local rank: 0:3,1:1\n"
-"  -t, --tee SPEC             streams written to files and the console\n"
-"                             (default: operator mode 3 unless --redirects is\n"
-"                             given, else 0); a local rank at most once\n"
-"  --local-ranks-filter LIST  local ranks shown on the console, e.g. 0,3\n"
-"                             (files are always complete; ranks past\n"
-"                             --nproc-per-node show nothing, as in torchrun)\n"
-"  --log-line-prefix-template TEMPLATE\n"
-"                             console prefix with ${role_name} ${rank}\n"
-"                             ${local_rank} ${group_rank} ${restart_count}\n"
-"                             ${hostname} ${pid} ${time} (UTC, ms: makes the\n"
-"                             console replayable to the ms)\n"
-"                             (default \"[${role_name}${local_rank}]:\";\n"
-"                             also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)\n"
-"  --local-addr ADDR          this node's address; resource-config: its\n"
-"                             CustomerIpAddress in resource_config.json\n"
-"  --signals-to-handle LIST   SIGTERM,SIGINT,SIGHUP,SIGQUIT (torchrun's\n"
-"                             default, always handled), with SIGUSR1 and\n"
-"                             SIGUSR2 (always forwarded) if you like\n"
-"  --shutdown-timeout SECS    after a failure or a stop, SIGKILL the workers\n"
-"                             SECS after the first signal (default\n"
-"                             TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30;\n"
-"                             operator mode 15)\n"
-"  --event-log-handler null   torchrun's default (no events); others refused\n"
-"  --duplicate-stdout-filters, --duplicate-stderr-filters LIST\n"
-"                             copy the tee'd stdout (stderr) lines holding\n"
-"                             one of the comma-separated texts, prefixed,\n"
-"                             to attempt_N/filtered_stdout.log (stderr)\n"
-"  --numa-binding, --logs-specs, --virtual-local-rank\n"
-"                             not supported: refused with the reason\n"
+;
+
+static const char torchrun_outro[] =
 "  (docs/torchrun-flags.md: every torchrun flag and what hyperpodrun does)\n"
 "\n"
-"hyperpodrun options:\n"
-"  --shutdown-signal SIGTERM|SIGKILL\n"
-"                             first signal to the other workers after a\n"
-"                             failure (default SIGTERM as torchrun; operator\n"
-"                             mode SIGKILL as the HyperPod agent); SIGKILL\n"
-"                             follows after --shutdown-timeout\n"
-"  --inprocess-restart        operator mode only: in-process restart; the\n"
-"                             workers wait at a barrier on the worker socket\n"
-"                             and survive faults (see IN-PROCESS RESTART in\n"
-"                             the man page)\n"
-"  --inprocess-timeout SECS   with --inprocess-restart: the most to wait for\n"
-"                             every local rank at the barrier, then restart\n"
-"                             the node's processes (default: no limit)\n"
-"  --hang-dump off|stacks|full\n"
-"                             on a rule verdict or SIGUSR2, write\n"
-"                             attempt_N/hang-report.json: ranks by silence,\n"
-"                             Python stacks, /proc thread states; full adds\n"
-"                             kernel stacks, torch's NCCL flight recorder\n"
-"                             and NCCL's RAS report (default stacks); a\n"
-"                             report interrupts no call of the workers, and\n"
-"                             SIGUSR2 is forwarded only to the worker\n"
-"                             processes that handle it\n"
-"  --hang-dump-timeout SECS   the most a verdict's stop waits for the stacks\n"
-"                             (default 3)\n"
-"  --cgroup auto|off          auto: each stage's processes run in a cgroup\n"
-"                             of their own under hyperpodrun's when cgroup v2\n"
-"                             is writable, so a stop kills all they started;\n"
-"                             off: found as its descendants (default auto)\n"
-"  --pre-train-script PATH    executable run once before the workers\n"
-"  --pre-train-args STRING    its one argument (default: no argument)\n"
-"  --post-train-script PATH   executable run once after the workers succeed\n"
-"  --post-train-args STRING   its one argument (default: no argument)\n"
-"  --server-host HOST         operator API address (default 0.0.0.0 in\n"
-"                             operator mode, 127.0.0.1 in self-driven modes)\n"
-"  --server-port PORT         operator API port, 0 for a free one (default 8080);\n"
-"                             self-driven modes serve /status, /metrics,\n"
-"                             /healthz and /debug/stacks on it only when it\n"
-"                             is given\n"
-"  --metrics-port PORT        also serve GET /metrics alone on this port of\n"
-"                             --server-host, 0 for a free one, in every mode\n"
-"                             (default: none, /metrics on the server port)\n"
-"  --server-token-file FILE   every request but GET /healthz must carry\n"
-"                             'Authorization: Bearer <token>', the token\n"
-"                             being FILE's content (owned by hyperpodrun's\n"
-"                             user or root, not readable by others); 401\n"
-"                             otherwise (default: no token)\n"
-"  --server-log-level LEVEL   critical, error, warning, info, debug or trace\n"
-"                             (default info); debug and trace log every request\n"
-"  --server-shutdown-timeout SECS\n"
-"                             accepted, unused (default 300)\n"
-"  --log-monitoring-config FILE\n"
-"                             log rules (logMonitoringConfiguration): a JSON\n"
-"                             list, a JSON object holding that list, or a\n"
-"                             HyperPodPyTorchJob job.yaml; a verdict (SLOW,\n"
-"                             HANGING, FAULTED) stops and restarts the group;\n"
-"                             at most 1 MiB, 64 levels deep and 16 MiB with\n"
-"                             YAML aliases expanded\n"
-"  --log-monitor-ranks all|LIST\n"
-"                             local ranks whose stdout the rules watch\n"
-"                             (default 0)\n"
-"  --ft-initial-rank-heartbeat-timeout SECS\n"
-"                             rank monitor (ft_launcher's flags; the workers'\n"
-"                             hyperpodrun_client.fault_tolerance): the most\n"
-"                             from init_workload_monitoring() to a rank's first\n"
-"                             heartbeat (default none)\n"
-"  --ft-rank-heartbeat-timeout SECS\n"
-"                             the most between two heartbeats (default none)\n"
-"  --ft-rank-section-timeouts NAME:SECS[,NAME:SECS...]\n"
-"                             the most a named section stays open (NAME:null:\n"
-"                             monitored, no timeout until one is computed)\n"
-"  --ft-rank-out-of-section-timeout SECS\n"
-"                             the most with no section open (default none);\n"
-"                             a passed deadline is a verdict naming the rank\n"
-"                             and the heartbeat or section, as a rule's\n"
-"  --ft-safety-factor X       computed timeouts are the longest interval seen\n"
-"                             times X (default 5)\n"
-"  --straggler-ratio R        warn of a rank whose heartbeat (or step section)\n"
-"                             rate stays below R times the ranks' median\n"
-"                             (default 0: speeds measured, none reported)\n"
-"  --straggler-windows N      for N windows running (default 3)\n"
-"  --straggler-window SECS    a window's length (default 5)\n"
-"  --straggler-action warn|verdict\n"
-"                             verdict: a straggler is a verdict, RankStraggler\n"
-"                             (default warn)\n"
-"  --node-problem-config FILE[,FILE...]\n"
-"                             node-problem-detector kernel monitor configs\n"
-"                             (examples/node-problem/): a permanent rule's\n"
-"                             match is a node fault (self-driven: workers\n"
-"                             stopped, exit 123, no restart; operator mode:\n"
-"                             FAULTED NodeFault_<reason>); temporary ones are\n"
-"                             logged and counted\n"
-"  --kmsg PATH                the kernel log to read (default /dev/kmsg): a\n"
-"                             character device, a FIFO or a file\n"
-"  --node-fault-action none|reboot|replace\n"
-"                             under Slurm a node fault also runs scontrol\n"
-"                             update nodename=NODE state=fail\n"
-"                             reason=Action:Replace (or Action:Reboot)\n"
-"                             (default none)\n"
-"  --preflight none|nccl      nccl: before the first stage, an all-reduce over\n"
-"                             all local GPUs (hyperpodrun-nccl-check, installed\n"
-"                             beside hyperpodrun); a failure, a timeout or a\n"
-"                             low bus bandwidth is node fault NCCLPreflight\n"
-"                             (default none)\n"
-"  --preflight-min-busbw GBPS the lowest bus bandwidth that passes (default 0)\n"
-"  --preflight-max-bytes N    the largest all-reduce, in bytes (default\n"
-"                             67108864); sizes double from 1 MiB up to it\n"
-"  --preflight-timeout SECS   the most the check may take (default 120)\n"
-"  --preflight-library PATH   a library with both NCCL's and the CUDA\n"
-"                             runtime's entry points, instead of libnccl.so.2\n"
-"                             and libcudart.so (a test hook)\n"
-"  --replay LOG               start nothing: feed a recorded log (a file, or -\n"
-"                             for standard input) through the rules and print\n"
-"                             each rule state change as a JSON line, then a\n"
-"                             summary; time comes from each line's timestamp\n"
-"                             and a [default0]: prefix names the stream; a\n"
-"                             directory: its <local_rank>/stdout.log files\n"
-"  --replay-rate LINES_PER_SEC\n"
-"                             with --replay: time from line numbers instead\n"
-"  --expect FILE              with --replay: compare the outcome with FILE's\n"
-"                             expected states; exit 1 with a diff if unmet\n"
-"                             (exit 2 if rules need a clock the log lacks)\n"
-"  --emit-expect FILE         with --replay: write the outcome as an\n"
-"                             expectation to review and commit for --expect\n"
-"                             (states reached and verdict, no times)\n"
-"  --replay-until TIME|+SECS|verdict\n"
-"                             with --replay: judge up to an ISO 8601 time,\n"
-"                             SECS past the last line, or the agent's own\n"
-"                             recorded verdict line (default: the last line)\n"
-"  --replay-input auto|plain|console|srun\n"
-"                             with --replay: the log's format (default auto,\n"
-"                             detected and logged)\n"
-"  --replay-format text|json  with --replay: output (default text on a\n"
-"                             terminal, else json)\n"
-"  --check-rules RULES        start nothing: validate RULES, print each rule\n"
-"                             as understood; exit 0, or 2 naming the rule,\n"
-"                             field and a likely fix\n"
-"  --strict                   unknown keys in a rule are errors, not\n"
-"                             warnings (live, --replay and --check-rules)\n"
-"  -h, --help                 show this help and exit\n"
-"  -V, --version              show the version, the commit, static or\n"
-"                             dynamic, and the libraries' versions; exit\n"
+"hyperpodrun options:\n";
+static const char closing[] =
 "\n"
 "Exit status: 0 when every stage succeeded; the root-cause worker's exit\n"
 "code, or 128+N when it was killed by signal N; 128+N when hyperpodrun was\n"
@@ -248,7 +67,96 @@ static const char help_text[] =
 "cannot be used. --check-rules exits 0, or 2 for rules that cannot be used.\n"
 "See hyperpodrun(1) for the environment, files and signals.\n";
 
+/* clang-format on */
+
+struct help_buf {
+        char *text;
+        size_t len, cap;
+};
+
+static void put(struct help_buf *b, const char *text, size_t len)
+{
+        if (b->len + len + 1 > b->cap)
+                abort(); /* sized below for the table's text */
+        memcpy(b->text + b->len, text, len);
+        b->len += len;
+        b->text[b->len] = '\0';
+}
+
+static void puts_(struct help_buf *b, const char *text)
+{
+        put(b, text, strlen(text));
+}
+
+static void pad_to(struct help_buf *b, size_t line_start, size_t column)
+{
+        while (b->len - line_start < column)
+                put(b, " ", 1);
+}
+
+/* "  -m, --module" or "  --a, --b METAVAR", then the text's lines from
+ * HELP_COLUMN, on the heading's line where it leaves room. */
+static void put_rows(struct help_buf *b, bool torchrun)
+{
+        size_t line_start = b->len;
+        bool open = false;
+
+        for (size_t i = 0; i < HP_ARRAY_SIZE(help_rows); i++) {
+                const struct help_row *row = &help_rows[i];
+                const char *text, *nl;
+                char letter[8];
+
+                if (row->torchrun != torchrun)
+                        continue;
+                if (!open) {
+                        line_start = b->len;
+                        puts_(b, "  ");
+                        open = true;
+                } else {
+                        puts_(b, ", ");
+                }
+                if (row->letter) {
+                        snprintf(letter, sizeof(letter), "-%c, ",
+                                 row->letter);
+                        puts_(b, letter);
+                }
+                puts_(b, "--");
+                puts_(b, row->name);
+                if (row->help == NULL)
+                        continue; /* listed with the next row */
+                if (row->metavar) {
+                        puts_(b, " ");
+                        puts_(b, row->metavar);
+                }
+                if (b->len - line_start + 1 > HELP_COLUMN) {
+                        puts_(b, "\n");
+                        line_start = b->len;
+                }
+                for (text = row->help;; text = nl + 1) {
+                        pad_to(b, line_start, HELP_COLUMN);
+                        nl = strchr(text, '\n');
+                        put(b, text, nl ? (size_t)(nl - text) : strlen(text));
+                        puts_(b, "\n");
+                        line_start = b->len;
+                        if (nl == NULL)
+                                break;
+                }
+                open = false;
+        }
+}
+
 const char *hp_config_help(void)
 {
-        return help_text;
+        static char text[16384];
+        struct help_buf b = { text, 0, sizeof(text) };
+
+        if (text[0] != '\0')
+                return text;
+        puts_(&b, usage);
+        puts_(&b, torchrun_intro);
+        put_rows(&b, true);
+        puts_(&b, torchrun_outro);
+        put_rows(&b, false);
+        puts_(&b, closing);
+        return text;
 }

@@ -21,7 +21,11 @@
  * connect, and torch 1.13's TCPStore client took the EINTR for a failed
  * rendezvous (RuntimeError: Interrupted system call) and the worker
  * exited 1. Our thread waits in a pipe read, which the kernel restarts,
- * so no other thread ever sees the signal. And the signal is ignored
+ * so no other thread ever sees the signal. It blocks every other signal:
+ * a SIGTERM sent to the process could otherwise land on it, and the
+ * worker's handler would wait until its main thread woke (a sleeping
+ * time.sleep is not woken by a signal handled on another thread). And
+ * the signal is ignored
  * before faulthandler registers, which is what faulthandler puts back as
  * the interpreter exits: a signal then (a report taken just as a worker
  * ends) is lost, where its default action would have killed the worker.

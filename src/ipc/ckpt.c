@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Checkpoint discovery (§4.11): which steps every local rank has saved,
+/* Checkpoint discovery (docs/inprocess-restart-and-checkpoints.md,
+ * "Checkpoint discovery"): which steps every local rank has saved,
  * and the latest one that all of them completed. Pure: the caller passes
  * the time, nothing here touches the loop. */
 #include <errno.h>

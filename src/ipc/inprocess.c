@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* In-process restart's messages from the workers (§4.9): each updates the
- * per-rank table (ranks.c) and tells the operator, which decides. Bad
+/* In-process restart's messages from the workers
+ * (docs/inprocess-restart-and-checkpoints.md, "One cycle"): each updates
+ * the per-rank table (ranks.c) and tells the operator, which decides. Bad
  * fields are named in a warning; the reference's IPC thread died on a
  * job_fault without a rank, here a fault always counts for the local
  * rank that sent it. */

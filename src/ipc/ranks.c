@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* In-process restart's per-rank worker table (§4.9). Pure: the socket's
- * handlers feed it, the operator reads it; no clock, no I/O. */
+/* In-process restart's per-rank worker table
+ * (docs/inprocess-restart-and-checkpoints.md). Pure: the socket's handlers
+ * feed it, the operator reads it; no clock, no I/O. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The worker socket (§4.9): a Unix stream server on the loop that workers
- * and hooks reach through HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH. Each
- * frame is one JSON message; the message type picks a handler from a table,
- * so other message families add handlers without touching the transport.
- * Nothing here blocks: reads are dispatched as they come, replies are
- * queued with a cap, and bad input closes or is ignored per connection. */
+/* The worker socket (docs/inprocess-restart-and-checkpoints.md): a Unix
+ * stream server on the loop that workers and hooks reach through
+ * HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH. Each frame is one JSON message;
+ * the message type picks a handler from a table, so other message families
+ * add handlers without touching the transport. Nothing here blocks: reads
+ * are dispatched as they come, replies are queued with a cap, and bad input
+ * closes or is ignored per connection. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

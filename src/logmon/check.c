@@ -52,9 +52,11 @@ static int open_rank_dir(const char *path, struct rank_dir *d, char *errbuf,
                 d->files[d->n++] = f;
         }
         if (d->n == 0) {
-                snprintf(errbuf, len, "--replay %s: is a directory with no "
+                snprintf(errbuf, len,
+                         "--replay %s: is a directory with no "
                          "<local_rank>/stdout.log in it (an attempt "
-                         "directory of per-rank files)", path);
+                         "directory of per-rank files)",
+                         path);
                 return -EISDIR;
         }
         return 0;
@@ -127,15 +129,17 @@ static void report(const struct logmon_check_opts *opts,
         hp_log_info("%s: read as a %s log, clock: %s", log_label(opts->log),
                     info.format, info.clock);
         if (info.agent_lines > 0)
-                hp_log_info("%s: %" PRIu64 " line%s of hyperpodrun's own went "
-                            "to no rule", log_label(opts->log),
-                            info.agent_lines,
+                hp_log_info("%s: %" PRIu64
+                            " line%s of hyperpodrun's own went "
+                            "to no rule",
+                            log_label(opts->log), info.agent_lines,
                             info.agent_lines == 1 ? "" : "s");
         if (info.lines > 0 && strcmp(info.clock, "none") == 0)
                 hp_log_warn("%s: no line starts with a timestamp and "
                             "--replay-rate was not given: time stood still, "
                             "so no cut-off or recurring frequency could "
-                            "expire", log_label(opts->log));
+                            "expire",
+                            log_label(opts->log));
         /* A pattern that never matches is the likeliest reason for a
          * rule that stayed WAITING: say which. */
         for (i = 0; i < logmon_ruleset_count(rs); i++)
@@ -150,8 +154,8 @@ static void report(const struct logmon_check_opts *opts,
                             info.unprefixed == 1 ? "" : "s");
 }
 
-static int emit(const char *path, const struct logmon_replay *r,
-                char *errbuf, size_t len)
+static int emit(const char *path, const struct logmon_replay *r, char *errbuf,
+                size_t len)
 {
         FILE *f = fopen(path, "w");
         int err;
@@ -170,7 +174,8 @@ static int emit(const char *path, const struct logmon_replay *r,
                          hp_strerror(err));
         else
                 hp_log_info("%s: expectation written: review it, then "
-                            "check with --expect", path);
+                            "check with --expect",
+                            path);
         return err;
 }
 
@@ -199,11 +204,113 @@ static int parse_until(const char *text, struct logmon_replay_opts *o,
                 o->until = LOGMON_UNTIL_TIME;
                 return 0;
         }
-        snprintf(errbuf, len, "invalid value '%s' for --replay-until: "
+        snprintf(errbuf, len,
+                 "invalid value '%s' for --replay-until: "
                  "expected an ISO 8601 time such as "
                  "2025-06-17T05:51:29.300Z, +SECONDS after the last line "
-                 "such as +600, or verdict", text);
+                 "such as +600, or verdict",
+                 text);
         return HP_EUSAGE;
+}
+
+/* The replay itself, of the log or of the directory's ranks; errbuf says
+ * why it failed in the flags' terms. */
+static int replay(const struct logmon_check_opts *opts, FILE *log,
+                  struct rank_dir *dir, struct logmon_ruleset *rs,
+                  const struct logmon_replay_opts *replay_opts, FILE *out,
+                  struct logmon_replay **r, char *errbuf, size_t len)
+{
+        int err;
+
+        if (log == NULL) {
+                err = open_rank_dir(opts->log, dir, errbuf, len);
+                if (err != 0)
+                        return err;
+                err = logmon_replay_files(rs, dir->files, dir->name_ptrs,
+                                          dir->n, replay_opts, out, r);
+        } else {
+                err = logmon_replay_run(rs, log, replay_opts, out, r);
+        }
+        if (err == 0)
+                return 0;
+        if (log != NULL && ferror(log))
+                snprintf(errbuf, len, "--replay %s: read error",
+                         log_label(opts->log));
+        else if (err == -EDOM)
+                snprintf(errbuf, len,
+                         "--replay-until: no line of %s "
+                         "has a timestamp to count a time from",
+                         log_label(opts->log));
+        else if (err == -ENOENT)
+                snprintf(errbuf, len,
+                         "--replay-until verdict: %s "
+                         "has no verdict line of hyperpodrun's "
+                         "(\"log rule verdict ...\")",
+                         log_label(opts->log));
+        else
+                snprintf(errbuf, len, "--replay %s: %s", log_label(opts->log),
+                         err == -EIO ? "cannot write the output"
+                                     : hp_strerror(err));
+        return err;
+}
+
+/* The outcome of a replay against the expectation: 0 when met, the
+ * number of differences (written to diff) when not, HP_ECONFIG when the
+ * log has no clock for rules that need one. */
+static int judge(const struct logmon_check_opts *opts,
+                 const struct logmon_ruleset *rs, struct logmon_replay *r,
+                 const cJSON *expect, FILE *diff, char *errbuf, size_t len)
+{
+        struct logmon_replay_info info;
+        char unused[8];
+        int err, timed;
+
+        /* An expectation judged with time standing still would pass a
+         * hung log: without a clock, rules that need one cannot be
+         * checked. */
+        logmon_replay_get_info(r, &info);
+        timed = logmon_ruleset_timed(rs);
+        /* The agent's own times are a clock only for a log with no
+         * worker line between them (a job that printed nothing). */
+        if (timed >= 0 &&
+            (strcmp(info.clock, "none") == 0 ||
+             (strcmp(info.clock, "agent") == 0 &&
+              info.lines > info.agent_lines + info.unprefixed))) {
+                snprintf(errbuf, len,
+                         "--expect %s: rule %d (%s) has a time "
+                         "limit, but no line of %s has a timestamp, so "
+                         "time stood still; give --replay-rate, or record "
+                         "the console with ${time} in "
+                         "--log-line-prefix-template",
+                         opts->expect, timed,
+                         logmon_ruleset_rule_name(rs, (size_t)timed),
+                         log_label(opts->log));
+                return HP_ECONFIG;
+        }
+        /* A log that ends before a deadline says nothing of the rule:
+         * the expectation decides, or is told it did not. */
+        if (logmon_replay_pending(r) > 0 &&
+            cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline") ==
+                    NULL)
+                hp_log_warn("%s: %s ends with %zu rule deadline%s still to "
+                            "come (the summary's \"pending\"), so it "
+                            "cannot tell a hung job from a healthy one; "
+                            "say \"pending_deadline\": false to fail such "
+                            "a log, or true to accept it",
+                            opts->expect, log_label(opts->log),
+                            logmon_replay_pending(r),
+                            logmon_replay_pending(r) == 1 ? "" : "s");
+        /* Validated above: the check cannot fail, only differ. */
+        err = logmon_expect_check(r, expect, diff, unused, sizeof(unused));
+        if (err == 0)
+                hp_log_info("%s: expectation met by %s", opts->expect,
+                            log_label(opts->log));
+        else
+                hp_log_error("%s: expectation not met by %s: %d "
+                             "difference%s (above)",
+                             opts->expect, log_label(opts->log), err,
+                             err == 1 ? "" : "s");
+        return err;
 }
 
 int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
@@ -216,20 +323,19 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                 .nmonitored = opts->nmonitored,
                 .text = opts->text,
         };
-        const struct logmon_ruleset_opts rule_opts = { .strict =
-                                                               opts->strict };
-        struct logmon_replay_info info;
+        const struct logmon_ruleset_opts rule_opts = {
+                .strict = opts->strict
+        };
         struct logmon_ruleset *rs = NULL;
         struct logmon_replay *r = NULL;
         const char *warnings;
         cJSON *expect = NULL;
         FILE *log = NULL;
         struct rank_dir *dir = NULL;
-        char unused[8];
-        int err, timed;
+        int err;
 
-        err = logmon_config_load_ruleset(opts->rules, &rule_opts, &rs,
-                                         errbuf, len);
+        err = logmon_config_load_ruleset(opts->rules, &rule_opts, &rs, errbuf,
+                                         len);
         if (err != 0)
                 return err;
         warnings = logmon_ruleset_warnings(rs);
@@ -256,35 +362,9 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
                 }
         }
 
-        if (log == NULL) {
-                err = open_rank_dir(opts->log, dir, errbuf, len);
-                if (err != 0)
-                        goto out;
-                err = logmon_replay_files(rs, dir->files, dir->name_ptrs,
-                                          dir->n, &replay_opts, out, &r);
-        } else {
-                err = logmon_replay_run(rs, log, &replay_opts, out, &r);
-        }
-        if (err != 0) {
-                if (log != NULL && ferror(log))
-                        snprintf(errbuf, len, "--replay %s: read error",
-                                 log_label(opts->log));
-                else if (err == -EDOM)
-                        snprintf(errbuf, len, "--replay-until: no line of %s "
-                                 "has a timestamp to count a time from",
-                                 log_label(opts->log));
-                else if (err == -ENOENT)
-                        snprintf(errbuf, len, "--replay-until verdict: %s "
-                                 "has no verdict line of hyperpodrun's "
-                                 "(\"log rule verdict ...\")",
-                                 log_label(opts->log));
-                else
-                        snprintf(errbuf, len, "--replay %s: %s",
-                                 log_label(opts->log),
-                                 err == -EIO ? "cannot write the output" :
-                                               hp_strerror(err));
+        err = replay(opts, log, dir, rs, &replay_opts, out, &r, errbuf, len);
+        if (err != 0)
                 goto out;
-        }
         report(opts, rs, r);
         if (opts->emit_expect != NULL) {
                 err = emit(opts->emit_expect, r, errbuf, len);
@@ -293,49 +373,7 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
         }
         if (expect == NULL)
                 goto out;
-        /* An expectation judged with time standing still would pass a
-         * hung log: without a clock, rules that need one cannot be
-         * checked. */
-        logmon_replay_get_info(r, &info);
-        timed = logmon_ruleset_timed(rs);
-        /* The agent's own times are a clock only for a log with no
-         * worker line between them (a job that printed nothing). */
-        if (timed >= 0 &&
-            (strcmp(info.clock, "none") == 0 ||
-             (strcmp(info.clock, "agent") == 0 &&
-              info.lines > info.agent_lines + info.unprefixed))) {
-                snprintf(errbuf, len, "--expect %s: rule %d (%s) has a time "
-                         "limit, but no line of %s has a timestamp, so "
-                         "time stood still; give --replay-rate, or record "
-                         "the console with ${time} in "
-                         "--log-line-prefix-template", opts->expect, timed,
-                         logmon_ruleset_rule_name(rs, (size_t)timed),
-                         log_label(opts->log));
-                err = HP_ECONFIG;
-                goto out;
-        }
-        /* A log that ends before a deadline says nothing of the rule:
-         * the expectation decides, or is told it did not. */
-        if (logmon_replay_pending(r) > 0 &&
-            cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline") ==
-                    NULL)
-                hp_log_warn("%s: %s ends with %zu rule deadline%s still to "
-                            "come (the summary's \"pending\"), so it "
-                            "cannot tell a hung job from a healthy one; "
-                            "say \"pending_deadline\": false to fail such "
-                            "a log, or true to accept it",
-                            opts->expect, log_label(opts->log),
-                            logmon_replay_pending(r),
-                            logmon_replay_pending(r) == 1 ? "" : "s");
-        /* Validated above: the check cannot fail, only differ. */
-        err = logmon_expect_check(r, expect, diff, unused, sizeof(unused));
-        if (err == 0)
-                hp_log_info("%s: expectation met by %s", opts->expect,
-                            log_label(opts->log));
-        else
-                hp_log_error("%s: expectation not met by %s: %d "
-                             "difference%s (above)", opts->expect,
-                             log_label(opts->log), err, err == 1 ? "" : "s");
+        err = judge(opts, rs, r, expect, diff, errbuf, len);
 out:
         if (log != NULL && log != in)
                 fclose(log);
@@ -364,7 +402,8 @@ static void print_seconds(FILE *out, const char *key, uint64_t ms,
 static void print_rule(FILE *out, const struct logmon_ruleset *rs,
                        const cJSON *obj, size_t i)
 {
-        const cJSON *log = cJSON_GetObjectItemCaseSensitive(obj, "logPattern");
+        const cJSON *log = cJSON_GetObjectItemCaseSensitive(obj,
+                                                            "logPattern");
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(obj,
                                                              "stopPattern");
         struct logmon_rule_limits lim;
@@ -375,29 +414,28 @@ static void print_rule(FILE *out, const struct logmon_ruleset *rs,
         fprintf(out, "  logPattern: %s\n",
                 cJSON_IsString(log) ? log->valuestring : "(none)");
         fprintf(out, "  stopPattern: %s\n",
-                cJSON_IsString(stop) ? stop->valuestring :
-                                       "none (the rule never retires)");
+                cJSON_IsString(stop) ? stop->valuestring
+                                     : "none (the rule never retires)");
         print_seconds(out, "expectedStartCutOffInSeconds", lim.cutoff_ms,
                       "HANGING when no line matches within it");
-        print_seconds(out, "expectedRecurringFrequencyInSeconds",
-                      lim.freq_ms,
+        print_seconds(out, "expectedRecurringFrequencyInSeconds", lim.freq_ms,
                       "HANGING when a match is not followed by another "
                       "within it");
         if (lim.metric)
-                fprintf(out, "  metric: capture 1 %s %s in %" PRIu32
-                        " data point%s in a row makes it SLOW\n", lim.op,
-                        hp_format_double(lim.threshold, number),
-                        lim.datapoints,
-                        lim.datapoints == 1 ? "" : "s");
+                fprintf(out,
+                        "  metric: capture 1 %s %s in %" PRIu32
+                        " data point%s in a row makes it SLOW\n",
+                        lim.op, hp_format_double(lim.threshold, number),
+                        lim.datapoints, lim.datapoints == 1 ? "" : "s");
         else
                 fputs("  metric: none (the rule never reports SLOW)\n", out);
         fprintf(out, "  faultOnMatch: %s\n",
-                lim.fault_on_match ? "true (a match makes it FAULTED)" :
-                                     "false");
+                lim.fault_on_match ? "true (a match makes it FAULTED)"
+                                   : "false");
 }
 
-int logmon_rules_check(const char *path, bool strict, FILE *out,
-                       char *errbuf, size_t len)
+int logmon_rules_check(const char *path, bool strict, FILE *out, char *errbuf,
+                       size_t len)
 {
         const struct logmon_ruleset_opts opts = { .strict = strict };
         struct logmon_ruleset *rs = NULL;

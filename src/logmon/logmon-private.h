@@ -27,7 +27,7 @@ struct logmon_rule {
         char *name;
         struct logmon_regex log;
         struct logmon_regex stop; /* stop.full NULL: no stopPattern */
-        uint32_t captures;    /* capture groups in logPattern */
+        uint32_t captures;        /* capture groups in logPattern */
         bool has_cutoff;
         uint64_t cutoff_ms;
         bool has_freq;
@@ -37,18 +37,18 @@ struct logmon_rule {
         enum logmon_op op;
         uint32_t datapoints;
         bool fault_on_match;
-        bool metric;          /* capture 1 is compared with threshold */
+        bool metric; /* capture 1 is compared with threshold */
 };
 
 struct logmon_ruleset {
         int refs;
         size_t n;
         struct logmon_rule *rules;
-        size_t heads;         /* shared heads: head_id < heads */
+        size_t heads;              /* shared heads: head_id < heads */
         pcre2_match_context *mctx; /* the limits; each stream copies it */
-        uint32_t max_pairs;   /* ovector pairs any pattern needs */
+        uint32_t max_pairs;        /* ovector pairs any pattern needs */
         bool jit;
-        locale_t c_locale;    /* strtod must not follow LC_NUMERIC */
+        locale_t c_locale; /* strtod must not follow LC_NUMERIC */
         char *warnings;
 };
 
@@ -61,9 +61,9 @@ struct logmon_rule_state {
          * matches too, and its literal is not looked for first
          * (logmon__match, likely). */
         uint8_t streak;
-        uint64_t last_match;  /* effective ms */
+        uint64_t last_match; /* effective ms */
         uint32_t consecutive;
-        double last_value;    /* the last metric compared */
+        double last_value; /* the last metric compared */
         uint64_t matches;
         uint64_t nonnumeric;
         uint64_t limit_hits;
@@ -84,13 +84,13 @@ struct logmon_rule_state {
 struct logmon_stream {
         struct logmon_ruleset *rs;
         struct logmon_matcher m; /* its memos follow st[] */
-        bool states_changed;  /* a rule's state moved in this feed */
-        bool installed;       /* started since new or clear */
-        bool running;         /* installed and not suspended */
-        uint64_t last_now;    /* largest now seen: time never goes back */
-        uint64_t paused;      /* ms spent suspended since install */
+        bool states_changed;     /* a rule's state moved in this feed */
+        bool installed;          /* started since new or clear */
+        bool running;            /* installed and not suspended */
+        uint64_t last_now;       /* largest now seen: time never goes back */
+        uint64_t paused;         /* ms spent suspended since install */
         uint64_t suspended_at;
-        uint64_t created;     /* effective ms at install */
+        uint64_t created; /* effective ms at install */
         uint64_t ignored;
         enum logmon_state state;
         int reason_rule;

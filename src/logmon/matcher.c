@@ -25,8 +25,8 @@ static pcre2_code *compile_form(const char *pattern, size_t len,
         PCRE2_SIZE offset;
         int err;
 
-        code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &err,
-                             &offset, NULL);
+        code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &err, &offset,
+                             NULL);
         if (code != NULL && jit &&
             pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) != 0) {
                 pcre2_code_free(code);
@@ -91,7 +91,7 @@ static bool all_ascii(const char *text)
  */
 static bool searchable(const char *pattern)
 {
-        static const char *const refused[] = { "|", "(*", "*+", "++", "?+",
+        static const char *const refused[] = { "|",  "(*",  "*+",  "++", "?+",
                                                "}+", "\\G", "\\K", "\\Q" };
         const char *p;
         uint32_t newline = 0;
@@ -158,7 +158,8 @@ static void split_form(struct logmon_regex *p, const char *rest, size_t len,
         p->head_ascii = compile_form(rest, split.head_len, PCRE2_ANCHORED,
                                      jit);
         p->tail_ascii = compile_form(rest + split.tail_at,
-                                     len - split.tail_at, PCRE2_ANCHORED, jit);
+                                     len - split.tail_at, PCRE2_ANCHORED,
+                                     jit);
         if (p->head_ascii == NULL || p->tail_ascii == NULL ||
             capture_count(p->head_ascii) != 0 ||
             capture_count(p->tail_ascii) != capture_count(p->rest_ascii)) {
@@ -197,9 +198,11 @@ static void rest_form(struct logmon_regex *p, const char *pattern, bool jit)
 
         if (p->quick_ascii == NULL ||
             pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODETYPE,
-                               &type) != 0 || type != 1 ||
+                               &type) != 0 ||
+            type != 1 ||
             pcre2_pattern_info(p->quick_ascii, PCRE2_INFO_FIRSTCODEUNIT,
-                               &unit) != 0 || unit == 0 || unit >= 0x80)
+                               &unit) != 0 ||
+            unit == 0 || unit >= 0x80)
                 return;
         p->first_unit = (uint8_t)unit;
         p->rest_ascii = compile_form(pattern + 2,
@@ -210,8 +213,8 @@ static void rest_form(struct logmon_regex *p, const char *pattern, bool jit)
                            jit);
 }
 
-int logmon__regex_compile(struct logmon_regex *p, const char *text,
-                          bool jit, bool full_only, bool *jit_ok,
+int logmon__regex_compile(struct logmon_regex *p, const char *text, bool jit,
+                          bool full_only, bool *jit_ok,
                           struct logmon_regex_error *err)
 {
         /* Anchored at compile time rather than per match: PCRE2 runs a
@@ -290,8 +293,7 @@ uint32_t logmon__regex_groups(const struct logmon_regex *p)
 
 /* A strndup of head_text that failed leaves that pattern's head
  * unshared, which only costs the speed-up. */
-size_t logmon__regex_share_heads(struct logmon_regex *const *list,
-                                 size_t n)
+size_t logmon__regex_share_heads(struct logmon_regex *const *list, size_t n)
 {
         struct logmon_regex *p, *q;
         size_t heads = 0, j, k;
@@ -397,8 +399,7 @@ static int run(const struct logmon_matcher *m, const pcre2_code *code,
          * UTF-8 by sanitize(). */
         if (m->jit)
                 return pcre2_jit_match(code, (PCRE2_SPTR)line, len, start,
-                                       PCRE2_NO_UTF_CHECK, m->md,
-                                       m->mctx);
+                                       PCRE2_NO_UTF_CHECK, m->md, m->mctx);
         return pcre2_match(code, (PCRE2_SPTR)line, len, start,
                            PCRE2_NO_UTF_CHECK, m->md, m->mctx);
 }
@@ -440,11 +441,10 @@ static int last_literal(const char *from, const char *end,
  * in *end, 0 when it does not match there, -1 at a limit. A shared head
  * (logmon__regex_share_heads) runs once per line and start. */
 static int run_head(struct logmon_matcher *m, const struct logmon_regex *p,
-                    const char *line, size_t len, size_t start,
-                    size_t *end)
+                    const char *line, size_t len, size_t start, size_t *end)
 {
-        struct logmon_head_memo *memo =
-                p->head_id >= 0 ? &m->memo[p->head_id] : NULL;
+        struct logmon_head_memo *memo = p->head_id >= 0 ? &m->memo[p->head_id]
+                                                        : NULL;
         int rc;
 
         if (memo != NULL && memo->head_seq == m->line_seq &&
@@ -475,9 +475,9 @@ static int match_split(struct logmon_matcher *m, const struct logmon_regex *p,
                        size_t start)
 {
         const struct logmon_literal *lit = &p->tail_literal;
-        const pcre2_code *tail = captures || p->tail_quick == NULL ?
-                                         p->tail_ascii :
-                                         p->tail_quick;
+        const pcre2_code *tail = captures || p->tail_quick == NULL
+                                         ? p->tail_ascii
+                                         : p->tail_quick;
         const char *head_end, *limit, *at;
         size_t n = lit->len, end;
         int tries = 0, rc, found;
@@ -493,12 +493,14 @@ static int match_split(struct logmon_matcher *m, const struct logmon_regex *p,
          * may well occur again after it, and a search from the end back
          * stops at each). */
         for (at = NULL;;) {
-                found = captures ?
-                        last_literal(head_end,
-                                     at == NULL ? line + len : at + n - 1,
-                                     lit, &at) :
-                        logmon__literal_first(at == NULL ? head_end : at + 1,
-                                      line + len, lit, &at);
+                found = captures
+                                ? last_literal(head_end,
+                                               at == NULL ? line + len
+                                                          : at + n - 1,
+                                               lit, &at)
+                                : logmon__literal_first(at == NULL ? head_end
+                                                                   : at + 1,
+                                                        line + len, lit, &at);
                 if (found == 0)
                         break;
                 if (found < 0 || ++tries > REST_TRIES_MAX)
@@ -532,8 +534,8 @@ static int match_split(struct logmon_matcher *m, const struct logmon_regex *p,
 static int match_rest(struct logmon_matcher *m, const struct logmon_regex *p,
                       bool captures, const char *line, size_t len)
 {
-        struct logmon_head_memo *memo =
-                p->head_id >= 0 ? &m->memo[p->head_id] : NULL;
+        struct logmon_head_memo *memo = p->head_id >= 0 ? &m->memo[p->head_id]
+                                                        : NULL;
         const char *from = line, *at;
         bool several;
         int tries = 0, rc;
@@ -543,9 +545,8 @@ static int match_rest(struct logmon_matcher *m, const struct logmon_regex *p,
                 several = memo->several;
         } else {
                 at = memrchr(line, p->first_unit, len);
-                several = at != NULL &&
-                          memchr(line, p->first_unit,
-                                 (size_t)(at - line)) != NULL;
+                several = at != NULL && memchr(line, p->first_unit,
+                                               (size_t)(at - line)) != NULL;
                 if (memo != NULL) {
                         memo->scan_seq = m->line_seq;
                         memo->last = at;
@@ -567,10 +568,10 @@ static int match_rest(struct logmon_matcher *m, const struct logmon_regex *p,
         for (;;) {
                 if (++tries > REST_TRIES_MAX)
                         return -1;
-                rc = p->head_ascii != NULL ?
-                             match_split(m, p, captures, line, len,
-                                         (size_t)(at - line)) :
-                             -1;
+                rc = p->head_ascii != NULL
+                             ? match_split(m, p, captures, line, len,
+                                           (size_t)(at - line))
+                             : -1;
                 if (rc > 0)
                         return 1;
                 if (rc < 0) {
@@ -609,8 +610,9 @@ int logmon__match_forms(struct logmon_matcher *m,
                         if (rc >= 0)
                                 return rc;
                 } else {
-                        quick = m->line_ascii && p->quick_ascii != NULL ?
-                                        p->quick_ascii : p->quick;
+                        quick = m->line_ascii && p->quick_ascii != NULL
+                                        ? p->quick_ascii
+                                        : p->quick;
                 }
         }
         if (quick != NULL) {
@@ -710,9 +712,8 @@ static const char *sanitize(struct logmon_matcher *m, const char *line,
         return m->fixed;
 }
 
-const char *logmon__matcher_repair(struct logmon_matcher *m,
-                                   const char *line, size_t len,
-                                   size_t *slen)
+const char *logmon__matcher_repair(struct logmon_matcher *m, const char *line,
+                                   size_t len, size_t *slen)
 {
         const char *subject = sanitize(m, line, len, slen);
 

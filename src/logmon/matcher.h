@@ -100,8 +100,8 @@ struct logmon_regex_error {
  * filled, or -ENOMEM. p is to be freed with logmon__regex_free on
  * failure as well.
  */
-int logmon__regex_compile(struct logmon_regex *p, const char *text,
-                          bool jit, bool full_only, bool *jit_ok,
+int logmon__regex_compile(struct logmon_regex *p, const char *text, bool jit,
+                          bool full_only, bool *jit_ok,
                           struct logmon_regex_error *err);
 void logmon__regex_free(struct logmon_regex *p);
 /* Capture groups in the pattern. */
@@ -109,8 +109,7 @@ uint32_t logmon__regex_groups(const struct logmon_regex *p);
 /* Gives the heads that two or more of the n patterns have in common an
  * id each (head_id); every other pattern gets -1. Returns how many heads
  * are shared: the memos a matcher for these patterns needs. */
-size_t logmon__regex_share_heads(struct logmon_regex *const *list,
-                                 size_t n);
+size_t logmon__regex_share_heads(struct logmon_regex *const *list, size_t n);
 
 /* A match context with the limits every match of a set runs under; NULL
  * when out of memory. Each matcher takes a copy. */
@@ -128,12 +127,12 @@ void logmon__match_limits_free(pcre2_match_context *limits);
  * it holds (logmon_matcher, line_seq). */
 struct logmon_head_memo {
         uint64_t scan_seq;
-        const char *last;     /* the last first_unit; NULL: none */
-        bool several;         /* first_unit occurs before last as well */
+        const char *last; /* the last first_unit; NULL: none */
+        bool several;     /* first_unit occurs before last as well */
         uint64_t head_seq;
-        size_t head_start;    /* where head was run */
-        int head_rc;          /* 1 matched, 0 did not, -1 gave up */
-        size_t head_end;      /* where its first way of matching ended */
+        size_t head_start; /* where head was run */
+        int head_rc;       /* 1 matched, 0 did not, -1 gave up */
+        size_t head_end;   /* where its first way of matching ended */
 };
 
 /* Room for a line whose invalid UTF-8 was replaced by U+FFFD. */
@@ -151,13 +150,13 @@ struct logmon_matcher {
          * line's bytes. */
         pcre2_match_context *mctx;
         pcre2_jit_stack *jit_stack;
-        char *fixed;          /* LOGMON_FIXED_MAX bytes */
+        char *fixed;                   /* LOGMON_FIXED_MAX bytes */
         struct logmon_head_memo *memo; /* one per shared head */
-        locale_t loc;         /* strtod must not follow LC_NUMERIC */
-        bool jit;             /* every pattern is JIT-compiled */
-        bool line_has_lf;     /* the quick and rest forms do not apply */
-        bool line_ascii;      /* the ASCII forms apply */
-        uint64_t line_seq;    /* lines taken, for the memos */
+        locale_t loc;                  /* strtod must not follow LC_NUMERIC */
+        bool jit;                      /* every pattern is JIT-compiled */
+        bool line_has_lf;  /* the quick and rest forms do not apply */
+        bool line_ascii;   /* the ASCII forms apply */
+        uint64_t line_seq; /* lines taken, for the memos */
 };
 
 /*
@@ -219,9 +218,8 @@ static inline bool logmon__plain_ascii(const char *line, size_t len)
 
 /* The part of logmon__matcher_line for a line that is not all ASCII or
  * holds a \n, out of line. */
-const char *logmon__matcher_repair(struct logmon_matcher *m,
-                                   const char *line, size_t len,
-                                   size_t *slen);
+const char *logmon__matcher_repair(struct logmon_matcher *m, const char *line,
+                                   size_t len, size_t *slen);
 
 /* Takes the next line: the subject every pattern is then matched
  * against, *slen bytes long, which is line itself unless line holds
@@ -339,8 +337,10 @@ static inline int logmon__match(struct logmon_matcher *m,
         const char *at;
 
         if (__builtin_expect(p->literal.len != 0 && !likely &&
-                             logmon__literal_first(subject, subject + len,
-                                                   &p->literal, &at) == 0,
+                                     logmon__literal_first(subject,
+                                                           subject + len,
+                                                           &p->literal,
+                                                           &at) == 0,
                              1))
                 return 0;
         return logmon__match_forms(m, p, captures, likely, subject, len);

@@ -18,8 +18,8 @@
 
 static bool is_space(char c)
 {
-        return c == ' ' || c == '\t' || c == '\n' || c == '\v' ||
-               c == '\f' || c == '\r';
+        return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' ||
+               c == '\r';
 }
 
 static bool is_digit(char c)

@@ -33,7 +33,7 @@ enum item_kind {
 struct item {
         enum item_kind kind;
         size_t len;
-        char byte;       /* ITEM_LITERAL */
+        char byte; /* ITEM_LITERAL */
 };
 
 /* Index just past the class that starts at i ("["), or 0. A "]" right

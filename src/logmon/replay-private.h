@@ -53,12 +53,12 @@ struct replay_change {
 enum replay_clock {
         CLOCK_NONE = 0, /* no timestamp seen yet */
         CLOCK_RATE,
-        CLOCK_ASCTIME,  /* one parser with ISO 8601, named by the first */
+        CLOCK_ASCTIME, /* one parser with ISO 8601, named by the first */
         CLOCK_ISO8601,
         CLOCK_EPOCH,
         CLOCK_GLOG,
-        CLOCK_HEAD,     /* kubectl --timestamps or ${time} before a line */
-        CLOCK_AGENT,    /* only the agent's own start and verdict lines */
+        CLOCK_HEAD,  /* kubectl --timestamps or ${time} before a line */
+        CLOCK_AGENT, /* only the agent's own start and verdict lines */
 };
 
 /* What a line carries before its text, outermost first: up to two RFC
@@ -69,14 +69,14 @@ struct line_head {
         const char *body;
         size_t body_len;
         bool have_ts;
-        int64_t ts;            /* the innermost timestamp, epoch ms */
+        int64_t ts; /* the innermost timestamp, epoch ms */
         size_t ts_count;
-        bool kubectl;          /* nanoseconds: kubectl's */
-        const char *label;     /* srun's task label, or NULL */
+        bool kubectl;      /* nanoseconds: kubectl's */
+        const char *label; /* srun's task label, or NULL */
         size_t label_len;
-        const char *name;      /* the console prefix's name, or NULL */
+        const char *name; /* the console prefix's name, or NULL */
         size_t name_len;
-        bool agent;            /* hyperpodrun's own line */
+        bool agent; /* hyperpodrun's own line */
 };
 
 struct logmon_replay {
@@ -87,12 +87,12 @@ struct logmon_replay {
         size_t nchanges, capchanges;
         uint64_t lines;
         uint64_t unprefixed;
-        uint64_t now;     /* ms since the start */
+        uint64_t now; /* ms since the start */
         enum replay_clock clock;
         enum logmon_replay_layout layout; /* AUTO: not decided yet */
         bool have_base;
-        int64_t base;     /* epoch ms of the first timestamp */
-        int64_t last_ts;  /* the latest timestamp, for glog's year */
+        int64_t base;    /* epoch ms of the first timestamp */
+        int64_t last_ts; /* the latest timestamp, for glog's year */
         int glog_year;
         const struct logmon_replay_opts *opts;
         FILE *out;
@@ -113,22 +113,22 @@ struct logmon_replay {
         bool files;                /* per-rank files, one stream each */
         bool head_ts_kubectl;      /* two of them, or nanoseconds */
         uint64_t agent_lines;
-        uint64_t start_ms;         /* when the live rule clocks started */
-        bool started;              /* the agent's start line was seen */
-        bool live_verdict;         /* the agent's verdict line was seen */
-        bool job_ended;            /* the agent's line that the job ended */
-        bool stopped;              /* --replay-until verdict: it was */
-        uint64_t text_line_shown;  /* --replay-format text */
-        bool until_set;            /* --replay-until TIME, or verdict's */
+        uint64_t start_ms;        /* when the live rule clocks started */
+        bool started;             /* the agent's start line was seen */
+        bool live_verdict;        /* the agent's verdict line was seen */
+        bool job_ended;           /* the agent's line that the job ended */
+        bool stopped;             /* --replay-until verdict: it was */
+        uint64_t text_line_shown; /* --replay-format text */
+        bool until_set;           /* --replay-until TIME, or verdict's */
         int64_t until_ts;
-        bool have_end;             /* no clock but the agent's: its */
-        int64_t end_ts;            /* verdict's time ends the replay */
-        uint64_t after_stop;       /* lines after it, not fed */
-        uint64_t end_ms;           /* where judging stopped, before the
+        bool have_end;         /* no clock but the agent's: its */
+        int64_t end_ts;        /* verdict's time ends the replay */
+        uint64_t after_stop;   /* lines after it, not fed */
+        uint64_t end_ms;       /* where judging stopped, before the
                                     * deadlines within REPLAY_SKEW_MS */
-        uint64_t skew_ms;          /* while one fires: how far past */
-        uint64_t skew_reached;     /* deadlines reached within the skew */
-        uint64_t skew_until;       /* the latest of them */
+        uint64_t skew_ms;      /* while one fires: how far past */
+        uint64_t skew_reached; /* deadlines reached within the skew */
+        uint64_t skew_until;   /* the latest of them */
         /* The first verdict, as the live agent takes it (check_verdict in
          * src/supervise/rulewatch.c): the first judged stream to reach SLOW
          * or above, named by its reason rule. */
@@ -137,7 +137,7 @@ struct logmon_replay {
         int v_rule;
         enum logmon_state v_state;
         uint64_t v_time, v_line_no;
-        uint64_t v_skew_ms;        /* its deadline past the stop: 0 none */
+        uint64_t v_skew_ms; /* its deadline past the stop: 0 none */
         char v_message[1024];
         char v_line[LOGMON_LAST_LINE_MAX + 1];
         /* The first verdict of each attempt (each "clock started" line of
@@ -147,7 +147,7 @@ struct logmon_replay {
                 int64_t wall_ms; /* LOGMON_NO_WALL_CLOCK: none */
                 uint64_t time;
                 char message[1024];
-        } *verdicts;
+        } * verdicts;
         size_t nverdicts;
 };
 
@@ -165,8 +165,8 @@ int logmon__replay_end(struct logmon_replay *r,
 int logmon__replay_stream(struct logmon_replay *r, const char *name,
                           size_t name_len, size_t *out);
 void logmon__set_clock(struct logmon_replay *r, int64_t ts);
-void logmon__advance_clock(struct logmon_replay *r,
-                           const struct line_head *h, uint64_t line_no);
+void logmon__advance_clock(struct logmon_replay *r, const struct line_head *h,
+                           uint64_t line_no);
 bool logmon__past_until(struct logmon_replay *r);
 int logmon__feed_line(struct logmon_replay *r, const char *name,
                       size_t name_len, const struct line_head *h,

@@ -39,22 +39,22 @@ void logmon__set_clock(struct logmon_replay *r, int64_t ts)
 /* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
 int64_t logmon__wall_offset(const struct logmon_replay *r)
 {
-        return r->have_base && r->clock != CLOCK_RATE ? r->base :
-                                                        LOGMON_NO_WALL_CLOCK;
+        return r->have_base && r->clock != CLOCK_RATE ? r->base
+                                                      : LOGMON_NO_WALL_CLOCK;
 }
 
 /* The time of a line with its head parsed: from the rate, the leading
  * timestamp, or one at the start of its text. */
-void logmon__advance_clock(struct logmon_replay *r,
-                           const struct line_head *h, uint64_t line_no)
+void logmon__advance_clock(struct logmon_replay *r, const struct line_head *h,
+                           uint64_t line_no)
 {
         double t;
         int64_t ts;
 
         if (r->opts->rate > 0) {
                 t = (double)(line_no - 1) * 1000.0 / r->opts->rate;
-                r->now = t < REPLAY_TIME_MAX ? (uint64_t)llround(t) :
-                                               (uint64_t)REPLAY_TIME_MAX;
+                r->now = t < REPLAY_TIME_MAX ? (uint64_t)llround(t)
+                                             : (uint64_t)REPLAY_TIME_MAX;
                 return;
         }
         if (r->head_ts) {
@@ -149,9 +149,9 @@ static int record_all(struct logmon_replay *r, size_t stream,
                 r->v_line_no = line_no;
                 r->v_skew_ms = r->skew_ms;
                 snprintf(r->v_line, sizeof(r->v_line), "%.*s",
-                         (int)(len < LOGMON_LAST_LINE_MAX ?
-                                       len :
-                                       LOGMON_LAST_LINE_MAX),
+                         (int)(len < LOGMON_LAST_LINE_MAX
+                                       ? len
+                                       : LOGMON_LAST_LINE_MAX),
                          line != NULL ? line : "");
                 if (logmon_verdict_format(mon, r->streams[stream].local_rank,
                                           logmon__wall_offset(r),
@@ -269,8 +269,7 @@ static int name_rank(const char *name)
         return d > 0 ? atoi(name + n - d) : -1;
 }
 
-static bool judged(const struct logmon_replay *r, const char *name,
-                   int rank)
+static bool judged(const struct logmon_replay *r, const char *name, int rank)
 {
         if (r->opts->monitored == NULL || name == NULL)
                 return true;
@@ -287,8 +286,8 @@ int logmon__replay_stream(struct logmon_replay *r, const char *name,
         for (i = 0; i < r->nstreams; i++) {
                 const char *n = r->streams[i].name;
 
-                if (name == NULL ? n == NULL :
-                                   n != NULL && strlen(n) == name_len &&
+                if (name == NULL ? n == NULL
+                                 : n != NULL && strlen(n) == name_len &&
                                            memcmp(n, name, name_len) == 0) {
                         *out = i;
                         return 0;
@@ -463,8 +462,9 @@ static int agent_line(struct logmon_replay *r, const struct line_head *h,
         /* The live agent stopped its rules when the training ended: a
          * deadline after its line that says so was never to be judged. */
         if (contains(h->body, h->body_len, "info: all stages succeeded") ||
-            contains(h->body, h->body_len, "agent state RUNNING \u2192 "
-                                           "COMPLETED"))
+            contains(h->body, h->body_len,
+                     "agent state RUNNING \u2192 "
+                     "COMPLETED"))
                 r->job_ended = true;
         if (!r->live_verdict && verdict) {
                 r->live_verdict = true;
@@ -506,8 +506,8 @@ int logmon__feed_line(struct logmon_replay *r, const char *name,
 }
 
 /* One line, once the layout is known. */
-static int process_line(struct logmon_replay *r, const char *line,
-                        size_t len, uint64_t line_no)
+static int process_line(struct logmon_replay *r, const char *line, size_t len,
+                        uint64_t line_no)
 {
         char name[2 * PREFIX_MAX + 2];
         struct line_head h;
@@ -540,8 +540,8 @@ static int process_line(struct logmon_replay *r, const char *line,
                 r->unprefixed++;
                 return catch_up(r, r->now);
         }
-        return logmon__feed_line(r, name_len > 0 ? name : NULL, name_len,
-                                 &h, line_no);
+        return logmon__feed_line(r, name_len > 0 ? name : NULL, name_len, &h,
+                                 line_no);
 }
 
 /* The layout is decided: the held lines go through in order, matched in
@@ -576,15 +576,15 @@ static int flush_pending(struct logmon_replay *r)
  * agent's lines). */
 static int decide_layout(struct logmon_replay *r)
 {
-        uint64_t held = r->pending_len > 0 ?
-                                r->lines - r->pending_first + 1 : 0;
+        uint64_t held = r->pending_len > 0 ? r->lines - r->pending_first + 1
+                                           : 0;
         uint64_t others = held - r->agent_lines;
 
         if (held > 0 && 2 * r->pending_labelled >= held)
                 r->layout = LOGMON_LAYOUT_SRUN;
         else if (others == 0)
-                r->layout = r->agent_lines > 0 ? LOGMON_LAYOUT_CONSOLE :
-                                                 LOGMON_LAYOUT_PLAIN;
+                r->layout = r->agent_lines > 0 ? LOGMON_LAYOUT_CONSOLE
+                                               : LOGMON_LAYOUT_PLAIN;
         else if (2 * r->pending_prefixed >= others)
                 r->layout = LOGMON_LAYOUT_CONSOLE;
         else
@@ -768,8 +768,7 @@ static int run_until(struct logmon_replay *r)
         return err;
 }
 
-int logmon__replay_end(struct logmon_replay *r,
-                       struct logmon_replay **result)
+int logmon__replay_end(struct logmon_replay *r, struct logmon_replay **result)
 {
         size_t idx;
         int err;

@@ -44,27 +44,32 @@ static void print_change(FILE *f, const struct logmon_replay *r,
 
 /* Everything an expectation can get wrong is an error rather than a
  * difference, and is found before a log is read. */
-static int validate_final(const struct logmon_ruleset *rs,
-                          const cJSON *final, char *errbuf, size_t len)
+static int validate_final(const struct logmon_ruleset *rs, const cJSON *final,
+                          char *errbuf, size_t len)
 {
         enum logmon_state state;
         const cJSON *item;
 
         if (!cJSON_IsObject(final)) {
-                snprintf(errbuf, len, "expect: final: expected an object "
+                snprintf(errbuf, len,
+                         "expect: final: expected an object "
                          "of rule names to states");
                 return HP_ECONFIG;
         }
-        cJSON_ArrayForEach(item, final) {
+        cJSON_ArrayForEach (item, final) {
                 if (logmon_ruleset_find(rs, item->string) < 0) {
-                        snprintf(errbuf, len, "expect: final: no rule "
-                                 "named \"%s\"", item->string);
+                        snprintf(errbuf, len,
+                                 "expect: final: no rule "
+                                 "named \"%s\"",
+                                 item->string);
                         return HP_ECONFIG;
                 }
                 if (!cJSON_IsString(item) ||
                     logmon_state_parse(item->valuestring, &state) != 0) {
-                        snprintf(errbuf, len, "expect: final: %s: expected "
-                                 "a state name", item->string);
+                        snprintf(errbuf, len,
+                                 "expect: final: %s: expected "
+                                 "a state name",
+                                 item->string);
                         return HP_ECONFIG;
                 }
         }
@@ -80,22 +85,26 @@ struct expected_change {
 };
 
 static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
-                            size_t i, struct expected_change *e,
-                            char *errbuf, size_t len)
+                            size_t i, struct expected_change *e, char *errbuf,
+                            size_t len)
 {
         const cJSON *rule = cJSON_GetObjectItemCaseSensitive(t, "rule");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(t, "state");
 
         if (!cJSON_IsString(rule) || !cJSON_IsString(state) ||
             logmon_state_parse(state->valuestring, &e->state) != 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: expected "
-                         "{\"rule\": NAME, \"state\": STATE, ...}", i);
+                snprintf(errbuf, len,
+                         "expect: transitions[%zu]: expected "
+                         "{\"rule\": NAME, \"state\": STATE, ...}",
+                         i);
                 return HP_ECONFIG;
         }
         e->rule = logmon_ruleset_find(rs, rule->valuestring);
         if (e->rule < 0) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: no rule "
-                         "named \"%s\"", i, rule->valuestring);
+                snprintf(errbuf, len,
+                         "expect: transitions[%zu]: no rule "
+                         "named \"%s\"",
+                         i, rule->valuestring);
                 return HP_ECONFIG;
         }
         e->line_no = cJSON_GetObjectItemCaseSensitive(t, "line_no");
@@ -106,8 +115,10 @@ static int parse_transition(const struct logmon_ruleset *rs, const cJSON *t,
             (e->time != NULL && !cJSON_IsNumber(e->time)) ||
             (e->stream != NULL && !cJSON_IsString(e->stream) &&
              !cJSON_IsNull(e->stream))) {
-                snprintf(errbuf, len, "expect: transitions[%zu]: line_no "
-                         "and time are numbers, stream a string", i);
+                snprintf(errbuf, len,
+                         "expect: transitions[%zu]: line_no "
+                         "and time are numbers, stream a string",
+                         i);
                 return HP_ECONFIG;
         }
         return 0;
@@ -121,25 +132,31 @@ static int validate_reached(const struct logmon_ruleset *rs,
         const cJSON *item, *s;
 
         if (!cJSON_IsObject(reached)) {
-                snprintf(errbuf, len, "expect: reached: expected an object "
+                snprintf(errbuf, len,
+                         "expect: reached: expected an object "
                          "of rule names to lists of states");
                 return HP_ECONFIG;
         }
-        cJSON_ArrayForEach(item, reached) {
+        cJSON_ArrayForEach (item, reached) {
                 if (logmon_ruleset_find(rs, item->string) < 0) {
-                        snprintf(errbuf, len, "expect: reached: no rule "
-                                 "named \"%s\"", item->string);
+                        snprintf(errbuf, len,
+                                 "expect: reached: no rule "
+                                 "named \"%s\"",
+                                 item->string);
                         return HP_ECONFIG;
                 }
                 if (!cJSON_IsArray(item)) {
-                        snprintf(errbuf, len, "expect: reached: %s: "
-                                 "expected a list of states", item->string);
+                        snprintf(errbuf, len,
+                                 "expect: reached: %s: "
+                                 "expected a list of states",
+                                 item->string);
                         return HP_ECONFIG;
                 }
-                cJSON_ArrayForEach(s, item) {
+                cJSON_ArrayForEach (s, item) {
                         if (!cJSON_IsString(s) ||
                             logmon_state_parse(s->valuestring, &state) != 0) {
-                                snprintf(errbuf, len, "expect: reached: %s: "
+                                snprintf(errbuf, len,
+                                         "expect: reached: %s: "
                                          "expected a list of states",
                                          item->string);
                                 return HP_ECONFIG;
@@ -151,8 +168,8 @@ static int validate_reached(const struct logmon_ruleset *rs,
 
 /* "verdict": null, or {"rule": R, "state": S, "stream": N, "time": T,
  * "within": W}, all but rule and state optional. */
-static int validate_verdict(const struct logmon_ruleset *rs,
-                            const cJSON *v, char *errbuf, size_t len)
+static int validate_verdict(const struct logmon_ruleset *rs, const cJSON *v,
+                            char *errbuf, size_t len)
 {
         const cJSON *rule, *state, *stream, *time, *within;
         enum logmon_state st;
@@ -172,15 +189,18 @@ static int validate_verdict(const struct logmon_ruleset *rs,
             (time != NULL && !cJSON_IsNumber(time)) ||
             (within != NULL && (!cJSON_IsNumber(within) || time == NULL ||
                                 within->valuedouble < 0))) {
-                snprintf(errbuf, len, "expect: verdict: expected null or "
+                snprintf(errbuf, len,
+                         "expect: verdict: expected null or "
                          "{\"rule\": NAME, \"state\": STATE}, with "
                          "optional \"stream\", \"time\" and \"within\" "
                          "(seconds, not below 0, with \"time\")");
                 return HP_ECONFIG;
         }
         if (logmon_ruleset_find(rs, rule->valuestring) < 0) {
-                snprintf(errbuf, len, "expect: verdict: no rule named "
-                         "\"%s\"", rule->valuestring);
+                snprintf(errbuf, len,
+                         "expect: verdict: no rule named "
+                         "\"%s\"",
+                         rule->valuestring);
                 return HP_ECONFIG;
         }
         return 0;
@@ -189,9 +209,12 @@ static int validate_verdict(const struct logmon_ruleset *rs,
 int logmon_expect_validate(const struct logmon_ruleset *rs,
                            const cJSON *expect, char *errbuf, size_t len)
 {
-        static const char *const keys[] = { "final", "state", "stream",
+        static const char *const keys[] = { "final",
+                                            "state",
+                                            "stream",
                                             "transitions",
-                                            "pending_deadline", "reached",
+                                            "pending_deadline",
+                                            "reached",
                                             "verdict" };
         const cJSON *item, *list;
         struct expected_change e;
@@ -203,7 +226,7 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
                 snprintf(errbuf, len, "expect: expected a JSON object");
                 return HP_ECONFIG;
         }
-        cJSON_ArrayForEach(item, expect) {
+        cJSON_ArrayForEach (item, expect) {
                 for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
                         if (strcmp(item->string, keys[i]) == 0)
                                 break;
@@ -225,16 +248,18 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
                         return err;
         }
         item = cJSON_GetObjectItemCaseSensitive(expect, "state");
-        if (item != NULL && (!cJSON_IsString(item) ||
-                             logmon_state_parse(item->valuestring,
-                                                &state) != 0)) {
-                snprintf(errbuf, len, "expect: state: expected a state "
+        if (item != NULL &&
+            (!cJSON_IsString(item) ||
+             logmon_state_parse(item->valuestring, &state) != 0)) {
+                snprintf(errbuf, len,
+                         "expect: state: expected a state "
                          "name");
                 return HP_ECONFIG;
         }
         item = cJSON_GetObjectItemCaseSensitive(expect, "pending_deadline");
         if (item != NULL && !cJSON_IsBool(item)) {
-                snprintf(errbuf, len, "expect: pending_deadline: expected "
+                snprintf(errbuf, len,
+                         "expect: pending_deadline: expected "
                          "true or false");
                 return HP_ECONFIG;
         }
@@ -254,7 +279,8 @@ int logmon_expect_validate(const struct logmon_ruleset *rs,
         if (list == NULL)
                 return 0;
         if (!cJSON_IsArray(list)) {
-                snprintf(errbuf, len, "expect: transitions: expected a "
+                snprintf(errbuf, len,
+                         "expect: transitions: expected a "
                          "list");
                 return HP_ECONFIG;
         }
@@ -279,7 +305,7 @@ static int check_final(const struct logmon_replay *r, const cJSON *final,
         int diffs = 0, rule;
         size_t i;
 
-        cJSON_ArrayForEach(item, final) {
+        cJSON_ArrayForEach (item, final) {
                 rule = logmon_ruleset_find(r->rs, item->string);
                 logmon_state_parse(item->valuestring, &expected);
                 for (i = 0; i < r->nstreams; i++) {
@@ -291,7 +317,8 @@ static int check_final(const struct logmon_replay *r, const cJSON *final,
                                 continue;
                         diffs++;
                         if (diff != NULL)
-                                fprintf(diff, "final state of rule %s on "
+                                fprintf(diff,
+                                        "final state of rule %s on "
                                         "%s: expected %s, got %s\n",
                                         item->string, stream_label(r, i),
                                         item->valuestring,
@@ -317,13 +344,14 @@ static int check_state(const struct logmon_replay *r, const cJSON *state,
                         continue;
                 diffs++;
                 if (diff != NULL)
-                        fprintf(diff, "state of %s: expected %s, got %s "
-                                "(%s)\n", stream_label(r, i),
-                                state->valuestring,
+                        fprintf(diff,
+                                "state of %s: expected %s, got %s "
+                                "(%s)\n",
+                                stream_label(r, i), state->valuestring,
                                 logmon_state_name(logmon_stream_state(s)),
-                                logmon_stream_reason(s)[0] ?
-                                        logmon_stream_reason(s) :
-                                        "no reason");
+                                logmon_stream_reason(s)[0]
+                                        ? logmon_stream_reason(s)
+                                        : "no reason");
         }
         return diffs;
 }
@@ -337,17 +365,17 @@ static bool change_matches(const struct logmon_replay *r,
         if ((int)c->rule != e->rule || c->to != e->state)
                 return false;
         if (e->line_no != NULL &&
-            (cJSON_IsNull(e->line_no) ?
-                     c->line_no != 0 :
-                     (double)c->line_no != e->line_no->valuedouble))
+            (cJSON_IsNull(e->line_no)
+                     ? c->line_no != 0
+                     : (double)c->line_no != e->line_no->valuedouble))
                 return false;
         if (e->time != NULL &&
             fabs((double)c->time / 1000.0 - e->time->valuedouble) > 0.001)
                 return false;
         if (e->stream != NULL &&
-            (cJSON_IsNull(e->stream) ?
-                     name != NULL :
-                     name == NULL || strcmp(name, e->stream->valuestring)))
+            (cJSON_IsNull(e->stream)
+                     ? name != NULL
+                     : name == NULL || strcmp(name, e->stream->valuestring)))
                 return false;
         return true;
 }
@@ -355,7 +383,8 @@ static bool change_matches(const struct logmon_replay *r,
 static void print_expected(FILE *f, const struct logmon_replay *r,
                            const struct expected_change *e)
 {
-        fprintf(f, "%s -> %s", logmon_ruleset_rule_name(r->rs, (size_t)e->rule),
+        fprintf(f, "%s -> %s",
+                logmon_ruleset_rule_name(r->rs, (size_t)e->rule),
                 logmon_state_name(e->state));
         if (cJSON_IsString(e->stream))
                 fprintf(f, " on %s", e->stream->valuestring);
@@ -381,15 +410,15 @@ static void print_expected(FILE *f, const struct logmon_replay *r,
  */
 static int diff_transitions(const struct logmon_replay *r,
                             const struct expected_change *exp, size_t n,
-                            const struct replay_change *const *got,
-                            size_t m, FILE *diff)
+                            const struct replay_change *const *got, size_t m,
+                            FILE *diff)
 {
         uint32_t *table = NULL;
         size_t i = 0, j = 0, w = m + 1;
         int diffs = 0;
         bool take_exp;
 
-#define CELL(a, b) table[(a) * w + (b)]
+#define CELL(a, b) table[(a)*w + (b)]
         if ((n + 1) * w <= ALIGN_CELLS_MAX)
                 table = calloc((n + 1) * w, sizeof(*table));
         if (table != NULL) {
@@ -417,7 +446,8 @@ static int diff_transitions(const struct logmon_replay *r,
                 }
                 if (table != NULL)
                         take_exp = i < n &&
-                                   (j == m || CELL(i + 1, j) >= CELL(i, j + 1));
+                                   (j == m ||
+                                    CELL(i + 1, j) >= CELL(i, j + 1));
                 else
                         take_exp = i < n && (j == m || i <= j);
                 diffs++;
@@ -444,8 +474,8 @@ static int diff_transitions(const struct logmon_replay *r,
         return diffs;
 }
 
-static int check_transitions(const struct logmon_replay *r,
-                             const cJSON *list, const char *want, FILE *diff)
+static int check_transitions(const struct logmon_replay *r, const cJSON *list,
+                             const char *want, FILE *diff)
 {
         size_t i, m = 0, n = (size_t)cJSON_GetArraySize(list);
         const struct replay_change **got;
@@ -506,7 +536,8 @@ static int check_pending(const struct logmon_replay *r, bool expected,
                         if (expected || diff == NULL)
                                 continue;
                         past = due > r->end_ms ? due - r->end_ms : 0;
-                        fprintf(diff, "pending deadline of rule %s on %s: "
+                        fprintf(diff,
+                                "pending deadline of rule %s on %s: "
                                 "expected none, got one at t=%" PRIu64
                                 ".%03" PRIu64 ", %" PRIu64 ".%03" PRIu64
                                 " s past where the log ends\n",
@@ -561,10 +592,10 @@ static int check_reached(const struct logmon_replay *r, const cJSON *reached,
         unsigned expected, got;
         int diffs = 0, rule;
 
-        cJSON_ArrayForEach(item, reached) {
+        cJSON_ArrayForEach (item, reached) {
                 rule = logmon_ruleset_find(r->rs, item->string);
                 expected = 0;
-                cJSON_ArrayForEach(s, item) {
+                cJSON_ArrayForEach (s, item) {
                         logmon_state_parse(s->valuestring, &st);
                         expected |= 1u << st;
                 }
@@ -596,7 +627,8 @@ static int check_verdict(const struct logmon_replay *r, const cJSON *want_v,
                 if (!have)
                         return 0;
                 if (diff != NULL)
-                        fprintf(diff, "verdict: expected none, got %s (%s) "
+                        fprintf(diff,
+                                "verdict: expected none, got %s (%s) "
                                 "by rule %s at t=%" PRIu64 ".%03" PRIu64 "\n",
                                 v.stream ? v.stream : "(log)",
                                 logmon_state_name(v.state), v.rule,
@@ -612,13 +644,13 @@ static int check_verdict(const struct logmon_replay *r, const cJSON *want_v,
         if (have && strcmp(v.rule, rule->valuestring) == 0 &&
             strcmp(logmon_state_name(v.state), state->valuestring) == 0 &&
             (stream == NULL ||
-             (cJSON_IsNull(stream) ?
-                      v.stream == NULL :
-                      v.stream != NULL &&
-                              strcmp(v.stream, stream->valuestring) == 0)) &&
-            (time == NULL ||
-             fabs((double)v.time_ms / 1000.0 - time->valuedouble) <=
-                     tol + 1e-9))
+             (cJSON_IsNull(stream)
+                      ? v.stream == NULL
+                      : v.stream != NULL &&
+                                strcmp(v.stream, stream->valuestring) ==
+                                        0)) &&
+            (time == NULL || fabs((double)v.time_ms / 1000.0 -
+                                  time->valuedouble) <= tol + 1e-9))
                 return 0;
         if (diff == NULL)
                 return 1;
@@ -630,7 +662,8 @@ static int check_verdict(const struct logmon_replay *r, const cJSON *want_v,
                 fprintf(diff, " at t=%.3f (within %.3f s)", time->valuedouble,
                         tol);
         if (have)
-                fprintf(diff, ", got %s by rule %s on %s at t=%" PRIu64
+                fprintf(diff,
+                        ", got %s by rule %s on %s at t=%" PRIu64
                         ".%03" PRIu64 "\n",
                         logmon_state_name(v.state), v.rule,
                         v.stream ? v.stream : "(log)", v.time_ms / 1000,
@@ -730,7 +763,8 @@ int logmon_expect_emit(const struct logmon_replay *r, FILE *f)
                 fputs(first ? "\n    " : ",\n    ", f);
                 first = false;
                 logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, i));
-                fprintf(f, ": \"%s\"", logmon_state_name((enum logmon_state)s));
+                fprintf(f, ": \"%s\"",
+                        logmon_state_name((enum logmon_state)s));
         }
         fputs(first ? "},\n" : "\n  },\n", f);
         s = common_state(r, -1);

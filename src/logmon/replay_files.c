@@ -14,12 +14,12 @@
 /* One per-rank file, read whole, split by the live splitter. */
 struct rank_file {
         const char *name;
-        char *data;        /* zero-padded for the JIT's reads past a line */
+        char *data; /* zero-padded for the JIT's reads past a line */
         size_t size;
         size_t *off, *len; /* its lines */
         size_t n, next;
-        size_t at;         /* while splitting: where the next line starts */
-        int64_t ts;        /* its clock: the last timestamp in it */
+        size_t at;  /* while splitting: where the next line starts */
+        int64_t ts; /* its clock: the last timestamp in it */
         bool have_ts;
 };
 

@@ -20,8 +20,9 @@ static size_t console_prefix(const char *line, size_t len)
                 return 0;
         for (i = 1; i < len && i <= PREFIX_MAX; i++) {
                 if (line[i] == ']')
-                        return i > 1 && i + 1 < len && line[i + 1] == ':' ?
-                                       i + 2 : 0;
+                        return i > 1 && i + 1 < len && line[i + 1] == ':'
+                                       ? i + 2
+                                       : 0;
                 if (line[i] == ' ' || line[i] == '\t' || line[i] == '[')
                         return 0;
         }
@@ -57,8 +58,7 @@ static size_t srun_label(const char *p, const char *end, size_t *at,
 
         while (p + i < end && i < 8 && p[i] == ' ')
                 i++;
-        while (p + i + d < end && d < 8 && p[i + d] >= '0' &&
-               p[i + d] <= '9')
+        while (p + i + d < end && d < 8 && p[i + d] >= '0' && p[i + d] <= '9')
                 d++;
         if (d == 0 || p + i + d + 1 >= end || p[i + d] != ':' ||
             p[i + d + 1] != ' ')

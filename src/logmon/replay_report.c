@@ -104,8 +104,8 @@ static void text_change(struct logmon_replay *r, size_t stream,
 
                 (void)logmon_change_format(r->rs, e,
                                            r->streams[stream].local_rank,
-                                           r->now, logmon__wall_offset(r), what,
-                                           sizeof(what));
+                                           r->now, logmon__wall_offset(r),
+                                           what, sizeof(what));
                 fprintf(r->out, "log rule state change %s\n", what);
                 return;
         }
@@ -135,13 +135,15 @@ void logmon__print_change(struct logmon_replay *r, size_t stream,
         else if (e->kind == LOGMON_EVENT_NONNUMERIC)
                 fputs(",\"event\":\"nonnumeric\"", r->out);
         else
-                fprintf(r->out, ",\"event\":\"regex_limit\",\"pattern\":\"%s\"",
-                        e->pattern == LOGMON_PATTERN_STOP ? "stopPattern" :
-                                                            "logPattern");
+                fprintf(r->out,
+                        ",\"event\":\"regex_limit\",\"pattern\":\"%s\"",
+                        e->pattern == LOGMON_PATTERN_STOP ? "stopPattern"
+                                                          : "logPattern");
         if (line_no == 0) {
                 fputs(",\"line_no\":null,\"line\":null}\n", r->out);
         } else {
-                fprintf(r->out, ",\"line_no\":%" PRIu64 ",\"line\":", line_no);
+                fprintf(r->out,
+                        ",\"line_no\":%" PRIu64 ",\"line\":", line_no);
                 logmon__json_string(r->out, line, len);
                 fputs("}\n", r->out);
         }
@@ -170,8 +172,8 @@ void logmon__write_values(struct logmon_replay *r, size_t stream,
                 if (info.matches == st->matches[i])
                         continue;
                 st->matches[i] = info.matches;
-                fprintf(r->out, "{\"time\":%" PRIu64 ".%03" PRIu64
-                                ",\"stream\":",
+                fprintf(r->out,
+                        "{\"time\":%" PRIu64 ".%03" PRIu64 ",\"stream\":",
                         r->now / 1000, r->now % 1000);
                 logmon__json_cstr(r->out, st->name);
                 fputs(",\"rule\":", r->out);
@@ -213,9 +215,9 @@ static const char *format_name(const struct logmon_replay *r)
                 { "srun --label", "srun --label with kubectl --timestamps",
                   "srun --label with ${time}" },
         };
-        size_t row = r->layout == LOGMON_LAYOUT_CONSOLE ? 1 :
-                     r->layout == LOGMON_LAYOUT_SRUN    ? 2 :
-                                                          0;
+        size_t row = r->layout == LOGMON_LAYOUT_CONSOLE ? 1
+                     : r->layout == LOGMON_LAYOUT_SRUN  ? 2
+                                                        : 0;
 
         if (r->files)
                 return "per-rank files";
@@ -236,8 +238,9 @@ static void summary_verdict(struct logmon_replay *r)
         logmon__json_cstr(f, v.rule);
         fputs(",\"stream\":", f);
         logmon__json_cstr(f, v.stream);
-        fprintf(f, ",\"local_rank\":%d,\"state\":\"%s\",\"time\":%" PRIu64
-                   ".%03" PRIu64 ",\"wall\":",
+        fprintf(f,
+                ",\"local_rank\":%d,\"state\":\"%s\",\"time\":%" PRIu64
+                ".%03" PRIu64 ",\"wall\":",
                 v.local_rank, logmon_state_name(v.state), v.time_ms / 1000,
                 v.time_ms % 1000);
         if (v.have_wall) {
@@ -280,14 +283,14 @@ static void summary_pending(struct logmon_replay *r)
                         if (!logmon__pending(r, i, j, &due))
                                 continue;
                         past = due > r->end_ms ? due - r->end_ms : 0;
-                        fputs(k++ > 0 ? ",{\"stream\":" : "{\"stream\":",
-                              f);
+                        fputs(k++ > 0 ? ",{\"stream\":" : "{\"stream\":", f);
                         logmon__json_cstr(f, r->streams[i].name);
                         fputs(",\"rule\":", f);
-                        logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs,
-                                                                      j));
-                        fprintf(f, ",\"deadline\":%" PRIu64 ".%03" PRIu64
-                                   ",\"wall\":",
+                        logmon__json_cstr(f,
+                                          logmon_ruleset_rule_name(r->rs, j));
+                        fprintf(f,
+                                ",\"deadline\":%" PRIu64 ".%03" PRIu64
+                                ",\"wall\":",
                                 due / 1000, due % 1000);
                         if (logmon__wall_offset(r) != LOGMON_NO_WALL_CLOCK) {
                                 hp_iso8601_ms(r->base + (int64_t)due, wall);
@@ -295,8 +298,7 @@ static void summary_pending(struct logmon_replay *r)
                         } else {
                                 fputs("null", f);
                         }
-                        fprintf(f, ",\"past_end\":%" PRIu64 ".%03" PRIu64
-                                   "}",
+                        fprintf(f, ",\"past_end\":%" PRIu64 ".%03" PRIu64 "}",
                                 past / 1000, past % 1000);
                 }
         }
@@ -316,12 +318,13 @@ static void text_pending(struct logmon_replay *r)
                         past = due > r->end_ms ? due - r->end_ms : 0;
                         fprintf(f, "pending: rule %s on %s: deadline at ",
                                 logmon_ruleset_rule_name(r->rs, j),
-                                r->streams[i].name ? r->streams[i].name :
-                                                     "(log)");
+                                r->streams[i].name ? r->streams[i].name
+                                                   : "(log)");
                         text_time(r, due);
-                        fprintf(f, ", %" PRIu64 ".%03" PRIu64 " s past "
-                                   "the end of the log: neither HEALTHY nor "
-                                   "HANGING is known\n",
+                        fprintf(f,
+                                ", %" PRIu64 ".%03" PRIu64 " s past "
+                                "the end of the log: neither HEALTHY nor "
+                                "HANGING is known\n",
                                 past / 1000, past % 1000);
                 }
         }
@@ -334,18 +337,18 @@ static void summary(struct logmon_replay *r)
         size_t i, j, k;
         FILE *f = r->out;
 
-        fprintf(f, "{\"summary\":{\"lines\":%" PRIu64 ",\"time\":%" PRIu64
-                   ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
-                   "\"format\":\"%s\",\"unprefixed_lines\":%" PRIu64
-                   ",\"agent_lines\":%" PRIu64 ",\"agent_verdict\":%s,"
-                   "\"agent_ended\":%s,"
-                   "\"lines_after_until\":%" PRIu64 ",\"state\":\"%s\","
-                   "\"verdict\":",
-                r->lines, r->now / 1000, r->now % 1000,
-                clock_names[r->clock],
-                r->layout == LOGMON_LAYOUT_CONSOLE ? "console" :
-                r->layout == LOGMON_LAYOUT_SRUN    ? "srun" :
-                                                     "plain",
+        fprintf(f,
+                "{\"summary\":{\"lines\":%" PRIu64 ",\"time\":%" PRIu64
+                ".%03" PRIu64 ",\"clock\":\"%s\",\"layout\":\"%s\","
+                "\"format\":\"%s\",\"unprefixed_lines\":%" PRIu64
+                ",\"agent_lines\":%" PRIu64 ",\"agent_verdict\":%s,"
+                "\"agent_ended\":%s,"
+                "\"lines_after_until\":%" PRIu64 ",\"state\":\"%s\","
+                "\"verdict\":",
+                r->lines, r->now / 1000, r->now % 1000, clock_names[r->clock],
+                r->layout == LOGMON_LAYOUT_CONSOLE ? "console"
+                : r->layout == LOGMON_LAYOUT_SRUN  ? "srun"
+                                                   : "plain",
                 format_name(r), r->unprefixed, r->agent_lines,
                 r->live_verdict ? "true" : "false",
                 r->job_ended ? "true" : "false", r->after_stop,
@@ -391,8 +394,9 @@ static void summary(struct logmon_replay *r)
                 fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
                 logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
                 if (lim.metric)
-                        fprintf(f, ",\"threshold\":%s,\"operator\":"
-                                   "\"%s\",\"datapoints\":%" PRIu32,
+                        fprintf(f,
+                                ",\"threshold\":%s,\"operator\":"
+                                "\"%s\",\"datapoints\":%" PRIu32,
                                 hp_format_double(lim.threshold, number),
                                 lim.op, lim.datapoints);
                 if (lim.cutoff_ms != UINT64_MAX)
@@ -417,11 +421,13 @@ static void summary(struct logmon_replay *r)
                 for (j = 0; j < logmon_ruleset_count(r->rs); j++) {
                         logmon_stream_rule_info(s, j, &info);
                         fputs(j > 0 ? ",{\"rule\":" : "{\"rule\":", f);
-                        logmon__json_cstr(f, logmon_ruleset_rule_name(r->rs, j));
-                        fprintf(f, ",\"state\":\"%s\",\"matches\":%" PRIu64
-                                   ",\"nonnumeric\":%" PRIu64
-                                   ",\"regex_limit_hits\":%" PRIu64
-                                   ",\"retired\":%s,\"last_line\":",
+                        logmon__json_cstr(f,
+                                          logmon_ruleset_rule_name(r->rs, j));
+                        fprintf(f,
+                                ",\"state\":\"%s\",\"matches\":%" PRIu64
+                                ",\"nonnumeric\":%" PRIu64
+                                ",\"regex_limit_hits\":%" PRIu64
+                                ",\"retired\":%s,\"last_line\":",
                                 logmon_state_name(info.state), info.matches,
                                 info.nonnumeric, info.limit_hits,
                                 info.retired ? "true" : "false");
@@ -442,16 +448,18 @@ static void text_summary(struct logmon_replay *r)
         FILE *f = r->out;
         size_t i, k;
 
-        fprintf(f, "summary: %" PRIu64 " lines read as a %s log (clock: "
-                   "%s), %" PRIu64 " of them hyperpodrun's own; judged up to ",
+        fprintf(f,
+                "summary: %" PRIu64 " lines read as a %s log (clock: "
+                "%s), %" PRIu64 " of them hyperpodrun's own; judged up to ",
                 r->lines, format_name(r), clock_names[r->clock],
                 r->agent_lines);
         text_time(r, r->now);
         fputc('\n', f);
         if (r->have_verdict && r->v_skew_ms > 0)
-                fprintf(f, "verdict: %s (due %" PRIu64 " ms after the "
-                           "%s, within the %d ms the capture's stamps may "
-                           "lag)\n",
+                fprintf(f,
+                        "verdict: %s (due %" PRIu64 " ms after the "
+                        "%s, within the %d ms the capture's stamps may "
+                        "lag)\n",
                         r->v_message, r->v_skew_ms,
                         r->live_verdict ? "agent's verdict" : "log's end",
                         REPLAY_SKEW_MS);
@@ -459,7 +467,8 @@ static void text_summary(struct logmon_replay *r)
                 fprintf(f, "verdict: %s\n", r->v_message);
         else
                 fputs("verdict: none (no judged stream reached SLOW, "
-                      "HANGING or FAULTED)\n", f);
+                      "HANGING or FAULTED)\n",
+                      f);
         for (i = 0; i < r->nstreams; i++) {
                 const struct replay_stream *st = &r->streams[i];
 
@@ -468,7 +477,8 @@ static void text_summary(struct logmon_replay *r)
                         fputs("not judged (--log-monitor-ranks)\n", f);
                 else
                         fprintf(f, "%s%s%s\n",
-                                logmon_state_name(logmon_stream_state(st->mon)),
+                                logmon_state_name(
+                                        logmon_stream_state(st->mon)),
                                 logmon_stream_reason(st->mon)[0] ? " " : "",
                                 logmon_stream_reason(st->mon));
         }
@@ -480,8 +490,10 @@ static void text_summary(struct logmon_replay *r)
         for (i = 0, k = 0; i < logmon_ruleset_count(r->rs); i++) {
                 if (logmon_replay_rule_matched(r, i))
                         continue;
-                fprintf(f, "%s%s", k++ == 0 ? "rules that never matched a "
-                                             "line: " : ", ",
+                fprintf(f, "%s%s",
+                        k++ == 0 ? "rules that never matched a "
+                                   "line: "
+                                 : ", ",
                         logmon_ruleset_rule_name(r->rs, i));
         }
         if (k > 0)
@@ -531,9 +543,10 @@ bool logmon_replay_verdict(const struct logmon_replay *r,
         if (!r->have_verdict)
                 return false;
         st = &r->streams[r->v_stream];
-        out->rule = r->v_rule >= 0 ?
-                            logmon_ruleset_rule_name(r->rs, (size_t)r->v_rule) :
-                            "";
+        out->rule = r->v_rule >= 0
+                            ? logmon_ruleset_rule_name(r->rs,
+                                                       (size_t)r->v_rule)
+                            : "";
         out->stream = st->name;
         out->local_rank = st->local_rank;
         out->state = r->v_state;

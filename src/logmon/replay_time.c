@@ -94,7 +94,8 @@ bool logmon__ts_datetime(const char *p, const char *end, int64_t *out,
         if (p == NULL)
                 return false;
         t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + secs;
-        if (p < end && (*p == '+' || *p == '-') && digits(p + 1, end, 2, &zh)) {
+        if (p < end && (*p == '+' || *p == '-') &&
+            digits(p + 1, end, 2, &zh)) {
                 sign = *p == '-' ? -1 : 1;
                 p += 3;
                 if (p < end && *p == ':')
@@ -163,7 +164,8 @@ static bool ts_glog(const char *p, const char *end, int year, int64_t *out)
         if (time_of_day(p + 6, end, &secs, &ms) == NULL)
                 return false;
         *out = (days_from_civil(year, (unsigned)mo, (unsigned)d) * 86400 +
-                secs) * 1000 + ms;
+                secs) * 1000 +
+               ms;
         return true;
 }
 

@@ -32,12 +32,11 @@ struct validator {
         locale_t loc;
 };
 
-static void verr(struct validator *v, const char *field, const char *fmt,
-                 ...) __attribute__((format(printf, 3, 4)));
+static void verr(struct validator *v, const char *field, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* "rule 2 (LossSpike): metricThreshold: <message>". */
-static void verr(struct validator *v, const char *field, const char *fmt,
-                 ...)
+static void verr(struct validator *v, const char *field, const char *fmt, ...)
 {
         char msg[512];
         va_list ap;
@@ -48,8 +47,8 @@ static void verr(struct validator *v, const char *field, const char *fmt,
         vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         if (v->name != NULL)
-                snprintf(v->errbuf, v->len, "rule %zu (%s): %s: %s",
-                         v->index, v->name, field, msg);
+                snprintf(v->errbuf, v->len, "rule %zu (%s): %s: %s", v->index,
+                         v->name, field, msg);
         else if (field != NULL)
                 snprintf(v->errbuf, v->len, "rule %zu: %s: %s", v->index,
                          field, msg);
@@ -75,8 +74,9 @@ static void vwarn(struct validator *v, const char *field, const char *fmt,
         if (v->warnings_len >= WARNINGS_MAX - 1)
                 return;
         n = snprintf(v->warnings + v->warnings_len,
-                     WARNINGS_MAX - v->warnings_len, "rule %zu (%s): %s: %s\n",
-                     v->index, v->name, field, msg);
+                     WARNINGS_MAX - v->warnings_len,
+                     "rule %zu (%s): %s: %s\n", v->index, v->name, field,
+                     msg);
         if (n > 0)
                 v->warnings_len += (size_t)n;
         if (v->warnings_len >= WARNINGS_MAX)
@@ -181,8 +181,8 @@ static const struct {
         const char *text;
         enum logmon_op op;
 } operators[] = {
-        { "gt", LOGMON_OP_GT },     { "gteq", LOGMON_OP_GTEQ },
-        { "lt", LOGMON_OP_LT },     { "lteq", LOGMON_OP_LTEQ },
+        { "gt", LOGMON_OP_GT }, { "gteq", LOGMON_OP_GTEQ },
+        { "lt", LOGMON_OP_LT }, { "lteq", LOGMON_OP_LTEQ },
         { "eq", LOGMON_OP_EQ },
 };
 
@@ -205,8 +205,8 @@ static bool numeric(struct validator *v, const cJSON *item, double *out)
         }
         if (cJSON_IsString(item))
                 return logmon__parse_float(item->valuestring,
-                                           strlen(item->valuestring),
-                                           v->loc, out);
+                                           strlen(item->valuestring), v->loc,
+                                           out);
         return false;
 }
 
@@ -261,23 +261,19 @@ static int regex(struct validator *v, const char *key, const cJSON *item,
         return err;
 }
 
-static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
-                         const cJSON *obj, struct logmon_rule *r,
-                         const struct logmon_ruleset_opts *opts)
+/* One check of a rule object: a field, or a few that go together, into
+ * r. 0, HP_ECONFIG (reported through v) or -ENOMEM. */
+typedef int (*rule_check_fn)(struct validator *v, struct logmon_ruleset *rs,
+                             const cJSON *obj, struct logmon_rule *r,
+                             const struct logmon_ruleset_opts *opts);
+
+static int check_name(struct validator *v, struct logmon_ruleset *rs,
+                      const cJSON *obj, struct logmon_rule *r,
+                      const struct logmon_ruleset_opts *opts)
 {
-        const cJSON *item, *key;
+        const cJSON *item = field(obj, "name");
         char desc[80];
-        double d;
-        size_t i;
-        int err;
 
-        if (!cJSON_IsObject(obj)) {
-                verr(v, NULL, "expected an object, got %s",
-                     describe(obj, desc, sizeof(desc)));
-                return HP_ECONFIG;
-        }
-
-        item = field(obj, "name");
         if (item == NULL) {
                 verr(v, "name", "required");
                 return HP_ECONFIG;
@@ -295,16 +291,25 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         if (r->name == NULL)
                 return -ENOMEM;
         v->name = r->name;
-        for (i = 0; i < v->index; i++) {
+        for (size_t i = 0; i < v->index; i++) {
                 if (strcmp(rs->rules[i].name, r->name) == 0) {
                         vwarn(v, "name",
                               "same name as rule %zu: reasons will name "
-                              "the first", i);
+                              "the first",
+                              i);
                         break;
                 }
         }
+        return 0;
+}
 
-        item = field(obj, "logPattern");
+static int check_log_pattern(struct validator *v, struct logmon_ruleset *rs,
+                             const cJSON *obj, struct logmon_rule *r,
+                             const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item = field(obj, "logPattern");
+        int err;
+
         if (item == NULL) {
                 verr(v, "logPattern", "required");
                 return HP_ECONFIG;
@@ -313,105 +318,160 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
         if (err != 0)
                 return err;
         r->captures = logmon__regex_groups(&r->log);
+        return 0;
+}
 
-        err = seconds(v, obj, "expectedStartCutOffInSeconds", &r->has_cutoff,
-                      &r->cutoff_ms);
+static int check_timing(struct validator *v, struct logmon_ruleset *rs,
+                        const cJSON *obj, struct logmon_rule *r,
+                        const struct logmon_ruleset_opts *opts)
+{
+        int err = seconds(v, obj, "expectedStartCutOffInSeconds",
+                          &r->has_cutoff, &r->cutoff_ms);
+
         if (err != 0)
                 return err;
-        err = seconds(v, obj, "expectedRecurringFrequencyInSeconds",
-                      &r->has_freq, &r->freq_ms);
-        if (err != 0)
-                return err;
+        return seconds(v, obj, "expectedRecurringFrequencyInSeconds",
+                       &r->has_freq, &r->freq_ms);
+}
 
-        item = field(obj, "stopPattern");
-        if (item != NULL) {
-                /* An empty pattern matches every line: the rule would
-                 * retire on the first line it sees. */
-                if (cJSON_IsString(item) && item->valuestring[0] == '\0') {
-                        verr(v, "stopPattern", "empty pattern would retire "
-                             "the rule on its first line");
-                        return HP_ECONFIG;
-                }
-                err = regex(v, "stopPattern", item, opts, &r->stop,
-                            &rs->jit);
-                if (err != 0)
-                        return err;
+static int check_stop_pattern(struct validator *v, struct logmon_ruleset *rs,
+                              const cJSON *obj, struct logmon_rule *r,
+                              const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item = field(obj, "stopPattern");
+
+        if (item == NULL)
+                return 0;
+        /* An empty pattern matches every line: the rule would retire on
+         * the first line it sees. */
+        if (cJSON_IsString(item) && item->valuestring[0] == '\0') {
+                verr(v, "stopPattern",
+                     "empty pattern would retire "
+                     "the rule on its first line");
+                return HP_ECONFIG;
         }
+        return regex(v, "stopPattern", item, opts, &r->stop, &rs->jit);
+}
 
-        item = field(obj, "metricThreshold");
-        if (item != NULL) {
-                if (!numeric(v, item, &d)) {
-                        verr(v, "metricThreshold",
-                             "expected a number, got %s",
-                             describe(item, desc, sizeof(desc)));
-                        return HP_ECONFIG;
-                }
-                if (isnan(d)) {
-                        verr(v, "metricThreshold", "nan compares false "
-                             "with everything; the rule could never be "
-                             "SLOW");
-                        return HP_ECONFIG;
-                }
-                r->has_threshold = true;
-                r->threshold = d;
+static int check_threshold(struct validator *v, struct logmon_ruleset *rs,
+                           const cJSON *obj, struct logmon_rule *r,
+                           const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item = field(obj, "metricThreshold");
+        char desc[80];
+        double d;
+
+        if (item == NULL)
+                return 0;
+        if (!numeric(v, item, &d)) {
+                verr(v, "metricThreshold", "expected a number, got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
         }
-
-        item = field(obj, "operator");
-        if (item != NULL) {
-                for (i = 0; i < HP_ARRAY_SIZE(operators); i++) {
-                        if (cJSON_IsString(item) &&
-                            strcmp(item->valuestring, operators[i].text) == 0)
-                                r->op = operators[i].op;
-                }
-                if (r->op == LOGMON_OP_NONE) {
-                        static const char *const ops[] = { "gt", "gteq",
-                                                           "lt", "lteq",
-                                                           "eq" };
-                        const char *near = cJSON_IsString(item) ?
-                                closest(item->valuestring, ops, 5) : NULL;
-
-                        verr(v, "operator", "expected one of gt, gteq, lt, "
-                             "lteq, eq, got %s%s%s%s",
-                             describe(item, desc, sizeof(desc)),
-                             near ? " (did you mean \"" : "",
-                             near ? near : "", near ? "\"?)" : "");
-                        return HP_ECONFIG;
-                }
+        if (isnan(d)) {
+                verr(v, "metricThreshold",
+                     "nan compares false "
+                     "with everything; the rule could never be "
+                     "SLOW");
+                return HP_ECONFIG;
         }
+        r->has_threshold = true;
+        r->threshold = d;
+        return 0;
+}
+
+static int check_operator(struct validator *v, struct logmon_ruleset *rs,
+                          const cJSON *obj, struct logmon_rule *r,
+                          const struct logmon_ruleset_opts *opts)
+{
+        static const char *const ops[] = { "gt", "gteq", "lt", "lteq", "eq" };
+        const cJSON *item = field(obj, "operator");
+        const char *near;
+        char desc[80];
+
+        if (item == NULL)
+                return 0;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(operators); i++) {
+                if (cJSON_IsString(item) &&
+                    strcmp(item->valuestring, operators[i].text) == 0)
+                        r->op = operators[i].op;
+        }
+        if (r->op != LOGMON_OP_NONE)
+                return 0;
+        near = cJSON_IsString(item) ? closest(item->valuestring, ops, 5)
+                                    : NULL;
+        verr(v, "operator",
+             "expected one of gt, gteq, lt, "
+             "lteq, eq, got %s%s%s%s",
+             describe(item, desc, sizeof(desc)),
+             near ? " (did you mean \"" : "", near ? near : "",
+             near ? "\"?)" : "");
+        return HP_ECONFIG;
+}
+
+static int check_datapoints(struct validator *v, struct logmon_ruleset *rs,
+                            const cJSON *obj, struct logmon_rule *r,
+                            const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item = field(obj, "metricEvaluationDataPoints");
+        char desc[80];
+        double d;
 
         r->datapoints = 1;
-        item = field(obj, "metricEvaluationDataPoints");
-        if (item != NULL) {
-                if (!numeric(v, item, &d) || d != floor(d) || d < 0 ||
-                    d > UINT32_MAX) {
-                        verr(v, "metricEvaluationDataPoints",
-                             "expected a non-negative integer, got %s",
-                             describe(item, desc, sizeof(desc)));
-                        return HP_ECONFIG;
-                }
-                r->datapoints = (uint32_t)d;
+        if (item == NULL)
+                return 0;
+        if (!numeric(v, item, &d) || d != floor(d) || d < 0 ||
+            d > UINT32_MAX) {
+                verr(v, "metricEvaluationDataPoints",
+                     "expected a non-negative integer, got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
         }
+        r->datapoints = (uint32_t)d;
+        return 0;
+}
 
-        /* Python truthiness would make the string "false" true. Booleans
-         * and the two words are what people mean; anything else is more
-         * likely a mistake than a wish. */
-        item = field(obj, "faultOnMatch");
-        if (item != NULL) {
-                if (cJSON_IsBool(item))
-                        r->fault_on_match = cJSON_IsTrue(item);
-                else if (cJSON_IsString(item) &&
-                         strcasecmp(item->valuestring, "true") == 0)
-                        r->fault_on_match = true;
-                else if (cJSON_IsString(item) &&
-                         strcasecmp(item->valuestring, "false") == 0)
-                        r->fault_on_match = false;
-                else {
-                        verr(v, "faultOnMatch", "expected true or false, "
-                             "got %s", describe(item, desc, sizeof(desc)));
-                        return HP_ECONFIG;
-                }
+/* Python truthiness would make the string "false" true. Booleans and the
+ * two words are what people mean; anything else is more likely a mistake
+ * than a wish. */
+static int check_fault_on_match(struct validator *v,
+                                struct logmon_ruleset *rs, const cJSON *obj,
+                                struct logmon_rule *r,
+                                const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *item = field(obj, "faultOnMatch");
+        char desc[80];
+
+        if (item == NULL)
+                return 0;
+        if (cJSON_IsBool(item))
+                r->fault_on_match = cJSON_IsTrue(item);
+        else if (cJSON_IsString(item) &&
+                 strcasecmp(item->valuestring, "true") == 0)
+                r->fault_on_match = true;
+        else if (cJSON_IsString(item) &&
+                 strcasecmp(item->valuestring, "false") == 0)
+                r->fault_on_match = false;
+        else {
+                verr(v, "faultOnMatch",
+                     "expected true or false, "
+                     "got %s",
+                     describe(item, desc, sizeof(desc)));
+                return HP_ECONFIG;
         }
+        return 0;
+}
 
+/* The checks of a rule, in the order its errors are reported. */
+static const rule_check_fn rule_checks[] = {
+        check_name,         check_log_pattern,    check_timing,
+        check_stop_pattern, check_threshold,      check_operator,
+        check_datapoints,   check_fault_on_match,
+};
+
+/* A metric rule needs a threshold, an operator and a capture group. */
+static void warn_metric(struct validator *v, struct logmon_rule *r)
+{
         r->metric = r->has_threshold && r->op != LOGMON_OP_NONE &&
                     r->captures > 0;
         if (r->has_threshold != (r->op != LOGMON_OP_NONE))
@@ -419,17 +479,24 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                       "needs %s as well; the rule never reports SLOW",
                       r->has_threshold ? "operator" : "metricThreshold");
         else if (r->has_threshold && r->captures == 0)
-                vwarn(v, "logPattern", "has no capture group for the "
+                vwarn(v, "logPattern",
+                      "has no capture group for the "
                       "metric; the rule never reports SLOW");
+}
 
-        /* Unknown keys are ignored with a warning rather than refused:
-         * the operator forwards the job spec verbatim, and a newer CRD
-         * may carry fields this version does not know. */
-        cJSON_ArrayForEach(key, obj) {
+/* Unknown keys are ignored with a warning rather than refused: the
+ * operator forwards the job spec verbatim, and a newer CRD may carry
+ * fields this version does not know. */
+static int check_unknown_keys(struct validator *v, const cJSON *obj,
+                              const struct logmon_ruleset_opts *opts)
+{
+        const cJSON *key;
+
+        cJSON_ArrayForEach (key, obj) {
                 bool known = false;
                 const char *near;
 
-                for (i = 0; i < HP_ARRAY_SIZE(known_keys); i++)
+                for (size_t i = 0; i < HP_ARRAY_SIZE(known_keys); i++)
                         if (strcmp(key->string, known_keys[i]) == 0)
                                 known = true;
                 if (known)
@@ -447,6 +514,27 @@ static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
                       near ? "\"?" : "");
         }
         return 0;
+}
+
+static int validate_rule(struct validator *v, struct logmon_ruleset *rs,
+                         const cJSON *obj, struct logmon_rule *r,
+                         const struct logmon_ruleset_opts *opts)
+{
+        char desc[80];
+        int err;
+
+        if (!cJSON_IsObject(obj)) {
+                verr(v, NULL, "expected an object, got %s",
+                     describe(obj, desc, sizeof(desc)));
+                return HP_ECONFIG;
+        }
+        for (size_t i = 0; i < HP_ARRAY_SIZE(rule_checks); i++) {
+                err = rule_checks[i](v, rs, obj, r, opts);
+                if (err != 0)
+                        return err;
+        }
+        warn_metric(v, r);
+        return check_unknown_keys(v, obj, opts);
 }
 
 /* Gives the heads that two or more patterns of the set have in common
@@ -483,8 +571,7 @@ static void rules_free(struct logmon_ruleset *rs)
 
 int logmon_ruleset_new(const cJSON *rules,
                        const struct logmon_ruleset_opts *opts,
-                       struct logmon_ruleset **out, char *errbuf,
-                       size_t len)
+                       struct logmon_ruleset **out, char *errbuf, size_t len)
 {
         static const struct logmon_ruleset_opts defaults = { 0 };
         struct validator v = { .errbuf = errbuf, .len = len };
@@ -498,15 +585,18 @@ int logmon_ruleset_new(const cJSON *rules,
         if (opts == NULL)
                 opts = &defaults;
         if (!cJSON_IsArray(rules)) {
-                snprintf(errbuf, len, "rules: expected a list of rule "
+                snprintf(errbuf, len,
+                         "rules: expected a list of rule "
                          "objects, got %s",
                          describe(rules, desc, sizeof(desc)));
                 return HP_ECONFIG;
         }
         count = cJSON_GetArraySize(rules);
         if (count > LOGMON_RULES_MAX) {
-                snprintf(errbuf, len, "rules: %d rules, at most %d are "
-                         "supported", count, LOGMON_RULES_MAX);
+                snprintf(errbuf, len,
+                         "rules: %d rules, at most %d are "
+                         "supported",
+                         count, LOGMON_RULES_MAX);
                 return HP_ECONFIG;
         }
 
@@ -516,15 +606,15 @@ int logmon_ruleset_new(const cJSON *rules,
         rs->refs = 1;
         rs->jit = true;
         rs->max_pairs = 1;
-        rs->rules = calloc(count > 0 ? (size_t)count : 1,
-                           sizeof(*rs->rules));
+        rs->rules = calloc(count > 0 ? (size_t)count : 1, sizeof(*rs->rules));
         rs->warnings = calloc(1, WARNINGS_MAX);
         rs->c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-        rs->mctx = logmon__match_limits_new(
-                opts->match_limit != 0 ? opts->match_limit :
-                                         LOGMON_MATCH_LIMIT,
-                opts->depth_limit != 0 ? opts->depth_limit :
-                                         LOGMON_DEPTH_LIMIT);
+        rs->mctx = logmon__match_limits_new(opts->match_limit != 0
+                                                    ? opts->match_limit
+                                                    : LOGMON_MATCH_LIMIT,
+                                            opts->depth_limit != 0
+                                                    ? opts->depth_limit
+                                                    : LOGMON_DEPTH_LIMIT);
         if (rs->rules == NULL || rs->warnings == NULL ||
             rs->c_locale == (locale_t)0 || rs->mctx == NULL)
                 goto error;
@@ -532,7 +622,7 @@ int logmon_ruleset_new(const cJSON *rules,
         v.loc = rs->c_locale;
 
         i = 0;
-        cJSON_ArrayForEach(obj, rules) {
+        cJSON_ArrayForEach (obj, rules) {
                 struct logmon_rule *r = &rs->rules[i];
 
                 v.index = i;

@@ -28,8 +28,7 @@
 /* Each alias looks its anchor up among these. */
 #define YAML_ANCHORS_MAX 1024
 
-static void line_col(const char *data, size_t off, size_t *line,
-                     size_t *col)
+static void line_col(const char *data, size_t off, size_t *line, size_t *col)
 {
         size_t i;
 
@@ -101,22 +100,26 @@ static cJSON *find_rules(cJSON *doc)
 }
 
 /* Takes the rule list out of doc (which is freed) into *out. */
-static int take_rules(const char *name, cJSON *doc, cJSON **out,
-                      char *errbuf, size_t len)
+static int take_rules(const char *name, cJSON *doc, cJSON **out, char *errbuf,
+                      size_t len)
 {
         cJSON *rules = find_rules(doc);
 
         if (rules == NULL) {
-                snprintf(errbuf, len, "%s: no rule list: expected a list "
+                snprintf(errbuf, len,
+                         "%s: no rule list: expected a list "
                          "of rules, an object with logMonitoringConfiguration"
                          " or a job with spec.runPolicy."
-                         "logMonitoringConfiguration", name);
+                         "logMonitoringConfiguration",
+                         name);
                 cJSON_Delete(doc);
                 return HP_ECONFIG;
         }
         if (!cJSON_IsArray(rules)) {
-                snprintf(errbuf, len, "%s: logMonitoringConfiguration: "
-                         "expected a list of rules", name);
+                snprintf(errbuf, len,
+                         "%s: logMonitoringConfiguration: "
+                         "expected a list of rules",
+                         name);
                 cJSON_Delete(doc);
                 return HP_ECONFIG;
         }
@@ -149,8 +152,10 @@ int logmon__config_parse_json(const char *name, const char *data, size_t n,
         deep = json_too_deep(data, n, CONFIG_DEPTH_MAX);
         if (deep < n) {
                 line_col(data, deep, &line, &col);
-                snprintf(errbuf, len, "%s:%zu:%zu: nested deeper than %d "
-                         "levels", name, line, col, CONFIG_DEPTH_MAX);
+                snprintf(errbuf, len,
+                         "%s:%zu:%zu: nested deeper than %d "
+                         "levels",
+                         name, line, col, CONFIG_DEPTH_MAX);
                 return HP_ETOOBIG;
         }
         doc = cJSON_ParseWithLengthOpts(data, n, &end, false);
@@ -221,11 +226,11 @@ static cJSON *yaml_scalar(const char *v, size_t n, bool plain)
  * (it may be a key); a container's points into the tree, which owns it. */
 struct yaml_anchor {
         char *name;
-        char *text;   /* scalar: its text */
-        bool plain;   /* scalar: resolved as a plain scalar */
-        cJSON *node;  /* container */
-        size_t cost;  /* what one more copy adds to the tree */
-        int height;   /* container levels in it: 0 for a scalar */
+        char *text;  /* scalar: its text */
+        bool plain;  /* scalar: resolved as a plain scalar */
+        cJSON *node; /* container */
+        size_t cost; /* what one more copy adds to the tree */
+        int height;  /* container levels in it: 0 for a scalar */
 };
 
 /* A container being filled. */
@@ -234,7 +239,7 @@ struct yaml_frame {
         char *key;    /* an object's key waiting for its value */
         char *anchor; /* the anchor naming this container, or NULL */
         size_t cost_at_start;
-        int height;   /* the highest child's */
+        int height; /* the highest child's */
 };
 
 /* The conversion of one document, event by event: an explicit stack
@@ -298,7 +303,8 @@ static int build_spend(struct yaml_build *b, size_t cost,
         if (cost > CONFIG_EXPANDED_MAX - b->cost)
                 return build_fail(b, HP_ETOOBIG, m,
                                   "expands to more than %d bytes (aliases "
-                                  "included)", CONFIG_EXPANDED_MAX);
+                                  "included)",
+                                  CONFIG_EXPANDED_MAX);
         b->cost += cost;
         return 0;
 }
@@ -356,8 +362,10 @@ static int build_anchor(struct yaml_build *b, char *name, const char *text,
                                   YAML_ANCHORS_MAX);
         }
         a = &b->anchors[b->nanchors];
-        *a = (struct yaml_anchor){ .name = name, .plain = plain,
-                                   .node = node, .cost = cost,
+        *a = (struct yaml_anchor){ .name = name,
+                                   .plain = plain,
+                                   .node = node,
+                                   .cost = cost,
                                    .height = height };
         if (text != NULL && (a->text = strdup(text)) == NULL) {
                 free(name);
@@ -425,8 +433,8 @@ static int build_scalar(struct yaml_build *b, const yaml_event_t *ev)
 static int build_start(struct yaml_build *b, const yaml_event_t *ev)
 {
         bool seq = ev->type == YAML_SEQUENCE_START_EVENT;
-        const yaml_char_t *anchor = seq ? ev->data.sequence_start.anchor :
-                                          ev->data.mapping_start.anchor;
+        const yaml_char_t *anchor = seq ? ev->data.sequence_start.anchor
+                                        : ev->data.mapping_start.anchor;
         struct yaml_frame *f;
         cJSON *node;
         int err;
@@ -498,9 +506,9 @@ static int build_alias(struct yaml_build *b, const yaml_event_t *ev)
         err = build_spend(b, a->cost, &ev->start_mark);
         if (err != 0)
                 return err;
-        node = a->text != NULL ? yaml_scalar(a->text, strlen(a->text),
-                                             a->plain)
-                               : cJSON_Duplicate(a->node, true);
+        node = a->text != NULL
+                       ? yaml_scalar(a->text, strlen(a->text), a->plain)
+                       : cJSON_Duplicate(a->node, true);
         if (node == NULL)
                 return build_oom(b);
         return build_attach(b, node, a->height);
@@ -554,19 +562,20 @@ int logmon__config_parse_yaml(const char *name, const char *data, size_t n,
                         snprintf(errbuf, len, "%s:%zu:%zu: %s%s%s", name,
                                  parser.problem_mark.line + 1,
                                  parser.problem_mark.column + 1,
-                                 parser.problem != NULL ? parser.problem :
-                                                          "invalid YAML",
+                                 parser.problem != NULL ? parser.problem
+                                                        : "invalid YAML",
                                  parser.context != NULL ? " " : "",
-                                 parser.context != NULL ? parser.context : "");
+                                 parser.context != NULL ? parser.context
+                                                        : "");
                         err = HP_ECONFIG;
                         break;
                 }
                 switch (ev.type) {
                 case YAML_STREAM_END_EVENT:
-                        snprintf(errbuf, len, "%s: %s", name, any ?
-                                 "no document has spec.runPolicy."
-                                 "logMonitoringConfiguration" :
-                                 "empty file");
+                        snprintf(errbuf, len, "%s: %s", name,
+                                 any ? "no document has spec.runPolicy."
+                                       "logMonitoringConfiguration"
+                                     : "empty file");
                         err = HP_ECONFIG;
                         break;
                 case YAML_DOCUMENT_START_EVENT:

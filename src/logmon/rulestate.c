@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The per-stream rule state machine (§4.2): a logmon_stream, driven by
- * lines and by the caller's clock. Whether a line matches a pattern is
- * the matcher's answer (matcher.h); what a match or its absence does to a
- * rule is decided here. Nothing here allocates after logmon_stream_new. */
+/* The per-stream rule state machine (docs/rules-and-replay.md, "How a rule
+ * is judged"): a logmon_stream, driven by lines and by the caller's clock.
+ * Whether a line matches a pattern is the matcher's answer (matcher.h);
+ * what a match or its absence does to a rule is decided here. Nothing here
+ * allocates after logmon_stream_new. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -228,8 +229,8 @@ static uint64_t effective(const struct logmon_stream *s, uint64_t now)
         return now - s->paused;
 }
 
-/* Steps 4 and 5 of §4.2: strict, so exactly at the cut-off is still in
- * time. */
+/* The deadlines of docs/rules-and-replay.md ("How a rule is judged"):
+ * strict, so exactly at the cut-off is still in time. */
 static bool overdue(const struct logmon_stream *s,
                     const struct logmon_rule *r,
                     const struct logmon_rule_state *st, uint64_t eff)

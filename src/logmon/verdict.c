@@ -34,21 +34,23 @@ static void why(const struct logmon_stream *s, size_t rule,
         switch (info->state) {
         case LOGMON_HANGING:
                 if (!info->matched) {
-                        snprintf(buf, len, "no line matched within the "
+                        snprintf(buf, len,
+                                 "no line matched within the "
                                  "start cut-off, limit %.3f s "
                                  "(expectedStartCutOffInSeconds)",
                                  (double)lim->cutoff_ms / 1e3);
                         return;
                 }
-                when(info->last_match_ms, wall_offset_ms, last,
-                     sizeof(last));
-                snprintf(buf, len, "%.3f s since the last match at %s, "
+                when(info->last_match_ms, wall_offset_ms, last, sizeof(last));
+                snprintf(buf, len,
+                         "%.3f s since the last match at %s, "
                          "limit %.3f s (expectedRecurringFrequencyInSeconds)",
                          (double)(info->due_ms - info->last_match_ms) / 1e3,
                          last, (double)lim->freq_ms / 1e3);
                 return;
         case LOGMON_SLOW:
-                snprintf(buf, len, "metric %s %s threshold %s in %" PRIu32
+                snprintf(buf, len,
+                         "metric %s %s threshold %s in %" PRIu32
                          " data point%s in a row "
                          "(metricEvaluationDataPoints %" PRIu32 ")",
                          hp_format_double(info->last_value, value), lim->op,
@@ -84,8 +86,10 @@ int logmon_verdict_format(const struct logmon_stream *s, int local_rank,
         why(s, (size_t)rule, &info, &lim, wall_offset_ms, reason,
             sizeof(reason));
         if (local_rank >= 0)
-                snprintf(buf, len, "%s (%s) by rule %s on local rank %d at "
-                         "%s: %s", logmon_stream_reason(s),
+                snprintf(buf, len,
+                         "%s (%s) by rule %s on local rank %d at "
+                         "%s: %s",
+                         logmon_stream_reason(s),
                          logmon_state_name(info.state),
                          logmon_ruleset_rule_name(s->rs, (size_t)rule),
                          local_rank, at, reason);
@@ -105,7 +109,8 @@ uint64_t logmon_verdict_time(const struct logmon_stream *s)
 
         if (rule < 0 || logmon_stream_rule_info(s, (size_t)rule, &info) != 0)
                 return UINT64_MAX;
-        return info.state == LOGMON_HANGING ? info.due_ms : info.last_match_ms;
+        return info.state == LOGMON_HANGING ? info.due_ms
+                                            : info.last_match_ms;
 }
 
 int logmon_change_format(const struct logmon_ruleset *rs,

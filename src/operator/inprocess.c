@@ -28,8 +28,9 @@
  * covers the longest chain (fault → full stop → start). */
 #define DECISIONS_MAX 8
 
-/* The rendezvous before the operator's first /start (§5): no node rank,
- * no master, the node count the command line gave. */
+/* The rendezvous before the operator's first /start
+ * (docs/inprocess-restart-and-checkpoints.md, "One cycle", step 1): no
+ * node rank, no master, the node count the command line gave. */
 static void placeholder_round(const struct hp_operator *op,
                               struct hp_rdzv_info *round)
 {
@@ -215,7 +216,8 @@ static cJSON *rank_ips(const struct hp_operator *op)
 }
 
 /* {"worker_envs": {...}, "aggregate_worker_data": {"rank_ips",
- * "aggregate_worker_data"}} for one local rank, as §4.9 has it. */
+ * "aggregate_worker_data"}} for one local rank, as
+ * docs/inprocess-restart-and-checkpoints.md ("One cycle", step 2) has it. */
 static cJSON *rank_payload(const struct hp_operator *op,
                            const struct hp_rdzv_info *round, int lr)
 {

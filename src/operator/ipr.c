@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* In-process restart's main loop as one pure decision (§3.6): the
- * reference's per-tick (worker state, agent state) handlers, plus the
- * cases where it is stuck or crashes, each given an outcome:
+/* In-process restart's main loop as one pure decision
+ * (docs/inprocess-restart-and-checkpoints.md, "States" and "Restart modes
+ * and full stops"): the reference's per-tick (worker state, agent state)
+ * handlers, plus the cases where it is stuck or crashes, each given an
+ * outcome:
  *   - /stop while pre-train runs or after it ended: a full stop (the
  *     reference stays in STOPPING);
  *   - training that exits before /start released it: FAULTED (the

@@ -8,7 +8,7 @@
  * progress, the worker socket, the kernel log and the NCCL pre-flight.
  * Base units throughout (seconds, bytes, bytes per second); points in time
  * are wall-clock timestamps (_timestamp_seconds), so a missed scrape loses
- * nothing. README's "Metrics" lists every family. */
+ * nothing. docs/observability.md's "Metrics" lists every family. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -39,7 +39,9 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len);
 void hp_op__ipr_close(struct hp_operator *op);
 /* Acts on the state after a request or an event (from the kick timer). */
 void hp_op__ipr_kick(struct hp_operator *op);
-/* /start and /update: the spare flag and priority (§3.6). */
+/* /start and /update: the spare flag and priority
+ * (docs/inprocess-restart-and-checkpoints.md, "Restart modes and full
+ * stops"; /status's priority in docs/operator-api.md). */
 void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count);
 /* /stop's restart_mode: process_level_restart arms a full stop. */
 void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The operator's control API: routes, the agent state machine in motion,
- * and the hyperpod rendezvous (§3, §5).
+ * and the hyperpod rendezvous (docs/operator-api.md; docs/multi-node.md,
+ * "The backends").
  *
  * Requests only record what the operator asked and move the state
  * machine; the `kick` timer then acts on the new state from the loop

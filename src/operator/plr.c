@@ -26,7 +26,7 @@ static const char *const lower_names[HP_OP_STATE_COUNT] = {
 
 #define BIT(s) (1u << (s))
 
-/* PLR_VALID_TRANSITIONS, §3.6. */
+/* PLR_VALID_TRANSITIONS (docs/operator-api.md, "States"). */
 static const unsigned allowed[HP_OP_STATE_COUNT] = {
         [HP_OP_INIT] = BIT(HP_OP_READY) | BIT(HP_OP_SHUTDOWN),
         [HP_OP_READY] = BIT(HP_OP_RUNNING) | BIT(HP_OP_SHUTDOWN),
@@ -38,8 +38,9 @@ static const unsigned allowed[HP_OP_STATE_COUNT] = {
         [HP_OP_SHUTDOWN] = 0,
 };
 
-/* IPR_VALID_TRANSITIONS, §3.6: a full stop goes back to INIT from
- * anywhere but COMPLETED, and a fault may come before any /start.
+/* IPR_VALID_TRANSITIONS (docs/inprocess-restart-and-checkpoints.md,
+ * "States"): a full stop goes back to INIT from anywhere but COMPLETED, and
+ * a fault may come before any /start.
  * Beyond the reference, /shutdown ends STOPPING too: a pause without
  * --inprocess-timeout waits for ranks that may never come back to the
  * barrier, and the operator must be able to end that. */

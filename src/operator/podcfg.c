@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* pod_resourceconfig.json: the node IP table the operator sends with
- * /start and /update, kept on disk for the training framework (§5). */
+ * /start and /update, kept on disk for the training framework
+ * (docs/operator-api.md, "pod_resourceconfig.json"). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

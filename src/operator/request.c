@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Validation of the operator's request bodies, modelled on the reference's
- * pydantic v2 models in lax mode (§3.2, §3.3): every bad field gets its own
- * entry in the 422 "detail" list, with pydantic's type, loc, msg and input,
- * and nothing is applied unless the whole body is valid. */
+ * pydantic v2 models in lax mode (docs/operator-api.md, "Validation"):
+ * every bad field gets its own entry in the 422 "detail" list, with
+ * pydantic's type, loc, msg and input, and nothing is applied unless the
+ * whole body is valid. */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>

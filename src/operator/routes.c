@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The routes of the operator API (§3.1, §3.5). Every handler answers at
- * once; slow work (spawning, stopping) happens in the kick timer after the
- * response is on its way. */
+/* The routes of the operator API (docs/operator-api.md, the table of
+ * routes). Every handler answers at once; slow work (spawning, stopping)
+ * happens in the kick timer after the response is on its way. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,8 +122,9 @@ static void respond_500(struct hp_operator *op, struct hp_httpd_response *res,
 }
 
 /* Applies rankIps and ipVersion to pod_resourceconfig.json when a request
- * carries both (§5). Done before anything else changes, so that a disk
- * error leaves the agent as it was. */
+ * carries both (docs/operator-api.md, "pod_resourceconfig.json"). Done
+ * before anything else changes, so that a disk error leaves the agent as
+ * it was. */
 static int store_ip_table(struct hp_operator *op,
                           const struct hp_op_request *req, char *err,
                           size_t len)

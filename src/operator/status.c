@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The /status body, byte for byte as the reference's agents build it
- * (§3.4): compact separators, UTF-8 kept, keys in this order and each
- * present only under the reference's condition. */
+ * (docs/operator-api.md, GET /status in the table of routes): compact
+ * separators, UTF-8 kept, keys in this order and each present only under
+ * the reference's condition. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "hyperpod/common.h"
 #include "rendezvous-private.h"
@@ -12,6 +13,8 @@
 #define DEFAULT_RESOURCE_CONFIG_DIR "/opt/ml/input/config"
 /* The file HyperPod's lifecycle scripts read, where they leave it. */
 #define DEFAULT_RESOURCE_CONFIG "/opt/ml/config/resource_config.json"
+/* torchrun's c10d join_timeout. */
+#define DEFAULT_JOIN_TIMEOUT_MS 600000
 /* Long enough for a busy slurmctld, short enough that a dead one does not
  * hold the job for long before the environment's list is used. */
 #define DEFAULT_SCONTROL_TIMEOUT_MS 10000
@@ -23,6 +26,8 @@ enum key_id {
         KEY_RESOURCE_CONFIG,
         KEY_INSTANCE_GROUP,
         KEY_RESOURCE_CONFIG_DIR,
+        KEY_IS_HOST,
+        KEY_JOIN_TIMEOUT,
 };
 
 struct key_row {
@@ -37,6 +42,8 @@ static const struct key_row keys[] = {
         [KEY_RESOURCE_CONFIG] = { "resource_config", HP_RDZV_RESOURCE_CONFIG },
         [KEY_INSTANCE_GROUP] = { "instance_group", HP_RDZV_RESOURCE_CONFIG },
         [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir", HP_RDZV_HYPERPOD },
+        [KEY_IS_HOST] = { "is_host", HP_RDZV_C10D },
+        [KEY_JOIN_TIMEOUT] = { "join_timeout", HP_RDZV_C10D },
 };
 
 bool hp_rdzv__same_host(const char *name, const char *me)
@@ -130,6 +137,45 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                 return store(opt->instance_group,
                              sizeof(opt->instance_group), value, value_len,
                              "instance_group", errbuf, errlen);
+        case KEY_IS_HOST:
+                /* torchrun reads it as a boolean with these spellings. */
+                if (value_len >= sizeof(text))
+                        value_len = sizeof(text) - 1;
+                memcpy(text, value, value_len);
+                text[value_len] = '\0';
+                if (strcasecmp(text, "1") == 0 || strcasecmp(text, "true") == 0 ||
+                    strcasecmp(text, "t") == 0 || strcasecmp(text, "yes") == 0 ||
+                    strcasecmp(text, "y") == 0) {
+                        opt->is_host = 1;
+                } else if (strcasecmp(text, "0") == 0 ||
+                           strcasecmp(text, "false") == 0 ||
+                           strcasecmp(text, "f") == 0 ||
+                           strcasecmp(text, "no") == 0 ||
+                           strcasecmp(text, "n") == 0) {
+                        opt->is_host = 0;
+                } else {
+                        snprintf(errbuf, errlen,
+                                 "invalid value '%s' for --rdzv-conf is_host: "
+                                 "expected true or false (1, yes, ... 0, no)",
+                                 text);
+                        return HP_ECONFIG;
+                }
+                return 0;
+        case KEY_JOIN_TIMEOUT:
+                if (value_len >= sizeof(text))
+                        value_len = sizeof(text) - 1;
+                memcpy(text, value, value_len);
+                text[value_len] = '\0';
+                if (hp_parse_seconds_ms(text, &opt->join_timeout_ms) < 0 ||
+                    opt->join_timeout_ms == 0) {
+                        snprintf(errbuf, errlen,
+                                 "invalid value '%s' for --rdzv-conf "
+                                 "join_timeout: expected seconds above 0, "
+                                 "e.g. 600 or 0.5",
+                                 text);
+                        return HP_ECONFIG;
+                }
+                return 0;
         case KEY_RESOURCE_CONFIG_DIR:
                 opt->resource_config_dir_given = true;
                 return store(opt->resource_config_dir,
@@ -149,6 +195,8 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
 
         memset(opt, 0, sizeof(*opt));
         opt->scontrol_timeout_ms = DEFAULT_SCONTROL_TIMEOUT_MS;
+        opt->join_timeout_ms = DEFAULT_JOIN_TIMEOUT_MS;
+        opt->is_host = -1;
         snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
                  "%s", DEFAULT_RESOURCE_CONFIG_DIR);
         /* static and --standalone read no key. */

@@ -29,6 +29,12 @@ int hp_rdzv__resource_config_next(struct hp_rdzv *rdzv,
                                   struct hp_rdzv_info *out, char *errbuf,
                                   size_t errlen);
 
+/* The c10d round (c10d.c): hosts the store when this agent should, joins
+ * the round at the endpoint and waits until --nnodes agents have. */
+int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
+                       char *errbuf, size_t errlen);
+void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded);
+
 /* Checks what a self-driven backend found against the flags the user gave
  * anyway (--nnodes, --node-rank) and applies --master-addr, which wins
  * over the derived master. source names the backend's inputs. */

@@ -57,6 +57,11 @@ int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
         return hp_rdzv__options_parse(rdzv, errbuf, errlen);
 }
 
+void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded)
+{
+        hp_rdzv__c10d_close(rdzv, succeeded);
+}
+
 int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
                            int default_port, int *port)
 {
@@ -155,6 +160,10 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                         return r;
         } else if (cfg->rdzv_backend == HP_RDZV_RESOURCE_CONFIG) {
                 r = hp_rdzv__resource_config_next(rdzv, out, errbuf, errlen);
+                if (r < 0)
+                        return r;
+        } else if (cfg->rdzv_backend == HP_RDZV_C10D) {
+                r = hp_rdzv__c10d_next(rdzv, out, errbuf, errlen);
                 if (r < 0)
                         return r;
         } else {

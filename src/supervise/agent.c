@@ -696,6 +696,10 @@ void hp_agent_close(struct hp_agent *a)
         hp_stream_hub_close(&a->stream_hub);
         hp_rulewatch__close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);
+        /* A store this agent hosts (c10d) goes with it, after the exit
+         * barrier when the job succeeded; its thread may still log, so
+         * before the consoles close. */
+        hp_rdzv_close(&a->rdzv, a->exit_code == 0);
 
         /* Each group ended with everything it started; anything alive
          * now is a leftover of a group that gave up on it. The job is

@@ -4,7 +4,7 @@
 # puts it. SHA256SUMS verifies; each tarball holds a static, stripped agent
 # of its architecture; the x86_64 wheel installs into a fresh venv with no
 # index and runs a 2-worker job through the venv's hyperpodrun; python/
-# installs offline as the README says; the .deb
+# installs offline as docs/install.md says; the .deb
 # installs into the Debian 11 root that tests/static/run.sh made and runs
 # a job there; the aarch64 agent from its tarball runs under qemu-user a
 # job of 2 workers, an exit status and a SIGTERM stop. Under qemu the
@@ -60,14 +60,15 @@ sums() {
 check "SHA256SUMS lists every artifact and verifies" sums
 
 # tarball ARCH FILE_ARCH: the agent in it is static, stripped, of the
-# architecture; the man page, LICENSE and README are there.
+# architecture; the man page, LICENSE, README and its docs pages are there.
 tarball() {
         local t=$1 arch=$2 dir
         mkdir -p "$work/$3" && tar -xzf "$t" -C "$work/$3" || return 1
         dir=$(echo "$work/$3"/hyperpodrun-*)
         ls -l "$dir"
         for f in hyperpodrun hyperpodrun-nccl-check hyperpodrun.1 LICENSE \
-                 README.md NEWS.md THIRD-PARTY-LICENSES; do
+                 README.md NEWS.md THIRD-PARTY-LICENSES docs/usage.md \
+                 docs/ARCHITECTURE.md docs/monitoring-panels.png; do
                 [ -f "$dir/$f" ] || { echo "no $f"; return 1; }
         done
         file "$dir/hyperpodrun" | tee /dev/stderr |
@@ -118,7 +119,7 @@ EOT
 }
 check "wheel: pip --no-index into a fresh venv, a 2-worker job" venv_job
 
-# python/ alone, offline, as the README's Install section says: a venv that
+# python/ alone, offline, as docs/install.md says: a venv that
 # sees Debian's setuptools and wheel, and no build isolation (which would
 # download them). A copy, so that the build leaves nothing in the tree.
 python_dir() {

@@ -583,16 +583,19 @@ def test_elastic_event_all_reduce_with_gloo(tmp_path):
                "rank's flag" in l for l in lines), lines
 
 
-def test_readme_examples_compile():
-    """The README's in-process restart examples are Python that parses
-    and imports only names the client has."""
-    text = (SOURCE_ROOT / "README.md").read_text()
-    section = text[text.index("## In-process restart"):]
-    section = section[:section.index("\n## ", 1)]
+def test_docs_examples_compile():
+    """The in-process restart examples of
+    docs/inprocess-restart-and-checkpoints.md are Python that parses and
+    imports only names the client has."""
+    page = "docs/inprocess-restart-and-checkpoints.md"
+    text = (SOURCE_ROOT / page).read_text()
+    section = text[text.index("\n## In-process restart\n"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2
     for block in blocks:
-        compile(block, "README.md", "exec")
+        compile(block, page, "exec")
         for names in re.findall(r"from hyperpodrun_client import (.+)", block):
             for name in names.split(","):
                 assert hasattr(hc, name.strip()), name

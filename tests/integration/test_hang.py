@@ -325,3 +325,41 @@ def test_a_worker_failure_logs_who_went_silent(hpr, tmp_path):
                      r.err), r.describe()
     assert "collective" not in r.err.split("who went silent:")[1] \
         .split("\n")[0], r.describe()
+
+
+def test_stacks_thread_takes_no_signal_but_its_own(hpr, tmp_path):
+    """The thread our sitecustomize starts in each Python worker blocks
+    every signal but the stacks signal (and the synchronous ones): a
+    SIGTERM sent to the worker lands on the worker's own threads, so its
+    handler runs at once instead of when a sleeping main thread wakes."""
+    out = tmp_path / "o"
+    out.mkdir()
+    script = write_exec(tmp_path / "w.py", f"""#!/usr/bin/python3
+import os, time
+open('{out}/pid.tmp', 'w').write(str(os.getpid()))
+os.rename('{out}/pid.tmp', '{out}/pid')
+time.sleep(1000)
+""")
+    proc = hpr.start(["--standalone", "--shutdown-timeout", "1", script])
+    pid = int(deadline_poll(lambda: (out / "pid").exists() and
+                            (out / "pid").read_text(), 60, what="the pid"))
+
+    def masks():
+        found = {}
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            status = open(f"/proc/{pid}/task/{tid}/status").read()
+            found[int(tid)] = int(re.search(r"SigBlk:\s*([0-9a-f]+)",
+                                            status).group(1), 16)
+        return found if len(found) >= 2 else None
+    found = deadline_poll(masks, 60, what="the stacks thread")
+    bit = lambda sig: 1 << (sig - 1)
+    assert found[pid] & bit(signal.SIGTERM) == 0
+    others = [m for tid, m in found.items() if tid != pid]
+    assert len(others) == 1, found
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1,
+                signal.SIGUSR2, signal.SIGCHLD):
+        assert others[0] & bit(sig), (sig, hex(others[0]))
+    assert others[0] & bit(signal.SIGSEGV) == 0
+    proc.signal(signal.SIGTERM)
+    r = proc.wait(30)
+    assert r.rc == 143, r.describe()

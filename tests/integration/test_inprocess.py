@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """In-process restart (--inprocess-restart): pytest is the operator over
 HTTP, and the training processes speak the worker socket with raw frames
-(helpers/ipr_worker.py), so that the agent's side of the protocol (§3.6,
-§4.9) is checked on its own."""
+(helpers/ipr_worker.py), so that the agent's side of the protocol
+(docs/inprocess-restart-and-checkpoints.md) is checked on its own."""
 
 import json
 import os

@@ -104,7 +104,8 @@ def test_two_pods_allreduce_with_kubeflow_env(hpr, tmp_path):
 
 
 def test_elastic_pytorchjob_is_refused_with_what_to_use(hpr, tmp_path):
-    """An elasticPolicy's environment: c10d, named with what to do."""
+    """An elasticPolicy's environment: c10d with MIN:MAX nodes, named with
+    what to do."""
     job = manifest()
     env = kubeflow_env(job, 0, 2, free_port())
     env.update({"PET_RDZV_BACKEND": "c10d",
@@ -113,7 +114,8 @@ def test_elastic_pytorchjob_is_refused_with_what_to_use(hpr, tmp_path):
                 "PET_NNODES": "1:2", "PET_MAX_RESTARTS": "3"})
     r = hpr.run(["--tee", "3", EXAMPLE], env=env, log_dir=False)
     assert r.rc == 2, r.describe()
-    assert "PET_RDZV_BACKEND (environment) c10d is not supported" in r.err
+    assert ("PET_NNODES (environment) 1:2: an elastic cluster size is not "
+            "supported") in r.err, r.describe()
     assert "without elasticPolicy runs as it is" in r.err
     assert "attempt 0" not in r.err
 

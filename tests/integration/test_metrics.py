@@ -3,12 +3,13 @@
 
 Scrapes from every mode (operator, self-driven with --server-port, the
 NCCL pre-flight, in-process restart) go through Debian's promtool, which
-must find nothing but node-problem-detector's own names; the README's
-table of metrics, the example dashboard and the example alerting rules
-must name exactly what those scrapes hold. Then a real Prometheus server,
-started on loopback, scrapes a running agent and is asked through its HTTP
-API what it saw: the target up, the build info, a restart counted after a
-fault, and a rule's compared value following the worker's log."""
+must find nothing but node-problem-detector's own names; the table of
+metrics in docs/observability.md, the example dashboard and the example
+alerting rules must name exactly what those scrapes hold. Then a real
+Prometheus server, started on loopback, scrapes a running agent and is
+asked through its HTTP API what it saw: the target up, the build info, a
+restart counted after a fault, and a rule's compared value following the
+worker's log."""
 
 import http.client
 import json
@@ -285,9 +286,9 @@ MODES = {
 }
 
 
-def readme_metrics():
-    text = (Path(SOURCE_ROOT) / "README.md").read_text()
-    section = text[text.index("### Metrics\n"):]
+def documented_metrics():
+    text = (Path(SOURCE_ROOT) / "docs" / "observability.md").read_text()
+    section = text[text.index("\n## Metrics\n"):]
     section = section[:section.index("\n\n", section.index("| Metric |"))]
     return {m.group(1) for m in
             re.finditer(r"^\| `([a-z_:]+)` \|", section, re.M)}
@@ -355,9 +356,9 @@ def test_every_mode_is_promtool_clean_and_documented(hpr, tmp_path):
         mixed = {f: ls for f, ls in by_family.items() if len(ls) > 1}
         assert not mixed, (mode, mixed)
     exported = set().union(*map(families, scrapes.values()))
-    documented = readme_metrics()
+    documented = documented_metrics()
     assert documented == exported, (
-        f"in the README only: {sorted(documented - exported)}; "
+        f"in docs/observability.md only: {sorted(documented - exported)}; "
         f"scraped only: {sorted(exported - documented)}")
     for where, exprs in (("dashboard.json", dashboard_exprs()),
                          ("alerts.rules.yaml", alert_exprs())):

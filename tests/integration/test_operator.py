@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Operator mode (--rdzv-backend hyperpod, the default): pytest acts as the
-HyperPod training operator over real HTTP on loopback (§3 of the reference:
+HyperPod training operator over real HTTP on loopback (docs/operator-api.md:
 routes, 422 format, PLR state machine, /status, pod_resourceconfig.json)."""
 
 import http.client

@@ -181,8 +181,11 @@ buf = ctypes.create_string_buffer(8)
 
 
 def ready():
-    with open(os.path.join(d, f"ready{rank}"), "w") as f:
+    # Written whole, then renamed: the test reads the pid once it sees it.
+    path = os.path.join(d, f"ready{rank}")
+    with open(path + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)
 
 
 def check(ret, what):

@@ -20,7 +20,8 @@
 
 #include "table.h"
 
-/* ---- The IPR table of §3.6, pair by pair ---- */
+/* ---- The IPR table (docs/inprocess-restart-and-checkpoints.md,
+ * "States"), pair by pair ---- */
 
 static const char *const ipr_allowed[] = {
         "INIT>READY",        "INIT>SHUTDOWN",     "INIT>FAULTED",

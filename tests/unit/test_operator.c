@@ -20,7 +20,8 @@
 
 /* ---- State machine ---- */
 
-/* The PLR table of §3.6, spelled out pair by pair. */
+/* The PLR table (docs/operator-api.md, "States"), spelled out pair by
+ * pair. */
 static const char *const plr_allowed[] = {
         "INIT>READY",        "INIT>SHUTDOWN",      "READY>RUNNING",
         "READY>SHUTDOWN",    "RUNNING>COMPLETED",  "RUNNING>FAULTED",

@@ -12,7 +12,9 @@
  * Also self-driven mode's restart policy (src/supervise/selfdriven.c):
  * what comes after a stage, one case at a time and over whole runs played
  * by a fake driver. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -830,6 +833,26 @@ static void test_slurm_bad_flags_and_keys(void **state)
                   env, false,
                   "--rdzv-conf scontrol '/nonexistent/scontrol' cannot be "
                   "run" },
+                { { "hyperpodrun", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
+                    "colour=blue", "t.py" },
+                  env, true,
+                  "--rdzv-conf key 'colour' is not one of the c10d "
+                  "backend's: is_host, join_timeout" },
+                { { "hyperpodrun", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
+                    "is_host=maybe", "t.py" },
+                  env, true,
+                  "invalid value 'maybe' for --rdzv-conf is_host" },
+                { { "hyperpodrun", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
+                    "join_timeout=0", "t.py" },
+                  env, true,
+                  "invalid value '0' for --rdzv-conf join_timeout" },
+                { { "hyperpodrun", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "127.0.0.1:bad", "t.py" },
+                  env, false,
+                  "invalid --rdzv-endpoint '127.0.0.1:bad'" },
         };
 
         (void)state;
@@ -1180,6 +1203,55 @@ static const struct {
           HP_NEXT_EXIT, 130 },
 };
 
+/* A c10d round of one node hosts the store on the endpoint, and a
+ * restart keeps the round; an endpoint where nobody answers fails after
+ * join_timeout (port 1 refuses at once on loopback: the agent tries again
+ * until then). */
+static void test_c10d_rounds(void **state)
+{
+        struct sockaddr_in a = { .sin_family = AF_INET,
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        socklen_t alen = sizeof(a);
+        const char *one[] = { "hyperpodrun", "--rdzv-backend", "c10d",
+                              "--rdzv-endpoint", NULL, "--rdzv-id", "j1",
+                              "--nproc-per-node", "3", "t.py", NULL };
+        const char *none[] = { "hyperpodrun", "--rdzv-backend", "c10d",
+                               "--rdzv-endpoint", "127.0.0.1:1",
+                               "--rdzv-id", "j",
+                               "--rdzv-conf", "is_host=false,join_timeout=0.3",
+                               "t.py", NULL };
+        char endpoint[64];
+        struct round *t;
+        int fd, port, r;
+
+        (void)state;
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+        port = ntohs(a.sin_port);
+        close(fd);
+        snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%d", port);
+        one[4] = endpoint;
+        t = round_setup(one, NULL);
+        expect_round(t, 1, 0, 3, "127.0.0.1", port);
+        assert_true(t->info.agent_store);
+        assert_non_null(t->rdzv.c10d);
+        expect_round(t, 1, 0, 3, "127.0.0.1", port);
+        hp_rdzv_close(&t->rdzv, true);
+        assert_null(t->rdzv.c10d);
+        round_free(t);
+
+        t = round_setup(none, NULL);
+        r = round_next(t);
+        assert_int_equal(r, HP_ERDZV);
+        assert_string_equal(t->errbuf, "rendezvous 'j': no store answered at "
+                                        "127.0.0.1:1 within join_timeout "
+                                        "(0.3 s)");
+        assert_null(t->rdzv.c10d);
+        round_free(t);
+}
+
 static void test_restart_policy(void **state)
 {
         int failures = 0;
@@ -1370,6 +1442,7 @@ int main(void)
                 cmocka_unit_test(test_slurm_long_node_list),
                 cmocka_unit_test(test_slurm_finds_scontrol_in_path),
                 cmocka_unit_test(test_resource_config_rounds),
+                cmocka_unit_test(test_c10d_rounds),
                 cmocka_unit_test(test_restart_policy),
                 cmocka_unit_test(test_restart_runs),
                 cmocka_unit_test(test_fault_cause),

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The reference's request validation, as the oracle for hyperpodrun's 422
 bodies: the field types and validators of the reference agent's /start and
-/update models (§3.2 of the reference notes), checked by pydantic 2 and
-reported as FastAPI reports a body's errors (loc under "body", no "url",
-a validator's exception as its text, as §3.3 has it).
+/update models (docs/operator-api.md, "Validation"), checked by
+pydantic 2 and reported as FastAPI reports a body's errors (loc under
+"body", no "url", a validator's exception as its text).
 
 Run with a Python that has pydantic 2. Reads a JSON list of request bodies
 (each a JSON text) on stdin; prints a JSON list holding, for each, the
