@@ -125,6 +125,17 @@ static int one_shot(const struct hp_config *cfg)
         return -1;
 }
 
+/* The driver: the operator, or the agent's own restarts. */
+static struct hp_agent_setup agent_setup(const struct hp_config *cfg)
+{
+        return (struct hp_agent_setup){
+                .round_from_driver = hp_config_operator_mode(cfg),
+                .max_restarts = hp_config_operator_mode(cfg)
+                                        ? HP_OPERATOR_MAX_RESTARTS
+                                        : cfg->max_restarts,
+        };
+}
+
 int main(int argc, char **argv)
 {
         /* The config holds per-rank tables for HP_MAX_NPROC ranks; keep it
@@ -132,6 +143,7 @@ int main(int argc, char **argv)
         static struct hp_config cfg;
         struct hp_operator *op = NULL;
         struct hp_agent *agent;
+        struct hp_agent_setup setup;
         char err[1024];
         uv_loop_t loop;
         int code, r;
@@ -186,7 +198,8 @@ int main(int argc, char **argv)
                 uv_loop_close(&loop);
                 return 1;
         }
-        r = hp_agent_init(agent, &loop, &cfg, err, sizeof(err));
+        setup = agent_setup(&cfg);
+        r = hp_agent_init(agent, &loop, &cfg, &setup, err, sizeof(err));
         if (r < 0) {
                 fprintf(stderr, "hyperpodrun: error: %s\n", err);
                 uv_run(&loop, UV_RUN_DEFAULT);

@@ -53,6 +53,11 @@ enum logmon_state {
 
 /* "WAITING", "HEALTHY", ... ; "?" for an out-of-range value. */
 const char *logmon_state_name(enum logmon_state state);
+/* The reason code's prefix for a state ("LogSlow_", "LogHang_",
+ * "LogFault_"; the rule's name follows it), or NULL for WAITING, HEALTHY
+ * and an out-of-range value: the one table, also for the operator's
+ * /status. */
+const char *logmon_reason_prefix(enum logmon_state state);
 /* Parses a state name (case-sensitive). Returns 0 or HP_ECONFIG. */
 int logmon_state_parse(const char *name, enum logmon_state *out);
 /* Whether a stream may go from one state to the other

@@ -266,6 +266,9 @@ void hp_stream_hub_read_now(struct hp_stream_hub *hub);
  * Every stream is closed already. */
 void hp_stream_hub_close(struct hp_stream_hub *hub);
 
+/* The longest console prefix, with its NUL. */
+#define HP_STREAM_PREFIX_MAX 256
+
 /*
  * One worker stream: the read end of a pipe, the file it is written to (or
  * -1), the console it is echoed to (or NULL) with its prefix, and one line
@@ -278,7 +281,7 @@ struct hp_stream {
         struct hp_stream *dirty_prev, *dirty_next; /* in hub->dirty */
         int file_fd;
         struct hp_console *console;
-        char prefix[256];
+        char prefix[HP_STREAM_PREFIX_MAX];
         size_t prefix_len;
         bool prefixed; /* tee'd: console lines carry the prefix */
         /* Where ${time} sits in prefix (HP_ISO8601_MS_LEN bytes, written
@@ -311,9 +314,37 @@ struct hp_stream {
         char buf[HP_STREAM_BUFFER];
 };
 
-/* Initialises the pipe handle on the hub's loop; pass its
- * uv_stdio_container to uv_spawn, then call hp_stream_start. */
-int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub);
+/* What a stream is made with. */
+struct hp_stream_opts {
+        hp_stream_closed_cb closed_cb;
+        void *data; /* the owner's, for closed_cb */
+        int rank;   /* for messages: the local rank */
+};
+
+/* Where a stream's bytes and lines go; what is not named is off. */
+struct hp_stream_output {
+        int file_fd;            /* the log file, owned by the caller; -1 */
+        const char *file_path;  /* for messages; NULL: none named */
+        struct hp_console *console; /* NULL: not echoed */
+        bool prefixed;          /* console lines carry the prefix */
+        hp_line_cb listener;    /* NULL: none */
+        void *listener_ctx;
+        struct hp_dup *dup;     /* borrowed: filtered copies, or NULL */
+};
+
+/* Initialises the pipe handle on the hub's loop with everything off
+ * (no file, console, listener or prefix); pass its uv_stdio_container
+ * to uv_spawn, then call hp_stream_start. */
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub,
+                   const struct hp_stream_opts *opts);
+/* Where its bytes and lines go; before hp_stream_start. */
+void hp_stream_set_output(struct hp_stream *s,
+                          const struct hp_stream_output *out);
+/* The console prefix (len bytes, cut to HP_STREAM_PREFIX_MAX - 1);
+ * time_at: where a placeholder of HP_ISO8601_MS_LEN bytes is stamped
+ * with each line's time, or -1. Before hp_stream_start. */
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix,
+                          size_t len, int time_at);
 int hp_stream_start(struct hp_stream *s);
 /* Reads whatever the pipe holds without blocking, writes everything out,
  * then closes it: for a worker whose process group is gone, so that a pipe

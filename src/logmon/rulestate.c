@@ -24,6 +24,14 @@ static const char *const reason_prefix[] = {
         [LOGMON_FAULTED] = "LogFault_",
 };
 
+const char *logmon_reason_prefix(enum logmon_state state)
+{
+        if (state < LOGMON_SLOW ||
+            (size_t)state >= HP_ARRAY_SIZE(reason_prefix))
+                return NULL;
+        return reason_prefix[state];
+}
+
 const char *logmon_state_name(enum logmon_state state)
 {
         if ((unsigned)state >= HP_ARRAY_SIZE(state_names))

@@ -2,6 +2,7 @@
 /* A worker pipe feeding a file, the console and a line listener, and the
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <sys/epoll.h>
@@ -421,13 +422,25 @@ static bool stream_read(struct hp_stream *s)
         return fast;
 }
 
-int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub,
+                   const struct hp_stream_opts *opts)
 {
         int r = uv_pipe_init(hub->loop, &s->pipe, 0);
 
         if (r < 0)
                 return r;
         s->hub = hub;
+        s->closed_cb = opts->closed_cb;
+        s->data = opts->data;
+        s->file_fd = -1;
+        s->console = NULL;
+        s->prefixed = false;
+        s->prefix[0] = '\0';
+        s->prefix_len = 0;
+        s->time_stamped = UINT64_MAX;
+        s->listener = NULL;
+        s->listener_ctx = NULL;
+        s->dup = NULL;
         s->time_at = -1;
         s->dirty_prev = s->dirty_next = NULL;
         s->unwritten = 0;
@@ -437,11 +450,36 @@ int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
         s->file_failed = false;
         s->file_kept = s->file_line_end = 0;
         s->file_path[0] = '\0';
-        s->rank = 0;
+        s->rank = opts->rank;
         memset(&s->stats, 0, sizeof(s->stats));
         s->last_read = uv_now(hub->loop);
         hp_linesplit_init(&s->split, s->line, sizeof(s->line));
         return 0;
+}
+
+void hp_stream_set_output(struct hp_stream *s,
+                          const struct hp_stream_output *out)
+{
+        s->file_fd = out->file_fd;
+        snprintf(s->file_path, sizeof(s->file_path), "%s",
+                 out->file_path != NULL ? out->file_path : "");
+        s->console = out->console;
+        s->prefixed = out->prefixed;
+        s->listener = out->listener;
+        s->listener_ctx = out->listener_ctx;
+        s->dup = out->dup;
+}
+
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix,
+                          size_t len, int time_at)
+{
+        if (len >= sizeof(s->prefix))
+                len = sizeof(s->prefix) - 1;
+        memcpy(s->prefix, prefix, len);
+        s->prefix[len] = '\0';
+        s->prefix_len = len;
+        s->time_at = time_at >= 0 && (size_t)time_at < len ? time_at : -1;
+        s->time_stamped = UINT64_MAX;
 }
 
 int hp_stream_start(struct hp_stream *s)

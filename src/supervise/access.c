@@ -161,7 +161,7 @@ int hp_agent_workers_running(const struct hp_agent *a)
 
 const char *hp_agent_silence(const struct hp_agent *a)
 {
-        return a->forensics.silence;
+        return hp_forensics_silence(a->forensics);
 }
 
 const struct hp_verdict *hp_agent_verdict(const struct hp_agent *a)

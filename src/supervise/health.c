@@ -189,8 +189,7 @@ static void node_faulted(struct hp_node_health *h)
         struct hp_agent *a = h->agent;
 
         start_action(h);
-        if (a->events->node_fault != NULL)
-                a->events->node_fault(a, a->events_ctx);
+        hp_agent__node_fault(a);
 }
 
 void hp_agent__health_finish(struct hp_agent *a)
@@ -230,8 +229,8 @@ static void preflight_cb(struct hp_preflight *pf,
                 hp_agent__preflight_passed(a);
                 return;
         }
-        if (res->unavailable && a->events->preflight_unavailable != NULL &&
-            a->events->preflight_unavailable(a, res->reason, a->events_ctx))
+        if (res->unavailable &&
+            hp_agent__preflight_unavailable(a, res->reason))
                 return;
         if (h->fault[0] != '\0')
                 return;

@@ -8,6 +8,13 @@
 
 #include "supervise-private.h"
 
+void hp_agent_finish(struct hp_agent *a, int exit_code)
+{
+        hp_agent__set_state(a, HP_AGENT_FINISHED, "finish");
+        a->exit_code = exit_code;
+        uv_stop(a->loop);
+}
+
 const char *hp_agent_state_name(enum hp_agent_state state)
 {
         static const char *const names[] = {

@@ -120,7 +120,7 @@ int hp_proc__descendants(struct hp_procs *out)
                 struct hp_proc p;
 
                 if (!isdigit((unsigned char)de->d_name[0]) ||
-                    hp_proc__read((pid_t)atoi(de->d_name), &p) < 0)
+                    hp_proc_read((pid_t)atoi(de->d_name), &p) < 0)
                         continue;
                 r = hp_procs__push(&all, &p);
                 if (r < 0)
@@ -157,7 +157,7 @@ int hp_proc__descendants(struct hp_procs *out)
                         if (queued > all.count)
                                 break;
                         queue[queued++] = all.items[lo].pid;
-                        if (!hp_proc__live(&all.items[lo]))
+                        if (!hp_proc_live(&all.items[lo]))
                                 continue;
                         r = hp_procs__push(out, &all.items[lo]);
                         if (r < 0)

@@ -242,7 +242,8 @@ static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
         t = &w->threads[m->thread_slot];
         if (*t != NULL || w->thread_failed)
                 return *t;
-        r = hp_rulewatch__thread_new(w, &w->wake, t);
+        r = hp_rulewatch__thread_new(w, &w->wake, hp_rulewatch__log_change,
+                                     t);
         if (r < 0) {
                 w->thread_failed = true;
                 hp_log_warn("cannot start a thread for the log rules (%s); "

@@ -105,6 +105,7 @@ struct change {
 
 struct hp_rule_thread {
         struct hp_rulewatch *watch;
+        hp_rulewatch__change_cb log_change; /* on the loop thread */
         uv_thread_t thread;
         uv_mutex_t mu;
         uv_cond_t work;     /* the thread waits for lines, or to go on */
@@ -219,8 +220,8 @@ static void log_changes(struct hp_rule_thread *w)
         for (size_t i = 0; i < w->nchanges; i++) {
                 const struct change *c = &w->changes[i];
 
-                hp_rulewatch__log_change(w->watch, c->rank, &c->e, c->now,
-                                         c->line, c->len);
+                w->log_change(w->watch, c->rank, &c->e, c->now, c->line,
+                              c->len);
         }
         w->nchanges = 0;
 }
@@ -358,6 +359,7 @@ static void thread_main(void *arg)
 }
 
 int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             hp_rulewatch__change_cb log_change,
                              struct hp_rule_thread **out)
 {
         struct hp_rule_thread *w;
@@ -380,6 +382,7 @@ int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
                 }
         }
         w->watch = watch;
+        w->log_change = log_change;
         w->wake = wake;
         w->armed = UINT64_MAX;
         atomic_init(&w->done, 0);

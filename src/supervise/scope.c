@@ -266,8 +266,8 @@ static int cgroup_procs(const struct hp_scope *s, struct hp_procs *out)
                         }
                         num[numlen] = '\0';
                         numlen = 0;
-                        if (hp_proc__read((pid_t)atoi(num), &p) == 0 &&
-                            hp_proc__live(&p))
+                        if (hp_proc_read((pid_t)atoi(num), &p) == 0 &&
+                            hp_proc_live(&p))
                                 r = hp_procs__push(out, &p);
                 }
         }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for the silence line of a hang report (src/supervise/silence.c):
+/* Unit tests for the silence line of a hang report (src/forensics/silence.c):
  * which rank went quiet first, from last-output times and a given clock. */
 #include <errno.h>
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
 /* 2023-11-14 22:13:20.000 UTC, at loop time NOW. */
 #define WALL 1700000000.0

@@ -163,23 +163,32 @@ static void stream_setup(struct fixture *f, int k, int rfd, const char *data)
 
         assert_non_null(s);
         f->streams[k] = s;
-        assert_int_equal(hp_stream_init(s, &f->hub), 0);
+        char prefix[16];
+        int fd, n;
+
+        assert_int_equal(hp_stream_init(s, &f->hub,
+                                        &(struct hp_stream_opts){
+                                                .closed_cb = closed_cb,
+                                                .data = f,
+                                                .rank = k }),
+                         0);
         assert_int_equal(uv_pipe_open(&s->pipe, rfd), 0);
         snprintf(f->paths[k], sizeof(f->paths[k]), "/tmp/hp-test-stream-%d-%d",
                  (int)getpid(), k);
-        s->file_fd = open(f->paths[k],
-                          O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                          0600);
-        assert_true(s->file_fd >= 0);
-        s->console = &f->con;
-        s->prefix_len = (size_t)snprintf(s->prefix, sizeof(s->prefix),
-                                         "[s%d]:", k);
-        s->prefixed = true;
+        fd = open(f->paths[k], O_WRONLY | O_CREAT | O_TRUNC | O_APPEND |
+                                       O_CLOEXEC,
+                  0600);
+        assert_true(fd >= 0);
         f->listeners[k] = (struct listener){ .stream = k, .data = data };
-        s->listener = listener_cb;
-        s->listener_ctx = &f->listeners[k];
-        s->closed_cb = closed_cb;
-        s->data = f;
+        hp_stream_set_output(s, &(struct hp_stream_output){
+                                        .file_fd = fd,
+                                        .file_path = f->paths[k],
+                                        .console = &f->con,
+                                        .prefixed = true,
+                                        .listener = listener_cb,
+                                        .listener_ctx = &f->listeners[k] });
+        n = snprintf(prefix, sizeof(prefix), "[s%d]:", k);
+        hp_stream_set_prefix(s, prefix, (size_t)n, -1);
 }
 
 static char *read_file(const char *path, size_t *len)

@@ -10,9 +10,9 @@
 #include <cjson/cJSON.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
-#include "supervise-private.h"
+#include "forensics-private.h"
 
 /* NCCL's RAS client protocol (src/ras/client.cc): "CLIENT PROTOCOL 2",
  * answered by "SERVER PROTOCOL n"; then "STATUS", answered by the text

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
 static int by_time(const void *pa, const void *pb)
 {
