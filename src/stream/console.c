@@ -12,6 +12,8 @@
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
 
+#include "stream-private.h"
+
 static const char capped_marker[] = " [hyperpodrun: line longer than 65536 "
                                     "bytes, continued on the next line]";
 
@@ -521,6 +523,29 @@ static void free_ring(struct hp_console *con)
         con->ring = NULL;
 }
 
+int hp_console_new(struct hp_console **out, int fd, size_t cap)
+{
+        struct hp_console *con = malloc(sizeof(*con));
+        int r;
+
+        if (con == NULL)
+                return -ENOMEM;
+        r = hp_console_init(con, fd, cap);
+        if (r < 0) {
+                free(con);
+                return r;
+        }
+        *out = con;
+        return 0;
+}
+
+void hp_console_free(struct hp_console *con)
+{
+        /* A writer stuck in write() still reads it: left to exit. */
+        if (con != NULL && !con->abandoned)
+                free(con);
+}
+
 void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
 {
         if (con->ring == NULL)
@@ -560,6 +585,7 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
                             (unsigned long long)timeout_ms);
                 /* The thread cannot be joined while it blocks in write().
                  * Leave it, and the ring it reads, to process exit. */
+                con->abandoned = true;
                 return;
         }
         join_writer(con);

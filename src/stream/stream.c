@@ -3,6 +3,7 @@
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/epoll.h>
@@ -10,6 +11,8 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+
+#include "stream-private.h"
 
 /* ---- The hub ---- */
 
@@ -219,6 +222,17 @@ static void hub_pass(struct hp_stream_hub *hub)
         }
 }
 
+static void hub_closed(struct hp_stream_hub *hub)
+{
+        if (--hub->closing == 0 && hub->owned)
+                free(hub);
+}
+
+static void hub_timer_close_cb(uv_handle_t *handle)
+{
+        hub_closed(hp_container_of(handle, struct hp_stream_hub, timer));
+}
+
 static void hub_poll_close_cb(uv_handle_t *handle)
 {
         struct hp_stream_hub *hub =
@@ -226,6 +240,7 @@ static void hub_poll_close_cb(uv_handle_t *handle)
 
         close(hub->epfd);
         hub->epfd = -1;
+        hub_closed(hub);
 }
 
 int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
@@ -263,6 +278,35 @@ int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
         return 0;
 }
 
+int hp_stream_hub_new(struct hp_stream_hub **out, uv_loop_t *loop,
+                      struct hp_console *const *consoles, size_t count)
+{
+        struct hp_stream_hub *hub = malloc(sizeof(*hub));
+        int r;
+
+        if (hub == NULL)
+                return -ENOMEM;
+        r = hp_stream_hub_init(hub, loop, consoles, count);
+        if (r < 0) {
+                free(hub);
+                return r;
+        }
+        hub->owned = true;
+        *out = hub;
+        return 0;
+}
+
+int64_t hp_stream_hub_wall_offset_ms(const struct hp_stream_hub *hub)
+{
+        return hub->wall_offset_ms;
+}
+
+void hp_stream_hub_commit_ordered(struct hp_stream_hub *hub)
+{
+        for (size_t i = 0; i < hub->console_count; i++)
+                hp_console_commit_ordered(hub->consoles[i]);
+}
+
 void hp_stream_hub_flush(struct hp_stream_hub *hub)
 {
         hub_write_files(hub);
@@ -272,7 +316,8 @@ void hp_stream_hub_flush(struct hp_stream_hub *hub)
 void hp_stream_hub_close(struct hp_stream_hub *hub)
 {
         hp_stream_hub_flush(hub);
-        uv_close((uv_handle_t *)&hub->timer, NULL);
+        hub->closing = 2;
+        uv_close((uv_handle_t *)&hub->timer, hub_timer_close_cb);
         uv_close((uv_handle_t *)&hub->poll, hub_poll_close_cb);
 }
 

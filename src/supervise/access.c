@@ -210,8 +210,8 @@ uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
 {
         int error;
 
-        return hp_console_lost_lines(fd == STDOUT_FILENO ? &a->console_out
-                                                         : &a->console_err,
+        return hp_console_lost_lines(fd == STDOUT_FILENO ? a->console_out
+                                                         : a->console_err,
                                      &error);
 }
 

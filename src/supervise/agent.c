@@ -99,7 +99,7 @@ static void log_sink_cb(void *ctx, const char *msg, size_t len)
 /* Says what console i (0 stdout, 1 stderr) lost since it last said. */
 static void report_console(struct hp_agent *a, int i)
 {
-        struct hp_console *con = i == 0 ? &a->console_out : &a->console_err;
+        struct hp_console *con = i == 0 ? a->console_out : a->console_err;
         int error;
         uint64_t dropped = hp_console_lost_lines(con, &error);
 
@@ -166,8 +166,8 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
-        hp_console_commit_ordered(&a->console_out);
-        hp_console_commit_ordered(&a->console_err);
+        hp_console_commit_ordered(a->console_out);
+        hp_console_commit_ordered(a->console_err);
         report_console_drops(a);
 
         if (signalled) {
@@ -204,9 +204,9 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 .python_path = hp_forensics_python_path(a->forensics),
                 .stacks_signal = hp_forensics_stacks_signal(a->forensics),
                 .loop = a->loop,
-                .console_out = &a->console_out,
+                .console_out = a->console_out,
                 .console_err = a->console_for_err,
-                .hub = &a->stream_hub,
+                .hub = a->stream_hub,
                 .scopes = &a->scopes,
                 .watcher = &a->watcher,
                 .listener_for = listener_for_cb,
@@ -502,34 +502,43 @@ static void init_process(struct hp_agent *a)
  * left open on failure. */
 static int init_consoles(struct hp_agent *a)
 {
-        struct hp_console *const consoles[] = { &a->console_out,
-                                                &a->console_err };
         int r;
 
-        r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
+        r = hp_console_new(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
         if (r < 0)
                 return r;
-        r = hp_console_init(&a->console_err, STDERR_FILENO, HP_CONSOLE_RING);
-        if (r < 0) {
-                hp_console_close(&a->console_out, 0);
-                return r;
+        r = hp_console_new(&a->console_err, STDERR_FILENO, HP_CONSOLE_RING);
+        if (r < 0)
+                goto err_out;
+        {
+                struct hp_console *const consoles[] = { a->console_out,
+                                                        a->console_err };
+
+                r = hp_stream_hub_new(&a->stream_hub, a->loop, consoles,
+                                      HP_ARRAY_SIZE(consoles));
         }
-        r = hp_stream_hub_init(&a->stream_hub, a->loop, consoles,
-                               HP_ARRAY_SIZE(consoles));
-        if (r < 0) {
-                hp_console_close(&a->console_err, 0);
-                hp_console_close(&a->console_out, 0);
-                return r;
-        }
+        if (r < 0)
+                goto err_err;
         hp_rulewatch__set_wall_offset(&a->rules,
-                                     a->stream_hub.wall_offset_ms);
+                                     hp_stream_hub_wall_offset_ms(
+                                             a->stream_hub));
         a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
-                                     ? &a->console_out
-                                     : &a->console_err;
+                                     ? a->console_out
+                                     : a->console_err;
         /* From here the agent's messages go through the stderr console:
          * never blocking the loop, and never inside a worker's line. */
         hp_log_set_sink(log_sink_cb, a->console_for_err);
         return 0;
+
+err_err:
+        hp_console_close(a->console_err, 0);
+        hp_console_free(a->console_err);
+        a->console_err = NULL;
+err_out:
+        hp_console_close(a->console_out, 0);
+        hp_console_free(a->console_out);
+        a->console_out = NULL;
+        return r;
 }
 
 /* The agent's signal handlers; a signal sent while the agent started is
@@ -693,7 +702,7 @@ void hp_agent_close(struct hp_agent *a)
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
         hp_forensics_close(a->forensics);
-        hp_stream_hub_close(&a->stream_hub);
+        hp_stream_hub_close(a->stream_hub);
         hp_rulewatch__close(&a->rules);
         uv_run(a->loop, UV_RUN_DEFAULT);
         /* A store this agent hosts (c10d) goes with it, after the exit
@@ -714,12 +723,15 @@ void hp_agent_close(struct hp_agent *a)
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */
-        if (a->console_for_err == &a->console_out)
+        if (a->console_for_err == a->console_out)
                 hp_log_set_sink(NULL, NULL);
-        hp_console_close(&a->console_out, 5000);
+        hp_console_close(a->console_out, 5000);
         report_console(a, 0);
         hp_log_set_sink(NULL, NULL);
-        hp_console_close(&a->console_err, 5000);
+        hp_console_close(a->console_err, 5000);
+        hp_console_free(a->console_err);
+        hp_console_free(a->console_out);
+        a->console_err = a->console_out = NULL;
         if (hp_log_dropped() > 0)
                 hp_log_warn("%llu of the agent's messages were dropped: "
                             "stderr was not read",
@@ -732,15 +744,14 @@ static void rules_read_now_cb(void *ctx)
 {
         struct hp_agent *a = ctx;
 
-        hp_stream_hub_read_now(&a->stream_hub);
+        hp_stream_hub_read_now(a->stream_hub);
 }
 
 static void rules_commit_cb(void *ctx)
 {
         struct hp_agent *a = ctx;
 
-        for (size_t i = 0; i < a->stream_hub.console_count; i++)
-                hp_console_commit_ordered(a->stream_hub.consoles[i]);
+        hp_stream_hub_commit_ordered(a->stream_hub);
 }
 
 /* The rank monitor's verdict, in the rule verdict's shape: it stops and
@@ -783,7 +794,8 @@ static void ft_verdict_cb(void *ctx, const struct hp_ft_verdict *fv)
                     : NULL;
         v.rank = w != NULL ? w->rank : (int)fv->rank;
         v.seen_ms = fv->seen_ms;
-        v.wall = (double)(a->stream_hub.wall_offset_ms + fv->seen_ms) /
+        v.wall = (double)(hp_stream_hub_wall_offset_ms(a->stream_hub) +
+                          fv->seen_ms) /
                  1000.0;
         (void)hp_verdict_reason(&v, reason, sizeof(reason));
         (void)hp_verdict_describe(&v, msg, sizeof(msg));

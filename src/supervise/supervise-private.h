@@ -277,14 +277,14 @@ struct hp_agent {
         struct hp_agent_setup setup; /* from main's choice of driver */
         struct hp_rdzv rdzv;
         struct hp_rdzv_info round;
-        struct hp_console console_out;
-        struct hp_console console_err;
+        struct hp_console *console_out; /* owned */
+        struct hp_console *console_err; /* owned */
         /* Where workers' stderr and the agent's messages go: console_out
          * when fds 1 and 2 are one file or pipe, whose two writer threads
          * could otherwise cut each other's lines. */
         struct hp_console *console_for_err;
         uint64_t console_reported[2];           /* lines lost, as logged */
-        struct hp_stream_hub stream_hub; /* batches the streams' writes */
+        struct hp_stream_hub *stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;
         struct hp_group group;

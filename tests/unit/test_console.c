@@ -24,6 +24,7 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+#include "stream-private.h"
 
 /* Generous: these only bound a test that is already failing. */
 #define FLUSH_TIMEOUT_MS 10000

@@ -28,6 +28,7 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+#include "stream-private.h"
 
 #define MAX_STREAMS 8
 #define FLUSH_TIMEOUT_MS 10000
