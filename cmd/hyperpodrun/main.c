@@ -156,8 +156,9 @@ int main(int argc, char **argv)
         r = hp_std_fds_open();
         if (r < 0) {
                 /* stderr may be the closed one: the exit status says it. */
-                fprintf(stderr, "hyperpodrun: error: cannot open /dev/null "
-                                "for a closed standard stream: %s\n",
+                fprintf(stderr,
+                        "hyperpodrun: error: cannot open /dev/null "
+                        "for a closed standard stream: %s\n",
                         strerror(-r));
                 return EXIT_FAILURE;
         }

@@ -91,10 +91,10 @@ struct hp_forensics;
 /* What a collector is made with; the callbacks run on the loop. */
 struct hp_forensics_params {
         uv_loop_t *loop;
-        bool enabled;         /* --hang-dump is not off */
-        bool full;            /* --hang-dump full */
-        bool no_files;        /* --no-files: no report to write */
-        uint64_t timeout_ms;  /* --hang-dump-timeout */
+        bool enabled;        /* --hang-dump is not off */
+        bool full;           /* --hang-dump full */
+        bool no_files;       /* --no-files: no report to write */
+        uint64_t timeout_ms; /* --hang-dump-timeout */
         /* The rank monitor, for the ranks' relative speeds; NULL: none.
          * Borrowed for the collector's life. */
         const struct hp_ftmon *ft;
@@ -109,26 +109,26 @@ struct hp_forensics_params {
 /* One worker of the attempt, as it is now. */
 struct hp_forensics_rank {
         int local_rank;
-        int rank;           /* global; negative: not known yet */
-        pid_t pid;          /* 0: it never started */
-        const char *state;  /* "running", "exited"...; borrowed */
-        uint64_t last_ms;   /* loop ms: its last output, or its start */
-        bool wrote;         /* it wrote anything at all */
-        bool done;          /* exited and drained: nothing to look at */
+        int rank;          /* global; negative: not known yet */
+        pid_t pid;         /* 0: it never started */
+        const char *state; /* "running", "exited"...; borrowed */
+        uint64_t last_ms;  /* loop ms: its last output, or its start */
+        bool wrote;        /* it wrote anything at all */
+        bool done;         /* exited and drained: nothing to look at */
         bool exited;
-        int exit_code;      /* when exited by itself */
-        int exit_signal;    /* when a signal ended it */
-        double exit_wall;   /* when it exited, wall clock seconds */
+        int exit_code;    /* when exited by itself */
+        int exit_signal;  /* when a signal ended it */
+        double exit_wall; /* when it exited, wall clock seconds */
 };
 
 /* The attempt a report or a silence line is about. Everything is read
  * during the call. */
 struct hp_forensics_attempt {
-        int stage;              /* the supervisor's, handed back */
+        int stage; /* the supervisor's, handed back */
         const char *stage_name;
-        int attempt;            /* its restart count */
-        const char *dir;        /* its directory; "": no files */
-        int dirfd;              /* dir, open; -1: none */
+        int attempt;     /* its restart count */
+        const char *dir; /* its directory; "": no files */
+        int dirfd;       /* dir, open; -1: none */
         /* The verdict that asked for the report: its reason ("" on
          * request), rule and local rank. */
         const char *verdict_reason;
@@ -158,8 +158,8 @@ const char *hp_forensics_stacks_signal(const struct hp_forensics *f);
  * TORCH_NCCL_DEBUG_INFO_TEMP_FILE where set, else ours), each of len
  * bytes; false when the flight recorder is not asked for. */
 bool hp_forensics_fr_prefixes(const struct hp_forensics *f,
-                              const char *attempt_dir, char *pipe,
-                              char *dump, size_t len);
+                              const char *attempt_dir, char *pipe, char *dump,
+                              size_t len);
 /* The flight recorder's ring size we give the workers, unless they have
  * their own TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE: torch's
  * documented example. */

@@ -95,7 +95,7 @@ enum hp_ipr_group {
         HP_IPR_GROUP_INIT = 0,  /* nothing started since the last full stop */
         HP_IPR_GROUP_HEALTHY,   /* a stage runs */
         HP_IPR_GROUP_UNHEALTHY, /* a stage runs, a log rule gave a verdict */
-        HP_IPR_GROUP_FAILED,    /* a process failed, or a stage did not start */
+        HP_IPR_GROUP_FAILED, /* a process failed, or a stage did not start */
         HP_IPR_GROUP_SUCCEEDED, /* the stage's processes exited 0 */
         HP_IPR_GROUP_STOPPING,  /* a full stop waits for the processes */
         HP_IPR_GROUP_COUNT
@@ -111,39 +111,39 @@ enum hp_ipr_wait {
 struct hp_ipr_view {
         enum hp_op_state state;
         enum hp_ipr_group group;
-        enum hp_stage stage;       /* of the last group started */
-        bool has_post_train;       /* --post-train-script */
+        enum hp_stage stage; /* of the last group started */
+        bool has_post_train; /* --post-train-script */
         enum hp_ipr_wait wait;
-        uint64_t wait_deadline;    /* loop ms; 0: no limit */
+        uint64_t wait_deadline; /* loop ms; 0: no limit */
         bool all_at_barrier;
-        bool any_failed;           /* a rank sent job_fault */
-        bool local_plr_requested;  /* ... asking local_process_level_restart */
-        bool clients_missing;      /* a local rank has no client */
-        bool can_start;            /* a /start since the last /stop */
-        bool plr_armed;            /* a local process-level restart is due */
-        bool ip_table_complete;    /* no null in pod_resourceconfig.json */
+        bool any_failed;          /* a rank sent job_fault */
+        bool local_plr_requested; /* ... asking local_process_level_restart */
+        bool clients_missing;     /* a local rank has no client */
+        bool can_start;           /* a /start since the last /stop */
+        bool plr_armed;           /* a local process-level restart is due */
+        bool ip_table_complete;   /* no null in pod_resourceconfig.json */
 };
 
 enum hp_ipr_action {
         HP_IPR_NONE = 0,
-        HP_IPR_FULL_STOP,       /* stop every process, INIT, pre-train again */
-        HP_IPR_START_FIRST,     /* the first stage (pre-train or training) */
-        HP_IPR_START_TRAINING,  /* after pre-train: training, rules suspended,
+        HP_IPR_FULL_STOP,      /* stop every process, INIT, pre-train again */
+        HP_IPR_START_FIRST,    /* the first stage (pre-train or training) */
+        HP_IPR_START_TRAINING, /* after pre-train: training, rules suspended,
                                  * wait for the barrier */
-        HP_IPR_READY,           /* every rank is at the barrier */
-        HP_IPR_SEND_START,      /* job_start to every rank, rules resumed */
-        HP_IPR_HOLD,            /* job_start waits: the IP table has a null */
-        HP_IPR_FAULT,           /* → FAULTED (first failed rank's reason) */
-        HP_IPR_PAUSE,           /* job_fault to every rank, wait for them */
-        HP_IPR_POST_TRAIN,      /* training ended: post-train */
-        HP_IPR_COMPLETE,        /* → COMPLETED */
+        HP_IPR_READY,          /* every rank is at the barrier */
+        HP_IPR_SEND_START,     /* job_start to every rank, rules resumed */
+        HP_IPR_HOLD,           /* job_start waits: the IP table has a null */
+        HP_IPR_FAULT,          /* → FAULTED (first failed rank's reason) */
+        HP_IPR_PAUSE,          /* job_fault to every rank, wait for them */
+        HP_IPR_POST_TRAIN,     /* training ended: post-train */
+        HP_IPR_COMPLETE,       /* → COMPLETED */
         HP_IPR_ACTION_COUNT
 };
 
 struct hp_ipr_decision {
         enum hp_ipr_action action;
-        bool arm_local_plr;     /* with HP_IPR_FAULT: a full stop follows */
-        const char *why;        /* one sentence for the log */
+        bool arm_local_plr; /* with HP_IPR_FAULT: a full stop follows */
+        const char *why;    /* one sentence for the log */
 };
 
 const char *hp_ipr_action_name(enum hp_ipr_action action);
@@ -184,17 +184,17 @@ struct hp_op_request {
         int fault_count;
         char master_addr[256];
         int master_port;
-        cJSON *rules;         /* log_monitoring_configuration, or NULL */
+        cJSON *rules; /* log_monitoring_configuration, or NULL */
         struct logmon_ruleset *ruleset; /* compiled from rules, or NULL */
-        char *ip_version;     /* NULL when absent or null */
-        cJSON *rank_ips;      /* [{"rank":int,"ip":str|int}], or NULL */
+        char *ip_version;               /* NULL when absent or null */
+        cJSON *rank_ips; /* [{"rank":int,"ip":str|int}], or NULL */
         bool spare;
-        cJSON *worker_data;   /* any JSON, or NULL when absent or null */
-        cJSON *progress;      /* StartRequest only; NULL when absent */
+        cJSON *worker_data; /* any JSON, or NULL when absent or null */
+        cJSON *progress;    /* StartRequest only; NULL when absent */
         /* StopRequest */
-        char *restart_mode;   /* "ipr" when absent or null */
-        int is_graceful;      /* -1 null, 0 false, 1 true */
-        int64_t timeout_s;    /* -1 null */
+        char *restart_mode; /* "ipr" when absent or null */
+        int is_graceful;    /* -1 null, 0 false, 1 true */
+        int64_t timeout_s;  /* -1 null */
 };
 
 void hp_op_request_free(struct hp_op_request *req);
@@ -245,14 +245,14 @@ struct hp_op_status {
         const char *ip_version; /* NULL: absent */
         const cJSON *progress;  /* NULL: absent; borrowed */
         const char *agent_version;
-        int assigned_rank;      /* -1: absent */
+        int assigned_rank; /* -1: absent */
         bool spare;
         /* The in-process-restart agent's keys (inprocess true): */
         bool inprocess;
-        const char *restart_mode;  /* NULL: in_process_restart */
-        const cJSON *worker_data;  /* NULL: absent; borrowed */
-        const cJSON *rank_labels;  /* NULL: {}; borrowed */
-        bool priority;             /* "priority":"True", else absent */
+        const char *restart_mode; /* NULL: in_process_restart */
+        const cJSON *worker_data; /* NULL: absent; borrowed */
+        const cJSON *rank_labels; /* NULL: {}; borrowed */
+        bool priority;            /* "priority":"True", else absent */
 };
 
 /* The compact /status body, keys in the reference's order. Returns a

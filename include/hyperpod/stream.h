@@ -152,15 +152,15 @@ struct hp_stream_stats {
 #define HP_DUP_NEEDLES 64
 #define HP_DUP_BUFFER (HP_LINE_MAX + 1024)
 struct hp_dup {
-        int fd;                 /* -1: closed */
+        int fd; /* -1: closed */
         int count;
         const char *needle[HP_DUP_NEEDLES]; /* borrowed */
         size_t needle_len[HP_DUP_NEEDLES];
-        int error;              /* first failed write, -errno; then none */
-        uint64_t lines;         /* copied */
-        uint64_t lines_lost;    /* to a failed write */
+        int error;           /* first failed write, -errno; then none */
+        uint64_t lines;      /* copied */
+        uint64_t lines_lost; /* to a failed write */
         size_t used;
-        char path[4096];        /* for messages */
+        char path[4096]; /* for messages */
         char buf[HP_DUP_BUFFER];
 };
 
@@ -240,7 +240,7 @@ struct hp_stream {
         void *data; /* the owner's */
         bool open;
         bool reading; /* in the hub's epoll set */
-        int error; /* first file write or read error, -errno */
+        int error;    /* first file write or read error, -errno */
         /* The log file's write failed (a full disk): it is not written
          * again, and keeps its first file_kept bytes, whole lines only
          * (see file_write_out). */
@@ -268,13 +268,13 @@ struct hp_stream_opts {
 
 /* Where a stream's bytes and lines go; what is not named is off. */
 struct hp_stream_output {
-        int file_fd;            /* the log file, owned by the caller; -1 */
-        const char *file_path;  /* for messages; NULL: none named */
+        int file_fd;           /* the log file, owned by the caller; -1 */
+        const char *file_path; /* for messages; NULL: none named */
         struct hp_console *console; /* NULL: not echoed */
-        bool prefixed;          /* console lines carry the prefix */
-        hp_line_cb listener;    /* NULL: none */
+        bool prefixed;              /* console lines carry the prefix */
+        hp_line_cb listener;        /* NULL: none */
         void *listener_ctx;
-        struct hp_dup *dup;     /* borrowed: filtered copies, or NULL */
+        struct hp_dup *dup; /* borrowed: filtered copies, or NULL */
 };
 
 /* Initialises the pipe handle on the hub's loop with everything off
@@ -288,8 +288,8 @@ void hp_stream_set_output(struct hp_stream *s,
 /* The console prefix (len bytes, cut to HP_STREAM_PREFIX_MAX - 1);
  * time_at: where a placeholder of HP_ISO8601_MS_LEN bytes is stamped
  * with each line's time, or -1. Before hp_stream_start. */
-void hp_stream_set_prefix(struct hp_stream *s, const char *prefix,
-                          size_t len, int time_at);
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix, size_t len,
+                          int time_at);
 int hp_stream_start(struct hp_stream *s);
 /* Reads whatever the pipe holds without blocking, writes everything out,
  * then closes it: for a worker whose process group is gone, so that a pipe

@@ -17,16 +17,16 @@ struct hp_nccl_ras;
  * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
 struct hp_forensics {
         struct hp_forensics_params p;
-        bool open;              /* made, not yet closed */
+        bool open; /* made, not yet closed */
         uv_timer_t timer;
         bool busy;
-        bool stop_pending;      /* stop the group once the report is out */
+        bool stop_pending; /* stop the group once the report is out */
         int stop_signal;
         uint64_t stop_timeout_ms;
-        uint64_t started;       /* loop ms */
-        uint64_t deadline;      /* loop ms */
-        bool on_request;        /* SIGUSR2, not a verdict */
-        unsigned requests;      /* reports written on request */
+        uint64_t started;  /* loop ms */
+        uint64_t deadline; /* loop ms */
+        bool on_request;   /* SIGUSR2, not a verdict */
+        unsigned requests; /* reports written on request */
         /* The latest HP_STACKS_REPORTS_KEPT of them, a ring at
          * requests % HP_STACKS_REPORTS_KEPT ("": none). */
         char kept[HP_STACKS_REPORTS_KEPT][PATH_MAX];
@@ -34,20 +34,20 @@ struct hp_forensics {
         char reason[256];
         char rule[256];
         int verdict_local_rank;
-        char silence[512];      /* the latest silence line, or "" */
+        char silence[512];         /* the latest silence line, or "" */
         char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
         /* python_dir, open and flock()ed for as long as we live: how a
          * later agent tells a dead agent's directory from a live one's. */
         int python_dir_fd;
-        char *python_path;      /* the workers' PYTHONPATH, or NULL */
-        char stacks_signal[16]; /* its number, for the workers' env */
+        char *python_path;       /* the workers' PYTHONPATH, or NULL */
+        char stacks_signal[16];  /* its number, for the workers' env */
         struct hp_nccl_ras *ras; /* the NCCL RAS query, or NULL */
         /* The attempt being reported on. */
         int stage;
         char stage_name[32];
         int attempt;
-        char dir[PATH_MAX];     /* "": no files */
-        int dirfd;              /* a copy of the attempt's; -1 */
+        char dir[PATH_MAX]; /* "": no files */
+        int dirfd;          /* a copy of the attempt's; -1 */
         struct hp_forensics_target *targets;
         int count;
 };
@@ -76,10 +76,10 @@ struct cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks);
 
 /* One rank's dump; zero-initialise, then hp_nccl_fr__free. */
 struct hp_nccl_fr {
-        const char *status;     /* NULL: not asked for */
+        const char *status; /* NULL: not asked for */
         char *pipe;
         char *dump;
-        struct timespec mtime;  /* the dump as it was before the ask */
+        struct timespec mtime; /* the dump as it was before the ask */
         off_t size;
         off_t seen;
         bool waiting;
@@ -87,8 +87,8 @@ struct hp_nccl_fr {
 
 /* Asks rank's ProcessGroupNCCL for its flight recorder through the pipe
  * pipe_prefix<rank>.pipe, the dump to come in dump_prefix<rank>. */
-void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
-                     const char *pipe_prefix, const char *dump_prefix);
+void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank, const char *pipe_prefix,
+                     const char *dump_prefix);
 /* Looks at the dump again: true while it is still awaited. */
 bool hp_nccl_fr__poll(struct hp_nccl_fr *fr);
 /* Adds "nccl_flight_recorder" to a rank's object o, when it was asked. */

@@ -115,7 +115,9 @@ static void iso_time(double wall, char *buf, size_t len)
         (void)hp_snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
                           tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                           tm.tm_hour, tm.tm_min, tm.tm_sec,
-                          ms > 999 ? 999 : ms < 0 ? 0 : ms);
+                          ms > 999 ? 999
+                          : ms < 0 ? 0
+                                   : ms);
 }
 
 /* Whether the file's first line is our header for pid: sets *tid. */
@@ -151,7 +153,8 @@ static int find_stacks_file(pid_t pid, pid_t *tid)
         dir = opendir(path);
         if (dir == NULL)
                 return -1;
-        while (fd < 0 && (de = readdir(dir)) != NULL && seen++ < MAX_PROC_FDS) {
+        while (fd < 0 && (de = readdir(dir)) != NULL &&
+               seen++ < MAX_PROC_FDS) {
                 ssize_t n;
 
                 if (de->d_name[0] == '.')
@@ -239,8 +242,8 @@ static void drop_own_thread(char *text)
         if (frame == NULL)
                 return;
         start = frame;
-        while (start > text && !(start[-1] == '\n' && start - 1 > text &&
-                                 start[-2] == '\n'))
+        while (start > text &&
+               !(start[-1] == '\n' && start - 1 > text && start[-2] == '\n'))
                 start--;
         end = strstr(frame, "\n\n");
         end = end != NULL ? end + 2 : frame + strlen(frame);
@@ -384,8 +387,8 @@ static void keep_report(struct hp_forensics *f, const char *path)
 {
         char *slot = f->kept[f->requests % HP_STACKS_REPORTS_KEPT];
 
-        if (slot[0] != '\0' && strcmp(slot, path) != 0 &&
-            unlink(slot) < 0 && errno != ENOENT)
+        if (slot[0] != '\0' && strcmp(slot, path) != 0 && unlink(slot) < 0 &&
+            errno != ENOENT)
                 hp_log_warn("hang report: cannot remove the older report "
                             "'%s': %s",
                             slot, hp_strerror(-errno));
@@ -394,8 +397,9 @@ static void keep_report(struct hp_forensics *f, const char *path)
 
 /* One rank's part of the report; counts the Python workers and the
  * stacks they gave. NULL without memory. */
-static cJSON *rank_report(struct hp_forensics *f, struct hp_forensics_target *t,
-                          uint64_t now, double wall, int *stacks, int *python)
+static cJSON *rank_report(struct hp_forensics *f,
+                          struct hp_forensics_target *t, uint64_t now,
+                          double wall, int *stacks, int *python)
 {
         char when[40];
         double speed;
@@ -429,12 +433,11 @@ static cJSON *rank_report(struct hp_forensics *f, struct hp_forensics_target *t,
                 dump = read_stacks(t);
                 cJSON_AddNumberToObject(py, "pid", t->stacks_pid);
         }
-        cJSON_AddStringToObject(
-                py, "status",
-                t->stacks_fd < 0 ? "no handler"
-                : dump == NULL   ? "no answer"
-                : t->complete    ? "complete"
-                                 : "cut at the timeout");
+        cJSON_AddStringToObject(py, "status",
+                                t->stacks_fd < 0 ? "no handler"
+                                : dump == NULL   ? "no answer"
+                                : t->complete    ? "complete"
+                                                 : "cut at the timeout");
         if (dump != NULL) {
                 (*stacks)++;
                 cJSON_AddStringToObject(py, "stacks", dump);
@@ -519,7 +522,8 @@ static void finish(struct hp_forensics *f)
                 if (r >= 0 && f->on_request)
                         keep_report(f, path);
         }
-        snprintf(line, sizeof(line), "%s: Python stacks from %d of %d "
+        snprintf(line, sizeof(line),
+                 "%s: Python stacks from %d of %d "
                  "Python worker%s, collected in %llu ms",
                  reason[0] ? reason : "on request", stacks, python,
                  python == 1 ? "" : "s",
@@ -607,16 +611,16 @@ void hp_forensics_note_silence(struct hp_forensics *f,
                         ranks[n].exited = true;
                         ranks[n].exit_code = w->exit_code;
                         ranks[n].exit_signal = w->exit_signal;
-                        ranks[n].exit_ms =
-                                ago <= 0 ? now
-                                : (double)now > ago * 1000.0
-                                        ? now - (uint64_t)(ago * 1000.0)
-                                        : 0;
+                        ranks[n].exit_ms = ago <= 0 ? now
+                                           : (double)now > ago * 1000.0
+                                                   ? now - (uint64_t)(ago *
+                                                                      1000.0)
+                                                   : 0;
                 }
                 n++;
         }
-        (void)hp_silence_format(ranks, (size_t)n, now, wall,
-                                event, f->silence, sizeof(f->silence));
+        (void)hp_silence_format(ranks, (size_t)n, now, wall, event,
+                                f->silence, sizeof(f->silence));
         free(ranks);
         hp_log_warn("who went silent: %s", f->silence);
 }
@@ -654,8 +658,8 @@ static void take_targets(struct hp_forensics *f,
                 f->count++;
         }
         for (int i = 1; i < f->count; i++)
-                for (int j = i; j > 0 &&
-                                f->targets[j].last_ms < f->targets[j - 1].last_ms;
+                for (int j = i; j > 0 && f->targets[j].last_ms <
+                                                 f->targets[j - 1].last_ms;
                      j--) {
                         struct hp_forensics_target tmp = f->targets[j];
                         f->targets[j] = f->targets[j - 1];
@@ -673,8 +677,7 @@ static void take_attempt(struct hp_forensics *f,
         snprintf(f->stage_name, sizeof(f->stage_name), "%s", at->stage_name);
         f->attempt = at->attempt;
         snprintf(f->dir, sizeof(f->dir), "%s", at->dir ? at->dir : "");
-        f->dirfd = at->dirfd >= 0 ? fcntl(at->dirfd, F_DUPFD_CLOEXEC, 0)
-                                  : -1;
+        f->dirfd = at->dirfd >= 0 ? fcntl(at->dirfd, F_DUPFD_CLOEXEC, 0) : -1;
         if (f->dirfd < 0)
                 f->dir[0] = '\0';
         f->reason[0] = f->rule[0] = '\0';
@@ -689,8 +692,7 @@ static void take_attempt(struct hp_forensics *f,
 }
 
 int hp_forensics_begin(struct hp_forensics *f,
-                       const struct hp_forensics_attempt *at,
-                       bool on_request)
+                       const struct hp_forensics_attempt *at, bool on_request)
 {
         bool python = f->python_path != NULL;
         int sig = SIGRTMIN + STACKS_SIGNAL_OFFSET;
@@ -712,8 +714,9 @@ int hp_forensics_begin(struct hp_forensics *f,
         f->deadline = f->started + f->p.timeout_ms;
         take_attempt(f, at, on_request);
         if (on_request || f->silence[0] == '\0')
-                hp_forensics_note_silence(f, at, on_request ? "the request"
-                                                            : "the verdict");
+                hp_forensics_note_silence(f, at,
+                                          on_request ? "the request"
+                                                     : "the verdict");
         take_targets(f, at);
         /* The states as they were at the verdict, before any signal. */
         snapshot(f, f->p.full, python);
@@ -730,8 +733,8 @@ int hp_forensics_begin(struct hp_forensics *f,
         if (hp_forensics_fr_prefixes(f, f->dir, fr_pipe, fr_dump,
                                      sizeof(fr_pipe)))
                 for (int i = 0; i < f->count; i++)
-                        hp_nccl_fr__ask(&f->targets[i].fr,
-                                        f->targets[i].rank, fr_pipe, fr_dump);
+                        hp_nccl_fr__ask(&f->targets[i].fr, f->targets[i].rank,
+                                        fr_pipe, fr_dump);
         if (f->p.full)
                 f->ras = hp_nccl_ras__begin(f->p.loop);
         /* The first look comes on the next loop iteration: a report that

@@ -20,8 +20,8 @@
 #include "forensics-private.h"
 
 bool hp_forensics_fr_prefixes(const struct hp_forensics *f,
-                              const char *attempt_dir, char *pipe,
-                              char *dump, size_t len)
+                              const char *attempt_dir, char *pipe, char *dump,
+                              size_t len)
 {
         const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
         /* torch reads the new name first, as here. */
@@ -32,8 +32,8 @@ bool hp_forensics_fr_prefixes(const struct hp_forensics *f,
 
         /* The dumps go beside the report, the pipes in our private
          * directory: both need log files. */
-        if (f == NULL || !f->open || !f->p.full ||
-            f->python_dir[0] == '\0' || attempt_dir[0] == '\0')
+        if (f == NULL || !f->open || !f->p.full || f->python_dir[0] == '\0' ||
+            attempt_dir[0] == '\0')
                 return false;
         if (user_pipe && *user_pipe)
                 snprintf(pipe, len, "%s", user_pipe);
@@ -60,8 +60,8 @@ static char *path_of(const char *prefix, int rank, const char *suffix)
 /* Asks one rank's ProcessGroupNCCL for its flight recorder. The pipe is
  * opened without waiting: with no reader (no flight recorder in that
  * process) the open fails at once, which is only recorded. */
-void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
-                     const char *pipe_prefix, const char *dump_prefix)
+void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank, const char *pipe_prefix,
+                     const char *dump_prefix)
 {
         struct stat st;
         int fd;

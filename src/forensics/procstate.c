@@ -140,8 +140,8 @@ cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks)
                         buf[0] = '\0';
                 cJSON_AddStringToObject(t, "wchan", buf);
                 if (kernel_stacks) {
-                        snprintf(path, sizeof(path),
-                                 "/proc/%d/task/%d/stack", (int)pid, tid);
+                        snprintf(path, sizeof(path), "/proc/%d/task/%d/stack",
+                                 (int)pid, tid);
                         if (read_small(path, buf, sizeof(buf)) >= 0)
                                 cJSON_AddStringToObject(t, "kernel_stack",
                                                         buf);

@@ -20,6 +20,8 @@
 
 #include "forensics-private.h"
 
+/* The Python text as Python has it, at column 0. */
+/* clang-format off */
 static const char sitecustomize[] =
 "# Written by hyperpodrun (--hang-dump): lets the agent ask this Python\n"
 "# worker for the stack of every thread. faulthandler writes it to a\n"
@@ -89,6 +91,7 @@ static const char sitecustomize[] =
 "\n"
 "_hp_register()\n"
 "_hp_chain()\n";
+/* clang-format on */
 
 #define PYTHON_DIR_PREFIX "hyperpodrun-py-"
 
@@ -216,9 +219,9 @@ int hp_forensics__prepare_python(struct hp_forensics *f, const char *tmp,
                 return HP_ECONFIG;
         }
         /* Held until we exit: the directory is a live agent's. */
-        f->python_dir_fd = open(f->python_dir,
-                                O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                        O_CLOEXEC);
+        f->python_dir_fd = open(f->python_dir, O_RDONLY | O_DIRECTORY |
+                                                       O_NOFOLLOW |
+                                                       O_CLOEXEC);
         if (f->python_dir_fd < 0 ||
             flock(f->python_dir_fd, LOCK_EX | LOCK_NB) < 0) {
                 r = -errno;
@@ -232,8 +235,9 @@ int hp_forensics__prepare_python(struct hp_forensics *f, const char *tmp,
         fd = openat(f->python_dir_fd, "sitecustomize.py",
                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                     0644);
-        r = fd < 0 ? -errno : hp_write_all(fd, sitecustomize,
-                                           sizeof(sitecustomize) - 1);
+        r = fd < 0 ? -errno
+                   : hp_write_all(fd, sitecustomize,
+                                  sizeof(sitecustomize) - 1);
         if (fd >= 0 && close(fd) < 0 && r == 0)
                 r = -errno;
         if (r < 0) {

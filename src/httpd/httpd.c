@@ -19,7 +19,7 @@
 
 static void server_maybe_closed(struct hp_httpd *h)
 {
-        void (*cb)(struct hp_httpd *h) = h->close_cb;
+        void (*cb)(struct hp_httpd * h) = h->close_cb;
 
         if (!h->closing || !h->listener_closed || h->conns != NULL)
                 return;
@@ -84,8 +84,8 @@ static void conn_arm(struct hp_httpd_conn *c, uint64_t ms)
 
 static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(handle, struct hp_httpd_conn, tcp);
+        struct hp_httpd_conn *c = hp_container_of(handle,
+                                                  struct hp_httpd_conn, tcp);
 
         /* Reading only runs once everything read before has been parsed
          * (in_len is 0), so the one buffer per connection is enough. */
@@ -121,8 +121,8 @@ static void conn_read_stop(struct hp_httpd_conn *c)
 
 static void shutdown_cb(uv_shutdown_t *req, int status)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, shutdown_req);
+        struct hp_httpd_conn *c = hp_container_of(req, struct hp_httpd_conn,
+                                                  shutdown_req);
 
         if (status < 0 && c->state != CONN_CLOSED)
                 conn_close(c);
@@ -182,8 +182,8 @@ static void conn_process(struct hp_httpd_conn *c);
 
 static void write_cb(uv_write_t *req, int status)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, write_req);
+        struct hp_httpd_conn *c = hp_container_of(req, struct hp_httpd_conn,
+                                                  write_req);
         struct hp_httpd *h = c->server;
 
         if (c->state == CONN_CLOSED)
@@ -218,8 +218,8 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
         uv_buf_t buf;
         int r;
 
-        if (hp_httpd__format_response(&c->out, status, content_type,
-                                      headers, body, body_len, send_body,
+        if (hp_httpd__format_response(&c->out, status, content_type, headers,
+                                      body, body_len, send_body,
                                       c->keep_alive,
                                       c->parser.http_minor) < 0) {
                 hp_log_error("http: %s: no memory for a %zu-byte response",
@@ -370,8 +370,8 @@ static void conn_read_end(struct hp_httpd_conn *c, ssize_t nread)
 
 static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(stream, struct hp_httpd_conn, tcp);
+        struct hp_httpd_conn *c = hp_container_of(stream,
+                                                  struct hp_httpd_conn, tcp);
 
         if (nread == 0)
                 return;
@@ -391,8 +391,8 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 
 static void timer_cb(uv_timer_t *timer)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(timer, struct hp_httpd_conn, timer);
+        struct hp_httpd_conn *c = hp_container_of(timer, struct hp_httpd_conn,
+                                                  timer);
         const struct hp_httpd_limits *l = &c->server->limits;
         char reason[64];
 
@@ -404,13 +404,14 @@ static void timer_cb(uv_timer_t *timer)
                 break;
         case CONN_READING:
                 (void)hp_snprintf(reason, sizeof(reason),
-                                  "request not complete after %" PRIu64
-                                  " ms", l->request_timeout_ms);
+                                  "request not complete after %" PRIu64 " ms",
+                                  l->request_timeout_ms);
                 conn_respond_error(c, 408, reason);
                 break;
         case CONN_WRITING:
                 hp_log_warn("http: %s: response not taken within %" PRIu64
-                            " ms, closing", c->peer, l->request_timeout_ms);
+                            " ms, closing",
+                            c->peer, l->request_timeout_ms);
                 conn_close(c);
                 break;
         default:
@@ -563,8 +564,8 @@ static bool make_room(struct hp_httpd *h, const char *peer)
         if (!h->rejecting)
                 hp_log_warn("http: %s: over %d connections, closing the "
                             "ones idle or unfinished the longest (%s first; "
-                            "logged once per burst)", peer,
-                            h->limits.max_connections, victim->peer);
+                            "logged once per burst)",
+                            peer, h->limits.max_connections, victim->peer);
         h->rejecting = true;
         h->stats.evicted_connections++;
         /* Counted out now: its close callbacks come later. */
@@ -617,8 +618,8 @@ static void connection_cb(uv_stream_t *listener, int status)
                 if (!h->rejecting)
                         hp_log_warn("http: %s: over %d connections, all "
                                     "being answered: closing new ones at "
-                                    "once (logged once per burst)", c->peer,
-                                    h->limits.max_connections);
+                                    "once (logged once per burst)",
+                                    c->peer, h->limits.max_connections);
                 h->rejecting = true;
                 conn_close(c);
                 return;
@@ -682,8 +683,8 @@ int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
         int r;
 
         /* "[::1]" as in a URL is the same address as "::1". */
-        if (v6 && host_len > 2 && host[0] == '[' && host[host_len - 1] == ']' &&
-            host_len - 2 < sizeof(literal)) {
+        if (v6 && host_len > 2 && host[0] == '[' &&
+            host[host_len - 1] == ']' && host_len - 2 < sizeof(literal)) {
                 memcpy(literal, host + 1, host_len - 2);
                 literal[host_len - 2] = '\0';
                 host = literal;
@@ -691,11 +692,13 @@ int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
         (void)hp_snprintf(where, sizeof(where), v6 ? "[%s]:%d" : "%s:%d",
                           host, port);
         if (h->listening || h->closing)
-                return listen_fail(-EBUSY, where, "the server is already "
-                                   "listening or closed", err, errlen);
-        if (port < 0 || port > 65535)
-                return listen_fail(-EINVAL, where, "port out of range",
+                return listen_fail(-EBUSY, where,
+                                   "the server is already "
+                                   "listening or closed",
                                    err, errlen);
+        if (port < 0 || port > 65535)
+                return listen_fail(-EINVAL, where, "port out of range", err,
+                                   errlen);
         /* Literal addresses only: the operator API binds an interface,
          * it does not look names up. */
         if (v6)

@@ -36,9 +36,9 @@ struct hp_ipc_conn {
         struct hp_ipc_framer framer;
         struct hp_ipc_client *clients;
         int nclients;
-        size_t queued;       /* reply bytes libuv has not written yet */
-        size_t held;         /* the framer's bytes, in s->partial_bytes */
-        uint64_t active_ms;  /* when it connected or last sent a byte */
+        size_t queued;      /* reply bytes libuv has not written yet */
+        size_t held;        /* the framer's bytes, in s->partial_bytes */
+        uint64_t active_ms; /* when it connected or last sent a byte */
         unsigned warnings;
         bool closing;
 };
@@ -163,7 +163,7 @@ static void write_cb(uv_write_t *req, int status)
         w->conn->queued -= w->len;
         if (status < 0 && status != UV_ECANCELED && !w->conn->closing) {
                 hp_ipc__conn_warn(w->conn, "cannot write to a client: %s",
-                          uv_strerror(status));
+                                  uv_strerror(status));
                 conn_close(w->conn);
         }
         free(w);
@@ -201,10 +201,12 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (c->queued + len + 4 > HP_IPC_QUEUE_MAX) {
                 free(text);
                 s->stats.closed_slow++;
-                hp_ipc__conn_warn(c, "a client of local rank %d does not read its "
-                             "replies (%zu bytes queued); closing its "
-                             "connection",
-                          cl->local_rank, c->queued);
+                hp_ipc__conn_warn(
+                        c,
+                        "a client of local rank %d does not read its "
+                        "replies (%zu bytes queued); closing its "
+                        "connection",
+                        cl->local_rank, c->queued);
                 conn_close(c);
                 return -ENOBUFS;
         }
@@ -222,7 +224,8 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         r = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, write_cb);
         if (r < 0) {
                 free(w);
-                hp_ipc__conn_warn(c, "cannot write to a client: %s", uv_strerror(r));
+                hp_ipc__conn_warn(c, "cannot write to a client: %s",
+                                  uv_strerror(r));
                 conn_close(c);
                 return r;
         }
@@ -309,9 +312,9 @@ int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
                         return -EEXIST;
         if (s->nhandlers == HP_IPC_HANDLERS_MAX)
                 return -ENOSPC;
-        s->handlers[s->nhandlers++] = (struct hp_ipc_handler){
-                .type = type, .fn = fn, .ctx = ctx
-        };
+        s->handlers[s->nhandlers++] = (struct hp_ipc_handler){ .type = type,
+                                                               .fn = fn,
+                                                               .ctx = ctx };
         return 0;
 }
 
@@ -352,9 +355,11 @@ static void handle_init(struct hp_ipc_conn *c, const char *id, int rank)
         }
         if (c->nclients == CLIENTS_PER_CONN_MAX) {
                 c->server->stats.ignored++;
-                hp_ipc__conn_warn(c, "init: a connection may register at most %d "
-                             "clients; client_id %.64s ignored",
-                          CLIENTS_PER_CONN_MAX, id);
+                hp_ipc__conn_warn(
+                        c,
+                        "init: a connection may register at most %d "
+                        "clients; client_id %.64s ignored",
+                        CLIENTS_PER_CONN_MAX, id);
                 return;
         }
         cl = malloc(sizeof(*cl) + len + 1);
@@ -389,9 +394,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
         if (!utf8_valid((const unsigned char *)body, len) ||
             (msg = cJSON_ParseWithLength(body, len)) == NULL) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message is not valid UTF-8 JSON; "
-                             "ignored",
-                          len);
+                hp_ipc__conn_warn(
+                        c,
+                        "a %zu-byte message is not valid UTF-8 JSON; "
+                        "ignored",
+                        len);
                 return 0;
         }
         /* job_data's "data" is passed on to the operator as sent, its
@@ -406,14 +413,16 @@ static int on_frame(void *ctx, const char *body, size_t len)
                 break;
         case -ENOMEM:
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message: out of memory; "
-                                     "ignored",
+                hp_ipc__conn_warn(c,
+                                  "a %zu-byte message: out of memory; "
+                                  "ignored",
                                   len);
                 goto out;
         default:
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message holds a number JSON "
-                                     "does not allow at byte %zu; ignored",
+                hp_ipc__conn_warn(c,
+                                  "a %zu-byte message holds a number JSON "
+                                  "does not allow at byte %zu; ignored",
                                   len, bad_at);
                 goto out;
         }
@@ -427,10 +436,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
                 char shown[80];
                 const char *field = !cJSON_IsObject(msg) ? "the message"
                                     : !cJSON_IsString(type) ||
-                                              type->valuestring[0] == '\0'
+                                                    type->valuestring[0] ==
+                                                            '\0'
                                             ? "\"type\""
                                     : !cJSON_IsString(id) ||
-                                              id->valuestring[0] == '\0'
+                                                    id->valuestring[0] == '\0'
                                             ? "\"client_id\""
                                             : "\"local_rank\"";
                 const cJSON *bad = !cJSON_IsObject(msg) ? msg
@@ -438,17 +448,21 @@ static int on_frame(void *ctx, const char *body, size_t len)
                                    : field[1] == 'c'    ? id
                                                         : rank_item;
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a message needs an object with a string "
-                             "\"type\", a string \"client_id\" and an "
-                             "integer \"local_rank\"; %s is %s; ignored",
-                          field, hp_ipc__show(bad, shown, sizeof(shown)));
+                hp_ipc__conn_warn(c,
+                                  "a message needs an object with a string "
+                                  "\"type\", a string \"client_id\" and an "
+                                  "integer \"local_rank\"; %s is %s; ignored",
+                                  field,
+                                  hp_ipc__show(bad, shown, sizeof(shown)));
                 goto out;
         }
         if (rank < 0 || rank >= s->nranks) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "%.64s: local_rank %" PRId64 " is not on this "
-                             "node (0 to %d); ignored",
-                          type->valuestring, rank, s->nranks - 1);
+                hp_ipc__conn_warn(c,
+                                  "%.64s: local_rank %" PRId64
+                                  " is not on this "
+                                  "node (0 to %d); ignored",
+                                  type->valuestring, rank, s->nranks - 1);
                 goto out;
         }
         if (strcmp(type->valuestring, "init") == 0) {
@@ -459,9 +473,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
         cl = find_client(c, id->valuestring);
         if (cl == NULL || cl->local_rank != rank) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "%.64s from client_id %.64s (local rank %" PRId64
-                             ") before its init on this connection; ignored",
-                          type->valuestring, id->valuestring, rank);
+                hp_ipc__conn_warn(
+                        c,
+                        "%.64s from client_id %.64s (local rank %" PRId64
+                        ") before its init on this connection; ignored",
+                        type->valuestring, id->valuestring, rank);
                 goto out;
         }
         for (i = 0; i < s->nhandlers; i++)
@@ -469,9 +485,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
                         break;
         if (i == s->nhandlers) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "unknown message type \"%.64s\" from local rank "
-                             "%d; ignored",
-                          type->valuestring, cl->local_rank);
+                hp_ipc__conn_warn(
+                        c,
+                        "unknown message type \"%.64s\" from local rank "
+                        "%d; ignored",
+                        type->valuestring, cl->local_rank);
                 goto out;
         }
         s->stats.messages++;
@@ -539,7 +557,8 @@ static void shed_partial(struct hp_ipc_server *s)
                                      "with %zu bytes of a %" PRIu32 "-byte "
                                      "frame (%s)",
                                      victim->framer.have, victim->framer.need,
-                                     conn_owner(victim, owner, sizeof(owner)));
+                                     conn_owner(victim, owner,
+                                                sizeof(owner)));
                 s->shedding = true;
                 s->stats.closed_partial++;
                 conn_close(victim);
@@ -557,7 +576,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 return;
         if (nread < 0) {
                 if (nread != UV_EOF)
-                        hp_ipc__conn_warn(c, "read: %s", uv_strerror((int)nread));
+                        hp_ipc__conn_warn(c, "read: %s",
+                                          uv_strerror((int)nread));
                 conn_close(c);
                 return;
         }
@@ -577,7 +597,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                             too_big, HP_IPC_FRAME_MAX);
                 conn_close(c);
         } else if (r < 0) {
-                hp_ipc__conn_warn(c, "%s; closing the connection", hp_strerror(r));
+                hp_ipc__conn_warn(c, "%s; closing the connection",
+                                  hp_strerror(r));
                 conn_close(c);
         }
 }
@@ -625,8 +646,9 @@ static bool make_room(struct hp_ipc_server *s)
 
 static void connection_cb(uv_stream_t *listener, int status)
 {
-        struct hp_ipc_server *s =
-                hp_container_of(listener, struct hp_ipc_server, listener);
+        struct hp_ipc_server *s = hp_container_of(listener,
+                                                  struct hp_ipc_server,
+                                                  listener);
         struct hp_ipc_conn *c;
         int r;
 
@@ -669,8 +691,8 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                          const cJSON *msg, void *ctx)
 {
         const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(msg, "prefix");
-        const cJSON *types =
-                cJSON_GetObjectItemCaseSensitive(msg, "checkpoint_types");
+        const cJSON *types = cJSON_GetObjectItemCaseSensitive(
+                msg, "checkpoint_types");
         struct hp_ckpt_type_count counts[HP_CKPT_TYPES_MAX];
         const cJSON *v;
         char err[256];
@@ -679,18 +701,20 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (!cJSON_IsString(prefix) || !cJSON_IsObject(types)) {
                 char shown[80];
                 s->stats.ignored++;
-                hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: needs a "
-                                    "string \"prefix\" and an object "
-                                    "\"checkpoint_types\"; %s is %s; "
-                                    "ignored",
-                          cl->local_rank,
-                          !cJSON_IsString(prefix) ? "\"prefix\""
-                                                  : "\"checkpoint_types\"",
-                          hp_ipc__show(!cJSON_IsString(prefix) ? prefix : types,
-                               shown, sizeof(shown)));
+                hp_ipc__conn_warn(
+                        cl->conn,
+                        "ckpt_init from local rank %d: needs a "
+                        "string \"prefix\" and an object "
+                        "\"checkpoint_types\"; %s is %s; "
+                        "ignored",
+                        cl->local_rank,
+                        !cJSON_IsString(prefix) ? "\"prefix\""
+                                                : "\"checkpoint_types\"",
+                        hp_ipc__show(!cJSON_IsString(prefix) ? prefix : types,
+                                     shown, sizeof(shown)));
                 return;
         }
-        cJSON_ArrayForEach(v, types) {
+        cJSON_ArrayForEach (v, types) {
                 int64_t count = -1;
                 if (n == HP_CKPT_TYPES_MAX) {
                         snprintf(err, sizeof(err),
@@ -698,9 +722,8 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                                  HP_CKPT_TYPES_MAX);
                         goto bad;
                 }
-                if (!cJSON_IsNull(v) &&
-                    (!hp_ipc__json_int(v, &count) || count < 0 ||
-                     count > INT32_MAX)) {
+                if (!cJSON_IsNull(v) && (!hp_ipc__json_int(v, &count) ||
+                                         count < 0 || count > INT32_MAX)) {
                         snprintf(err, sizeof(err),
                                  "checkpoint_types[\"%.64s\"] is not a "
                                  "count or null",
@@ -722,17 +745,19 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         return;
 bad:
         s->stats.ignored++;
-        hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: %s; ignored",
-                  cl->local_rank, err);
+        hp_ipc__conn_warn(cl->conn,
+                          "ckpt_init from local rank %d: %s; ignored",
+                          cl->local_rank, err);
 }
 
 static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                            const cJSON *msg, void *ctx)
 {
-        const cJSON *step_item = cJSON_GetObjectItemCaseSensitive(msg, "step");
+        const cJSON *step_item = cJSON_GetObjectItemCaseSensitive(msg,
+                                                                  "step");
         const cJSON *path = cJSON_GetObjectItemCaseSensitive(msg, "path");
-        const cJSON *type =
-                cJSON_GetObjectItemCaseSensitive(msg, "checkpoint_type");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(
+                msg, "checkpoint_type");
         char err[512], shown[80];
         int64_t step;
         int r;
@@ -766,13 +791,15 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                 hp_log_info("checkpoint step %" PRId64 " is complete on "
                             "every local rank: %s",
                             step,
-                            s->ckpt.max_path ? s->ckpt.max_path : "(no path)");
+                            s->ckpt.max_path ? s->ckpt.max_path
+                                             : "(no path)");
         return;
 bad:
         s->stats.ignored++;
-        hp_ipc__conn_warn(cl->conn, "ckpt_info_update from local rank %d: %s; "
-                            "ignored",
-                  cl->local_rank, err);
+        hp_ipc__conn_warn(cl->conn,
+                          "ckpt_info_update from local rank %d: %s; "
+                          "ignored",
+                          cl->local_rank, err);
 }
 
 static void ckpt_get_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
@@ -1006,11 +1033,11 @@ static int clear_path(const char *path, char *why, size_t len)
 
         if (lstat(path, &st) < 0)
                 return errno == ENOENT ? 0 : -errno;
-        kind = S_ISSOCK(st.st_mode)   ? "a socket"
-               : S_ISDIR(st.st_mode)  ? "a directory"
-               : S_ISLNK(st.st_mode)  ? "a symbolic link"
-               : S_ISREG(st.st_mode)  ? "a file"
-                                      : "a special file";
+        kind = S_ISSOCK(st.st_mode)  ? "a socket"
+               : S_ISDIR(st.st_mode) ? "a directory"
+               : S_ISLNK(st.st_mode) ? "a symbolic link"
+               : S_ISREG(st.st_mode) ? "a file"
+                                     : "a special file";
         if (st.st_uid == geteuid() && !S_ISDIR(st.st_mode) &&
             !(S_ISSOCK(st.st_mode) && socket_live(path))) {
                 if (unlink(path) < 0 && errno != ENOENT)
@@ -1047,8 +1074,8 @@ static int bind_private(struct hp_ipc_server *s, const char *dir)
 {
         int r;
 
-        r = hp_snprintf(s->dir, sizeof(s->dir), "%s/hyperpodrun-ipc-%d.XXXXXX",
-                        dir, (int)getpid());
+        r = hp_snprintf(s->dir, sizeof(s->dir),
+                        "%s/hyperpodrun-ipc-%d.XXXXXX", dir, (int)getpid());
         if (r < 0)
                 return r;
         if (mkdtemp(s->dir) == NULL) {
@@ -1193,7 +1220,8 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
                             strerror(errno));
         if (s->dir[0] != '\0' && rmdir(s->dir) < 0 && errno != ENOENT)
                 hp_log_warn("cannot remove the worker socket's directory "
-                            "%s: %s", s->dir, strerror(errno));
+                            "%s: %s",
+                            s->dir, strerror(errno));
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
 }

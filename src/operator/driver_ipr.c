@@ -99,8 +99,8 @@ static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
                           sizeof(missing));
         hp_log_info("in-process restart: local rank%s %s already at the "
                     "barrier; waiting for %s (%s)",
-                    n > 1 ? "s" : "", held,
-                    missing[0] ? missing : "none", limit);
+                    n > 1 ? "s" : "", held, missing[0] ? missing : "none",
+                    limit);
 }
 
 static void end_wait(struct hp_operator *op)
@@ -131,13 +131,13 @@ static bool ip_table_complete(const struct hp_operator *op, char *missing,
                 return true;
         }
         ips = cJSON_GetObjectItemCaseSensitive(doc, "ips");
-        cJSON_ArrayForEach(ip, ips) {
+        cJSON_ArrayForEach (ip, ips) {
                 if (cJSON_IsNull(ip)) {
                         complete = false;
                         if (used < len)
-                                used += (size_t)snprintf(
-                                        missing + used, len - used, "%s%d",
-                                        used ? ", " : "", i);
+                                used += (size_t)snprintf(missing + used,
+                                                         len - used, "%s%d",
+                                                         used ? ", " : "", i);
                 }
                 i++;
         }
@@ -174,8 +174,8 @@ static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
         /* Read from disk only when it decides something. */
         v->ip_table_complete = true;
         if (v->state == HP_OP_RUNNING && v->all_at_barrier && v->can_start)
-                v->ip_table_complete =
-                        ip_table_complete(op, missing, sizeof(missing));
+                v->ip_table_complete = ip_table_complete(op, missing,
+                                                         sizeof(missing));
 }
 
 /* ---- job_start and job_rank_info ---- */
@@ -191,9 +191,11 @@ static cJSON *rank_ips(const struct hp_operator *op)
         if (op->job.rank_ips == NULL)
                 return cJSON_CreateNull();
         list = cJSON_CreateArray();
-        cJSON_ArrayForEach(item, op->job.rank_ips) {
-                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item, "rank");
-                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item, "ip");
+        cJSON_ArrayForEach (item, op->job.rank_ips) {
+                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item,
+                                                                  "rank");
+                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item,
+                                                                   "ip");
                 cJSON *out = cJSON_CreateObject();
                 int rank = 0;
 
@@ -226,10 +228,17 @@ static cJSON *rank_payload(const struct hp_operator *op,
         cJSON *agg = cJSON_AddObjectToObject(msg, "aggregate_worker_data");
         char v[11][288];
         static const char *const keys[11] = {
-                "RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE",
-                "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT", "JOB_RESTART_COUNT",
-                "TORCHELASTIC_RESTART_COUNT", "SPARE",
+                "RANK",
+                "GROUP_RANK",
+                "ROLE_RANK",
+                "WORLD_SIZE",
+                "GROUP_WORLD_SIZE",
+                "ROLE_WORLD_SIZE",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "JOB_RESTART_COUNT",
+                "TORCHELASTIC_RESTART_COUNT",
+                "SPARE",
         };
         int rank = round->base_rank + lr;
 
@@ -289,13 +298,13 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                 return -1;
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
                 cJSON *msg = rank_payload(op, &round, lr);
-                int r = msg ? hp_ipc_send_to_rank(op->ipc, lr, type,
-                                                  msg)
+                int r = msg ? hp_ipc_send_to_rank(op->ipc, lr, type, msg)
                             : -ENOMEM;
                 cJSON_Delete(msg);
                 if (r < 0) {
-                        snprintf(why, len, "Failed to send %s to local rank "
-                                           "%d: %s",
+                        snprintf(why, len,
+                                 "Failed to send %s to local rank "
+                                 "%d: %s",
                                  type, lr, hp_strerror(r));
                         return -1;
                 }
@@ -494,8 +503,7 @@ static void send_start(struct hp_operator *op)
                 hp_log_error("in-process restart: job_start: %s", why);
                 snprintf(op->ipr.failure_reason,
                          sizeof(op->ipr.failure_reason), "WorkerFault");
-                snprintf(op->ipr.failure, sizeof(op->ipr.failure), "%s",
-                         why);
+                snprintf(op->ipr.failure, sizeof(op->ipr.failure), "%s", why);
                 fault(op, why);
                 return;
         }
@@ -694,8 +702,7 @@ static int ipr_start(struct hp_operator *op, struct hp_op_request *body,
         r = hp_op__store_ip_table(op, body, err, len);
         if (r < 0)
                 return r;
-        running = hp_op__set_state(op, HP_OP_RUNNING, "RunningStarted",
-                                   NULL);
+        running = hp_op__set_state(op, HP_OP_RUNNING, "RunningStarted", NULL);
         take_spare(op, body->spare, body->fault_count);
         hp_op__store_job(op, body, false);
         /* job_start goes once every rank is at the barrier. */
@@ -738,9 +745,9 @@ static void ipr_status(const struct hp_operator *op, struct hp_op_status *st,
         st->inprocess = true;
         st->spare = op->ipr.spare;
         st->priority = op->ipr.priority;
-        st->restart_mode =
-                mode >= 0 ? hp_restart_mode_name((enum hp_restart_mode)mode)
-                          : NULL;
+        st->restart_mode = mode >= 0 ? hp_restart_mode_name(
+                                               (enum hp_restart_mode)mode)
+                                     : NULL;
         st->rank_labels = ranks->labels;
         *owned = hp_ipc_ranks_worker_data(ranks);
         st->worker_data = *owned;
@@ -768,8 +775,9 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                         snprintf(ipr->failure_reason,
                                  sizeof(ipr->failure_reason), "WorkerCrash");
                         if (result == HP_GROUP_FAILED)
-                                hp_agent_failure_message(a, g, ipr->failure,
-                                                         sizeof(ipr->failure));
+                                hp_agent_failure_message(
+                                        a, g, ipr->failure,
+                                        sizeof(ipr->failure));
                         else
                                 snprintf(ipr->failure, sizeof(ipr->failure),
                                          "the %s processes were stopped",
@@ -794,9 +802,8 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         if (ipr->failure_reason[0] == '\0' || ipr->verdict) {
                 snprintf(ipr->failure_reason, sizeof(ipr->failure_reason),
                          "%s",
-                         failed && w.start_failed
-                                 ? "WorkerStartFailed"
-                                 : "WorkerCrash");
+                         failed && w.start_failed ? "WorkerStartFailed"
+                                                  : "WorkerCrash");
                 hp_op__failure_message(a, g, ipr->failure,
                                        sizeof(ipr->failure));
                 ipr->verdict = false;
@@ -870,8 +877,9 @@ static int ipr_open(struct hp_operator *op, char *errbuf, size_t len)
         op->plr.inprocess = true;
         r = hp_ipc_inprocess_enable(op->ipc, ipc_changed, op);
         if (r < 0) {
-                snprintf(errbuf, len, "in-process restart: the worker "
-                                      "socket's handlers: %s",
+                snprintf(errbuf, len,
+                         "in-process restart: the worker "
+                         "socket's handlers: %s",
                          hp_strerror(r));
                 return r;
         }

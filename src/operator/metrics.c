@@ -191,14 +191,14 @@ static void rule_series_cb(void *ctx, int rank, const struct logmon_stream *s,
                         fprintf(f, "%d\n", (int)info.state);
                         break;
                 case RM_MATCHES:
-                        fprintf(f, "%llu\n", (unsigned long long)info.matches);
+                        fprintf(f, "%llu\n",
+                                (unsigned long long)info.matches);
                         break;
                 case RM_LAST_MATCH:
                         fprintf(f, "%.3f\n",
-                                c->wall -
-                                        (double)logmon_stream_idle_ms(s, r,
-                                                                      c->now) /
-                                                1000.0);
+                                c->wall - (double)logmon_stream_idle_ms(
+                                                  s, r, c->now) /
+                                                  1000.0);
                         break;
                 case RM_LIMIT_HITS:
                         fprintf(f, "%llu\n",
@@ -224,7 +224,8 @@ static void any_metric_cb(void *ctx, int rank, const struct logmon_stream *s,
         (void)s;
         for (size_t r = 0; r < logmon_ruleset_count(rs); r++) {
                 struct logmon_rule_limits lim;
-                if (logmon_ruleset_rule_limits(rs, r, &lim) == 0 && lim.metric)
+                if (logmon_ruleset_rule_limits(rs, r, &lim) == 0 &&
+                    lim.metric)
                         *any = true;
         }
 }
@@ -326,7 +327,8 @@ static void streams(FILE *f, const struct hp_operator *op)
                 family(f, metrics[m].name, "counter", metrics[m].help);
                 for (int i = 0; i < c.nproc; i++)
                         for (int s = 0; s < 2; s++) {
-                                const struct hp_stream_stats *t = &c.sum[i][s];
+                                const struct hp_stream_stats
+                                        *t = &c.sum[i][s];
                                 uint64_t v = m == 0   ? t->lines
                                              : m == 1 ? t->bytes
                                                       : t->file_lost;
@@ -375,11 +377,13 @@ static void ipc(FILE *f, const struct hp_agent *a,
         fprintf(f, "hyperpodrun_ipc_connections %zu\n", s->nconns);
         family(f, "hyperpodrun_ipc_messages_total", "counter",
                "Worker socket messages handled, and refused (logged).");
-        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"handled\"} "
-                   "%llu\n",
+        fprintf(f,
+                "hyperpodrun_ipc_messages_total{result=\"handled\"} "
+                "%llu\n",
                 (unsigned long long)s->stats.messages);
-        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"ignored\"} "
-                   "%llu\n",
+        fprintf(f,
+                "hyperpodrun_ipc_messages_total{result=\"ignored\"} "
+                "%llu\n",
                 (unsigned long long)s->stats.ignored);
         family(f, "hyperpodrun_ipc_rejected_frames_total", "counter",
                "Frames over the size limit (their connection was closed).");
@@ -389,8 +393,9 @@ static void ipc(FILE *f, const struct hp_agent *a,
                "Worker socket connections the agent closed to protect "
                "itself, by reason.");
         for (size_t i = 0; i < HP_ARRAY_SIZE(closed); i++)
-                fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"%s\"} "
-                           "%llu\n",
+                fprintf(f,
+                        "hyperpodrun_ipc_closed_total{reason=\"%s\"} "
+                        "%llu\n",
                         closed[i].reason, (unsigned long long)closed[i].n);
 }
 
@@ -412,8 +417,9 @@ static void rank_speeds(FILE *f, struct hp_agent *a)
                                "the median of the ranks, in the latest "
                                "--straggler-window.");
                 any = true;
-                fprintf(f, "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
-                           "%.4f\n",
+                fprintf(f,
+                        "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
+                        "%.4f\n",
                         lr, speed);
         }
 }
@@ -531,12 +537,14 @@ static void preflight(FILE *f, const struct hp_agent *a,
         family(f, "hyperpodrun_preflight_gpus", "gauge",
                "GPUs in the pre-flight communicator.");
         fprintf(f, "hyperpodrun_preflight_gpus %d\n", r->gpus);
-        family(f, "hyperpodrun_preflight_best_busbw_bytes_per_second", "gauge",
+        family(f, "hyperpodrun_preflight_best_busbw_bytes_per_second",
+               "gauge",
                "The best pre-flight all-reduce bus bandwidth over the "
                "sizes (what --preflight-min-busbw is compared with).");
         fprintf(f, "hyperpodrun_preflight_best_busbw_bytes_per_second ");
         value(f, r->busbw * GB);
-        family(f, "hyperpodrun_preflight_best_algbw_bytes_per_second", "gauge",
+        family(f, "hyperpodrun_preflight_best_algbw_bytes_per_second",
+               "gauge",
                "The algorithm bandwidth of the size with the best bus "
                "bandwidth.");
         fprintf(f, "hyperpodrun_preflight_best_algbw_bytes_per_second ");

@@ -19,26 +19,26 @@ struct hp_operator {
         struct hp_httpd httpd;
         struct hp_httpd metrics_httpd; /* --metrics-port: GET /metrics only */
         struct hp_plr plr;
-        uv_timer_t kick;        /* acts on the state after a request */
-        uv_timer_t retry;       /* listen retries */
-        uv_timer_t remind;      /* "still waiting for /start" */
+        uv_timer_t kick;   /* acts on the state after a request */
+        uv_timer_t retry;  /* listen retries */
+        uv_timer_t remind; /* "still waiting for /start" */
         int listen_tries;
         int listen_max_tries;
         uint64_t listen_delay_ms;
         bool listening;
         bool closing;
         char resource_dir[4096];
-        char ip_version[256];   /* "" when unknown */
-        int assigned_rank;      /* -1 until /start */
+        char ip_version[256]; /* "" when unknown */
+        int assigned_rank;    /* -1 until /start */
         /* The last /start's data, applied when workers start. */
         struct hp_op_request job;
         bool have_job;
         bool can_start;
-        bool start_pending;     /* RUNNING, workers not started yet */
+        bool start_pending;      /* RUNNING, workers not started yet */
         bool next_stage_pending; /* a stage succeeded; start the next */
-        bool rules_changed;     /* an /update brought other rules */
-        bool log_requests;      /* --server-log-level debug or trace */
-        bool observer;          /* self-driven: read-only routes */
+        bool rules_changed;      /* an /update brought other rules */
+        bool log_requests;       /* --server-log-level debug or trace */
+        bool observer;           /* self-driven: read-only routes */
         bool httpd_ready;
         bool metrics_httpd_ready;
         bool timers_ready;
@@ -49,37 +49,36 @@ struct hp_operator {
         /* The last attempt ended in a worker failure with this status. */
         int last_failure_code;
         /* For /metrics. */
-        double start_time_s;    /* wall clock, when the agent started */
+        double start_time_s; /* wall clock, when the agent started */
         uint64_t attempts_started;
         uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* times FAULTED, by cause */
-        double last_detection_latency_s; /* -1: none yet */
-        char *response;         /* the last response body (malloc'd) */
-        char *token;            /* --server-token-file's, or NULL */
+        double last_detection_latency_s;       /* -1: none yet */
+        char *response; /* the last response body (malloc'd) */
+        char *token;    /* --server-token-file's, or NULL */
         size_t token_len;
-        uint64_t unauthorized;  /* requests answered 401 */
+        uint64_t unauthorized;           /* requests answered 401 */
         struct hp_op_limit stacks_limit; /* POST /debug/stacks */
-        char headers[96];       /* extra header lines of a response */
-        char *detail_log;       /* scratch for logging bad requests */
+        char headers[96]; /* extra header lines of a response */
+        char *detail_log; /* scratch for logging bad requests */
         /* --inprocess-restart (driver_ipr.c): the worker group as the
          * reference's main loop sees it, the barrier wait, and the flags
          * /start, /update and /stop set. */
         struct hp_op_ipr {
                 enum hp_ipr_group group;
                 enum hp_ipr_wait wait;
-                uint64_t deadline;      /* loop ms, 0: none */
-                uv_timer_t timer;       /* fires at the deadline */
+                uint64_t deadline; /* loop ms, 0: none */
+                uv_timer_t timer;  /* fires at the deadline */
                 bool timer_ready;
-                bool plr_armed;         /* a full stop is due */
+                bool plr_armed; /* a full stop is due */
                 bool priority;
-                bool spare;             /* "True" until a request says */
-                bool holding;           /* HOLD was logged */
+                bool spare;   /* "True" until a request says */
+                bool holding; /* HOLD was logged */
                 bool deciding;
-                bool verdict;           /* a rule verdict since the start */
+                bool verdict; /* a rule verdict since the start */
                 char failure[HP_OP_MESSAGE_MAX]; /* the group's, or "" */
                 char failure_reason[HP_OP_REASON_MAX];
         } ipr;
 };
-
 
 /* ---- core.c ---- */
 
@@ -142,7 +141,8 @@ struct hp_op_driver {
         /* POST /update, after the IP table is stored: takes the body. */
         void (*update)(struct hp_operator *op, struct hp_op_request *body);
         /* POST /stop, after its graceful flag and timeout are stored. */
-        void (*stop)(struct hp_operator *op, const struct hp_op_request *body);
+        void (*stop)(struct hp_operator *op,
+                     const struct hp_op_request *body);
         /* The driver's keys of /status; *owned is for the caller to
          * cJSON_Delete. */
         void (*status)(const struct hp_operator *op, struct hp_op_status *st,

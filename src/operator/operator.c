@@ -45,8 +45,7 @@ static int env_int(const char *name, int def, int min, int max, int *out,
  * that reads pod_resourceconfig.json finds its directory, and a bad path
  * is told at once rather than at the first /start. An agent restarted on
  * the same file system reports the saved IP table version at once. */
-static int open_resource_dir(struct hp_operator *op, char *errbuf,
-                             size_t len)
+static int open_resource_dir(struct hp_operator *op, char *errbuf, size_t len)
 {
         const struct hp_rdzv_options *opt = hp_agent_rdzv_options(op->agent);
         char err[512];

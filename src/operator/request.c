@@ -91,8 +91,8 @@ static cJSON *echo(const cJSON *input)
                         cut--;
                 snprintf(text, sizeof(text),
                          "%.*s... (%zu bytes in all, over the %d-byte echo "
-                         "limit)", (int)cut, v, len,
-                         HP_OP_ECHO_MAX);
+                         "limit)",
+                         (int)cut, v, len, HP_OP_ECHO_MAX);
         } else {
                 snprintf(text, sizeof(text),
                          "(%s of %d %s, over the %d-byte echo limit)",
@@ -161,11 +161,12 @@ static void list_the_rest(struct checker *c)
         cJSON *loc = cJSON_AddArrayToObject(err, "loc");
         char msg[128];
 
-        snprintf(msg, sizeof(msg), "%zu more errors not listed: a 422 "
-                 "lists at most %d", c->errors - HP_OP_ERRORS_MAX,
-                 HP_OP_ERRORS_MAX);
-        if (loc == NULL || !cJSON_AddItemToArray(loc,
-                                                 cJSON_CreateString("body")) ||
+        snprintf(msg, sizeof(msg),
+                 "%zu more errors not listed: a 422 "
+                 "lists at most %d",
+                 c->errors - HP_OP_ERRORS_MAX, HP_OP_ERRORS_MAX);
+        if (loc == NULL ||
+            !cJSON_AddItemToArray(loc, cJSON_CreateString("body")) ||
             cJSON_AddStringToObject(err, "type", "too_many_errors") == NULL ||
             cJSON_AddStringToObject(err, "msg", msg) == NULL ||
             cJSON_AddNullToObject(err, "input") == NULL ||
@@ -300,9 +301,8 @@ static bool int_like(const cJSON *v)
  * Union[int, str] (int_first) or Union[str, int]: pydantic lists one
  * error per member, in the union's order, each loc ending in the
  * member's name. */
-static void union_failed(struct checker *c, const cJSON *v,
-                         const char *field, int index, const char *subfield,
-                         bool int_first)
+static void union_failed(struct checker *c, const cJSON *v, const char *field,
+                         int index, const char *subfield, bool int_first)
 {
         int64_t n;
 
@@ -345,10 +345,10 @@ static void required_int(struct checker *c, const cJSON *obj,
 /* pydantic's lax boolean strings. */
 static bool bool_text(const char *text, int *out)
 {
-        static const char *const truthy[] = { "1", "on", "t", "true", "y",
-                                              "yes" };
-        static const char *const falsy[] = { "0", "off", "f", "false", "n",
-                                             "no" };
+        static const char *const truthy[] = { "1",    "on", "t",
+                                              "true", "y",  "yes" };
+        static const char *const falsy[] = { "0",     "off", "f",
+                                             "false", "n",   "no" };
 
         for (size_t i = 0; i < HP_ARRAY_SIZE(truthy); i++) {
                 if (strcasecmp(text, truthy[i]) == 0) {
@@ -397,7 +397,8 @@ static enum parsed spare_field(struct checker *c, const cJSON *v, int *out)
         int b;
 
         if (int_like(v)) {
-                *out = cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble != 0;
+                *out = cJSON_IsBool(v) ? cJSON_IsTrue(v)
+                                       : v->valuedouble != 0;
                 return PARSED_OK;
         }
         if (cJSON_IsString(v) && parse_int_text(v->valuestring, &n)) {
@@ -626,7 +627,8 @@ static void check_rules(struct checker *c, const cJSON *obj,
                 return;
         /* Compiled now, so that rules that cannot run are a 422 for the
          * operator rather than a surprise once the workers are up. */
-        if (logmon_ruleset_new(v, NULL, &out->ruleset, err, sizeof(err)) < 0) {
+        if (logmon_ruleset_new(v, NULL, &out->ruleset, err, sizeof(err)) <
+            0) {
                 value_error(c, "log_monitoring_configuration", -1, NULL, v,
                             "%s", err);
                 return;
@@ -791,11 +793,12 @@ static cJSON *decode_body(struct checker *c, const char *body,
          * those of worker_data keep their text, which the workers get. */
         if (doc != NULL) {
                 size_t bad_at = 0;
-                int r = hp_json_exact_numbers(
-                        doc,
-                        cJSON_IsObject(doc) ? member(doc, "worker_data")
-                                            : NULL,
-                        body, body_len, &bad_at);
+                int r = hp_json_exact_numbers(doc,
+                                              cJSON_IsObject(doc)
+                                                      ? member(doc,
+                                                               "worker_data")
+                                                      : NULL,
+                                              body, body_len, &bad_at);
 
                 if (r == -ENOMEM) {
                         c->oom = true;

@@ -38,8 +38,7 @@ static void respond(struct hp_operator *op, struct hp_httpd_response *res,
 static void add_header(struct hp_operator *op, struct hp_httpd_response *res,
                        const char *name, const char *value)
 {
-        snprintf(op->headers, sizeof(op->headers), "%s: %s\r\n", name,
-                 value);
+        snprintf(op->headers, sizeof(op->headers), "%s: %s\r\n", name, value);
         res->headers = op->headers;
 }
 
@@ -93,8 +92,8 @@ static void respond_422(struct hp_operator *op, struct hp_httpd_response *res,
         hp_log_error("%s %s from %s: 422 %.*s; body: %.*s", req->method_name,
                      req->path, req->peer, LOG_ECHO_MAX,
                      body ? body : "(out of memory)",
-                     (int)(req->body_len > LOG_ECHO_MAX ? LOG_ECHO_MAX :
-                                                          req->body_len),
+                     (int)(req->body_len > LOG_ECHO_MAX ? LOG_ECHO_MAX
+                                                        : req->body_len),
                      req->body ? req->body : "");
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,
@@ -197,40 +196,41 @@ static void handle_stacks(struct hp_operator *op,
         int r;
 
         if (wait > 0) {
-                too_many(op, res, "{\"detail\":\"at most one stacks report "
-                                  "per second; ask again after "
-                                  "Retry-After\"}",
+                too_many(op, res,
+                         "{\"detail\":\"at most one stacks report "
+                         "per second; ask again after "
+                         "Retry-After\"}",
                          wait);
                 return;
         }
         r = hp_agent_stacks_report(op->agent, path, sizeof(path));
         if (r == -EBUSY) {
-                too_many(op, res, "{\"detail\":\"a hang report is being "
-                                  "collected; ask again once it is "
-                                  "written\"}",
+                too_many(op, res,
+                         "{\"detail\":\"a hang report is being "
+                         "collected; ask again once it is "
+                         "written\"}",
                          0);
                 return;
         }
         if (r < 0) {
-                respond_static(op, res, 409, JSON_TYPE,
-                               r == -ENOTSUP
-                               ? "{\"detail\":\"--hang-dump off: no "
-                                 "reports\"}"
-                               : r == -ENOENT
-                               ? "{\"detail\":\"no log files (--log-dir "
-                                 "/dev/null): no report file\"}"
-                               : r == -ESRCH
-                               ? "{\"detail\":\"no worker group is "
-                                 "running\"}"
-                               : "{\"detail\":\"the report could not "
-                                 "start\"}");
+                respond_static(
+                        op, res, 409, JSON_TYPE,
+                        r == -ENOTSUP ? "{\"detail\":\"--hang-dump off: no "
+                                        "reports\"}"
+                        : r == -ENOENT
+                                ? "{\"detail\":\"no log files (--log-dir "
+                                  "/dev/null): no report file\"}"
+                        : r == -ESRCH ? "{\"detail\":\"no worker group is "
+                                        "running\"}"
+                                      : "{\"detail\":\"the report could not "
+                                        "start\"}");
                 return;
         }
         hp_op_limit_note(&op->stacks_limit, now, STACKS_INTERVAL_MS);
         hp_log_info("POST /debug/stacks: stacks report to %s", path);
         doc = cJSON_CreateObject();
-        if (doc == NULL || cJSON_AddStringToObject(doc, "report", path) ==
-                                   NULL ||
+        if (doc == NULL ||
+            cJSON_AddStringToObject(doc, "report", path) == NULL ||
             (body = cJSON_PrintUnformatted(doc)) == NULL) {
                 cJSON_Delete(doc);
                 respond_500(op, res, "out of memory");
@@ -365,10 +365,10 @@ static void allowed_methods(const char *path, char *buf, size_t len)
         buf[0] = '\0';
         for (size_t i = 0; i < HP_ARRAY_SIZE(routes) && used < len; i++)
                 if (strcmp(routes[i].path, path) == 0)
-                        used += (size_t)snprintf(
-                                buf + used, len - used, "%s%s",
-                                used ? ", " : "",
-                                http_method_str(routes[i].method));
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "%s%s", used ? ", " : "",
+                                                 http_method_str(
+                                                         routes[i].method));
 }
 
 static void route_request(struct hp_operator *op,

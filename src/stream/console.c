@@ -95,7 +95,8 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
                            ? cap / HP_CONSOLE_BUFFERS
                            : cap;
         /* A small ring (in tests) must not fill before the writer wakes. */
-        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4 : HP_CONSOLE_BATCH;
+        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4
+                                                  : HP_CONSOLE_BATCH;
         con->ring = malloc(con->cap);
         if (con->ring == NULL)
                 return -ENOMEM;
@@ -266,8 +267,7 @@ static bool direct_thread_start(struct hp_console *con)
 /* Writes the buffer out: handed to the flood thread when async (starting
  * it if need be) or when it runs already and ordered is not asked for;
  * else written here, after every buffer queued before it. */
-static void direct_write_out(struct hp_console *con, bool async,
-                             bool ordered)
+static void direct_write_out(struct hp_console *con, bool async, bool ordered)
 {
         size_t n = (size_t)(con->head - con->tail);
         int r;
@@ -393,9 +393,8 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                 return queued;
         }
         uv_mutex_lock(&con->lock);
-        queued = put_drop_note(con) &&
-                 ring_put(con, prefix, prefix_len, line, len, marker,
-                          marker_len);
+        queued = put_drop_note(con) && ring_put(con, prefix, prefix_len, line,
+                                                len, marker, marker_len);
         if (queued) {
                 con->lines_queued++;
                 /* The writer is woken by the commit that ends the batch,
@@ -449,8 +448,7 @@ void hp_console_put_message(struct hp_console *con, const char *msg,
                 return;
         }
         uv_mutex_lock(&con->lock);
-        if (put_drop_note(con) &&
-            ring_put(con, "", 0, msg, len, "", 0)) {
+        if (put_drop_note(con) && ring_put(con, "", 0, msg, len, "", 0)) {
                 con->lines_queued++;
                 uv_cond_signal(&con->wake);
                 con->pending = false;

@@ -21,19 +21,19 @@ struct hp_console {
          * and there is no thread until a flood. */
         bool direct;
         char *ring;
-        size_t cap; /* of the ring, or of one direct buffer */
+        size_t cap;    /* of the ring, or of one direct buffer */
         uint64_t head; /* bytes ever queued */
         uint64_t tail; /* bytes ever written */
         uint64_t lines_queued;
         uint64_t lines_dropped;
         uint64_t bytes_dropped;
-        uint64_t lines_failed; /* lost to a failed write (under lock) */
+        uint64_t lines_failed;       /* lost to a failed write (under lock) */
         uint64_t messages_dropped;   /* of them, the agent's own */
         uv_thread_t owner;           /* the thread that queues lines */
         uint64_t dropped_unreported; /* lines lost since the last marker */
-        int write_error;             /* -errno of a failed write, then we drop */
-        bool stalled;                /* a flush timed out with tail here: */
-        uint64_t stalled_tail;       /* later waits skip if still no progress */
+        int write_error;       /* -errno of a failed write, then we drop */
+        bool stalled;          /* a flush timed out with tail here: */
+        uint64_t stalled_tail; /* later waits skip if still no progress */
         bool stopping;
         bool abandoned; /* close gave up on a writer stuck in write() */
         bool pending;   /* queued since the last commit; commit wakes */
@@ -76,7 +76,7 @@ struct hp_stream_hub {
         int epfd;       /* the pipes being read */
         uv_poll_t poll; /* epfd in the loop, while not paced */
         uv_timer_t timer;
-        int watched;    /* pipes in epfd */
+        int watched; /* pipes in epfd */
         bool paced;
         struct hp_console *consoles[2]; /* borrowed */
         size_t console_count;

@@ -49,7 +49,7 @@ static void dirty_remove(struct hp_stream *s)
  * first lines the worker wrote. The console and the job go on; the bytes
  * the file misses are counted (stats.file_lost). */
 static void file_give_up(struct hp_stream *s, const char *buf, size_t off,
-                        int err)
+                         int err)
 {
         const char *nl = off > 0 ? memrchr(buf, '\n', off) : NULL;
         int r = 0;
@@ -66,7 +66,8 @@ static void file_give_up(struct hp_stream *s, const char *buf, size_t off,
         hp_log_error("local rank %d: writing its log file %s failed: %s; "
                      "the file keeps its first %llu bytes (whole lines%s) "
                      "and is not written again, the console still gets "
-                     "the output", s->rank,
+                     "the output",
+                     s->rank,
                      s->file_path[0] != '\0' ? s->file_path : "(unnamed)",
                      hp_strerror(err), (unsigned long long)s->file_kept,
                      r < 0 ? "; cutting it there failed too" : "");
@@ -95,8 +96,8 @@ static void file_write_out(struct hp_stream *s)
                 const char *nl = memrchr(s->buf, '\n', s->unwritten);
 
                 if (nl != NULL)
-                        s->file_line_end =
-                                s->file_kept + (uint64_t)(nl - s->buf) + 1;
+                        s->file_line_end = s->file_kept +
+                                           (uint64_t)(nl - s->buf) + 1;
                 s->file_kept += s->unwritten;
         }
         s->unwritten = 0;
@@ -122,8 +123,9 @@ static void hub_pass(struct hp_stream_hub *hub);
 
 static void hub_timer_cb(uv_timer_t *timer)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(timer, struct hp_stream_hub, timer);
+        struct hp_stream_hub *hub = hp_container_of(timer,
+                                                    struct hp_stream_hub,
+                                                    timer);
         uint64_t now = uv_now(hub->loop);
 
         hub->armed_for = UINT64_MAX;
@@ -142,8 +144,9 @@ static void hub_timer_cb(uv_timer_t *timer)
 
 static void hub_poll_cb(uv_poll_t *poll, int status, int events)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(poll, struct hp_stream_hub, poll);
+        struct hp_stream_hub *hub = hp_container_of(poll,
+                                                    struct hp_stream_hub,
+                                                    poll);
 
         (void)status; /* an epoll fd does not fail to poll */
         (void)events;
@@ -235,8 +238,9 @@ static void hub_timer_close_cb(uv_handle_t *handle)
 
 static void hub_poll_close_cb(uv_handle_t *handle)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(handle, struct hp_stream_hub, poll);
+        struct hp_stream_hub *hub = hp_container_of(handle,
+                                                    struct hp_stream_hub,
+                                                    poll);
 
         close(hub->epfd);
         hub->epfd = -1;
@@ -515,8 +519,8 @@ void hp_stream_set_output(struct hp_stream *s,
         s->dup = out->dup;
 }
 
-void hp_stream_set_prefix(struct hp_stream *s, const char *prefix,
-                          size_t len, int time_at)
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix, size_t len,
+                          int time_at)
 {
         if (len >= sizeof(s->prefix))
                 len = sizeof(s->prefix) - 1;

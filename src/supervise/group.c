@@ -57,8 +57,8 @@ static void worker_set_state(struct hp_worker *w, enum hp_worker_state state,
                              const char *event)
 {
         hp_log_debug("%s worker %d (pid %d): %s → %s → %s",
-                     hp_stage_name(w->group->stage), w->local_rank, (int)w->pid,
-                     hp_worker__state_name(w->state), event,
+                     hp_stage_name(w->group->stage), w->local_rank,
+                     (int)w->pid, hp_worker__state_name(w->state), event,
                      hp_worker__state_name(state));
         w->state = state;
 }
@@ -74,8 +74,10 @@ static double wall_now(void)
 const char *hp_group__phase_name(enum hp_kill_phase phase)
 {
         static const char *const names[] = {
-                [HP_KILL_NONE] = "NONE",       [HP_KILL_SIGNALLED] = "SIGNALLED",
-                [HP_KILL_KILLED] = "KILLED",   [HP_KILL_FORCED] = "FORCED",
+                [HP_KILL_NONE] = "NONE",
+                [HP_KILL_SIGNALLED] = "SIGNALLED",
+                [HP_KILL_KILLED] = "KILLED",
+                [HP_KILL_FORCED] = "FORCED",
                 [HP_KILL_GAVE_UP] = "GAVE_UP",
         };
         return phase <= HP_KILL_GAVE_UP ? names[phase] : "?";
@@ -117,7 +119,8 @@ static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
                              hp_group__phase_name(g->kill_phase), event,
                              hp_group__phase_name(phase));
         else
-                hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
+                hp_log_debug("%s group: %s → %s → %s",
+                             hp_stage_name(g->stage),
                              hp_group__phase_name(g->kill_phase), event,
                              hp_group__phase_name(phase));
         g->kill_phase = phase;
@@ -150,7 +153,7 @@ static void group_check_done(struct hp_group *g)
         if (g->kill_phase < HP_KILL_GAVE_UP && scope_busy(g)) {
                 if (!g->stopping)
                         hp_group__stop(g, SIGTERM,
-                                      g->cfg->shutdown_timeout_ms);
+                                       g->cfg->shutdown_timeout_ms);
                 return;
         }
         uv_timer_stop(&g->timer);
@@ -208,7 +211,8 @@ static void signal_group(struct hp_worker *w, int sig)
          * group whose members are all gone answers ESRCH, which is fine. */
         if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
                 hp_log_warn("signalling process group %d with %s: %s",
-                            (int)w->pid, hp_signal_name(sig), strerror(errno));
+                            (int)w->pid, hp_signal_name(sig),
+                            strerror(errno));
 }
 
 /* The worker whose pid (and process group) this is, or NULL. */
@@ -258,8 +262,9 @@ static void signal_scope(struct hp_group *g, int sig)
                 hp_log_warn("%s: %d process%s left the workers' process "
                             "groups; stopping %s with the group (%s): %s",
                             hp_stage_name(g->stage), found,
-                            found == 1 ? "" : "es", found == 1 ? "it" : "them",
-                            hp_signal_name(sig), names);
+                            found == 1 ? "" : "es",
+                            found == 1 ? "it" : "them", hp_signal_name(sig),
+                            names);
         }
         hp_procs__free(&procs);
 }
@@ -288,7 +293,7 @@ static void close_held_pipes(struct hp_worker *w)
                 if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
                     fstat(fd, &st) == 0)
                         found = hp_proc__pipe_holders(st.st_ino, pids,
-                                                     HP_ARRAY_SIZE(pids));
+                                                      HP_ARRAY_SIZE(pids));
                 if (hp_stream_drain_and_close(s))
                         continue; /* it ended meanwhile */
                 held = true;
@@ -329,9 +334,10 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                 if (w->state >= HP_WORKER_EXITED || w->pid <= 0)
                         continue;
                 found++;
-                r = snprintf(names + n, sizeof(names) - n, "%sworker %d "
-                             "(pid %d)", n ? ", " : "", w->local_rank,
-                             (int)w->pid);
+                r = snprintf(names + n, sizeof(names) - n,
+                             "%sworker %d "
+                             "(pid %d)",
+                             n ? ", " : "", w->local_rank, (int)w->pid);
                 if (r > 0 && (size_t)r < sizeof(names) - n)
                         n += (size_t)r;
         }
@@ -360,11 +366,11 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                              found == 1 ? "" : "es",
                              found == 1 ? "it" : "them", names);
         else
-                hp_log_warn("%s: still alive %.3g s after SIGKILL, waiting up "
-                            "to %.3g s more: %s",
-                            hp_stage_name(g->stage),
-                            HP_DRAIN_GRACE_MS / 1000.0,
-                            HP_GIVE_UP_MS / 1000.0, names);
+                hp_log_warn(
+                        "%s: still alive %.3g s after SIGKILL, waiting up "
+                        "to %.3g s more: %s",
+                        hp_stage_name(g->stage), HP_DRAIN_GRACE_MS / 1000.0,
+                        HP_GIVE_UP_MS / 1000.0, names);
 }
 
 void hp_group__recheck(struct hp_group *g)
@@ -372,7 +378,8 @@ void hp_group__recheck(struct hp_group *g)
         group_check_done(g);
 }
 
-static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
+static void worker_exited(struct hp_worker *w, int64_t status,
+                          int term_signal)
 {
         struct hp_group *g = w->group;
         bool failed = status != 0 || term_signal != 0;
@@ -386,8 +393,9 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
         uv_close((uv_handle_t *)&w->exit_poll, exit_poll_closed_cb);
 
         if (failed && !w->signalled) {
-                hp_log_info("%s worker %d (pid %d) %s %d", hp_stage_name(g->stage),
-                            w->local_rank, (int)w->pid,
+                hp_log_info("%s worker %d (pid %d) %s %d",
+                            hp_stage_name(g->stage), w->local_rank,
+                            (int)w->pid,
                             term_signal ? "was killed by signal"
                                         : "exited with code",
                             term_signal ? term_signal : (int)status);
@@ -397,7 +405,8 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                 }
                 if (g->stopping)
                         return;
-                if (g->exited < g->count && g->cfg->shutdown_signal == SIGKILL)
+                if (g->exited < g->count &&
+                    g->cfg->shutdown_signal == SIGKILL)
                         hp_log_info("stopping the other %s workers: SIGKILL",
                                     hp_stage_name(g->stage));
                 else if (g->exited < g->count)
@@ -408,7 +417,7 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                                     (double)g->cfg->shutdown_timeout_ms /
                                             1000.0);
                 hp_group__stop(g, g->cfg->shutdown_signal,
-                              g->cfg->shutdown_timeout_ms);
+                               g->cfg->shutdown_timeout_ms);
                 return;
         }
         /* Once every process has exited, whatever they left (a
@@ -488,13 +497,15 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
                 hp_worker__start_failure(w, why, sizeof(why));
                 hp_log_error("%s worker %d%s could not start: %s",
                              hp_stage_name(g->stage), w->local_rank,
-                             hp_worker__rank_text(w, text, sizeof(text)), why);
+                             hp_worker__rank_text(w, text, sizeof(text)),
+                             why);
         } else {
                 hp_log_error("%s worker %d: cannot execute '%s': %s",
                              hp_stage_name(g->stage), w->local_rank, program,
                              hp_strerror(err));
         }
-        w->exit_status = step != HP_START_EXEC || err == UV_ENOENT ? 127 : 126;
+        w->exit_status = step != HP_START_EXEC || err == UV_ENOENT ? 127
+                                                                   : 126;
         w->exit_time = wall_now();
         g->exited++;
         if (g->first_failure == NULL)
@@ -512,8 +523,9 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
 
 /* The worker's environment: torchrun's variables, ours (the worker
  * socket, --hang-dump's), the flight recorder's. */
-static int build_env(const struct hp_group *g, const struct hp_group_params *p,
-                     struct hp_worker *w, struct hp_envbuf *env)
+static int build_env(const struct hp_group *g,
+                     const struct hp_group_params *p, struct hp_worker *w,
+                     struct hp_envbuf *env)
 {
         const struct hp_config *cfg = p->cfg;
         struct hp_env_params params = {
@@ -590,8 +602,8 @@ static int start_process(struct hp_group *g, const struct hp_group_params *p,
                 bool ran = w->pid > 0;
 
                 w->pid = 0;
-                worker_fail_to_start(w, r, ran ? HP_START_EXEC
-                                               : HP_START_PROCESS,
+                worker_fail_to_start(w, r,
+                                     ran ? HP_START_EXEC : HP_START_PROCESS,
                                      cmd->argv[0]);
                 return r;
         }
@@ -611,7 +623,8 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
                 return r;
         }
-        for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
+        for (struct hp_stream *s = &w->out; s;
+             s = s == &w->out ? &w->err : NULL) {
                 r = hp_stream_init(s, p->hub,
                                    &(struct hp_stream_opts){
                                            .closed_cb = stream_closed_cb,
@@ -639,7 +652,8 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
 
         r = hp_group__open_output_pipe(g, p->count, &w->out, &child_fd[0]);
         if (r == 0)
-                r = hp_group__open_output_pipe(g, p->count, &w->err, &child_fd[1]);
+                r = hp_group__open_output_pipe(g, p->count, &w->err,
+                                               &child_fd[1]);
         if (r < 0) {
                 worker_fail_to_start(w, r, HP_START_PIPE, NULL);
                 goto out;
@@ -667,8 +681,8 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 if (g->first_failure == NULL)
                         g->first_failure = w;
         }
-        hp_log_debug("%s worker %d started as pid %d", hp_stage_name(g->stage),
-                     w->local_rank, (int)w->pid);
+        hp_log_debug("%s worker %d started as pid %d",
+                     hp_stage_name(g->stage), w->local_rank, (int)w->pid);
 out:
         if (child_fd[0] >= 0)
                 close(child_fd[0]);
@@ -694,7 +708,8 @@ static void timer_cb(uv_timer_t *timer)
 {
         struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
 
-        enum hp_kill_phase next = hp_group__phase_after_timeout(g->kill_phase);
+        enum hp_kill_phase next = hp_group__phase_after_timeout(
+                g->kill_phase);
 
         switch (next) {
         case HP_KILL_KILLED:
@@ -711,7 +726,8 @@ static void timer_cb(uv_timer_t *timer)
                                                     "still running after "
                                                     "%s: SIGKILL",
                                                     hp_stage_name(g->stage),
-                                                    w->local_rank, (int)w->pid,
+                                                    w->local_rank,
+                                                    (int)w->pid,
                                                     hp_signal_name(
                                                             g->stop_signal));
                                 w->signalled = true;
@@ -771,7 +787,8 @@ void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms)
                         signal_group(w, sig);
         }
         signal_scope(g, sig);
-        uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
+        uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms,
+                       0);
 }
 
 void hp_group__signal(struct hp_group *g, int sig)
@@ -945,7 +962,8 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
                 if (r < 0)
                         worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
                 else
-                        r = spawn_worker(g, p, w, &cmd); /* failures recorded */
+                        r = spawn_worker(g, p, w,
+                                         &cmd); /* failures recorded */
                 hp_argv_free(&cmd);
                 if (w->dir_fd >= 0)
                         close(w->dir_fd);

@@ -106,8 +106,8 @@ void hp_agent__close_log_dirs(struct hp_agent *a)
 }
 
 #define UNSAFE_FIX                                                           \
-        ": another user could redirect what the agent writes there; use a " \
-        "directory that only root or the agent's user owns and can write "  \
+        ": another user could redirect what the agent writes there; use a "  \
+        "directory that only root or the agent's user owns and can write "   \
         "(chown root, chmod go-w), on a path no other user can change"
 
 /* The log root: --log-dir, checked (and made), or a new private
@@ -167,9 +167,11 @@ static int open_log_root(struct hp_agent *a, char *errbuf, size_t errlen)
         return 0;
 }
 
-int hp_agent__prepare_log_dirs(struct hp_agent *a, char *errbuf, size_t errlen)
+int hp_agent__prepare_log_dirs(struct hp_agent *a, char *errbuf,
+                               size_t errlen)
 {
-        static const char *const prefixes[] = { "pre_train_", "", "post_train_" };
+        static const char *const prefixes[] = { "pre_train_", "",
+                                                "post_train_" };
         const struct hp_config *cfg = a->cfg;
         int r;
 
@@ -207,4 +209,3 @@ too_long:
         snprintf(errbuf, errlen, "--log-dir '%s' is too long", cfg->log_dir);
         return HP_ECONFIG;
 }
-

@@ -78,17 +78,22 @@ void hp_worker__set_prefix(const struct hp_group_params *p,
 {
         char rank[16], local_rank[16], group_rank[16], restarts[16], pid[16];
         /* A hook's prefix names the stage instead of the role. */
-        const char *role = p->stage == HP_STAGE_TRAIN ? p->cfg->role
-                                                      : hp_stage_name(p->stage);
+        const char *role = p->stage == HP_STAGE_TRAIN
+                                   ? p->cfg->role
+                                   : hp_stage_name(p->stage);
         const struct hp_template_var vars[] = {
-                { "role_name", role },         { "rank", rank },
-                { "local_rank", local_rank },  { "group_rank", group_rank },
-                { "restart_count", restarts }, { "hostname", p->hostname },
+                { "role_name", role },
+                { "rank", rank },
+                { "local_rank", local_rank },
+                { "group_rank", group_rank },
+                { "restart_count", restarts },
+                { "hostname", p->hostname },
                 { "pid", pid },
                 /* A placeholder as long as the time, stamped per line by
                  * the stream. */
-                { "time", "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
-                          "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01" },
+                { "time",
+                  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+                  "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01" },
         };
         const char *tmpl = p->cfg->prefix_template
                                    ? p->cfg->prefix_template
@@ -122,7 +127,7 @@ void hp_worker__set_prefix(const struct hp_group_params *p,
         t = memchr(prefix, '\x01', len);
         hp_stream_set_prefix(s, prefix, len,
                              t != NULL && len - (size_t)(t - prefix) >=
-                                                  HP_ISO8601_MS_LEN
+                                                     HP_ISO8601_MS_LEN
                                      ? (int)(t - prefix)
                                      : -1);
 }
@@ -207,4 +212,3 @@ int hp_group__open_output_pipe(const struct hp_group *g, int ranks,
         *child_fd = fds[1];
         return 0;
 }
-

@@ -48,7 +48,8 @@ int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
                         continue;
                 if (waitpid(info.si_pid, NULL, WNOHANG) > 0) {
                         reaped++;
-                        hp_log_debug("reaped orphan pid %d", (int)info.si_pid);
+                        hp_log_debug("reaped orphan pid %d",
+                                     (int)info.si_pid);
                 }
         }
         return reaped;
@@ -202,7 +203,8 @@ int hp_proc__pipe_holders(ino_t ino, pid_t *pids, size_t max)
                                 continue;
                         n = readlinkat(dirfd(fds), fde->d_name, link,
                                        sizeof(link) - 1);
-                        if (n == len && memcmp(link, want, (size_t)len) == 0) {
+                        if (n == len &&
+                            memcmp(link, want, (size_t)len) == 0) {
                                 pids[found++] = (pid_t)atoi(de->d_name);
                                 break;
                         }

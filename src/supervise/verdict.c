@@ -50,9 +50,8 @@ int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len)
         if (v->kind != HP_VERDICT_RULE)
                 return finish(snprintf(buf, len, "%s%s",
                                        monitor_reason[v->kind].code,
-                                       monitor_reason[v->kind].named
-                                               ? v->rule
-                                               : ""),
+                                       monitor_reason[v->kind].named ? v->rule
+                                                                     : ""),
                               buf, len);
         return finish(snprintf(buf, len, "%s%s",
                                logmon_reason_prefix(v->state), v->rule),
