@@ -112,14 +112,14 @@ static void *open_first(const char *const *names, const char **which)
         do {                                                                 \
                 *(void **)&api->field = dlsym(lib, name);                    \
                 if (api->field == NULL)                                      \
-                        return fail(EXIT_MISSING, "%s has no %s", lib##_name, \
-                                    name);                                   \
+                        return fail(EXIT_MISSING, "%s has no %s",            \
+                                    lib##_name, name);                       \
         } while (0)
 
 static int load(struct api *api, const char *library)
 {
-        static const char *const nccl_names[] = { "libnccl.so.2", "libnccl.so",
-                                                  NULL };
+        static const char *const nccl_names[] = { "libnccl.so.2",
+                                                  "libnccl.so", NULL };
         static const char *const cudart_names[] = {
                 "libcudart.so", "libcudart.so.13", "libcudart.so.12",
                 "libcudart.so.11.0", NULL
@@ -183,14 +183,14 @@ static double now_s(void)
         do {                                                                 \
                 cudaError_t e_ = (call);                                     \
                 if (e_ != 0)                                                 \
-                        return fail(EXIT_FAILED, "%s on GPU %d: %s", what, d, \
-                                    api->CudaErrorString(e_));              \
+                        return fail(EXIT_FAILED, "%s on GPU %d: %s", what,   \
+                                    d, api->CudaErrorString(e_));            \
         } while (0)
 #define NCCL(call, what)                                                     \
         do {                                                                 \
                 ncclResult_t r_ = (call);                                    \
                 if (r_ != ncclSuccess)                                       \
-                        return fail(EXIT_FAILED, "%s: %s", what,              \
+                        return fail(EXIT_FAILED, "%s: %s", what,             \
                                     api->GetErrorString(r_));                \
         } while (0)
 
@@ -199,8 +199,8 @@ struct dev {
         cudaStream_t stream;
 };
 
-static int all_reduce(const struct api *api, ncclComm_t *comms, struct dev *devs,
-                      int n, size_t bytes)
+static int all_reduce(const struct api *api, ncclComm_t *comms,
+                      struct dev *devs, int n, size_t bytes)
 {
         int d = 0;
 
@@ -311,7 +311,8 @@ int main(int argc, char **argv)
                 } else if (strcmp(arg, "--iters") == 0 && i + 1 < argc) {
                         iters = atoi(argv[++i]);
                         if (iters < 1 || iters > 1000)
-                                return fail(EXIT_USAGE, "--iters '%s': "
+                                return fail(EXIT_USAGE,
+                                            "--iters '%s': "
                                             "expected 1 to 1000",
                                             argv[i]);
                 } else if (strcmp(arg, "--library") == 0 && i + 1 < argc) {

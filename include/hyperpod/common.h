@@ -14,11 +14,11 @@
  * reserved block far away from any errno value.
  */
 #define HP_ERRNO_MAP(XX)                                                     \
-        XX(HP_ECONFIG, -5001, "invalid configuration")                      \
-        XX(HP_EUSAGE, -5002, "invalid command line")                        \
-        XX(HP_ENOTSUP, -5003, "not supported")                              \
-        XX(HP_ERDZV, -5004, "rendezvous failed")                            \
-        XX(HP_ESPAWN, -5005, "could not start a process")                   \
+        XX(HP_ECONFIG, -5001, "invalid configuration")                       \
+        XX(HP_EUSAGE, -5002, "invalid command line")                         \
+        XX(HP_ENOTSUP, -5003, "not supported")                               \
+        XX(HP_ERDZV, -5004, "rendezvous failed")                             \
+        XX(HP_ESPAWN, -5005, "could not start a process")                    \
         XX(HP_ETOOBIG, -5006, "value too large")
 
 enum hp_error {
@@ -34,8 +34,8 @@ const char *hp_err_name(int err);
 
 #define HP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-#define hp_container_of(ptr, type, member)                                  \
-        ((type *)((char *)(ptr) - offsetof(type, member)))
+#define hp_container_of(ptr, type, member)                                   \
+        ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Logging: one process-wide level, which the OS-level nature of stderr
  * forces on us anyway. Messages go to stderr as "hyperpodrun[pid]: ...". */
@@ -69,10 +69,10 @@ uint64_t hp_log_dropped(void);
 #define hp_log_error(...) hp_log(HP_LOG_ERROR, __VA_ARGS__)
 #define hp_log_warn(...) hp_log(HP_LOG_WARNING, __VA_ARGS__)
 #define hp_log_info(...) hp_log(HP_LOG_INFO, __VA_ARGS__)
-#define hp_log_debug(...)                                                   \
-        do {                                                                \
-                if (hp_log_get_level() >= HP_LOG_DEBUG)                     \
-                        hp_log(HP_LOG_DEBUG, __VA_ARGS__);                  \
+#define hp_log_debug(...)                                                    \
+        do {                                                                 \
+                if (hp_log_get_level() >= HP_LOG_DEBUG)                      \
+                        hp_log(HP_LOG_DEBUG, __VA_ARGS__);                   \
         } while (0)
 
 /*

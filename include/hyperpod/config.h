@@ -21,11 +21,12 @@
 #define HP_OPERATOR_LOG_DIR "/tmp/hyperpod"
 
 enum hp_rdzv_backend {
-        HP_RDZV_HYPERPOD = 0,   /* operator-driven (default, as the reference) */
-        HP_RDZV_STATIC,         /* torchrun static: flags give everything */
-        HP_RDZV_SLURM,          /* self-driven from the Slurm step */
+        HP_RDZV_HYPERPOD =
+                0,      /* operator-driven (default, as the reference) */
+        HP_RDZV_STATIC, /* torchrun static: flags give everything */
+        HP_RDZV_SLURM,  /* self-driven from the Slurm step */
         HP_RDZV_RESOURCE_CONFIG, /* self-driven from resource_config.json */
-        HP_RDZV_C10D            /* self-driven: the agents meet at a
+        HP_RDZV_C10D             /* self-driven: the agents meet at a
                                  * TCPStore one of them hosts */
 };
 
@@ -33,7 +34,7 @@ enum hp_rdzv_backend {
 /* What a node fault asks Slurm for besides stopping (--node-fault-action). */
 enum hp_node_fault_action {
         HP_NODE_FAULT_NONE = 0,
-        HP_NODE_FAULT_REBOOT, /* scontrol ... reason="Action:Reboot" */
+        HP_NODE_FAULT_REBOOT,  /* scontrol ... reason="Action:Reboot" */
         HP_NODE_FAULT_REPLACE, /* scontrol ... reason="Action:Replace" */
 };
 
@@ -72,7 +73,7 @@ enum hp_std_stream {
 struct hp_config {
         /* torchrun flags */
         int nnodes;
-        int nproc;                  /* resolved from a number, gpu, cpu, auto */
+        int nproc; /* resolved from a number, gpu, cpu, auto */
         int node_rank;
         const char *master_addr;
         int master_port;
@@ -98,27 +99,29 @@ struct hp_config {
         const char *role;
         bool module;
         bool no_python;
-        bool run_path;          /* --run-path: python -u SCRIPT */
-        const char *log_dir;        /* NULL: a torchelastic_* temp dir */
-        bool log_to_devnull;        /* --log-dir /dev/null: no files at all */
-        uint8_t redirects[HP_MAX_NPROC]; /* per local rank, enum hp_std_stream */
+        bool run_path;       /* --run-path: python -u SCRIPT */
+        const char *log_dir; /* NULL: a torchelastic_* temp dir */
+        bool log_to_devnull; /* --log-dir /dev/null: no files at all */
+        uint8_t redirects
+                [HP_MAX_NPROC]; /* per local rank, enum hp_std_stream */
         uint8_t tee[HP_MAX_NPROC];
         bool console_filter_set;
         bool console_shown[HP_MAX_NPROC]; /* --local-ranks-filter */
-        const char *prefix_template; /* NULL: "[${role_name}${local_rank}]:" */
+        const char
+                *prefix_template; /* NULL: "[${role_name}${local_rank}]:" */
         struct hp_dup_filters dup_filters[2]; /* [0] stdout, [1] stderr */
         const char *local_addr;
 
         /* hyperpodrun flags */
-        int shutdown_signal;        /* SIGTERM or SIGKILL */
+        int shutdown_signal; /* SIGTERM or SIGKILL */
         uint64_t shutdown_timeout_ms;
         /* --inprocess-restart (operator mode only): the workers stay alive
          * across faults and wait at a barrier over the worker socket. */
         bool inprocess_restart;
         uint64_t inprocess_timeout_ms; /* 0: wait for the barrier forever */
-        enum hp_hang_dump hang_dump;     /* what a hang report collects */
-        uint64_t hang_dump_timeout_ms;   /* the most it waits for stacks */
-        bool cgroup;                /* --cgroup auto: a cgroup per group */
+        enum hp_hang_dump hang_dump;   /* what a hang report collects */
+        uint64_t hang_dump_timeout_ms; /* the most it waits for stacks */
+        bool cgroup;                   /* --cgroup auto: a cgroup per group */
         const char *pre_train_script;
         const char *pre_train_args; /* NULL: the script gets no argument */
         const char *post_train_script;
@@ -149,7 +152,7 @@ struct hp_config {
         uint64_t ft_initial_hb_ms;
         uint64_t ft_hb_ms;
         uint64_t ft_oos_ms;
-        double ft_safety_factor;         /* for the client's computed ones */
+        double ft_safety_factor; /* for the client's computed ones */
         int ft_nsections;
         char ft_section_names[HP_FT_SECTIONS_MAX][HP_FT_SECTION_NAME_MAX + 1];
         uint64_t ft_section_ms[HP_FT_SECTIONS_MAX];
@@ -157,7 +160,7 @@ struct hp_config {
         double straggler_ratio;
         int straggler_windows;
         uint64_t straggler_window_ms;
-        bool straggler_verdict;          /* --straggler-action verdict */
+        bool straggler_verdict; /* --straggler-action verdict */
 
         /* node health: kernel log rules (NPD kernel-monitor configs) */
         const char *node_problem_config; /* FILE[,FILE...], or NULL */
@@ -166,29 +169,29 @@ struct hp_config {
         enum hp_node_fault_action node_fault_action;
         /* --preflight nccl: an all-reduce over the node's GPUs first */
         bool preflight_nccl;
-        double preflight_min_busbw;      /* GB/s, 0: no floor */
+        double preflight_min_busbw; /* GB/s, 0: no floor */
         uint64_t preflight_max_bytes;
         uint64_t preflight_timeout_ms;
-        const char *preflight_library;   /* test hook, or NULL */
+        const char *preflight_library; /* test hook, or NULL */
 
         /* --replay: run nothing, replay a recorded log through the rules */
-        const char *replay_log;     /* a file or "-", or NULL */
-        double replay_rate;         /* lines per second, 0: timestamps */
-        const char *replay_expect;  /* --expect FILE, or NULL */
-        const char *replay_until;   /* --replay-until TIME|+SECS|verdict */
-        int replay_input;           /* --replay-input: 0 auto, 1 plain,
+        const char *replay_log;    /* a file or "-", or NULL */
+        double replay_rate;        /* lines per second, 0: timestamps */
+        const char *replay_expect; /* --expect FILE, or NULL */
+        const char *replay_until;  /* --replay-until TIME|+SECS|verdict */
+        int replay_input;          /* --replay-input: 0 auto, 1 plain,
                                      * 2 console, 3 srun */
-        bool replay_all_ranks;      /* --log-monitor-ranks all */
-        int replay_format;          /* --replay-format: -1 not given (text
+        bool replay_all_ranks;     /* --log-monitor-ranks all */
+        int replay_format;         /* --replay-format: -1 not given (text
                                      * on a terminal), 0 text, 1 json */
-        const char *check_rules;    /* --check-rules FILE, or NULL */
-        const char *emit_expect;    /* --emit-expect FILE, or NULL */
-        bool strict;                /* --strict: unknown rule keys refused */
+        const char *check_rules;   /* --check-rules FILE, or NULL */
+        const char *emit_expect;   /* --emit-expect FILE, or NULL */
+        bool strict;               /* --strict: unknown rule keys refused */
 
         /* the training command */
-        const char *python_exec;    /* $PYTHON_EXEC, else "python3" */
-        const char *script;         /* or the module with -m */
-        char *const *script_args;   /* borrowed from argv */
+        const char *python_exec;  /* $PYTHON_EXEC, else "python3" */
+        const char *script;       /* or the module with -m */
+        char *const *script_args; /* borrowed from argv */
         int script_argc;
 
         /* what main should do instead of running a job */

@@ -26,12 +26,12 @@
  * each word whole; the agent only reads. Times are CLOCK_MONOTONIC
  * nanoseconds (Python's time.monotonic_ns()), 0 meaning "none". */
 enum hp_ft_word {
-        HP_FT_W_INIT_NS = 0,   /* init_workload_monitoring() ran */
-        HP_FT_W_HB_COUNT = 1,  /* heartbeats sent */
-        HP_FT_W_HB_NS = 2,     /* the latest heartbeat */
-        HP_FT_W_OOS_NS = 3,    /* no section open since; 0: one is open */
-        HP_FT_W_STEPS = 4,     /* "step" sections ended */
-        HP_FT_W_SECTION0 = 8,  /* + i: section i open since; 0: closed */
+        HP_FT_W_INIT_NS = 0,  /* init_workload_monitoring() ran */
+        HP_FT_W_HB_COUNT = 1, /* heartbeats sent */
+        HP_FT_W_HB_NS = 2,    /* the latest heartbeat */
+        HP_FT_W_OOS_NS = 3,   /* no section open since; 0: one is open */
+        HP_FT_W_STEPS = 4,    /* "step" sections ended */
+        HP_FT_W_SECTION0 = 8, /* + i: section i open since; 0: closed */
 };
 #define HP_FT_SLOT_WORDS 64
 #define HP_FT_SLOT_BYTES (HP_FT_SLOT_WORDS * 8)
@@ -59,9 +59,9 @@ struct hp_ft_view {
 
 enum hp_ft_miss {
         HP_FT_OK = 0,
-        HP_FT_MISS_INITIAL,     /* no first heartbeat in time */
-        HP_FT_MISS_HEARTBEAT,   /* no heartbeat in time */
-        HP_FT_MISS_SECTION,     /* a section open too long */
+        HP_FT_MISS_INITIAL,        /* no first heartbeat in time */
+        HP_FT_MISS_HEARTBEAT,      /* no heartbeat in time */
+        HP_FT_MISS_SECTION,        /* a section open too long */
         HP_FT_MISS_OUT_OF_SECTION, /* no section open too long */
         HP_FT_MISS_COUNT
 };
@@ -70,10 +70,10 @@ const char *hp_ft_miss_name(enum hp_ft_miss miss);
 
 struct hp_ft_judgement {
         enum hp_ft_miss miss;
-        int section;            /* HP_FT_MISS_SECTION: which */
-        uint64_t since_ms;      /* what the timeout counts from */
+        int section;       /* HP_FT_MISS_SECTION: which */
+        uint64_t since_ms; /* what the timeout counts from */
         uint64_t timeout_ms;
-        uint64_t deadline_ms;   /* since + timeout */
+        uint64_t deadline_ms; /* since + timeout */
 };
 
 /*
@@ -100,13 +100,13 @@ uint64_t hp_ft_judge(const struct hp_ft_timeouts *t, int nsections,
 
 struct hp_ft_stragglers {
         int nranks;
-        double ratio;           /* 0: off */
+        double ratio; /* 0: off */
         int windows;
-        uint64_t last_ms;       /* the previous window's end, 0: none */
-        uint64_t *last;         /* per rank: the count then */
-        int *below;             /* windows below ratio running */
+        uint64_t last_ms; /* the previous window's end, 0: none */
+        uint64_t *last;   /* per rank: the count then */
+        int *below;       /* windows below ratio running */
         bool *flagged;
-        double *speed;          /* relative speed, < 0: not known */
+        double *speed; /* relative speed, < 0: not known */
         double *scratch;
 };
 
@@ -121,8 +121,9 @@ void hp_ft_stragglers_reset(struct hp_ft_stragglers *s);
  * became a straggler in this window (newly[] gets every such rank, true),
  * or -1.
  */
-int hp_ft_stragglers_window(struct hp_ft_stragglers *s, const uint64_t *counts,
-                            uint64_t now_ms, bool *newly);
+int hp_ft_stragglers_window(struct hp_ft_stragglers *s,
+                            const uint64_t *counts, uint64_t now_ms,
+                            bool *newly);
 
 /* ---- The watch (on the loop) ---- */
 
@@ -136,19 +137,19 @@ struct hp_ft_verdict {
         struct hp_ft_judgement j;
         char section[HP_FT_SECTION_NAME_MAX + 1]; /* "" unless a section */
         int local_rank;
-        int64_t rank;           /* global, -1: not known */
-        double speed;           /* a straggler's relative speed */
-        uint64_t seen_ms;       /* loop ms when judged */
-        uint64_t latency_us;    /* judged this long past the deadline */
+        int64_t rank;        /* global, -1: not known */
+        double speed;        /* a straggler's relative speed */
+        uint64_t seen_ms;    /* loop ms when judged */
+        uint64_t latency_us; /* judged this long past the deadline */
 };
 
 struct hp_ftmon_rank {
-        bool active;            /* ft_init seen, no shutdown since */
-        int64_t rank;           /* global, -1: not known */
+        bool active;  /* ft_init seen, no shutdown since */
+        int64_t rank; /* global, -1: not known */
         /* The client that registered, compared only (never followed):
          * its connection closing ends the rank's watch. */
         const struct hp_ipc_client *client;
-        uint64_t floor_ms;      /* slot times before it count from it */
+        uint64_t floor_ms; /* slot times before it count from it */
         struct hp_ft_timeouts t;
 };
 
@@ -156,23 +157,23 @@ struct hp_ftmon {
         uv_loop_t *loop;
         const struct hp_config *cfg;
         int nranks;
-        uv_timer_t timer;       /* the earliest deadline */
-        uv_timer_t window;      /* straggler windows */
+        uv_timer_t timer;  /* the earliest deadline */
+        uv_timer_t window; /* straggler windows */
         bool started;
-        bool judging;           /* off after a verdict, until a reset */
-        uint64_t armed_ms;      /* when timer fires, UINT64_MAX: idle */
+        bool judging;      /* off after a verdict, until a reset */
+        uint64_t armed_ms; /* when timer fires, UINT64_MAX: idle */
         struct hp_ft_timeouts defaults; /* the flags' */
         struct hp_ftmon_rank *ranks;
         struct hp_ft_stragglers strag;
-        uint64_t *counts;       /* scratch: one window's counts */
+        uint64_t *counts; /* scratch: one window's counts */
         bool *newly;
         /* The segment: a file in a private directory of its own. */
         volatile uint64_t *shm;
         size_t shm_len;
-        int fd;                 /* the slots file, flock()ed while we live */
+        int fd; /* the slots file, flock()ed while we live */
         char dir[256];
         char path[300];
-        uint64_t checks;        /* timer wakeups, for the benchmark */
+        uint64_t checks; /* timer wakeups, for the benchmark */
         void (*on_verdict)(void *ctx, const struct hp_ft_verdict *v);
         void *ctx;
 };
@@ -187,7 +188,8 @@ struct hp_ftmon {
  */
 int hp_ftmon_init(struct hp_ftmon *m, uv_loop_t *loop,
                   const struct hp_config *cfg, int nranks,
-                  void (*on_verdict)(void *ctx, const struct hp_ft_verdict *v),
+                  void (*on_verdict)(void *ctx,
+                                     const struct hp_ft_verdict *v),
                   void *ctx, char *errbuf, size_t errlen);
 /* Routes ft_init, ft_timeouts and ft_shutdown of s to m, and a closed
  * connection's ranks stop being judged. Returns 0 or an error. */

@@ -16,28 +16,34 @@
  * handler call.
  */
 struct hp_httpd_request {
-        enum http_method method;   /* from http_parser.h */
-        const char *method_name;   /* "GET", ... */
-        const char *path;          /* NUL-terminated, without query string; percent-decoding NOT applied */
-        const char *query;         /* NUL-terminated, "" when none */
-        const char *content_type;  /* NUL-terminated header value, NULL when absent */
-        const char *authorization; /* the first Authorization value, NUL-terminated, NULL when absent */
-        const char *body;          /* NUL-terminated for convenience; body_len bytes */
+        enum http_method method; /* from http_parser.h */
+        const char *method_name; /* "GET", ... */
+        /* NUL-terminated, without the query string; not percent-decoded */
+        const char *path;
+        const char *query; /* NUL-terminated, "" when none */
+        /* NUL-terminated header value, NULL when absent */
+        const char *content_type;
+        /* The first Authorization value, NUL-terminated, NULL when absent */
+        const char *authorization;
+        const char *body; /* NUL-terminated for convenience; body_len bytes */
         size_t body_len;
-        bool has_body;             /* Content-Length or chunked body present, even if empty */
-        const char *peer;          /* "127.0.0.1:51234" for logs */
-        unsigned http_major;       /* 1 */
-        unsigned http_minor;       /* 0 or 1 */
+        /* A Content-Length or chunked body came, even an empty one */
+        bool has_body;
+        const char *peer;    /* "127.0.0.1:51234" for logs */
+        unsigned http_major; /* 1 */
+        unsigned http_minor; /* 0 or 1 */
 };
 
 struct hp_httpd_response {
-        int status;                /* 200, 404, 422, ... */
-        const char *content_type;  /* NULL: no Content-Type header (the reference sends none for /status) */
+        int status; /* 200, 404, 422, ... */
+        /* NULL: no Content-Type header (the reference sends none for
+         * /status) */
+        const char *content_type;
         /* Further header lines, each "name: value\r\n" (at most
          * HP_HTTPD_HEADERS_MAX bytes in all, or the response is a 500), or
          * NULL; borrowed like body. */
         const char *headers;
-        const char *body;          /* may be NULL when body_len is 0 */
+        const char *body; /* may be NULL when body_len is 0 */
         size_t body_len;
 };
 
@@ -51,7 +57,8 @@ struct hp_httpd_response {
  */
 #define HP_HTTPD_HEADERS_MAX 512
 
-typedef void (*hp_httpd_handler)(void *ctx, const struct hp_httpd_request *req,
+typedef void (*hp_httpd_handler)(void *ctx,
+                                 const struct hp_httpd_request *req,
                                  struct hp_httpd_response *res);
 
 struct hp_httpd_limits {
@@ -126,7 +133,7 @@ struct hp_httpd_stats {
 struct hp_httpd_conn; /* private to src/httpd */
 
 struct hp_httpd {
-        uv_tcp_t listener;         /* embedded; initialized by hp_httpd_init */
+        uv_tcp_t listener; /* embedded; initialized by hp_httpd_init */
         uv_loop_t *loop;
         hp_httpd_handler handler;
         void *ctx;
@@ -138,7 +145,7 @@ struct hp_httpd {
         bool listening;
         bool closing;
         bool listener_closed;
-        bool rejecting;            /* in a burst of rejections: log once */
+        bool rejecting; /* in a burst of rejections: log once */
         void (*close_cb)(struct hp_httpd *h);
         struct hp_httpd_stats stats;
 };

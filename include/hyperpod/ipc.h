@@ -53,11 +53,11 @@
 struct hp_ipc_framer {
         uint8_t head[4];
         size_t head_have;
-        uint32_t need;  /* body length of the frame being read */
+        uint32_t need; /* body length of the frame being read */
         char *body;
         size_t have;
         size_t alloc;
-        size_t max;     /* largest body accepted */
+        size_t max; /* largest body accepted */
 };
 
 void hp_ipc_framer_init(struct hp_ipc_framer *f, size_t max);
@@ -86,8 +86,8 @@ void hp_ipc_frame_head(uint8_t head[4], uint32_t len);
 
 struct hp_ckpt_step {
         int64_t step;
-        char *path;          /* NULL: no path reported yet */
-        uint64_t *ranks;     /* HP_CKPT_TYPES_MAX bitmaps of words each */
+        char *path;      /* NULL: no path reported yet */
+        uint64_t *ranks; /* HP_CKPT_TYPES_MAX bitmaps of words each */
         int count[HP_CKPT_TYPES_MAX];
 };
 
@@ -96,27 +96,27 @@ struct hp_ckpt_seed {
         char *prefix;
         char *path;
         int64_t step;
-        bool fresh;          /* not yet applied by a ckpt_init */
+        bool fresh; /* not yet applied by a ckpt_init */
 };
 
 struct hp_ckpt_type_count {
         const char *name;
-        int expected;        /* -1: null (the step can never complete) */
+        int expected; /* -1: null (the step can never complete) */
 };
 
 struct hp_ckpt {
-        int nranks;          /* local ranks 0..nranks-1 may report */
-        size_t words;        /* 64-bit words per rank bitmap */
-        char *prefix;        /* NULL until the first ckpt_init */
+        int nranks;   /* local ranks 0..nranks-1 may report */
+        size_t words; /* 64-bit words per rank bitmap */
+        char *prefix; /* NULL until the first ckpt_init */
         int ntypes;
         char type_name[HP_CKPT_TYPES_MAX][HP_CKPT_TYPE_NAME_MAX];
         int expected[HP_CKPT_TYPES_MAX];
         struct hp_ckpt_step *steps;
         size_t nsteps;
-        bool have_max;       /* the latest complete step is known */
+        bool have_max; /* the latest complete step is known */
         int64_t max_step;
-        char *max_path;      /* may be NULL: complete with no path */
-        uint64_t max_at_ms;  /* when it became known */
+        char *max_path;     /* may be NULL: complete with no path */
+        uint64_t max_at_ms; /* when it became known */
         struct hp_ckpt_seed *seeds;
         size_t nseeds;
 };
@@ -199,20 +199,20 @@ struct hp_ipc_rank {
         /* Got job_start and sent no at_rcb_barrier since: only such a
          * rank may be past the barrier. */
         bool released;
-        bool failed;                /* shown in worker_data */
-        int64_t rank;               /* global rank, -1: unknown */
-        int64_t group_rank;         /* rank // nproc, -1: unknown */
+        bool failed;        /* shown in worker_data */
+        int64_t rank;       /* global rank, -1: unknown */
+        int64_t group_rank; /* rank // nproc, -1: unknown */
         enum hp_restart_mode mode;
-        char *reason;               /* NULL: none */
-        char *message;              /* NULL: none */
-        cJSON *data;                /* NULL: none */
+        char *reason;  /* NULL: none */
+        char *message; /* NULL: none */
+        cJSON *data;   /* NULL: none */
 };
 
 struct hp_ipc_ranks {
         int nranks;
         struct hp_ipc_rank *ranks;
-        cJSON *labels;              /* the last rank_labels, {} at first */
-        bool waiting;               /* the agent waits for the barrier */
+        cJSON *labels; /* the last rank_labels, {} at first */
+        bool waiting;  /* the agent waits for the barrier */
 };
 
 int hp_ipc_ranks_init(struct hp_ipc_ranks *t, int nranks);
@@ -280,7 +280,7 @@ struct hp_ipc_conn;
 
 /* One client object of a worker (several may share a connection). */
 struct hp_ipc_client {
-        struct hp_ipc_client *next;  /* in its connection */
+        struct hp_ipc_client *next; /* in its connection */
         struct hp_ipc_conn *conn;
         int local_rank;
         char id[];
@@ -323,10 +323,10 @@ struct hp_ipc_server {
         size_t nhandlers;
         struct hp_ipc_conn *conns;
         size_t nconns;
-        size_t conn_max;          /* hp_ipc_conn_limit at start */
-        size_t partial_bytes;     /* held for unfinished frames, in all */
-        bool evicting;            /* the cap was hit: logged once */
-        bool shedding;            /* partial_bytes hit the cap: logged */
+        size_t conn_max;      /* hp_ipc_conn_limit at start */
+        size_t partial_bytes; /* held for unfinished frames, in all */
+        bool evicting;        /* the cap was hit: logged once */
+        bool shedding;        /* partial_bytes hit the cap: logged */
         size_t nclients;
         struct hp_ipc_stats stats;
         /* In-process restart (hp_ipc_inprocess_enable): the worker table,
@@ -339,7 +339,7 @@ struct hp_ipc_server {
          * freed (hp_ipc_server_on_gone); NULL: nobody. */
         void (*on_gone)(void *ctx, const struct hp_ipc_client *c);
         void *gone_ctx;
-        char read_buf[65536];     /* one read at a time on the loop */
+        char read_buf[65536]; /* one read at a time on the loop */
 };
 
 /* The connection cap for a soft RLIMIT_NOFILE of soft and nranks local
@@ -402,5 +402,7 @@ void hp_ipc_drop_clients(struct hp_ipc_server *s);
  * with it: a fault is never lost. Returns 0 or an error. */
 int hp_ipc_inprocess_enable(struct hp_ipc_server *s,
                             void (*on_change)(void *ctx), void *ctx);
+/* Nobody is told any more (the operator is closing). */
+void hp_ipc_inprocess_disable(struct hp_ipc_server *s);
 
 #endif

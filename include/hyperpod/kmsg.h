@@ -23,11 +23,11 @@
 /* One kernel log record: "<prio>,<seq>,<usec>,<flags>[,...];<message>"
  * and continuation lines (" KEY=value"), which are not part of message. */
 struct kmsg_record {
-        int prio;         /* facility and level, as the kernel gives it */
+        int prio; /* facility and level, as the kernel gives it */
         uint64_t seq;
-        uint64_t usec;    /* since boot, CLOCK_BOOTTIME */
-        const char *msg;  /* borrowed from the parsed buffer */
-        size_t msg_len;   /* the first line only, without "\n" */
+        uint64_t usec;   /* since boot, CLOCK_BOOTTIME */
+        const char *msg; /* borrowed from the parsed buffer */
+        size_t msg_len;  /* the first line only, without "\n" */
 };
 
 /* Parses one record (buf need not end in "\n"). Returns 0; -EBADMSG
@@ -132,9 +132,9 @@ struct kmsg_watch {
         uv_poll_t poll;   /* a character device or a FIFO */
         uv_timer_t timer; /* a regular file: read in turns, then tailed */
         int fd;
-        int hold_fd;      /* a FIFO's write end we hold: no EOF between
+        int hold_fd;    /* a FIFO's write end we hold: no EOF between
                            * writers */
-        bool is_device;   /* /dev/kmsg: one record per read(2) */
+        bool is_device; /* /dev/kmsg: one record per read(2) */
         bool polling;
         bool timing;
         bool active;
@@ -149,12 +149,12 @@ struct kmsg_watch {
         size_t line_len;
         bool line_overflow;
         bool eof;
-        uint64_t records;    /* read and parsed */
+        uint64_t records;     /* read and parsed */
         uint64_t overwritten; /* EPIPE: the kernel overwrote unread ones */
-        uint64_t malformed;  /* not in the record format, or a broken
+        uint64_t malformed;   /* not in the record format, or a broken
                               * record in a byte stream */
-        bool warned_broken;  /* a broken record was logged once */
-        uint64_t truncated;  /* longer than a buffer */
+        bool warned_broken;   /* a broken record was logged once */
+        uint64_t truncated;   /* longer than a buffer */
         kmsg_watch_hit_cb hit_cb;
         void *data;
 };

@@ -53,6 +53,11 @@ enum logmon_state {
 
 /* "WAITING", "HEALTHY", ... ; "?" for an out-of-range value. */
 const char *logmon_state_name(enum logmon_state state);
+/* The reason code's prefix for a state ("LogSlow_", "LogHang_",
+ * "LogFault_"; the rule's name follows it), or NULL for WAITING, HEALTHY
+ * and an out-of-range value: the one table, also for the operator's
+ * /status. */
+const char *logmon_reason_prefix(enum logmon_state state);
 /* Parses a state name (case-sensitive). Returns 0 or HP_ECONFIG. */
 int logmon_state_parse(const char *name, enum logmon_state *out);
 /* Whether a stream may go from one state to the other
@@ -89,8 +94,7 @@ struct logmon_ruleset_opts {
  */
 int logmon_ruleset_new(const cJSON *rules,
                        const struct logmon_ruleset_opts *opts,
-                       struct logmon_ruleset **out, char *errbuf,
-                       size_t len);
+                       struct logmon_ruleset **out, char *errbuf, size_t len);
 struct logmon_ruleset *logmon_ruleset_ref(struct logmon_ruleset *rs);
 void logmon_ruleset_unref(struct logmon_ruleset *rs);
 
@@ -101,11 +105,11 @@ int logmon_ruleset_timed(const struct logmon_ruleset *rs);
 
 /* What rule i was configured with, for messages. */
 struct logmon_rule_limits {
-        uint64_t cutoff_ms;     /* UINT64_MAX: none */
-        uint64_t freq_ms;       /* UINT64_MAX: none */
-        bool metric;            /* a threshold, an operator and a capture */
+        uint64_t cutoff_ms; /* UINT64_MAX: none */
+        uint64_t freq_ms;   /* UINT64_MAX: none */
+        bool metric;        /* a threshold, an operator and a capture */
         double threshold;
-        const char *op;         /* "gt", ... "eq"; "" when none */
+        const char *op; /* "gt", ... "eq"; "" when none */
         uint32_t datapoints;
         bool fault_on_match;
 };
@@ -128,7 +132,7 @@ bool logmon_ruleset_jit(const struct logmon_ruleset *rs);
  */
 
 enum logmon_event_kind {
-        LOGMON_EVENT_STATE = 0, /* a rule changed state */
+        LOGMON_EVENT_STATE = 0,  /* a rule changed state */
         LOGMON_EVENT_NONNUMERIC, /* capture 1 was not a number: the line
                                   * counted as non-matching for the rule */
         LOGMON_EVENT_LIMIT,      /* a pattern hit a PCRE2 limit and counted
@@ -164,16 +168,16 @@ struct logmon_events {
 /* A rule's state on one stream, as seen by logmon_stream_rule_info. */
 struct logmon_rule_info {
         enum logmon_state state;
-        bool retired;           /* a stopPattern matched */
-        bool matched;           /* logPattern matched at least once */
-        uint64_t matches;       /* lines that matched logPattern */
-        uint64_t nonnumeric;    /* matches whose capture was not a number */
-        uint64_t limit_hits;    /* matches abandoned at a PCRE2 limit */
-        uint32_t consecutive;   /* consecutive data points over threshold */
-        double last_value;      /* the last metric compared (0: none) */
-        const char *last_line;  /* borrowed until the next feed; NULL */
-        size_t last_line_len;   /* when nothing matched yet */
-        bool last_line_capped;  /* cut at LOGMON_LAST_LINE_MAX */
+        bool retired;          /* a stopPattern matched */
+        bool matched;          /* logPattern matched at least once */
+        uint64_t matches;      /* lines that matched logPattern */
+        uint64_t nonnumeric;   /* matches whose capture was not a number */
+        uint64_t limit_hits;   /* matches abandoned at a PCRE2 limit */
+        uint32_t consecutive;  /* consecutive data points over threshold */
+        double last_value;     /* the last metric compared (0: none) */
+        const char *last_line; /* borrowed until the next feed; NULL */
+        size_t last_line_len;  /* when nothing matched yet */
+        bool last_line_capped; /* cut at LOGMON_LAST_LINE_MAX */
         /* On the caller's clock, as if the stream had not been suspended
          * since: when logPattern last matched (valid when matched), and
          * when the rule turns (or turned) HANGING without a match:
@@ -211,9 +215,8 @@ bool logmon_stream_running(const struct logmon_stream *s);
  * every rule in configuration order. out (may be NULL) receives what
  * changed. Ignored unless running.
  */
-void logmon_stream_feed(struct logmon_stream *s, const char *line,
-                        size_t len, uint64_t now_ms,
-                        struct logmon_events *out);
+void logmon_stream_feed(struct logmon_stream *s, const char *line, size_t len,
+                        uint64_t now_ms, struct logmon_events *out);
 /* Applies the time-based checks at now_ms: call it when the deadline
  * timer fires (calling it early or often is harmless). */
 void logmon_stream_tick(struct logmon_stream *s, uint64_t now_ms,
@@ -417,16 +420,16 @@ enum logmon_state logmon_replay_state(const struct logmon_replay *r);
 
 struct logmon_replay_info {
         uint64_t lines;
-        uint64_t unprefixed;   /* console log: lines with no prefix */
-        uint64_t time_ms;      /* the clock at the end */
+        uint64_t unprefixed; /* console log: lines with no prefix */
+        uint64_t time_ms;    /* the clock at the end */
         size_t streams;
-        bool console;          /* the layout that was used */
+        bool console; /* the layout that was used */
         /* "plain", "console", "srun --label", each followed by " with
          * kubectl --timestamps" or " with ${time}" when lines carry such
          * a leading timestamp. Static. */
         const char *format;
-        uint64_t agent_lines;  /* hyperpodrun's own, given to no rule */
-        bool agent_verdict;    /* the log holds the agent's verdict line */
+        uint64_t agent_lines; /* hyperpodrun's own, given to no rule */
+        bool agent_verdict;   /* the log holds the agent's verdict line */
         /* "prefix" (a leading RFC 3339 timestamp: kubectl --timestamps
          * or ${time}), "agent" (only the agent's own start and verdict
          * lines had a time), "asctime", "iso8601", "epoch", "glog", "rate" or
@@ -440,16 +443,16 @@ void logmon_replay_get_info(const struct logmon_replay *r,
 /* A verdict as the live agent gives one: the first state change to SLOW
  * or above on a judged stream, in time order. */
 struct logmon_verdict {
-        const char *rule;     /* borrowed from the replay */
-        const char *stream;   /* NULL: a plain log's */
-        int local_rank;       /* from the stream's name; -1: none */
+        const char *rule;   /* borrowed from the replay */
+        const char *stream; /* NULL: a plain log's */
+        int local_rank;     /* from the stream's name; -1: none */
         enum logmon_state state;
         /* In the live agent's words (logmon_verdict_format); borrowed. */
         const char *message;
-        uint64_t time_ms;     /* since the start */
+        uint64_t time_ms; /* since the start */
         bool have_wall;
-        int64_t wall_ms;      /* epoch ms, when the log has a clock */
-        uint64_t line_no;     /* 0: a deadline */
+        int64_t wall_ms;  /* epoch ms, when the log has a clock */
+        uint64_t line_no; /* 0: a deadline */
 };
 /* Whether rule i matched a line on any judged stream. */
 bool logmon_replay_rule_matched(const struct logmon_replay *r, size_t i);
@@ -513,12 +516,12 @@ struct logmon_check_opts {
         const char *rules;  /* --log-monitoring-config */
         const char *expect; /* --expect, or NULL */
         double rate;        /* --replay-rate, or 0 for timestamps */
-        enum logmon_replay_layout layout;  /* --replay-input */
-        const bool *monitored;             /* --log-monitor-ranks */
+        enum logmon_replay_layout layout; /* --replay-input */
+        const bool *monitored;            /* --log-monitor-ranks */
         size_t nmonitored;
-        const char *until;  /* --replay-until TIME|+SECONDS|verdict */
-        bool text;          /* --replay-format text */
-        bool strict;        /* --strict */
+        const char *until;       /* --replay-until TIME|+SECONDS|verdict */
+        bool text;               /* --replay-format text */
+        bool strict;             /* --strict */
         const char *emit_expect; /* --emit-expect FILE, or NULL */
 };
 
@@ -540,7 +543,7 @@ int logmon_check_run(const struct logmon_check_opts *opts, FILE *in,
  * 0, or HP_ECONFIG / -errno described in errbuf (with the rule index,
  * name, field and a suggestion for a misspelling).
  */
-int logmon_rules_check(const char *path, bool strict, FILE *out,
-                       char *errbuf, size_t len);
+int logmon_rules_check(const char *path, bool strict, FILE *out, char *errbuf,
+                       size_t len);
 
 #endif

@@ -86,7 +86,7 @@ int hp_isoformat_utc(int64_t us, char *buf, size_t len);
  * In-process restart's main loop
  * (docs/inprocess-restart-and-checkpoints.md), as a pure decision: given
  * what the agent, its workers and the worker socket say, and the time, what
- * to do next. The driver (inprocess.c) does it, updates the view and asks
+ * to do next. The driver (driver_ipr.c) does it, updates the view and asks
  * again until the answer is HP_IPR_NONE.
  */
 
@@ -95,7 +95,7 @@ enum hp_ipr_group {
         HP_IPR_GROUP_INIT = 0,  /* nothing started since the last full stop */
         HP_IPR_GROUP_HEALTHY,   /* a stage runs */
         HP_IPR_GROUP_UNHEALTHY, /* a stage runs, a log rule gave a verdict */
-        HP_IPR_GROUP_FAILED,    /* a process failed, or a stage did not start */
+        HP_IPR_GROUP_FAILED, /* a process failed, or a stage did not start */
         HP_IPR_GROUP_SUCCEEDED, /* the stage's processes exited 0 */
         HP_IPR_GROUP_STOPPING,  /* a full stop waits for the processes */
         HP_IPR_GROUP_COUNT
@@ -111,39 +111,39 @@ enum hp_ipr_wait {
 struct hp_ipr_view {
         enum hp_op_state state;
         enum hp_ipr_group group;
-        enum hp_stage stage;       /* of the last group started */
-        bool has_post_train;       /* --post-train-script */
+        enum hp_stage stage; /* of the last group started */
+        bool has_post_train; /* --post-train-script */
         enum hp_ipr_wait wait;
-        uint64_t wait_deadline;    /* loop ms; 0: no limit */
+        uint64_t wait_deadline; /* loop ms; 0: no limit */
         bool all_at_barrier;
-        bool any_failed;           /* a rank sent job_fault */
-        bool local_plr_requested;  /* ... asking local_process_level_restart */
-        bool clients_missing;      /* a local rank has no client */
-        bool can_start;            /* a /start since the last /stop */
-        bool plr_armed;            /* a local process-level restart is due */
-        bool ip_table_complete;    /* no null in pod_resourceconfig.json */
+        bool any_failed;          /* a rank sent job_fault */
+        bool local_plr_requested; /* ... asking local_process_level_restart */
+        bool clients_missing;     /* a local rank has no client */
+        bool can_start;           /* a /start since the last /stop */
+        bool plr_armed;           /* a local process-level restart is due */
+        bool ip_table_complete;   /* no null in pod_resourceconfig.json */
 };
 
 enum hp_ipr_action {
         HP_IPR_NONE = 0,
-        HP_IPR_FULL_STOP,       /* stop every process, INIT, pre-train again */
-        HP_IPR_START_FIRST,     /* the first stage (pre-train or training) */
-        HP_IPR_START_TRAINING,  /* after pre-train: training, rules suspended,
+        HP_IPR_FULL_STOP,      /* stop every process, INIT, pre-train again */
+        HP_IPR_START_FIRST,    /* the first stage (pre-train or training) */
+        HP_IPR_START_TRAINING, /* after pre-train: training, rules suspended,
                                  * wait for the barrier */
-        HP_IPR_READY,           /* every rank is at the barrier */
-        HP_IPR_SEND_START,      /* job_start to every rank, rules resumed */
-        HP_IPR_HOLD,            /* job_start waits: the IP table has a null */
-        HP_IPR_FAULT,           /* → FAULTED (first failed rank's reason) */
-        HP_IPR_PAUSE,           /* job_fault to every rank, wait for them */
-        HP_IPR_POST_TRAIN,      /* training ended: post-train */
-        HP_IPR_COMPLETE,        /* → COMPLETED */
+        HP_IPR_READY,          /* every rank is at the barrier */
+        HP_IPR_SEND_START,     /* job_start to every rank, rules resumed */
+        HP_IPR_HOLD,           /* job_start waits: the IP table has a null */
+        HP_IPR_FAULT,          /* → FAULTED (first failed rank's reason) */
+        HP_IPR_PAUSE,          /* job_fault to every rank, wait for them */
+        HP_IPR_POST_TRAIN,     /* training ended: post-train */
+        HP_IPR_COMPLETE,       /* → COMPLETED */
         HP_IPR_ACTION_COUNT
 };
 
 struct hp_ipr_decision {
         enum hp_ipr_action action;
-        bool arm_local_plr;     /* with HP_IPR_FAULT: a full stop follows */
-        const char *why;        /* one sentence for the log */
+        bool arm_local_plr; /* with HP_IPR_FAULT: a full stop follows */
+        const char *why;    /* one sentence for the log */
 };
 
 const char *hp_ipr_action_name(enum hp_ipr_action action);
@@ -184,17 +184,17 @@ struct hp_op_request {
         int fault_count;
         char master_addr[256];
         int master_port;
-        cJSON *rules;         /* log_monitoring_configuration, or NULL */
+        cJSON *rules; /* log_monitoring_configuration, or NULL */
         struct logmon_ruleset *ruleset; /* compiled from rules, or NULL */
-        char *ip_version;     /* NULL when absent or null */
-        cJSON *rank_ips;      /* [{"rank":int,"ip":str|int}], or NULL */
+        char *ip_version;               /* NULL when absent or null */
+        cJSON *rank_ips; /* [{"rank":int,"ip":str|int}], or NULL */
         bool spare;
-        cJSON *worker_data;   /* any JSON, or NULL when absent or null */
-        cJSON *progress;      /* StartRequest only; NULL when absent */
+        cJSON *worker_data; /* any JSON, or NULL when absent or null */
+        cJSON *progress;    /* StartRequest only; NULL when absent */
         /* StopRequest */
-        char *restart_mode;   /* "ipr" when absent or null */
-        int is_graceful;      /* -1 null, 0 false, 1 true */
-        int64_t timeout_s;    /* -1 null */
+        char *restart_mode; /* "ipr" when absent or null */
+        int is_graceful;    /* -1 null, 0 false, 1 true */
+        int64_t timeout_s;  /* -1 null */
 };
 
 void hp_op_request_free(struct hp_op_request *req);
@@ -245,14 +245,14 @@ struct hp_op_status {
         const char *ip_version; /* NULL: absent */
         const cJSON *progress;  /* NULL: absent; borrowed */
         const char *agent_version;
-        int assigned_rank;      /* -1: absent */
+        int assigned_rank; /* -1: absent */
         bool spare;
         /* The in-process-restart agent's keys (inprocess true): */
         bool inprocess;
-        const char *restart_mode;  /* NULL: in_process_restart */
-        const cJSON *worker_data;  /* NULL: absent; borrowed */
-        const cJSON *rank_labels;  /* NULL: {}; borrowed */
-        bool priority;             /* "priority":"True", else absent */
+        const char *restart_mode; /* NULL: in_process_restart */
+        const cJSON *worker_data; /* NULL: absent; borrowed */
+        const cJSON *rank_labels; /* NULL: {}; borrowed */
+        bool priority;            /* "priority":"True", else absent */
 };
 
 /* The compact /status body, keys in the reference's order. Returns a
@@ -296,72 +296,14 @@ void hp_op_limit_note(struct hp_op_limit *l, uint64_t now_ms,
  * The control server
  */
 
-struct hp_operator {
-        struct hp_agent *agent; /* borrowed */
-        const struct hp_config *cfg;
-        struct hp_httpd httpd;
-        struct hp_httpd metrics_httpd; /* --metrics-port: GET /metrics only */
-        struct hp_plr plr;
-        uv_timer_t kick;        /* acts on the state after a request */
-        uv_timer_t retry;       /* listen retries */
-        uv_timer_t remind;      /* "still waiting for /start" */
-        int listen_tries;
-        int listen_max_tries;
-        uint64_t listen_delay_ms;
-        bool listening;
-        bool closing;
-        char resource_dir[4096];
-        char ip_version[256];   /* "" when unknown */
-        int assigned_rank;      /* -1 until /start */
-        /* The last /start's data, applied when workers start. */
-        struct hp_op_request job;
-        bool have_job;
-        bool can_start;
-        bool start_pending;     /* RUNNING, workers not started yet */
-        bool next_stage_pending; /* a stage succeeded; start the next */
-        bool rules_changed;     /* an /update brought other rules */
-        bool log_requests;      /* --server-log-level debug or trace */
-        bool observer;          /* self-driven: read-only routes */
-        bool httpd_ready;
-        bool metrics_httpd_ready;
-        bool timers_ready;
-        /* The last /stop's graceful flag and timeout: sticky, as in the
-         * reference. */
-        int stop_graceful;
-        int64_t stop_timeout_s;
-        /* The last attempt ended in a worker failure with this status. */
-        int last_failure_code;
-        /* For /metrics. */
-        double start_time_s;    /* wall clock, when the agent started */
-        uint64_t attempts_started;
-        uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* times FAULTED, by cause */
-        double last_detection_latency_s; /* -1: none yet */
-        char *response;         /* the last response body (malloc'd) */
-        char *token;            /* --server-token-file's, or NULL */
-        size_t token_len;
-        uint64_t unauthorized;  /* requests answered 401 */
-        struct hp_op_limit stacks_limit; /* POST /debug/stacks */
-        char headers[96];       /* extra header lines of a response */
-        char *detail_log;       /* scratch for logging bad requests */
-        /* --inprocess-restart (inprocess.c): the worker group as the
-         * reference's main loop sees it, the barrier wait, and the flags
-         * /start, /update and /stop set. */
-        struct hp_op_ipr {
-                enum hp_ipr_group group;
-                enum hp_ipr_wait wait;
-                uint64_t deadline;      /* loop ms, 0: none */
-                uv_timer_t timer;       /* fires at the deadline */
-                bool timer_ready;
-                bool plr_armed;         /* a full stop is due */
-                bool priority;
-                bool spare;             /* "True" until a request says */
-                bool holding;           /* HOLD was logged */
-                bool deciding;
-                bool verdict;           /* a rule verdict since the start */
-                char failure[HP_OP_MESSAGE_MAX]; /* the group's, or "" */
-                char failure_reason[HP_OP_REASON_MAX];
-        } ipr;
-};
+/* The server's state is private to src/operator. The caller allocates
+ * it with hp_operator_new, as it does the agent, and frees it with
+ * hp_operator_free once hp_operator_close's handles are closed (after
+ * the loop ran). */
+struct hp_operator;
+
+struct hp_operator *hp_operator_new(void);
+void hp_operator_free(struct hp_operator *op);
 
 /*
  * Creates the resource config directory, reads the saved ipversion, goes
@@ -371,12 +313,14 @@ struct hp_operator {
  * HYPERPOD_ELASTICAGENT_SERVER_DELAY seconds apart). Errors go to errbuf.
  */
 int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
+                     struct hp_ipc_server *ipc, struct hp_ckpt *ckpt,
                      const struct hp_config *cfg, char *errbuf, size_t len);
 /* Self-driven mode with --server-port: serves /status, /metrics and
  * /healthz on --server-host:--server-port, and answers the control routes
  * 409; the agent runs itself. With --metrics-port, GET /metrics on that
  * port as well (or alone, without --server-port). Errors go to errbuf. */
 int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
+                        struct hp_ipc_server *ipc, struct hp_ckpt *ckpt,
                         const struct hp_config *cfg, char *errbuf,
                         size_t len);
 /* Runs the loop until /shutdown or a signal ends the agent; returns the

@@ -20,13 +20,13 @@
 struct hp_preflight_size {
         uint64_t bytes;
         double time_us;
-        double algbw;  /* GB/s */
-        double busbw;  /* GB/s */
+        double algbw; /* GB/s */
+        double busbw; /* GB/s */
 };
 
 struct hp_preflight_result {
         bool passed;
-        bool unavailable;  /* NCCL or the CUDA runtime is not installed */
+        bool unavailable; /* NCCL or the CUDA runtime is not installed */
         int gpus;
         double algbw, busbw; /* the best size's, GB/s */
         size_t nsizes;
@@ -52,7 +52,7 @@ struct hp_preflight {
         uv_process_t proc;
         uv_pipe_t out;
         uv_timer_t timer;
-        int refs;           /* open handles */
+        int refs; /* open handles */
         bool exited, eof, timed_out, running;
         int64_t exit_status;
         int term_signal;
@@ -66,10 +66,10 @@ struct hp_preflight {
 };
 
 struct hp_preflight_opts {
-        const char *helper;   /* the program's path */
-        const char *library;  /* --preflight-library, or NULL */
+        const char *helper;  /* the program's path */
+        const char *library; /* --preflight-library, or NULL */
         uint64_t max_bytes;
-        double min_busbw;     /* GB/s, 0: no floor */
+        double min_busbw; /* GB/s, 0: no floor */
         uint64_t timeout_ms;
 };
 
@@ -81,8 +81,8 @@ int hp_preflight_find_helper(char *path, size_t len, char *errbuf,
 /* Spawns the check; cb runs once with the verdict, after which the handles
  * are closing. Returns 0 or an error (errbuf says why; cb never runs). */
 int hp_preflight_start(struct hp_preflight *pf, uv_loop_t *loop,
-                       const struct hp_preflight_opts *opts, hp_preflight_cb cb,
-                       char *errbuf, size_t errlen);
+                       const struct hp_preflight_opts *opts,
+                       hp_preflight_cb cb, char *errbuf, size_t errlen);
 /* Kills a running check; its handles close on the next loop turn. */
 void hp_preflight_cancel(struct hp_preflight *pf);
 

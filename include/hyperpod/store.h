@@ -24,32 +24,32 @@
 #define HP_STORE_MAGIC 0x3C85F7CEu
 
 /* What a query asks, whatever its dialect's number for it. */
-#define HP_STORE_OP_MAP(XX)                                                 \
-        XX(VALIDATE, "VALIDATE")                                            \
-        XX(SET, "SET")                                                      \
-        XX(COMPARE_SET, "COMPARE_SET")                                      \
-        XX(GET, "GET")                                                      \
-        XX(ADD, "ADD")                                                      \
-        XX(CHECK, "CHECK")                                                  \
-        XX(WAIT, "WAIT")                                                    \
-        XX(GETNUMKEYS, "GETNUMKEYS")                                        \
-        XX(WATCH_KEY, "WATCH_KEY")                                          \
-        XX(DELETE_KEY, "DELETE_KEY")                                        \
-        XX(APPEND, "APPEND")                                                \
-        XX(MULTI_GET, "MULTI_GET")                                          \
-        XX(MULTI_SET, "MULTI_SET")                                          \
-        XX(CANCEL_WAIT, "CANCEL_WAIT")                                      \
-        XX(PING, "PING")                                                    \
-        XX(QUEUE_PUSH, "QUEUE_PUSH")                                        \
-        XX(QUEUE_POP, "QUEUE_POP")                                          \
-        XX(QUEUE_LEN, "QUEUE_LEN")                                          \
+#define HP_STORE_OP_MAP(XX)                                                  \
+        XX(VALIDATE, "VALIDATE")                                             \
+        XX(SET, "SET")                                                       \
+        XX(COMPARE_SET, "COMPARE_SET")                                       \
+        XX(GET, "GET")                                                       \
+        XX(ADD, "ADD")                                                       \
+        XX(CHECK, "CHECK")                                                   \
+        XX(WAIT, "WAIT")                                                     \
+        XX(GETNUMKEYS, "GETNUMKEYS")                                         \
+        XX(WATCH_KEY, "WATCH_KEY")                                           \
+        XX(DELETE_KEY, "DELETE_KEY")                                         \
+        XX(APPEND, "APPEND")                                                 \
+        XX(MULTI_GET, "MULTI_GET")                                           \
+        XX(MULTI_SET, "MULTI_SET")                                           \
+        XX(CANCEL_WAIT, "CANCEL_WAIT")                                       \
+        XX(PING, "PING")                                                     \
+        XX(QUEUE_PUSH, "QUEUE_PUSH")                                         \
+        XX(QUEUE_POP, "QUEUE_POP")                                           \
+        XX(QUEUE_LEN, "QUEUE_LEN")                                           \
         XX(LIST, "LIST")
 
 enum hp_store_op {
 #define XX(name, text) HP_STORE_OP_##name,
         HP_STORE_OP_MAP(XX)
 #undef XX
-        HP_STORE_OP_COUNT
+                HP_STORE_OP_COUNT
 };
 
 const char *hp_store_op_name(enum hp_store_op op);
@@ -83,16 +83,16 @@ struct hp_store_limits {
         size_t key_max;          /* bytes of one key: 8 KiB (torch's) */
         size_t value_max;        /* bytes of one value: 8 MiB (torch's) */
         uint64_t keys_per_query; /* CHECK/WAIT/MULTI_*: 128 Ki (torch's) */
-        size_t query_max;        /* one whole query: 17 MiB (COMPARE_SET of two
+        size_t query_max;    /* one whole query: 17 MiB (COMPARE_SET of two
                                   * values fits) */
-        size_t keys_max;         /* keys and queues held: 1 Mi */
-        size_t memory_max;       /* everything the server holds (keys,
+        size_t keys_max;     /* keys and queues held: 1 Mi */
+        size_t memory_max;   /* everything the server holds (keys,
                                   * values, queues, waits, buffers): 1 GiB */
-        size_t out_max;          /* replies and callbacks queued for one
+        size_t out_max;      /* replies and callbacks queued for one
                                   * client that does not read: 32 MiB */
-        int connections_max;     /* open connections: 4096 (a torch 1.x
+        int connections_max; /* open connections: 4096 (a torch 1.x
                                   * client opens two) */
-        size_t watches_max;      /* WATCH_KEY per connection: 4096 */
+        size_t watches_max;  /* WATCH_KEY per connection: 4096 */
 };
 
 void hp_store_limits_default(struct hp_store_limits *l);
@@ -100,12 +100,12 @@ void hp_store_limits_default(struct hp_store_limits *l);
 /* One parsed query; every pointer points into the parsed buffer. */
 struct hp_store_query {
         enum hp_store_op op;
-        const uint8_t *key;   /* the key (or queue name) of one-key queries */
+        const uint8_t *key; /* the key (or queue name) of one-key queries */
         size_t key_len;
-        const uint8_t *val;   /* SET, APPEND, QUEUE_PUSH; COMPARE_SET's
+        const uint8_t *val; /* SET, APPEND, QUEUE_PUSH; COMPARE_SET's
                                * expected value */
         size_t val_len;
-        const uint8_t *val2;  /* COMPARE_SET's desired value */
+        const uint8_t *val2; /* COMPARE_SET's desired value */
         size_t val2_len;
         int64_t delta;        /* ADD */
         uint32_t u32;         /* VALIDATE's magic, PING's nonce */
@@ -147,14 +147,14 @@ bool hp_store_items_next(const struct hp_store_query *q, size_t *off,
 /* ---- server ---- */
 
 struct hp_store_stats {
-        uint64_t connections_total;   /* accepted and served */
+        uint64_t connections_total; /* accepted and served */
         uint64_t connections_current;
         uint64_t rejected_connections; /* over connections_max: closed */
-        uint64_t protocol_errors;     /* dropped: not this protocol */
-        uint64_t limit_errors;        /* dropped: over a limit */
+        uint64_t protocol_errors;      /* dropped: not this protocol */
+        uint64_t limit_errors;         /* dropped: over a limit */
         uint64_t queries_total;
-        uint64_t keys;                /* keys and queues held */
-        uint64_t memory;              /* bytes held, buffers included */
+        uint64_t keys;   /* keys and queues held */
+        uint64_t memory; /* bytes held, buffers included */
 };
 
 struct hp_store_server;
@@ -209,11 +209,11 @@ struct hp_store_reply {
         enum hp_store_op op;
         const uint8_t *val; /* GET, COMPARE_SET, QUEUE_POP */
         size_t val_len;
-        int64_t num;        /* ADD, GETNUMKEYS, DELETE_KEY (1 or 0),
+        int64_t num;          /* ADD, GETNUMKEYS, DELETE_KEY (1 or 0),
                              * QUEUE_LEN, QUEUE_POP (the length before the
                              * pop; 0: the queue was empty), PING's nonce */
-        bool ready;         /* CHECK */
-        uint64_t count;     /* MULTI_GET: values in items */
+        bool ready;           /* CHECK */
+        uint64_t count;       /* MULTI_GET: values in items */
         const uint8_t *items; /* MULTI_GET: count u64-length values */
         size_t items_len;
 };

@@ -78,49 +78,7 @@
  * ring is full the line is dropped and counted, and a marker line saying how
  * many were lost is queued as soon as there is room again.
  */
-struct hp_console {
-        int fd;
-        /* A regular file or /dev/null cannot block for long, so it is
-         * written from the loop thread, one write per batch of lines; the
-         * ring then is a plain buffer of cap / HP_CONSOLE_BUFFERS bytes
-         * and there is no thread until a flood. */
-        bool direct;
-        char *ring;
-        size_t cap; /* of the ring, or of one direct buffer */
-        uint64_t head; /* bytes ever queued */
-        uint64_t tail; /* bytes ever written */
-        uint64_t lines_queued;
-        uint64_t lines_dropped;
-        uint64_t bytes_dropped;
-        uint64_t lines_failed; /* lost to a failed write (under lock) */
-        uint64_t messages_dropped;   /* of them, the agent's own */
-        uv_thread_t owner;           /* the thread that queues lines */
-        uint64_t dropped_unreported; /* lines lost since the last marker */
-        int write_error;             /* -errno of a failed write, then we drop */
-        bool stalled;                /* a flush timed out with tail here: */
-        uint64_t stalled_tail;       /* later waits skip if still no progress */
-        bool stopping;
-        bool pending;   /* queued since the last commit; commit wakes */
-        size_t wake_at; /* or this many bytes queued wake the writer */
-        uv_mutex_t lock;
-        uv_cond_t wake;    /* the writer waits for data */
-        uv_cond_t drained; /* close waits for the writer */
-        uv_thread_t thread;
-        /* Direct mode in a flood: the first time the buffer fills, a
-         * thread starts that writes the buffers the loop hands it, in
-         * order, while the loop fills a free one; nothing is dropped, the
-         * loop waits only when every buffer is full. Under lock: queued
-         * buffers from queue[queue_head] on (the first one is being
-         * written), and the free ones. */
-        bool direct_thread;
-        struct hp_console_buffer {
-                char *data;
-                size_t len;
-        } queue[HP_CONSOLE_BUFFERS];
-        unsigned queue_head, queued;
-        char *free_buffers[HP_CONSOLE_BUFFERS];
-        unsigned free_count;
-};
+struct hp_console;
 
 /* Default memory per console: a threaded console's ring, or a direct
  * console's buffers together. */
@@ -139,7 +97,9 @@ struct hp_console {
 /* Starts the writer thread for fd (borrowed, not closed); a direct
  * console starts one only in a flood. cap: the bytes it may hold (see
  * HP_CONSOLE_BUFFERS for a direct console). */
-int hp_console_init(struct hp_console *con, int fd, size_t cap);
+int hp_console_new(struct hp_console **out, int fd, size_t cap);
+/* After hp_console_close: its counts stay readable until then. */
+void hp_console_free(struct hp_console *con);
 /* Queues prefix + line + "\n" (+ marker before the newline when the line
  * was cut), atomically. Returns true if queued, false if dropped. Queued
  * lines are written at the next commit, or earlier once HP_CONSOLE_BATCH
@@ -192,15 +152,15 @@ struct hp_stream_stats {
 #define HP_DUP_NEEDLES 64
 #define HP_DUP_BUFFER (HP_LINE_MAX + 1024)
 struct hp_dup {
-        int fd;                 /* -1: closed */
+        int fd; /* -1: closed */
         int count;
         const char *needle[HP_DUP_NEEDLES]; /* borrowed */
         size_t needle_len[HP_DUP_NEEDLES];
-        int error;              /* first failed write, -errno; then none */
-        uint64_t lines;         /* copied */
-        uint64_t lines_lost;    /* to a failed write */
+        int error;           /* first failed write, -errno; then none */
+        uint64_t lines;      /* copied */
+        uint64_t lines_lost; /* to a failed write */
         size_t used;
-        char path[4096];        /* for messages */
+        char path[4096]; /* for messages */
         char buf[HP_DUP_BUFFER];
 };
 
@@ -228,43 +188,31 @@ typedef void (*hp_stream_closed_cb)(struct hp_stream *s);
  * per pipe. One timer (each subsystem owns one, armed at the earliest
  * deadline) runs the paced reads, writes the consoles HP_CONSOLE_DELAY_MS
  * after their first unwritten line and the log files HP_FILE_DELAY_MS
- * after their first unwritten byte. The owner embeds it.
+ * after their first unwritten byte.
  */
-struct hp_stream_hub {
-        uv_loop_t *loop;
-        int epfd;       /* the pipes being read */
-        uv_poll_t poll; /* epfd in the loop, while not paced */
-        uv_timer_t timer;
-        int watched;    /* pipes in epfd */
-        bool paced;
-        struct hp_console *consoles[2]; /* borrowed */
-        size_t console_count;
-        uint64_t read_due;    /* loop ms, or UINT64_MAX: not paced */
-        uint64_t last_data;   /* when a pass last read something */
-        uint64_t pace_after;  /* no pacing before: a fast writer was seen */
-        uint64_t console_due; /* or UINT64_MAX: nothing waits */
-        uint64_t files_due;
-        uint64_t armed_for;
-        struct hp_stream *dirty; /* streams with unwritten file bytes */
-        /* Epoch ms minus loop ms, taken once: ${time} in a console prefix
-         * and the log rules' verdict times both map loop ms to the wall
-         * clock with it, so a replay of the console can match them to the
-         * millisecond. */
-        int64_t wall_offset_ms;
-};
+struct hp_stream_hub;
 
 /* consoles (borrowed, at most 2) outlive the hub. */
-int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
-                       struct hp_console *const *consoles, size_t count);
+int hp_stream_hub_new(struct hp_stream_hub **out, uv_loop_t *loop,
+                      struct hp_console *const *consoles, size_t count);
+/* Epoch ms minus loop ms, taken once: ${time} in a console prefix and the
+ * log rules' verdict times both map loop ms to the wall clock with it, so
+ * a replay of the console can match them to the millisecond. */
+int64_t hp_stream_hub_wall_offset_ms(const struct hp_stream_hub *hub);
+/* Each console's lines so far go out before what is written next. */
+void hp_stream_hub_commit_ordered(struct hp_stream_hub *hub);
 /* Writes every stream's unwritten bytes and commits the consoles now. */
 void hp_stream_hub_flush(struct hp_stream_hub *hub);
 /* Reads what every pipe holds now, paced or not: before anything judges
  * the workers by the lines seen so far (a log rule's deadline), so that a
  * line written in time is not judged missing for sitting in a pipe. */
 void hp_stream_hub_read_now(struct hp_stream_hub *hub);
-/* Flushes, then closes the handles (the loop must run once for them).
- * Every stream is closed already. */
+/* Flushes, then closes the handles (the loop must run once for them);
+ * the last close callback frees the hub. Every stream is closed already. */
 void hp_stream_hub_close(struct hp_stream_hub *hub);
+
+/* The longest console prefix, with its NUL. */
+#define HP_STREAM_PREFIX_MAX 256
 
 /*
  * One worker stream: the read end of a pipe, the file it is written to (or
@@ -278,7 +226,7 @@ struct hp_stream {
         struct hp_stream *dirty_prev, *dirty_next; /* in hub->dirty */
         int file_fd;
         struct hp_console *console;
-        char prefix[256];
+        char prefix[HP_STREAM_PREFIX_MAX];
         size_t prefix_len;
         bool prefixed; /* tee'd: console lines carry the prefix */
         /* Where ${time} sits in prefix (HP_ISO8601_MS_LEN bytes, written
@@ -292,7 +240,7 @@ struct hp_stream {
         void *data; /* the owner's */
         bool open;
         bool reading; /* in the hub's epoll set */
-        int error; /* first file write or read error, -errno */
+        int error;    /* first file write or read error, -errno */
         /* The log file's write failed (a full disk): it is not written
          * again, and keeps its first file_kept bytes, whole lines only
          * (see file_write_out). */
@@ -311,9 +259,37 @@ struct hp_stream {
         char buf[HP_STREAM_BUFFER];
 };
 
-/* Initialises the pipe handle on the hub's loop; pass its
- * uv_stdio_container to uv_spawn, then call hp_stream_start. */
-int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub);
+/* What a stream is made with. */
+struct hp_stream_opts {
+        hp_stream_closed_cb closed_cb;
+        void *data; /* the owner's, for closed_cb */
+        int rank;   /* for messages: the local rank */
+};
+
+/* Where a stream's bytes and lines go; what is not named is off. */
+struct hp_stream_output {
+        int file_fd;           /* the log file, owned by the caller; -1 */
+        const char *file_path; /* for messages; NULL: none named */
+        struct hp_console *console; /* NULL: not echoed */
+        bool prefixed;              /* console lines carry the prefix */
+        hp_line_cb listener;        /* NULL: none */
+        void *listener_ctx;
+        struct hp_dup *dup; /* borrowed: filtered copies, or NULL */
+};
+
+/* Initialises the pipe handle on the hub's loop with everything off
+ * (no file, console, listener or prefix); pass its uv_stdio_container
+ * to uv_spawn, then call hp_stream_start. */
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub,
+                   const struct hp_stream_opts *opts);
+/* Where its bytes and lines go; before hp_stream_start. */
+void hp_stream_set_output(struct hp_stream *s,
+                          const struct hp_stream_output *out);
+/* The console prefix (len bytes, cut to HP_STREAM_PREFIX_MAX - 1);
+ * time_at: where a placeholder of HP_ISO8601_MS_LEN bytes is stamped
+ * with each line's time, or -1. Before hp_stream_start. */
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix, size_t len,
+                          int time_at);
 int hp_stream_start(struct hp_stream *s);
 /* Reads whatever the pipe holds without blocking, writes everything out,
  * then closes it: for a worker whose process group is gone, so that a pipe

@@ -140,44 +140,6 @@ int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len);
  * matched it yet"). Cut and returned as hp_verdict_reason. */
 int hp_verdict_describe(const struct hp_verdict *v, char *buf, size_t len);
 
-/* ---- Hang forensics (silence.c, forensics.c) ---- */
-
-/* One rank's last output, for the silence line. */
-struct hp_silence {
-        int rank;         /* global rank; negative: not known yet */
-        uint64_t last_ms; /* loop clock: its last output, or its start */
-        int local_rank;   /* named instead while any rank is unknown */
-        bool exited;      /* it is gone: named with how it ended, never
-                           * as silent */
-        int exit_code;    /* when it exited by itself */
-        int exit_signal;  /* when a signal ended it (then not exit_code) */
-        uint64_t exit_ms; /* loop clock */
-};
-
-/* Ranks that went quiet closer together than this are not told apart:
- * reads are paced (HP_READ_PACE_MS), and ranks in lockstep print within a
- * few milliseconds of each other. */
-#define HP_SILENCE_TIE_MS 50
-
-/*
- * The silence line: sorts ranks in place (those that exited first, as
- * they ended, then the others by their last output) and names
- * the first to go quiet, how long before the verdict and the others, then
- * the others, e.g. "rank 3 silent since 10:42:01.120 (63.2 s before the
- * verdict, 2.9 s before the others); ranks 0-2,4-7 silent since
- * 10:42:04.010 (blocked in a collective?)". Ranks that exited come first,
- * in the order they ended, each with how ("rank 0 exited with code 1 at
- * 10:41:59.002 (65.3 s before the verdict)"); only live ones are
- * compared for silence. event names the moment
- * ("the verdict"); now_ms is that moment on the same clock as the ranks'
- * times, now_wall the wall clock (seconds since
- * the epoch) at that moment; times are printed in local time. Returns 0,
- * or -ENOSPC when the line did not fit (it then ends in "...").
- */
-int hp_silence_format(struct hp_silence *ranks, size_t count, uint64_t now_ms,
-                      double now_wall, const char *event, char *buf,
-                      size_t len);
-
 /* ---- The agent ---- */
 
 /* The agent (opaque): the job's processes, its consoles, rules and
@@ -275,13 +237,27 @@ void hp_agent_pass_error_file(const struct hp_agent *agent, int exit_code);
 struct hp_agent *hp_agent_new(void);
 void hp_agent_free(struct hp_agent *agent);
 
+/* What the agent needs to know of the driver main picked, before it
+ * starts (the driver itself attaches later: hp_agent_set_events). */
+struct hp_agent_setup {
+        /* The driver gives each attempt's round (the operator's /start):
+         * no rendezvous at init, only the local shape is known. */
+        bool round_from_driver;
+        /* TORCHELASTIC_MAX_RESTARTS as the workers see it: --max-restarts
+         * when the agent restarts them itself, HP_OPERATOR_MAX_RESTARTS
+         * when the operator does. */
+        int max_restarts;
+};
+
 /*
  * Prepares everything that can fail before a process is spawned: the log
  * directories, the consoles, the signal handlers, the subreaper flag. On
  * failure errbuf says why and nothing is left running.
  */
 int hp_agent_init(struct hp_agent *agent, uv_loop_t *loop,
-                  const struct hp_config *cfg, char *errbuf, size_t errlen);
+                  const struct hp_config *cfg,
+                  const struct hp_agent_setup *setup, char *errbuf,
+                  size_t errlen);
 
 /* Self-driven mode (selfdriven.c): run attempts until success, a failure
  * with no restarts left, or a stop signal. Returns the process exit
@@ -290,6 +266,10 @@ int hp_agent_run(struct hp_agent *agent);
 
 /* ---- Driving the agent from outside (operator mode) ---- */
 
+/* Attaches the driver that follows the agent: main picks it (self-driven
+ * mode's, which hp_agent_run attaches, or the operator's). The agent has
+ * no driver of its own: until one is attached, and after NULL lets it
+ * go, what the agent reports goes nowhere. */
 void hp_agent_set_events(struct hp_agent *agent,
                          const struct hp_agent_events *events, void *ctx);
 /* Starts an attempt with this rendezvous round and restart count: the

@@ -10,8 +10,8 @@
 const char *hp_strerror(int err)
 {
         switch (err) {
-#define XX(name, value, text)                                               \
-        case name:                                                          \
+#define XX(name, value, text)                                                \
+        case name:                                                           \
                 return text;
                 HP_ERRNO_MAP(XX)
 #undef XX
@@ -26,8 +26,8 @@ const char *hp_strerror(int err)
 const char *hp_err_name(int err)
 {
         switch (err) {
-#define XX(name, value, text)                                               \
-        case name:                                                          \
+#define XX(name, value, text)                                                \
+        case name:                                                           \
                 return #name;
                 HP_ERRNO_MAP(XX)
 #undef XX

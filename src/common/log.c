@@ -126,8 +126,8 @@ void hp_log(enum hp_log_level level, const char *fmt, ...)
 
         if (level > log_level)
                 return;
-        n = snprintf(line, sizeof(line), "hyperpodrun[%d]: %s: ", (int)getpid(),
-                     tags[level]);
+        n = snprintf(line, sizeof(line),
+                     "hyperpodrun[%d]: %s: ", (int)getpid(), tags[level]);
         va_start(ap, fmt);
         n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
         va_end(ap);

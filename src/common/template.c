@@ -6,9 +6,9 @@
 
 #include "hyperpod/common.h"
 
-static const struct hp_template_var *find_var(const struct hp_template_var *vars,
-                                              size_t nvars, const char *name,
-                                              size_t name_len)
+static const struct hp_template_var *
+find_var(const struct hp_template_var *vars, size_t nvars, const char *name,
+         size_t name_len)
 {
         for (size_t i = 0; i < nvars; i++)
                 if (strlen(vars[i].name) == name_len &&
@@ -100,7 +100,8 @@ int hp_template_expand(const char *tmpl, const struct hp_template_var *vars,
         return 0;
 
 too_big:
-        snprintf(errbuf, errlen, "template '%s' expands to more than %zu bytes",
-                 tmpl, len - 1);
+        snprintf(errbuf, errlen,
+                 "template '%s' expands to more than %zu bytes", tmpl,
+                 len - 1);
         return HP_ETOOBIG;
 }

@@ -73,8 +73,7 @@ int hp_parse_seconds_ms(const char *text, uint64_t *out_ms)
                 return HP_ECONFIG;
         errno = 0;
         v = strtod(text, &end);
-        if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0 ||
-            v > 1e9)
+        if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0 || v > 1e9)
                 return HP_ECONFIG;
         *out_ms = (uint64_t)llround(v * 1000.0);
         return 0;
@@ -97,7 +96,8 @@ int hp_snprintf(char *buf, size_t len, const char *fmt, ...)
 
 void hp_random_name(char *buf, size_t len)
 {
-        static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789_";
+        static const char alphabet[] =
+                "abcdefghijklmnopqrstuvwxyz0123456789_";
         unsigned char bytes[64];
         size_t got = 0;
 
@@ -112,7 +112,9 @@ void hp_random_name(char *buf, size_t len)
                          * small buffer; fall back to the address space
                          * layout rather than abort. */
                         for (; got < len; got++)
-                                bytes[got] = (unsigned char)((uintptr_t)&bytes[got] >> 3);
+                                bytes[got] = (unsigned char)((uintptr_t)&bytes
+                                                                     [got] >>
+                                                             3);
                         break;
                 }
                 got += (size_t)n;
@@ -123,7 +125,7 @@ void hp_random_name(char *buf, size_t len)
 
 static void answered_signals(sigset_t *set)
 {
-        static const int answered[] = { SIGTERM, SIGINT,  SIGHUP,  SIGQUIT,
+        static const int answered[] = { SIGTERM, SIGINT,  SIGHUP, SIGQUIT,
                                         SIGUSR1, SIGUSR2, SIGCHLD };
 
         sigemptyset(set);
@@ -535,8 +537,7 @@ static int check_trusted(const char *path, const struct stat *st, bool last,
         snprintf(errbuf, len,
                  "'%s' is writable by %s (mode %04o, owner uid %u, group "
                  "gid %u)%s",
-                 path,
-                 (st->st_mode & S_IWOTH) ? "every user" : "its group",
+                 path, (st->st_mode & S_IWOTH) ? "every user" : "its group",
                  mode, (unsigned)st->st_uid, (unsigned)st->st_gid,
                  last ? "" : " without the sticky bit");
         return HP_ECONFIG;

@@ -349,8 +349,3 @@ int hp_config_parse(struct hp_config *cfg, int argc, char **argv,
         cfg->script_argc = argc - optind - 1;
         return 0;
 }
-
-bool hp_config_operator_mode(const struct hp_config *cfg)
-{
-        return cfg->rdzv_backend == HP_RDZV_HYPERPOD && !cfg->standalone;
-}

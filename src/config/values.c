@@ -276,3 +276,9 @@ int config__parse_double_value(const struct raw_value *v, double min,
         *out = d;
         return 0;
 }
+
+/* Here, with the values: the conversions ask it, and so does main. */
+bool hp_config_operator_mode(const struct hp_config *cfg)
+{
+        return cfg->rdzv_backend == HP_RDZV_HYPERPOD && !cfg->standalone;
+}

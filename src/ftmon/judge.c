@@ -138,8 +138,9 @@ static int cmp_double(const void *a, const void *b)
         return (x > y) - (x < y);
 }
 
-int hp_ft_stragglers_window(struct hp_ft_stragglers *s, const uint64_t *counts,
-                            uint64_t now_ms, bool *newly)
+int hp_ft_stragglers_window(struct hp_ft_stragglers *s,
+                            const uint64_t *counts, uint64_t now_ms,
+                            bool *newly)
 {
         size_t n = 0;
         double median;

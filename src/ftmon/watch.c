@@ -30,16 +30,16 @@
 
 static uint64_t slot_word(const struct hp_ftmon *m, int lr, int word)
 {
-        const volatile uint64_t *w =
-                m->shm + (size_t)lr * HP_FT_SLOT_WORDS + (size_t)word;
+        const volatile uint64_t *w = m->shm + (size_t)lr * HP_FT_SLOT_WORDS +
+                                     (size_t)word;
 
         return __atomic_load_n(w, __ATOMIC_ACQUIRE);
 }
 
 static void slot_set(struct hp_ftmon *m, int lr, int word, uint64_t value)
 {
-        volatile uint64_t *w =
-                m->shm + (size_t)lr * HP_FT_SLOT_WORDS + (size_t)word;
+        volatile uint64_t *w = m->shm + (size_t)lr * HP_FT_SLOT_WORDS +
+                               (size_t)word;
 
         __atomic_store_n(w, value, __ATOMIC_RELAXED);
 }
@@ -126,8 +126,8 @@ static void judge_all(struct hp_ftmon *m)
         if (next == UINT64_MAX)
                 uv_timer_stop(&m->timer);
         else
-                uv_timer_start(&m->timer, timer_cb, next > now ? next - now : 0,
-                               0);
+                uv_timer_start(&m->timer, timer_cb,
+                               next > now ? next - now : 0, 0);
 }
 
 static void timer_cb(uv_timer_t *t)
@@ -137,7 +137,6 @@ static void timer_cb(uv_timer_t *t)
         m->checks++;
         judge_all(m);
 }
-
 
 /* The progress a straggler is measured by: heartbeats, else ended "step"
  * sections. */
@@ -162,20 +161,21 @@ static void window_cb(uv_timer_t *t)
 
         for (int lr = 0; lr < m->nranks; lr++)
                 m->counts[lr] = progress(m, lr);
-        first = hp_ft_stragglers_window(&m->strag, m->counts,
-                                        uv_now(m->loop), m->newly);
+        first = hp_ft_stragglers_window(&m->strag, m->counts, uv_now(m->loop),
+                                        m->newly);
         if (first < 0)
                 return;
         for (int lr = 0; lr < m->nranks; lr++) {
                 if (!m->newly[lr])
                         continue;
-                hp_log_warn("straggler: local rank %d (rank %lld) ran at %.2f "
-                            "of the median rate of the ranks for %d windows "
-                            "of %.3g s (--straggler-ratio %g)",
-                            lr, (long long)m->ranks[lr].rank,
-                            m->strag.speed[lr], cfg->straggler_windows,
-                            (double)cfg->straggler_window_ms / 1000.0,
-                            cfg->straggler_ratio);
+                hp_log_warn(
+                        "straggler: local rank %d (rank %lld) ran at %.2f "
+                        "of the median rate of the ranks for %d windows "
+                        "of %.3g s (--straggler-ratio %g)",
+                        lr, (long long)m->ranks[lr].rank, m->strag.speed[lr],
+                        cfg->straggler_windows,
+                        (double)cfg->straggler_window_ms / 1000.0,
+                        cfg->straggler_ratio);
         }
         if (cfg->straggler_verdict && m->judging) {
                 struct hp_ft_verdict v;
@@ -350,7 +350,8 @@ static void defaults_from(struct hp_ft_timeouts *t,
 
 int hp_ftmon_init(struct hp_ftmon *m, uv_loop_t *loop,
                   const struct hp_config *cfg, int nranks,
-                  void (*on_verdict)(void *ctx, const struct hp_ft_verdict *v),
+                  void (*on_verdict)(void *ctx,
+                                     const struct hp_ft_verdict *v),
                   void *ctx, char *errbuf, size_t errlen)
 {
         int r;
@@ -490,7 +491,8 @@ void hp_ftmon_speed_line(const struct hp_ftmon *m, char *buf, size_t len)
                 if (best < 0)
                         break;
                 done[best] = true;
-                n = snprintf(buf + used, len - used, "%slocal rank %d at %.2f%s",
+                n = snprintf(buf + used, len - used,
+                             "%slocal rank %d at %.2f%s",
                              used ? ", " : "relative speed (of the median): ",
                              best, m->strag.speed[best],
                              m->strag.flagged[best] ? " (straggler)" : "");
@@ -603,8 +605,8 @@ static void ft_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *c,
                 cJSON_Delete(o);
                 return;
         }
-        hp_log_debug("rank monitor: local rank %d (rank %lld) registered",
-                     lr, (long long)rk->rank);
+        hp_log_debug("rank monitor: local rank %d (rank %lld) registered", lr,
+                     (long long)rk->rank);
         reply(s, c, "ft_config", o);
         cJSON_Delete(o);
         window_start(m);
@@ -636,16 +638,16 @@ static void ft_timeouts_cb(struct hp_ipc_server *s, struct hp_ipc_client *c,
                         bad = "heartbeat.subsequent", bad_v = item;
         }
         if (cJSON_IsObject(sec)) {
-                const cJSON *names =
-                        cJSON_GetObjectItemCaseSensitive(sec, "section");
+                const cJSON *names = cJSON_GetObjectItemCaseSensitive(
+                        sec, "section");
 
-                item = cJSON_GetObjectItemCaseSensitive(sec, "out_of_section");
+                item = cJSON_GetObjectItemCaseSensitive(sec,
+                                                        "out_of_section");
                 if (seconds_field(item, &t.oos_ms) < 0)
                         bad = "section.out_of_section", bad_v = item;
                 if (!cJSON_IsObject(names))
                         names = NULL;
-                cJSON_ArrayForEach(item, names)
-                {
+                cJSON_ArrayForEach (item, names) {
                         int i;
 
                         for (i = 0; i < m->cfg->ft_nsections; i++)

@@ -4,166 +4,22 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "hyperpod/common.h"
 #include "hyperpod/httpd.h"
 
-/* Bytes read from the socket at a time. Requests larger than this arrive
- * over several reads; the limits, not this, bound what a request may be. */
-#define HTTPD_READ_CHUNK 8192
-/* A request or response buffer grown above this for one large message is
- * given back afterwards, so idle keep-alive connections stay small. */
-#define HTTPD_KEEP_BUFFER 65536
-/* After a "connection: close" response, the longest silence from the peer
- * before closing anyway, and the longest lingering in all when the request
- * timeout is off. */
-#define HTTPD_LINGER_QUIET_MS 1000
-#define HTTPD_LINGER_TOTAL_MS 10000
-/* Room for the status line and our own headers around a response body. */
-#define HTTPD_HEAD_ROOM 160
-
-enum conn_state {
-        CONN_IDLE,    /* waiting for the first byte of a request */
-        CONN_READING, /* a request is partly read; the request timer runs */
-        CONN_WRITING, /* in the handler or writing its response; not reading */
-        CONN_LINGER,  /* last response written and FIN sent; draining input
-                       * until the peer's FIN so that our close cannot turn
-                       * into a reset that destroys the response */
-        CONN_CLOSED,  /* uv_close called; waiting for the close callbacks */
-};
-
-/* Where http-parser is inside the header block. */
-enum header_pos { HEADER_NONE, HEADER_FIELD, HEADER_VALUE };
-
-/* The headers the server looks at; all others are skipped. */
-enum header_kind {
-        HEADER_OTHER,
-        HEADER_CONTENT_TYPE,
-        HEADER_AUTHORIZATION,
-        HEADER_EXPECT,
-};
-
-struct growbuf {
-        char *data;
-        size_t len;
-        size_t cap;
-};
-
-struct hp_httpd_conn {
-        uv_tcp_t tcp;
-        uv_timer_t timer; /* idle, request, write or linger deadline */
-        uv_write_t write_req;
-        uv_write_t continue_req;
-        uv_shutdown_t shutdown_req;
-        struct hp_httpd *server;
-        struct hp_httpd_conn *prev;
-        struct hp_httpd_conn *next;
-        int handles; /* close callbacks still to come */
-        enum conn_state state;
-        bool served; /* counted in current_connections */
-        bool answered; /* has had a response */
-        uint64_t since; /* loop time the current state began */
-        bool reading;
-        bool keep_alive; /* after the response being written */
-        bool message_done; /* the parser paused at the end of a request */
-        uint64_t linger_end; /* loop time when lingering stops */
-        http_parser parser;
-
-        /* The request being read: the URL, the Content-Type value and the
-         * body, each NUL-terminated, one after the other in req. */
-        struct growbuf req;
-        size_t url_len;
-        bool url_done;
-        size_t header_bytes;
-        enum header_pos header_pos;
-        enum header_kind header_kind;
-        char field[16]; /* the current header name, if it fits */
-        size_t field_len;
-        bool has_content_type;
-        bool content_type_done;
-        size_t content_type_off;
-        bool has_authorization;
-        bool authorization_done;
-        size_t authorization_off;
-        char expect[16];
-        size_t expect_len;
-        bool has_body;
-        size_t body_off;
-        size_t body_len;
-
-        /* Set by a parser callback that refuses the request. */
-        int refuse_status;
-        char refuse_reason[128];
-
-        struct growbuf out; /* the response being written */
-        size_t in_off;
-        size_t in_len;
-        char peer[64];
-        char in[HTTPD_READ_CHUNK];
-};
-
-static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
-
-void hp_httpd_limits_default(struct hp_httpd_limits *l)
-{
-        l->max_header_bytes = 16 * 1024;
-        l->max_body_bytes = 1024 * 1024;
-        l->max_connections = 64;
-        l->idle_timeout_ms = 5000;
-        l->request_timeout_ms = 10000;
-        l->silent_ms = 1000;
-}
-
-static int growbuf_reserve(struct growbuf *b, size_t extra)
-{
-        size_t cap = b->cap ? b->cap : 256;
-        char *data;
-
-        if (b->len + extra <= b->cap)
-                return 0;
-        while (cap < b->len + extra)
-                cap *= 2;
-        data = realloc(b->data, cap);
-        if (data == NULL)
-                return -ENOMEM;
-        b->data = data;
-        b->cap = cap;
-        return 0;
-}
-
-static void growbuf_trim(struct growbuf *b)
-{
-        if (b->cap <= HTTPD_KEEP_BUFFER)
-                return;
-        free(b->data);
-        b->data = NULL;
-        b->len = 0;
-        b->cap = 0;
-}
-
-static void growbuf_free(struct growbuf *b)
-{
-        free(b->data);
-        b->data = NULL;
-}
-
-static struct hp_httpd_conn *conn_of_parser(http_parser *p)
-{
-        return hp_container_of(p, struct hp_httpd_conn, parser);
-}
+#include "httpd-private.h"
 
 /* ---- connection lifetime ---------------------------------------------- */
 
 static void server_maybe_closed(struct hp_httpd *h)
 {
-        void (*cb)(struct hp_httpd *h) = h->close_cb;
+        void (*cb)(struct hp_httpd * h) = h->close_cb;
 
         if (!h->closing || !h->listener_closed || h->conns != NULL)
                 return;
@@ -188,8 +44,8 @@ static void conn_release(struct hp_httpd_conn *c)
         h->nconns--;
         if (c->served)
                 h->stats.current_connections--;
-        growbuf_free(&c->req);
-        growbuf_free(&c->out);
+        hp_httpd__growbuf_free(&c->req);
+        hp_httpd__growbuf_free(&c->out);
         free(c);
         server_maybe_closed(h);
 }
@@ -228,8 +84,8 @@ static void conn_arm(struct hp_httpd_conn *c, uint64_t ms)
 
 static void alloc_cb(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(handle, struct hp_httpd_conn, tcp);
+        struct hp_httpd_conn *c = hp_container_of(handle,
+                                                  struct hp_httpd_conn, tcp);
 
         /* Reading only runs once everything read before has been parsed
          * (in_len is 0), so the one buffer per connection is enough. */
@@ -265,8 +121,8 @@ static void conn_read_stop(struct hp_httpd_conn *c)
 
 static void shutdown_cb(uv_shutdown_t *req, int status)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, shutdown_req);
+        struct hp_httpd_conn *c = hp_container_of(req, struct hp_httpd_conn,
+                                                  shutdown_req);
 
         if (status < 0 && c->state != CONN_CLOSED)
                 conn_close(c);
@@ -326,8 +182,8 @@ static void conn_process(struct hp_httpd_conn *c);
 
 static void write_cb(uv_write_t *req, int status)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, write_req);
+        struct hp_httpd_conn *c = hp_container_of(req, struct hp_httpd_conn,
+                                                  write_req);
         struct hp_httpd *h = c->server;
 
         if (c->state == CONN_CLOSED)
@@ -338,8 +194,8 @@ static void write_cb(uv_write_t *req, int status)
                 conn_close(c);
                 return;
         }
-        growbuf_trim(&c->out);
-        growbuf_trim(&c->req);
+        hp_httpd__growbuf_trim(&c->out);
+        hp_httpd__growbuf_trim(&c->req);
         if (!c->keep_alive) {
                 conn_linger(c);
                 return;
@@ -352,18 +208,6 @@ static void write_cb(uv_write_t *req, int status)
         conn_process(c);
 }
 
-static void count_status(struct hp_httpd_stats *s, int status)
-{
-        s->requests_total++;
-        switch (status / 100) {
-        case 1: s->responses_1xx++; break;
-        case 2: s->responses_2xx++; break;
-        case 3: s->responses_3xx++; break;
-        case 4: s->responses_4xx++; break;
-        default: s->responses_5xx++; break;
-        }
-}
-
 /* Formats and queues one response. The body is copied, so the caller's
  * buffer is free again on return. */
 static void conn_respond(struct hp_httpd_conn *c, int status,
@@ -371,49 +215,19 @@ static void conn_respond(struct hp_httpd_conn *c, int status,
                          const char *body, size_t body_len, bool send_body)
 {
         struct growbuf *o = &c->out;
-        /* RFC 9110: no Content-Length and no body with 1xx, 204 and 304. */
-        bool bodyless = status < 200 || status == 204 || status == 304;
-        size_t ct_len = content_type ? strlen(content_type) : 0;
-        size_t h_len = headers ? strlen(headers) : 0;
         uv_buf_t buf;
-        int n;
         int r;
 
-        if (bodyless)
-                body_len = 0;
-        o->len = 0;
-        if (growbuf_reserve(o, HTTPD_HEAD_ROOM + ct_len + h_len + body_len) <
-            0) {
+        if (hp_httpd__format_response(&c->out, status, content_type, headers,
+                                      body, body_len, send_body,
+                                      c->keep_alive,
+                                      c->parser.http_minor) < 0) {
                 hp_log_error("http: %s: no memory for a %zu-byte response",
                              c->peer, body_len);
                 conn_close(c);
                 return;
         }
-        n = snprintf(o->data, o->cap, "HTTP/1.1 %d %s\r\n", status,
-                     http_status_str((enum http_status)status));
-        if (!bodyless)
-                n += snprintf(o->data + n, o->cap - (size_t)n,
-                              "content-length: %zu\r\n", body_len);
-        if (content_type != NULL)
-                n += snprintf(o->data + n, o->cap - (size_t)n,
-                              "content-type: %s\r\n", content_type);
-        if (headers != NULL)
-                n += snprintf(o->data + n, o->cap - (size_t)n, "%s", headers);
-        if (!c->keep_alive)
-                n += snprintf(o->data + n, o->cap - (size_t)n,
-                              "connection: close\r\n");
-        else if (c->parser.http_minor == 0)
-                /* An HTTP/1.0 client that asked to keep the connection
-                 * only keeps it when told so. */
-                n += snprintf(o->data + n, o->cap - (size_t)n,
-                              "connection: keep-alive\r\n");
-        n += snprintf(o->data + n, o->cap - (size_t)n, "\r\n");
-        o->len = (size_t)n;
-        if (send_body && body_len > 0) {
-                memcpy(o->data + o->len, body, body_len);
-                o->len += body_len;
-        }
-        count_status(&c->server->stats, status);
+        hp_httpd__count_status(&c->server->stats, status);
         c->answered = true;
         c->state = CONN_WRITING;
         conn_read_stop(c);
@@ -448,287 +262,7 @@ static void conn_respond_error(struct hp_httpd_conn *c, int status,
                      true);
 }
 
-static void continue_cb(uv_write_t *req, int status)
-{
-        struct hp_httpd_conn *c =
-                hp_container_of(req, struct hp_httpd_conn, continue_req);
-
-        /* A failed write shows up again on the next read or write. */
-        if (status < 0 && c->state != CONN_CLOSED)
-                hp_log_debug("http: %s: writing 100 Continue failed: %s",
-                             c->peer, uv_strerror(status));
-}
-
-/* ---- parser callbacks --------------------------------------------------- */
-
-/* Records why the request is refused and stops the parser. */
-__attribute__((format(printf, 3, 4))) static int
-conn_refuse(struct hp_httpd_conn *c, int status, const char *fmt, ...)
-{
-        va_list ap;
-
-        c->refuse_status = status;
-        va_start(ap, fmt);
-        vsnprintf(c->refuse_reason, sizeof(c->refuse_reason), fmt, ap);
-        va_end(ap);
-        return -1;
-}
-
-static int req_append(struct hp_httpd_conn *c, const char *data, size_t len)
-{
-        if (growbuf_reserve(&c->req, len) < 0)
-                return conn_refuse(c, 500, "no memory for the request");
-        memcpy(c->req.data + c->req.len, data, len);
-        c->req.len += len;
-        return 0;
-}
-
-static int add_header_bytes(struct hp_httpd_conn *c, size_t n)
-{
-        size_t max = c->server->limits.max_header_bytes;
-
-        c->header_bytes += n;
-        if (c->header_bytes > max)
-                return conn_refuse(c, 431, "headers over %zu bytes", max);
-        return 0;
-}
-
-static int on_message_begin(http_parser *p)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-
-        c->state = CONN_READING;
-        c->since = uv_now(c->server->loop);
-        c->req.len = 0;
-        c->url_len = 0;
-        c->url_done = false;
-        c->header_bytes = 0;
-        c->header_pos = HEADER_NONE;
-        c->has_content_type = false;
-        c->content_type_done = false;
-        c->has_authorization = false;
-        c->authorization_done = false;
-        c->expect_len = 0;
-        c->has_body = false;
-        c->body_len = 0;
-        /* Slowloris: the deadline runs from the first byte and is not
-         * pushed back by later bytes. */
-        conn_arm(c, c->server->limits.request_timeout_ms);
-        return 0;
-}
-
-static int on_url(http_parser *p, const char *at, size_t len)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-        size_t max = c->server->limits.max_header_bytes;
-
-        c->url_len += len;
-        if (c->url_len > max)
-                return conn_refuse(c, 414, "URL over %zu bytes", max);
-        if (add_header_bytes(c, len) < 0)
-                return -1;
-        return req_append(c, at, len);
-}
-
-/* The URL is complete once anything after it arrives. */
-static int finish_url(struct hp_httpd_conn *c)
-{
-        if (c->url_done)
-                return 0;
-        c->url_done = true;
-        return req_append(c, "", 1);
-}
-
-/* The end of a kept value: its NUL. */
-static int finish_value(struct hp_httpd_conn *c)
-{
-        bool *done;
-
-        if (c->header_pos != HEADER_VALUE)
-                return 0;
-        if (c->header_kind == HEADER_CONTENT_TYPE)
-                done = &c->content_type_done;
-        else if (c->header_kind == HEADER_AUTHORIZATION)
-                done = &c->authorization_done;
-        else
-                return 0;
-        if (*done)
-                return 0;
-        *done = true;
-        return req_append(c, "", 1);
-}
-
-static int on_header_field(http_parser *p, const char *at, size_t len)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-
-        if (finish_url(c) < 0)
-                return -1;
-        if (c->header_pos != HEADER_FIELD) {
-                if (finish_value(c) < 0)
-                        return -1;
-                c->header_pos = HEADER_FIELD;
-                c->field_len = 0;
-                /* ": " and CRLF, so that many empty headers count too. */
-                if (add_header_bytes(c, 4) < 0)
-                        return -1;
-        }
-        if (add_header_bytes(c, len) < 0)
-                return -1;
-        /* Only short names are of interest; a longer one is kept as a
-         * length that matches nothing. */
-        if (c->field_len + len < sizeof(c->field))
-                memcpy(c->field + c->field_len, at, len);
-        c->field_len += len;
-        return 0;
-}
-
-static enum header_kind classify_field(struct hp_httpd_conn *c)
-{
-        if (c->field_len >= sizeof(c->field))
-                return HEADER_OTHER;
-        c->field[c->field_len] = '\0';
-        /* Only the first Content-Type counts. */
-        if (strcasecmp(c->field, "content-type") == 0 && !c->has_content_type)
-                return HEADER_CONTENT_TYPE;
-        /* Only the first Authorization counts, too. */
-        if (strcasecmp(c->field, "authorization") == 0 &&
-            !c->has_authorization)
-                return HEADER_AUTHORIZATION;
-        if (strcasecmp(c->field, "expect") == 0)
-                return HEADER_EXPECT;
-        return HEADER_OTHER;
-}
-
-static int on_header_value(http_parser *p, const char *at, size_t len)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-
-        if (c->header_pos != HEADER_VALUE) {
-                c->header_pos = HEADER_VALUE;
-                c->header_kind = classify_field(c);
-                if (c->header_kind == HEADER_CONTENT_TYPE) {
-                        c->has_content_type = true;
-                        c->content_type_off = c->req.len;
-                } else if (c->header_kind == HEADER_AUTHORIZATION) {
-                        c->has_authorization = true;
-                        c->authorization_off = c->req.len;
-                }
-        }
-        if (add_header_bytes(c, len) < 0)
-                return -1;
-        switch (c->header_kind) {
-        case HEADER_CONTENT_TYPE:
-        case HEADER_AUTHORIZATION:
-                return req_append(c, at, len);
-        case HEADER_EXPECT:
-                /* An overlong value is kept as a length that matches
-                 * nothing, like an overlong name. */
-                if (c->expect_len + len < sizeof(c->expect))
-                        memcpy(c->expect + c->expect_len, at, len);
-                c->expect_len += len;
-                return 0;
-        default:
-                return 0;
-        }
-}
-
-static bool expects_continue(struct hp_httpd_conn *c)
-{
-        if (c->expect_len == 0 || c->expect_len >= sizeof(c->expect))
-                return false;
-        c->expect[c->expect_len] = '\0';
-        return strcasecmp(c->expect, "100-continue") == 0;
-}
-
-static int on_headers_complete(http_parser *p)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-        const struct hp_httpd_limits *l = &c->server->limits;
-        bool chunked = (p->flags & F_CHUNKED) != 0;
-        bool sized = (p->flags & F_CONTENTLENGTH) != 0;
-
-        if (finish_url(c) < 0 || finish_value(c) < 0)
-                return -1;
-        if (p->http_major != 1)
-                return conn_refuse(c, 505, "HTTP/%u.%u", p->http_major,
-                                   p->http_minor);
-        /* Refused before a byte of the body is read. */
-        if (sized && p->content_length > l->max_body_bytes)
-                return conn_refuse(c, 413,
-                                   "Content-Length %" PRIu64
-                                   " over the %zu-byte limit",
-                                   p->content_length, l->max_body_bytes);
-        c->has_body = chunked || sized;
-        if (p->http_minor >= 1 && (chunked || p->content_length > 0) &&
-            expects_continue(c)) {
-                uv_buf_t buf = uv_buf_init((char *)continue_line,
-                                           sizeof(continue_line) - 1);
-                int r = uv_write(&c->continue_req, (uv_stream_t *)&c->tcp,
-                                 &buf, 1, continue_cb);
-
-                if (r < 0)
-                        hp_log_debug("http: %s: cannot write 100 Continue: "
-                                     "%s", c->peer, uv_strerror(r));
-        }
-        c->body_off = c->req.len;
-        return 0;
-}
-
-static int on_body(http_parser *p, const char *at, size_t len)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-        size_t max = c->server->limits.max_body_bytes;
-
-        if (len > max - c->body_len)
-                return conn_refuse(c, 413, "body over the %zu-byte limit",
-                                   max);
-        c->body_len += len;
-        return req_append(c, at, len);
-}
-
-static int on_message_complete(http_parser *p)
-{
-        struct hp_httpd_conn *c = conn_of_parser(p);
-
-        if (req_append(c, "", 1) < 0)
-                return -1;
-        /* One request at a time: the parser stops here and the rest of
-         * the input waits until the response is written. */
-        c->message_done = true;
-        http_parser_pause(p, 1);
-        return 0;
-}
-
 /* ---- dispatch ----------------------------------------------------------- */
-
-/* Splits the URL in place into NUL-terminated path and query. */
-static void split_url(struct hp_httpd_conn *c, const char **path,
-                      const char **query)
-{
-        char *url = c->req.data;
-        struct http_parser_url u;
-
-        *path = url;
-        *query = "";
-        /* http_parser_url holds 16-bit offsets. */
-        if (c->url_len > UINT16_MAX)
-                return;
-        http_parser_url_init(&u);
-        if (http_parser_parse_url(url, c->url_len,
-                                  c->parser.method == HTTP_CONNECT, &u) != 0)
-                return;
-        if (u.field_set & (1 << UF_QUERY)) {
-                *query = url + u.field_data[UF_QUERY].off;
-                url[u.field_data[UF_QUERY].off + u.field_data[UF_QUERY].len] =
-                        '\0';
-        }
-        if (u.field_set & (1 << UF_PATH)) {
-                *path = url + u.field_data[UF_PATH].off;
-                url[u.field_data[UF_PATH].off + u.field_data[UF_PATH].len] =
-                        '\0';
-        }
-}
 
 static void conn_dispatch(struct hp_httpd_conn *c)
 {
@@ -737,21 +271,7 @@ static void conn_dispatch(struct hp_httpd_conn *c)
         struct hp_httpd_response res = { .status = 500 };
 
         c->message_done = false;
-        split_url(c, &req.path, &req.query);
-        req.method = (enum http_method)c->parser.method;
-        req.method_name = http_method_str(req.method);
-        req.content_type = c->has_content_type
-                                   ? c->req.data + c->content_type_off
-                                   : NULL;
-        req.authorization = c->has_authorization
-                                    ? c->req.data + c->authorization_off
-                                    : NULL;
-        req.body = c->req.data + c->body_off;
-        req.body_len = c->body_len;
-        req.has_body = c->has_body;
-        req.peer = c->peer;
-        req.http_major = c->parser.http_major;
-        req.http_minor = c->parser.http_minor;
+        hp_httpd__request_fill(c, &req);
 
         /* WRITING from here on, so that hp_httpd_close() called by the
          * handler lets this response out before closing. */
@@ -789,6 +309,13 @@ static void conn_process(struct hp_httpd_conn *c)
         err = HTTP_PARSER_ERRNO(&c->parser);
         if (c->state == CONN_CLOSED)
                 return;
+        if (c->began) {
+                /* Slowloris: the deadline runs from the first byte of a
+                 * request (this loop time) and is not pushed back by
+                 * later bytes. */
+                c->began = false;
+                conn_arm(c, c->server->limits.request_timeout_ms);
+        }
         if (c->refuse_status != 0) {
                 int status = c->refuse_status;
 
@@ -843,8 +370,8 @@ static void conn_read_end(struct hp_httpd_conn *c, ssize_t nread)
 
 static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(stream, struct hp_httpd_conn, tcp);
+        struct hp_httpd_conn *c = hp_container_of(stream,
+                                                  struct hp_httpd_conn, tcp);
 
         if (nread == 0)
                 return;
@@ -864,8 +391,8 @@ static void read_cb(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 
 static void timer_cb(uv_timer_t *timer)
 {
-        struct hp_httpd_conn *c =
-                hp_container_of(timer, struct hp_httpd_conn, timer);
+        struct hp_httpd_conn *c = hp_container_of(timer, struct hp_httpd_conn,
+                                                  timer);
         const struct hp_httpd_limits *l = &c->server->limits;
         char reason[64];
 
@@ -877,13 +404,14 @@ static void timer_cb(uv_timer_t *timer)
                 break;
         case CONN_READING:
                 (void)hp_snprintf(reason, sizeof(reason),
-                                  "request not complete after %" PRIu64
-                                  " ms", l->request_timeout_ms);
+                                  "request not complete after %" PRIu64 " ms",
+                                  l->request_timeout_ms);
                 conn_respond_error(c, 408, reason);
                 break;
         case CONN_WRITING:
                 hp_log_warn("http: %s: response not taken within %" PRIu64
-                            " ms, closing", c->peer, l->request_timeout_ms);
+                            " ms, closing",
+                            c->peer, l->request_timeout_ms);
                 conn_close(c);
                 break;
         default:
@@ -1036,8 +564,8 @@ static bool make_room(struct hp_httpd *h, const char *peer)
         if (!h->rejecting)
                 hp_log_warn("http: %s: over %d connections, closing the "
                             "ones idle or unfinished the longest (%s first; "
-                            "logged once per burst)", peer,
-                            h->limits.max_connections, victim->peer);
+                            "logged once per burst)",
+                            peer, h->limits.max_connections, victim->peer);
         h->rejecting = true;
         h->stats.evicted_connections++;
         /* Counted out now: its close callbacks come later. */
@@ -1090,8 +618,8 @@ static void connection_cb(uv_stream_t *listener, int status)
                 if (!h->rejecting)
                         hp_log_warn("http: %s: over %d connections, all "
                                     "being answered: closing new ones at "
-                                    "once (logged once per burst)", c->peer,
-                                    h->limits.max_connections);
+                                    "once (logged once per burst)",
+                                    c->peer, h->limits.max_connections);
                 h->rejecting = true;
                 conn_close(c);
                 return;
@@ -1124,14 +652,7 @@ int hp_httpd_init(struct hp_httpd *h, uv_loop_t *loop,
                 h->limits = *limits;
         else
                 hp_httpd_limits_default(&h->limits);
-        http_parser_settings_init(&h->settings);
-        h->settings.on_message_begin = on_message_begin;
-        h->settings.on_url = on_url;
-        h->settings.on_header_field = on_header_field;
-        h->settings.on_header_value = on_header_value;
-        h->settings.on_headers_complete = on_headers_complete;
-        h->settings.on_body = on_body;
-        h->settings.on_message_complete = on_message_complete;
+        hp_httpd__parser_settings(&h->settings);
         return uv_tcp_init(loop, &h->listener);
 }
 
@@ -1162,8 +683,8 @@ int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
         int r;
 
         /* "[::1]" as in a URL is the same address as "::1". */
-        if (v6 && host_len > 2 && host[0] == '[' && host[host_len - 1] == ']' &&
-            host_len - 2 < sizeof(literal)) {
+        if (v6 && host_len > 2 && host[0] == '[' &&
+            host[host_len - 1] == ']' && host_len - 2 < sizeof(literal)) {
                 memcpy(literal, host + 1, host_len - 2);
                 literal[host_len - 2] = '\0';
                 host = literal;
@@ -1171,11 +692,13 @@ int hp_httpd_listen(struct hp_httpd *h, const char *host, int port, char *err,
         (void)hp_snprintf(where, sizeof(where), v6 ? "[%s]:%d" : "%s:%d",
                           host, port);
         if (h->listening || h->closing)
-                return listen_fail(-EBUSY, where, "the server is already "
-                                   "listening or closed", err, errlen);
-        if (port < 0 || port > 65535)
-                return listen_fail(-EINVAL, where, "port out of range",
+                return listen_fail(-EBUSY, where,
+                                   "the server is already "
+                                   "listening or closed",
                                    err, errlen);
+        if (port < 0 || port > 65535)
+                return listen_fail(-EINVAL, where, "port out of range", err,
+                                   errlen);
         /* Literal addresses only: the operator API binds an interface,
          * it does not look names up. */
         if (v6)

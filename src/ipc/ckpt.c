@@ -134,7 +134,7 @@ int hp_ckpt_set_progress(struct hp_ckpt *t, const cJSON *progress)
                           sizeof(*t->seeds));
         if (t->seeds == NULL)
                 return -ENOMEM;
-        cJSON_ArrayForEach(entry, progress) {
+        cJSON_ArrayForEach (entry, progress) {
                 const cJSON *count = cJSON_GetObjectItemCaseSensitive(
                         entry, "progressCount");
                 const cJSON *data = cJSON_GetObjectItemCaseSensitive(
@@ -214,8 +214,7 @@ int hp_ckpt_begin(struct hp_ckpt *t, const char *prefix,
                                  HP_CKPT_TYPE_NAME_MAX - 1);
                         return HP_ECONFIG;
                 }
-                if (types[i].expected < -1 ||
-                    types[i].expected > t->nranks) {
+                if (types[i].expected < -1 || types[i].expected > t->nranks) {
                         snprintf(errbuf, errlen,
                                  "checkpoint_types[\"%s\"] = %d: expected 0 "
                                  "to %d ranks (the node's local ranks) or "
@@ -297,8 +296,8 @@ static struct hp_ckpt_step *step_get(struct hp_ckpt *t, int64_t step)
                 t->steps[low] = t->steps[--t->nsteps];
         }
         if (t->nsteps % 16 == 0) {
-                void *grown = realloc(t->steps, (t->nsteps + 16) *
-                                                        sizeof(*t->steps));
+                void *grown = realloc(t->steps,
+                                      (t->nsteps + 16) * sizeof(*t->steps));
                 if (grown == NULL)
                         return NULL;
                 t->steps = grown;

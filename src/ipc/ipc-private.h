@@ -21,4 +21,12 @@ void hp_ipc__conn_warn(struct hp_ipc_conn *c, const char *fmt, ...)
 /* A value for a log line: its JSON text, cut short, or "missing". */
 const char *hp_ipc__show(const cJSON *v, char *buf, size_t len);
 
+/* listen.c: the directory Python's tempfile.gettempdir() would choose;
+ * the removal of dead agents' sockets and private directories there; and
+ * the listener bound on the reference's name or a private one. */
+const char *hp_ipc__temp_dir(void);
+void hp_ipc__remove_stale_sockets(const char *dir);
+int hp_ipc__bind_listener(struct hp_ipc_server *s, const char *dir,
+                          char *errbuf, size_t errlen);
+
 #endif

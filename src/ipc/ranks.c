@@ -297,7 +297,8 @@ cJSON *hp_ipc_ranks_worker_data(const struct hp_ipc_ranks *t)
                     cJSON_AddNumberToObject(item, "group_rank",
                                             (double)r->group_rank) == NULL ||
                     cJSON_AddNumberToObject(item, "local_rank", i) == NULL ||
-                    cJSON_AddBoolToObject(item, "failed", r->failed) == NULL ||
+                    cJSON_AddBoolToObject(item, "failed", r->failed) ==
+                            NULL ||
                     !cJSON_AddItemToObject(item, "data",
                                            cJSON_Duplicate(r->data, true)))
                         goto oom;
@@ -347,8 +348,8 @@ int hp_ipc_ranks_fault(const struct hp_ipc_ranks *t, char *reason,
                                                  n++ ? ", " : "", i);
                 else
                         used += (size_t)snprintf(message + used,
-                                                 message_len - used,
-                                                 "%s%lld", n++ ? ", " : "",
+                                                 message_len - used, "%s%lld",
+                                                 n++ ? ", " : "",
                                                  (long long)t->ranks[i].rank);
         }
         return 0;

@@ -36,9 +36,9 @@ struct hp_ipc_conn {
         struct hp_ipc_framer framer;
         struct hp_ipc_client *clients;
         int nclients;
-        size_t queued;       /* reply bytes libuv has not written yet */
-        size_t held;         /* the framer's bytes, in s->partial_bytes */
-        uint64_t active_ms;  /* when it connected or last sent a byte */
+        size_t queued;      /* reply bytes libuv has not written yet */
+        size_t held;        /* the framer's bytes, in s->partial_bytes */
+        uint64_t active_ms; /* when it connected or last sent a byte */
         unsigned warnings;
         bool closing;
 };
@@ -163,7 +163,7 @@ static void write_cb(uv_write_t *req, int status)
         w->conn->queued -= w->len;
         if (status < 0 && status != UV_ECANCELED && !w->conn->closing) {
                 hp_ipc__conn_warn(w->conn, "cannot write to a client: %s",
-                          uv_strerror(status));
+                                  uv_strerror(status));
                 conn_close(w->conn);
         }
         free(w);
@@ -201,10 +201,12 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (c->queued + len + 4 > HP_IPC_QUEUE_MAX) {
                 free(text);
                 s->stats.closed_slow++;
-                hp_ipc__conn_warn(c, "a client of local rank %d does not read its "
-                             "replies (%zu bytes queued); closing its "
-                             "connection",
-                          cl->local_rank, c->queued);
+                hp_ipc__conn_warn(
+                        c,
+                        "a client of local rank %d does not read its "
+                        "replies (%zu bytes queued); closing its "
+                        "connection",
+                        cl->local_rank, c->queued);
                 conn_close(c);
                 return -ENOBUFS;
         }
@@ -222,7 +224,8 @@ int hp_ipc_send(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         r = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, write_cb);
         if (r < 0) {
                 free(w);
-                hp_ipc__conn_warn(c, "cannot write to a client: %s", uv_strerror(r));
+                hp_ipc__conn_warn(c, "cannot write to a client: %s",
+                                  uv_strerror(r));
                 conn_close(c);
                 return r;
         }
@@ -309,9 +312,9 @@ int hp_ipc_server_on(struct hp_ipc_server *s, const char *type,
                         return -EEXIST;
         if (s->nhandlers == HP_IPC_HANDLERS_MAX)
                 return -ENOSPC;
-        s->handlers[s->nhandlers++] = (struct hp_ipc_handler){
-                .type = type, .fn = fn, .ctx = ctx
-        };
+        s->handlers[s->nhandlers++] = (struct hp_ipc_handler){ .type = type,
+                                                               .fn = fn,
+                                                               .ctx = ctx };
         return 0;
 }
 
@@ -352,9 +355,11 @@ static void handle_init(struct hp_ipc_conn *c, const char *id, int rank)
         }
         if (c->nclients == CLIENTS_PER_CONN_MAX) {
                 c->server->stats.ignored++;
-                hp_ipc__conn_warn(c, "init: a connection may register at most %d "
-                             "clients; client_id %.64s ignored",
-                          CLIENTS_PER_CONN_MAX, id);
+                hp_ipc__conn_warn(
+                        c,
+                        "init: a connection may register at most %d "
+                        "clients; client_id %.64s ignored",
+                        CLIENTS_PER_CONN_MAX, id);
                 return;
         }
         cl = malloc(sizeof(*cl) + len + 1);
@@ -389,9 +394,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
         if (!utf8_valid((const unsigned char *)body, len) ||
             (msg = cJSON_ParseWithLength(body, len)) == NULL) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message is not valid UTF-8 JSON; "
-                             "ignored",
-                          len);
+                hp_ipc__conn_warn(
+                        c,
+                        "a %zu-byte message is not valid UTF-8 JSON; "
+                        "ignored",
+                        len);
                 return 0;
         }
         /* job_data's "data" is passed on to the operator as sent, its
@@ -406,14 +413,16 @@ static int on_frame(void *ctx, const char *body, size_t len)
                 break;
         case -ENOMEM:
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message: out of memory; "
-                                     "ignored",
+                hp_ipc__conn_warn(c,
+                                  "a %zu-byte message: out of memory; "
+                                  "ignored",
                                   len);
                 goto out;
         default:
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a %zu-byte message holds a number JSON "
-                                     "does not allow at byte %zu; ignored",
+                hp_ipc__conn_warn(c,
+                                  "a %zu-byte message holds a number JSON "
+                                  "does not allow at byte %zu; ignored",
                                   len, bad_at);
                 goto out;
         }
@@ -427,10 +436,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
                 char shown[80];
                 const char *field = !cJSON_IsObject(msg) ? "the message"
                                     : !cJSON_IsString(type) ||
-                                              type->valuestring[0] == '\0'
+                                                    type->valuestring[0] ==
+                                                            '\0'
                                             ? "\"type\""
                                     : !cJSON_IsString(id) ||
-                                              id->valuestring[0] == '\0'
+                                                    id->valuestring[0] == '\0'
                                             ? "\"client_id\""
                                             : "\"local_rank\"";
                 const cJSON *bad = !cJSON_IsObject(msg) ? msg
@@ -438,17 +448,21 @@ static int on_frame(void *ctx, const char *body, size_t len)
                                    : field[1] == 'c'    ? id
                                                         : rank_item;
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "a message needs an object with a string "
-                             "\"type\", a string \"client_id\" and an "
-                             "integer \"local_rank\"; %s is %s; ignored",
-                          field, hp_ipc__show(bad, shown, sizeof(shown)));
+                hp_ipc__conn_warn(c,
+                                  "a message needs an object with a string "
+                                  "\"type\", a string \"client_id\" and an "
+                                  "integer \"local_rank\"; %s is %s; ignored",
+                                  field,
+                                  hp_ipc__show(bad, shown, sizeof(shown)));
                 goto out;
         }
         if (rank < 0 || rank >= s->nranks) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "%.64s: local_rank %" PRId64 " is not on this "
-                             "node (0 to %d); ignored",
-                          type->valuestring, rank, s->nranks - 1);
+                hp_ipc__conn_warn(c,
+                                  "%.64s: local_rank %" PRId64
+                                  " is not on this "
+                                  "node (0 to %d); ignored",
+                                  type->valuestring, rank, s->nranks - 1);
                 goto out;
         }
         if (strcmp(type->valuestring, "init") == 0) {
@@ -459,9 +473,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
         cl = find_client(c, id->valuestring);
         if (cl == NULL || cl->local_rank != rank) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "%.64s from client_id %.64s (local rank %" PRId64
-                             ") before its init on this connection; ignored",
-                          type->valuestring, id->valuestring, rank);
+                hp_ipc__conn_warn(
+                        c,
+                        "%.64s from client_id %.64s (local rank %" PRId64
+                        ") before its init on this connection; ignored",
+                        type->valuestring, id->valuestring, rank);
                 goto out;
         }
         for (i = 0; i < s->nhandlers; i++)
@@ -469,9 +485,11 @@ static int on_frame(void *ctx, const char *body, size_t len)
                         break;
         if (i == s->nhandlers) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(c, "unknown message type \"%.64s\" from local rank "
-                             "%d; ignored",
-                          type->valuestring, cl->local_rank);
+                hp_ipc__conn_warn(
+                        c,
+                        "unknown message type \"%.64s\" from local rank "
+                        "%d; ignored",
+                        type->valuestring, cl->local_rank);
                 goto out;
         }
         s->stats.messages++;
@@ -539,7 +557,8 @@ static void shed_partial(struct hp_ipc_server *s)
                                      "with %zu bytes of a %" PRIu32 "-byte "
                                      "frame (%s)",
                                      victim->framer.have, victim->framer.need,
-                                     conn_owner(victim, owner, sizeof(owner)));
+                                     conn_owner(victim, owner,
+                                                sizeof(owner)));
                 s->shedding = true;
                 s->stats.closed_partial++;
                 conn_close(victim);
@@ -557,7 +576,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                 return;
         if (nread < 0) {
                 if (nread != UV_EOF)
-                        hp_ipc__conn_warn(c, "read: %s", uv_strerror((int)nread));
+                        hp_ipc__conn_warn(c, "read: %s",
+                                          uv_strerror((int)nread));
                 conn_close(c);
                 return;
         }
@@ -577,7 +597,8 @@ static void read_cb(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
                             too_big, HP_IPC_FRAME_MAX);
                 conn_close(c);
         } else if (r < 0) {
-                hp_ipc__conn_warn(c, "%s; closing the connection", hp_strerror(r));
+                hp_ipc__conn_warn(c, "%s; closing the connection",
+                                  hp_strerror(r));
                 conn_close(c);
         }
 }
@@ -625,8 +646,9 @@ static bool make_room(struct hp_ipc_server *s)
 
 static void connection_cb(uv_stream_t *listener, int status)
 {
-        struct hp_ipc_server *s =
-                hp_container_of(listener, struct hp_ipc_server, listener);
+        struct hp_ipc_server *s = hp_container_of(listener,
+                                                  struct hp_ipc_server,
+                                                  listener);
         struct hp_ipc_conn *c;
         int r;
 
@@ -669,8 +691,8 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                          const cJSON *msg, void *ctx)
 {
         const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(msg, "prefix");
-        const cJSON *types =
-                cJSON_GetObjectItemCaseSensitive(msg, "checkpoint_types");
+        const cJSON *types = cJSON_GetObjectItemCaseSensitive(
+                msg, "checkpoint_types");
         struct hp_ckpt_type_count counts[HP_CKPT_TYPES_MAX];
         const cJSON *v;
         char err[256];
@@ -679,18 +701,20 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         if (!cJSON_IsString(prefix) || !cJSON_IsObject(types)) {
                 char shown[80];
                 s->stats.ignored++;
-                hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: needs a "
-                                    "string \"prefix\" and an object "
-                                    "\"checkpoint_types\"; %s is %s; "
-                                    "ignored",
-                          cl->local_rank,
-                          !cJSON_IsString(prefix) ? "\"prefix\""
-                                                  : "\"checkpoint_types\"",
-                          hp_ipc__show(!cJSON_IsString(prefix) ? prefix : types,
-                               shown, sizeof(shown)));
+                hp_ipc__conn_warn(
+                        cl->conn,
+                        "ckpt_init from local rank %d: needs a "
+                        "string \"prefix\" and an object "
+                        "\"checkpoint_types\"; %s is %s; "
+                        "ignored",
+                        cl->local_rank,
+                        !cJSON_IsString(prefix) ? "\"prefix\""
+                                                : "\"checkpoint_types\"",
+                        hp_ipc__show(!cJSON_IsString(prefix) ? prefix : types,
+                                     shown, sizeof(shown)));
                 return;
         }
-        cJSON_ArrayForEach(v, types) {
+        cJSON_ArrayForEach (v, types) {
                 int64_t count = -1;
                 if (n == HP_CKPT_TYPES_MAX) {
                         snprintf(err, sizeof(err),
@@ -698,9 +722,8 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                                  HP_CKPT_TYPES_MAX);
                         goto bad;
                 }
-                if (!cJSON_IsNull(v) &&
-                    (!hp_ipc__json_int(v, &count) || count < 0 ||
-                     count > INT32_MAX)) {
+                if (!cJSON_IsNull(v) && (!hp_ipc__json_int(v, &count) ||
+                                         count < 0 || count > INT32_MAX)) {
                         snprintf(err, sizeof(err),
                                  "checkpoint_types[\"%.64s\"] is not a "
                                  "count or null",
@@ -722,17 +745,19 @@ static void ckpt_init_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         return;
 bad:
         s->stats.ignored++;
-        hp_ipc__conn_warn(cl->conn, "ckpt_init from local rank %d: %s; ignored",
-                  cl->local_rank, err);
+        hp_ipc__conn_warn(cl->conn,
+                          "ckpt_init from local rank %d: %s; ignored",
+                          cl->local_rank, err);
 }
 
 static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                            const cJSON *msg, void *ctx)
 {
-        const cJSON *step_item = cJSON_GetObjectItemCaseSensitive(msg, "step");
+        const cJSON *step_item = cJSON_GetObjectItemCaseSensitive(msg,
+                                                                  "step");
         const cJSON *path = cJSON_GetObjectItemCaseSensitive(msg, "path");
-        const cJSON *type =
-                cJSON_GetObjectItemCaseSensitive(msg, "checkpoint_type");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(
+                msg, "checkpoint_type");
         char err[512], shown[80];
         int64_t step;
         int r;
@@ -766,13 +791,15 @@ static void ckpt_update_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
                 hp_log_info("checkpoint step %" PRId64 " is complete on "
                             "every local rank: %s",
                             step,
-                            s->ckpt.max_path ? s->ckpt.max_path : "(no path)");
+                            s->ckpt.max_path ? s->ckpt.max_path
+                                             : "(no path)");
         return;
 bad:
         s->stats.ignored++;
-        hp_ipc__conn_warn(cl->conn, "ckpt_info_update from local rank %d: %s; "
-                            "ignored",
-                  cl->local_rank, err);
+        hp_ipc__conn_warn(cl->conn,
+                          "ckpt_info_update from local rank %d: %s; "
+                          "ignored",
+                          cl->local_rank, err);
 }
 
 static void ckpt_get_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
@@ -793,147 +820,6 @@ static void ckpt_get_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
 }
 
 /* ---- Lifecycle ---- */
-
-/* The directory Python's tempfile.gettempdir() would choose. */
-static const char *temp_dir(void)
-{
-        static const char *const vars[] = { "TMPDIR", "TEMP", "TMP" };
-        static const char *const dirs[] = { "/tmp", "/var/tmp", "/usr/tmp" };
-
-        for (size_t i = 0; i < HP_ARRAY_SIZE(vars); i++) {
-                const char *d = getenv(vars[i]);
-                if (d != NULL && d[0] != '\0' && access(d, W_OK | X_OK) == 0)
-                        return d;
-        }
-        for (size_t i = 0; i < HP_ARRAY_SIZE(dirs); i++)
-                if (access(dirs[i], W_OK | X_OK) == 0)
-                        return dirs[i];
-        return "/tmp";
-}
-
-/* Whether no one listens on dir/name: a connection is refused. */
-static bool nobody_listens(const char *dir, const char *name)
-{
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        bool refused;
-        int fd;
-
-        if (hp_snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", dir,
-                        name) < 0)
-                return false;
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0)
-                return false;
-        refused = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 &&
-                  errno == ECONNREFUSED;
-        close(fd);
-        return refused;
-}
-
-/* The pid in name between prefix and suffix (where the name ends, or
- * where more follows with more), or 0; 0 too for our own. */
-static long pid_in_name(const char *name, const char *prefix,
-                        const char *suffix, bool more)
-{
-        size_t plen = strlen(prefix);
-        char *end;
-        long pid;
-
-        if (strncmp(name, prefix, plen) != 0 || name[plen] < '1' ||
-            name[plen] > '9')
-                return 0;
-        pid = strtol(name + plen, &end, 10);
-        if (more ? strncmp(end, suffix, strlen(suffix)) != 0
-                 : strcmp(end, suffix) != 0)
-                return 0;
-        return pid == (long)getpid() ? 0 : pid;
-}
-
-/* Whether name in dir is a socket of our user, of an agent that is gone
- * (not a live hyperpodrun), that no one listens on (an agent of another
- * pid namespace sharing dir still listens). */
-static bool dead_agents_socket(DIR *d, const char *dir, const char *name,
-                               long pid)
-{
-        struct stat st;
-
-        return fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-               S_ISSOCK(st.st_mode) && st.st_uid == geteuid() &&
-               !hp_pid_is_other_agent(pid) && nobody_listens(dir, name);
-}
-
-/* A dead agent's private socket directory (bind_private's), name in
- * parent: goes only when it is ours (0700, our user) and holds nothing
- * but that agent's socket, which no one listens on. */
-static void remove_stale_private_dir(DIR *parent, const char *dir,
-                                     const char *name, long pid)
-{
-        char path[PATH_MAX], sock[64];
-        struct dirent *de;
-        struct stat st;
-        bool ours = true, has_sock = false;
-        DIR *d;
-        int fd;
-
-        if (hp_snprintf(path, sizeof(path), "%s/%s", dir, name) < 0)
-                return;
-        snprintf(sock, sizeof(sock), "hyperpod_elastic_agent_%ld.sock", pid);
-        fd = openat(dirfd(parent), name,
-                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-                return;
-        if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
-            (st.st_mode & 07777) != 0700 || (d = fdopendir(fd)) == NULL) {
-                close(fd);
-                return;
-        }
-        while (ours && (de = readdir(d)) != NULL) {
-                if (strcmp(de->d_name, ".") == 0 ||
-                    strcmp(de->d_name, "..") == 0)
-                        continue;
-                if (strcmp(de->d_name, sock) == 0 &&
-                    dead_agents_socket(d, path, sock, pid))
-                        has_sock = true;
-                else
-                        ours = false;
-        }
-        if (ours && (!has_sock || unlinkat(dirfd(d), sock, 0) == 0) &&
-            unlinkat(dirfd(parent), name, AT_REMOVEDIR) == 0)
-                hp_log_info("worker socket: removed %s, left by agent %ld, "
-                            "which is gone",
-                            path, pid);
-        closedir(d);
-}
-
-/* A SIGKILLed agent leaves its socket in dir, or its private directory
- * when the reference's path was taken. What is provably a dead agent's
- * goes (ours is replaced at bind). */
-static void remove_stale_sockets(const char *dir)
-{
-        struct dirent *de;
-        DIR *d = opendir(dir);
-
-        if (d == NULL)
-                return;
-        while ((de = readdir(d)) != NULL) {
-                long pid = pid_in_name(de->d_name, "hyperpod_elastic_agent_",
-                                       ".sock", false);
-
-                if (pid > 0) {
-                        if (dead_agents_socket(d, dir, de->d_name, pid) &&
-                            unlinkat(dirfd(d), de->d_name, 0) == 0)
-                                hp_log_info("worker socket: removed %s/%s, "
-                                            "left by agent %ld, which is "
-                                            "gone",
-                                            dir, de->d_name, pid);
-                        continue;
-                }
-                pid = pid_in_name(de->d_name, "hyperpodrun-ipc-", ".", true);
-                if (pid > 0 && !hp_pid_is_other_agent(pid))
-                        remove_stale_private_dir(d, dir, de->d_name, pid);
-        }
-        closedir(d);
-}
 
 size_t hp_ipc_conn_limit(uint64_t soft, int nranks)
 {
@@ -971,140 +857,10 @@ static void set_conn_max(struct hp_ipc_server *s)
                      s->conn_max, (unsigned long long)soft);
 }
 
-/* Whether a process listens on the Unix socket at path. */
-static bool socket_live(const char *path)
-{
-        struct sockaddr_un addr = { .sun_family = AF_UNIX };
-        int fd, r;
-
-        if (strlen(path) >= sizeof(addr.sun_path))
-                return false;
-        memcpy(addr.sun_path, path, strlen(path) + 1);
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return true; /* cannot tell: leave it */
-        r = connect(fd, (struct sockaddr *)&addr, sizeof(addr));
-        /* EAGAIN: it listens, its backlog is full. */
-        r = r == 0 || errno == EAGAIN || errno == EINPROGRESS;
-        close(fd);
-        return r;
-}
-
-/*
- * Frees the reference's path for our socket when what is there is ours and
- * dead (a socket nobody listens on, a file or link of this uid): a
- * SIGKILLed agent of the same pid, as a container's PID 1 always is.
- * Anything else is left alone and -EADDRINUSE returned with what it is in
- * why: a directory, a live socket (another agent of pid 1 sharing /tmp),
- * or anything of another uid, which would otherwise stop the agent or be
- * removed from under its owner.
- */
-static int clear_path(const char *path, char *why, size_t len)
-{
-        const char *kind;
-        struct stat st;
-
-        if (lstat(path, &st) < 0)
-                return errno == ENOENT ? 0 : -errno;
-        kind = S_ISSOCK(st.st_mode)   ? "a socket"
-               : S_ISDIR(st.st_mode)  ? "a directory"
-               : S_ISLNK(st.st_mode)  ? "a symbolic link"
-               : S_ISREG(st.st_mode)  ? "a file"
-                                      : "a special file";
-        if (st.st_uid == geteuid() && !S_ISDIR(st.st_mode) &&
-            !(S_ISSOCK(st.st_mode) && socket_live(path))) {
-                if (unlink(path) < 0 && errno != ENOENT)
-                        return -errno;
-                hp_log_debug("worker socket: removed a stale %s", path);
-                return 0;
-        }
-        /* The uid as a number: the agent looks up no user (no NSS in the
-         * static binary). */
-        snprintf(why, len, "%s of uid %u%s", kind, (unsigned)st.st_uid,
-                 S_ISSOCK(st.st_mode) && st.st_uid == geteuid()
-                         ? " that another process listens on"
-                         : "");
-        return -EADDRINUSE;
-}
-
-/* Binds the listener at s->path, 0600 from the start. */
-static int bind_path(struct hp_ipc_server *s)
-{
-        mode_t old_mask = umask(0177);
-        int r;
-
-        /* Only the agent's user may connect, from the moment it exists. */
-        r = uv_pipe_bind(&s->listener, s->path);
-        umask(old_mask);
-        if (r == 0 && chmod(s->path, 0600) < 0)
-                r = -errno;
-        return r;
-}
-
-/* The socket in a directory of our own, made 0700 by mkdtemp in dir, where
- * no other uid can put anything. */
-static int bind_private(struct hp_ipc_server *s, const char *dir)
-{
-        int r;
-
-        r = hp_snprintf(s->dir, sizeof(s->dir), "%s/hyperpodrun-ipc-%d.XXXXXX",
-                        dir, (int)getpid());
-        if (r < 0)
-                return r;
-        if (mkdtemp(s->dir) == NULL) {
-                r = -errno;
-                s->dir[0] = '\0';
-                return r;
-        }
-        r = hp_snprintf(s->path, sizeof(s->path),
-                        "%s/hyperpod_elastic_agent_%d.sock", s->dir,
-                        (int)getpid());
-        if (r == 0)
-                r = bind_path(s);
-        if (r < 0) {
-                (void)rmdir(s->dir);
-                s->dir[0] = '\0';
-        }
-        return r;
-}
-
-/* Listens at the reference's path, or in a private directory beside it
- * when that path is taken: the workers find it either way, through the
- * environment. */
-static int bind_listener(struct hp_ipc_server *s, const char *dir,
-                         char *errbuf, size_t errlen)
-{
-        char taken[sizeof(s->path)], why[256] = "in use";
-        int r;
-
-        r = clear_path(s->path, why, sizeof(why));
-        if (r == 0)
-                r = bind_path(s);
-        if (r != UV_EADDRINUSE && r != -EADDRINUSE) {
-                if (r < 0)
-                        snprintf(errbuf, errlen, "worker socket %s: %s",
-                                 s->path, hp_strerror(r));
-                return r;
-        }
-        memcpy(taken, s->path, sizeof(taken));
-        r = bind_private(s, dir);
-        if (r < 0) {
-                snprintf(errbuf, errlen,
-                         "worker socket: %s is %s, and no private directory "
-                         "could be made in %s instead: %s",
-                         taken, why, dir, hp_strerror(r));
-                return r;
-        }
-        hp_log_warn("worker socket: %s is %s, not this agent's: listening "
-                    "on %s instead (workers find it through %s)",
-                    taken, why, s->path, HP_IPC_ENV);
-        return 0;
-}
-
 int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                         char *errbuf, size_t errlen)
 {
-        const char *dir = temp_dir();
+        const char *dir = hp_ipc__temp_dir();
         int r;
 
         memset(s, 0, sizeof(*s));
@@ -1138,12 +894,12 @@ int hp_ipc_server_start(struct hp_ipc_server *s, uv_loop_t *loop, int nranks,
                          nranks);
                 return r;
         }
-        remove_stale_sockets(temp_dir());
+        hp_ipc__remove_stale_sockets(hp_ipc__temp_dir());
         set_conn_max(s);
         r = uv_pipe_init(loop, &s->listener, 0);
         if (r < 0)
                 goto fail_ckpt;
-        r = bind_listener(s, dir, errbuf, errlen);
+        r = hp_ipc__bind_listener(s, dir, errbuf, errlen);
         if (r < 0) {
                 uv_close((uv_handle_t *)&s->listener, NULL);
                 hp_ckpt_free(&s->ckpt);
@@ -1193,7 +949,8 @@ void hp_ipc_server_close(struct hp_ipc_server *s)
                             strerror(errno));
         if (s->dir[0] != '\0' && rmdir(s->dir) < 0 && errno != ENOENT)
                 hp_log_warn("cannot remove the worker socket's directory "
-                            "%s: %s", s->dir, strerror(errno));
+                            "%s: %s",
+                            s->dir, strerror(errno));
         hp_ckpt_free(&s->ckpt);
         hp_ipc_ranks_free(&s->ranks);
 }

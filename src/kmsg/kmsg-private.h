@@ -12,16 +12,16 @@ struct kmsg_rule {
         enum kmsg_rule_type type;
         char *reason;
         char *condition;
-        pcre2_code *code;        /* "(?:pattern)\z" */
+        pcre2_code *code; /* "(?:pattern)\z" */
         pcre2_match_data *match;
-        char *warning;           /* why text a user writes could match, or
+        char *warning; /* why text a user writes could match, or
                                   * NULL */
 };
 
 struct kmsg_rules {
         struct kmsg_rule *rules;
         size_t count;
-        size_t buffer_size;      /* lines kept for multi-line patterns */
+        size_t buffer_size; /* lines kept for multi-line patterns */
         uint64_t lookback_us;
         char *source;
 };

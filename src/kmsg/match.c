@@ -143,8 +143,8 @@ int kmsg_matcher_feed(struct kmsg_matcher *m, const struct kmsg_record *rec,
                 if (rule->type == KMSG_PERMANENT) {
                         /* A condition holds one reason at a time. */
                         for (size_t j = 0; j < rs->count; j++)
-                                if (j != i && rs->rules[j].type ==
-                                                      KMSG_PERMANENT &&
+                                if (j != i &&
+                                    rs->rules[j].type == KMSG_PERMANENT &&
                                     strcmp(rs->rules[j].condition,
                                            rule->condition) == 0)
                                         m->active[j] = false;

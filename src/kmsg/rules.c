@@ -39,9 +39,8 @@ int kmsg__parse_duration(const char *text, uint64_t *out_us)
                 const char *unit;
                 double us;
         } units[] = {
-                { "ns", 1e-3 }, { "us", 1 },      { "µs", 1 },
-                { "ms", 1e3 },  { "s", 1e6 },     { "m", 60e6 },
-                { "h", 3600e6 },
+                { "ns", 1e-3 }, { "us", 1 },   { "µs", 1 },     { "ms", 1e3 },
+                { "s", 1e6 },   { "m", 60e6 }, { "h", 3600e6 },
         };
         const char *p = text;
         double total = 0;
@@ -62,7 +61,8 @@ int kmsg__parse_duration(const char *text, uint64_t *out_us)
                 p = end;
                 for (size_t i = 0; i < HP_ARRAY_SIZE(units); i++) {
                         size_t n = strlen(units[i].unit);
-                        if (strncmp(p, units[i].unit, n) == 0 && n > best_len) {
+                        if (strncmp(p, units[i].unit, n) == 0 &&
+                            n > best_len) {
                                 best = i;
                                 best_len = n;
                         }
@@ -79,8 +79,8 @@ int kmsg__parse_duration(const char *text, uint64_t *out_us)
 }
 
 static int string_field(const cJSON *obj, const char *name, bool required,
-                        const char **out, const char *origin, const char *where,
-                        char *errbuf, size_t len)
+                        const char **out, const char *origin,
+                        const char *where, char *errbuf, size_t len)
 {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
         char what[512];
@@ -117,8 +117,9 @@ static int compile_rule(struct kmsg_rule *rule, const char *pattern,
         memcpy(anchored, "(?:", 3);
         memcpy(anchored + 3, pattern, plen);
         memcpy(anchored + 3 + plen, ")\\z", 4);
-        rule->code = pcre2_compile((PCRE2_SPTR)anchored, PCRE2_ZERO_TERMINATED,
-                                   0, &code, &offset, NULL);
+        rule->code = pcre2_compile((PCRE2_SPTR)anchored,
+                                   PCRE2_ZERO_TERMINATED, 0, &code, &offset,
+                                   NULL);
         free(anchored);
         if (rule->code == NULL) {
                 pcre2_get_error_message(code, msg, sizeof(msg));
@@ -220,8 +221,7 @@ static bool condition_known(const cJSON *conditions, const char *type)
 {
         const cJSON *c;
 
-        cJSON_ArrayForEach(c, conditions)
-        {
+        cJSON_ArrayForEach (c, conditions) {
                 const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
                 if (cJSON_IsString(t) && strcmp(t->valuestring, type) == 0)
                         return true;
@@ -229,18 +229,20 @@ static bool condition_known(const cJSON *conditions, const char *type)
         return false;
 }
 
-static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
-                       const char *origin, char *errbuf, size_t len)
+/* The config's own keys: its plugin (the kernel log only), source,
+ * lookback and buffer size. */
+static int parse_header(struct kmsg_rules *rs, const cJSON *root,
+                        const char *origin, char *errbuf, size_t len)
 {
-        const cJSON *conditions, *rules, *r, *v;
+        const cJSON *v;
         const char *s;
-        size_t i = 0;
         int err;
 
         if (!cJSON_IsObject(root))
-                return field_error(errbuf, len, origin,
-                                   "not a JSON object (a node-problem-detector "
-                                   "kernel monitor config)");
+                return field_error(
+                        errbuf, len, origin,
+                        "not a JSON object (a node-problem-detector "
+                        "kernel monitor config)");
         /* NPD's system-log-monitor also reads journald and plain log
          * files; such a config run against the kernel log would watch the
          * wrong text and never say so. No plugin is the kernel log. */
@@ -288,6 +290,88 @@ static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
                 }
                 rs->buffer_size = (size_t)v->valueint;
         }
+        return 0;
+}
+
+/* rules[i] of an NPD config: its type, reason, condition and pattern,
+ * compiled. */
+static int parse_rule(struct kmsg_rule *rule, const cJSON *r,
+                      const cJSON *conditions, size_t buffer_size,
+                      const char *origin, size_t i, char *errbuf, size_t len)
+{
+        const char *type, *reason, *condition, *pattern;
+        char where[64];
+        int err;
+
+        snprintf(where, sizeof(where), "rules[%zu]", i);
+        if (!cJSON_IsObject(r))
+                return field_error(errbuf, len, origin,
+                                   "a rule is not an object");
+        if ((err = string_field(r, "type", true, &type, origin, where, errbuf,
+                                len)) < 0 ||
+            (err = string_field(r, "reason", true, &reason, origin, where,
+                                errbuf, len)) < 0 ||
+            (err = string_field(r, "pattern", true, &pattern, origin, where,
+                                errbuf, len)) < 0 ||
+            (err = string_field(r, "condition", false, &condition, origin,
+                                where, errbuf, len)) < 0)
+                return err;
+        if (strcmp(type, "temporary") == 0) {
+                rule->type = KMSG_TEMPORARY;
+        } else if (strcmp(type, "permanent") == 0) {
+                rule->type = KMSG_PERMANENT;
+        } else {
+                snprintf(errbuf, len,
+                         "%s: %s.type '%s' is not temporary or "
+                         "permanent",
+                         origin, where, type);
+                return HP_ECONFIG;
+        }
+        if (*reason == '\0') {
+                snprintf(errbuf, len, "%s: %s.reason is empty", origin,
+                         where);
+                return HP_ECONFIG;
+        }
+        if (rule->type == KMSG_PERMANENT) {
+                if (*condition == '\0') {
+                        snprintf(errbuf, len,
+                                 "%s: %s is permanent but names no "
+                                 "\"condition\"",
+                                 origin, where);
+                        return HP_ECONFIG;
+                }
+                if (conditions != NULL &&
+                    !condition_known(conditions, condition)) {
+                        snprintf(errbuf, len,
+                                 "%s: %s.condition '%s' is not one of "
+                                 "\"conditions\"",
+                                 origin, where, condition);
+                        return HP_ECONFIG;
+                }
+        }
+        rule->reason = strdup(reason);
+        rule->condition = strdup(condition);
+        if (rule->reason == NULL || rule->condition == NULL)
+                return -ENOMEM;
+        err = compile_rule(rule, pattern, origin, i, errbuf, len);
+        if (err < 0)
+                return err;
+        err = check_anchor(rule, pattern, buffer_size, origin, i);
+        if (err < 0)
+                return err;
+        return 0;
+}
+
+static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
+                       const char *origin, char *errbuf, size_t len)
+{
+        const cJSON *conditions, *rules, *r;
+        size_t i = 0;
+        int err;
+
+        err = parse_header(rs, root, origin, errbuf, len);
+        if (err < 0)
+                return err;
         conditions = cJSON_GetObjectItemCaseSensitive(root, "conditions");
         if (conditions != NULL && !cJSON_IsArray(conditions))
                 return field_error(errbuf, len, origin,
@@ -305,66 +389,9 @@ static int parse_rules(struct kmsg_rules *rs, const cJSON *root,
         rs->rules = calloc(rs->count ? rs->count : 1, sizeof(*rs->rules));
         if (rs->rules == NULL || rs->source == NULL)
                 return -ENOMEM;
-        cJSON_ArrayForEach(r, rules)
-        {
-                struct kmsg_rule *rule = &rs->rules[i];
-                const char *type, *reason, *condition, *pattern;
-                char where[64];
-
-                snprintf(where, sizeof(where), "rules[%zu]", i);
-                if (!cJSON_IsObject(r))
-                        return field_error(errbuf, len, origin,
-                                           "a rule is not an object");
-                if ((err = string_field(r, "type", true, &type, origin, where,
-                                        errbuf, len)) < 0 ||
-                    (err = string_field(r, "reason", true, &reason, origin,
-                                        where, errbuf, len)) < 0 ||
-                    (err = string_field(r, "pattern", true, &pattern, origin,
-                                        where, errbuf, len)) < 0 ||
-                    (err = string_field(r, "condition", false, &condition,
-                                        origin, where, errbuf, len)) < 0)
-                        return err;
-                if (strcmp(type, "temporary") == 0) {
-                        rule->type = KMSG_TEMPORARY;
-                } else if (strcmp(type, "permanent") == 0) {
-                        rule->type = KMSG_PERMANENT;
-                } else {
-                        snprintf(errbuf, len,
-                                 "%s: %s.type '%s' is not temporary or "
-                                 "permanent",
-                                 origin, where, type);
-                        return HP_ECONFIG;
-                }
-                if (*reason == '\0') {
-                        snprintf(errbuf, len, "%s: %s.reason is empty", origin,
-                                 where);
-                        return HP_ECONFIG;
-                }
-                if (rule->type == KMSG_PERMANENT) {
-                        if (*condition == '\0') {
-                                snprintf(errbuf, len,
-                                         "%s: %s is permanent but names no "
-                                         "\"condition\"",
-                                         origin, where);
-                                return HP_ECONFIG;
-                        }
-                        if (conditions != NULL &&
-                            !condition_known(conditions, condition)) {
-                                snprintf(errbuf, len,
-                                         "%s: %s.condition '%s' is not one of "
-                                         "\"conditions\"",
-                                         origin, where, condition);
-                                return HP_ECONFIG;
-                        }
-                }
-                rule->reason = strdup(reason);
-                rule->condition = strdup(condition);
-                if (rule->reason == NULL || rule->condition == NULL)
-                        return -ENOMEM;
-                err = compile_rule(rule, pattern, origin, i, errbuf, len);
-                if (err < 0)
-                        return err;
-                err = check_anchor(rule, pattern, rs->buffer_size, origin, i);
+        cJSON_ArrayForEach (r, rules) {
+                err = parse_rule(&rs->rules[i], r, conditions,
+                                 rs->buffer_size, origin, i, errbuf, len);
                 if (err < 0)
                         return err;
                 i++;

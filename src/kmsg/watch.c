@@ -66,10 +66,11 @@ static void broken_record(struct kmsg_watch *w, const char *line, size_t len)
         w->warned_broken = true;
         if (len > 0 && line[len - 1] == '\n')
                 len--;
-        hp_log_warn("kernel log '%s': ignoring a record whose sequence number "
-                    "or timestamp is not a decimal number: '%.*s' (further "
-                    "ones are counted in /metrics as malformed)",
-                    w->path, (int)(len > 200 ? 200 : len), line);
+        hp_log_warn(
+                "kernel log '%s': ignoring a record whose sequence number "
+                "or timestamp is not a decimal number: '%.*s' (further "
+                "ones are counted in /metrics as malformed)",
+                w->path, (int)(len > 200 ? 200 : len), line);
 }
 
 /* A line of a byte stream: a record, or a plain line taken as a message
@@ -243,17 +244,19 @@ static void timer_cb(uv_timer_t *handle)
 static int open_error(const char *path, int err, char *errbuf, size_t len)
 {
         if (err == EACCES || err == EPERM)
-                snprintf(errbuf, len,
-                         "cannot read the kernel log '%s': %s; in a container "
-                         "mount /dev/kmsg and grant CAP_SYSLOG (or run "
-                         "privileged), and check kernel.dmesg_restrict",
-                         path, strerror(err));
+                snprintf(
+                        errbuf, len,
+                        "cannot read the kernel log '%s': %s; in a container "
+                        "mount /dev/kmsg and grant CAP_SYSLOG (or run "
+                        "privileged), and check kernel.dmesg_restrict",
+                        path, strerror(err));
         else if (err == ENOENT)
-                snprintf(errbuf, len,
-                         "cannot read the kernel log '%s': %s; in a container "
-                         "mount the host's /dev/kmsg (docker --device "
-                         "/dev/kmsg, or a hostPath volume)",
-                         path, strerror(err));
+                snprintf(
+                        errbuf, len,
+                        "cannot read the kernel log '%s': %s; in a container "
+                        "mount the host's /dev/kmsg (docker --device "
+                        "/dev/kmsg, or a hostPath volume)",
+                        path, strerror(err));
         else
                 snprintf(errbuf, len, "cannot read the kernel log '%s': %s",
                          path, strerror(err));
@@ -337,8 +340,9 @@ int kmsg_watch_start(struct kmsg_watch *w, uv_loop_t *loop, const char *path,
         }
         r = uv_poll_init(loop, &w->poll, w->fd);
         if (r < 0) {
-                snprintf(errbuf, errlen, "cannot watch the kernel log '%s': %s",
-                         path, uv_strerror(r));
+                snprintf(errbuf, errlen,
+                         "cannot watch the kernel log '%s': %s", path,
+                         uv_strerror(r));
                 goto fail;
         }
         w->poll.data = w;

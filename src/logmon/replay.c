@@ -37,12 +37,6 @@ void logmon__set_clock(struct logmon_replay *r, int64_t ts)
 }
 
 /* The wall clock's epoch ms at replay time 0, or LOGMON_NO_WALL_CLOCK. */
-int64_t logmon__wall_offset(const struct logmon_replay *r)
-{
-        return r->have_base && r->clock != CLOCK_RATE ? r->base
-                                                      : LOGMON_NO_WALL_CLOCK;
-}
-
 /* The time of a line with its head parsed: from the rate, the leading
  * timestamp, or one at the start of its text. */
 void logmon__advance_clock(struct logmon_replay *r, const struct line_head *h,
@@ -240,21 +234,6 @@ static int reach(struct logmon_replay *r, uint64_t end)
                 r->skew_ms = 0;
         }
         return err;
-}
-
-bool logmon__pending(const struct logmon_replay *r, size_t i, size_t rule,
-                     uint64_t *due_ms)
-{
-        const struct logmon_stream *mon = r->streams[i].mon;
-        struct logmon_rule_info info;
-
-        if (r->job_ended || !r->streams[i].judged ||
-            !logmon_stream_running(mon) ||
-            logmon_stream_rule_info(mon, rule, &info) != 0 ||
-            info.state == LOGMON_HANGING || info.due_ms == UINT64_MAX)
-                return false;
-        *due_ms = info.due_ms;
-        return true;
 }
 
 /* The local rank a stream's name ends in ("default3", "0/default3",

@@ -24,6 +24,14 @@ static const char *const reason_prefix[] = {
         [LOGMON_FAULTED] = "LogFault_",
 };
 
+const char *logmon_reason_prefix(enum logmon_state state)
+{
+        if (state < LOGMON_SLOW ||
+            (size_t)state >= HP_ARRAY_SIZE(reason_prefix))
+                return NULL;
+        return reason_prefix[state];
+}
+
 const char *logmon_state_name(enum logmon_state state)
 {
         if ((unsigned)state >= HP_ARRAY_SIZE(state_names))
@@ -184,8 +192,8 @@ static void push(struct logmon_events *out, size_t rule,
         e->to = kind == LOGMON_EVENT_STATE ? (uint8_t)b : 0;
 }
 
-static void set_state(struct logmon_stream *s, size_t i,
-                      enum logmon_state to, struct logmon_events *out)
+static void set_state(struct logmon_stream *s, size_t i, enum logmon_state to,
+                      struct logmon_events *out)
 {
         struct logmon_rule_state *st = &s->st[i];
 
@@ -232,10 +240,11 @@ static bool overdue(const struct logmon_stream *s,
         return r->has_freq && eff - st->last_match > r->freq_ms;
 }
 
-static void record(struct logmon_rule_state *st, const char *line,
-                   size_t len, uint64_t eff)
+static void record(struct logmon_rule_state *st, const char *line, size_t len,
+                   uint64_t eff)
 {
-        size_t keep = len < sizeof(st->last_line) ? len : sizeof(st->last_line);
+        size_t keep = len < sizeof(st->last_line) ? len
+                                                  : sizeof(st->last_line);
 
         /* memmove: GCC expands a memcpy of unknown size into "rep movsq",
          * whose start-up costs more than copying a log line does; libc's
@@ -249,8 +258,8 @@ static void record(struct logmon_rule_state *st, const char *line,
 }
 
 static void eval_line(struct logmon_stream *s, size_t i, const char *line,
-                      size_t len, const char *subj, size_t slen,
-                      uint64_t eff, struct logmon_events *out)
+                      size_t len, const char *subj, size_t slen, uint64_t eff,
+                      struct logmon_events *out)
 {
         const struct logmon_rule *r = &s->rs->rules[i];
         struct logmon_rule_state *st = &s->st[i];
@@ -327,8 +336,8 @@ static void eval_line(struct logmon_stream *s, size_t i, const char *line,
                 st->consecutive = 0;
         }
         set_state(s, i,
-                  st->consecutive >= r->datapoints ? LOGMON_SLOW :
-                                                     LOGMON_HEALTHY,
+                  st->consecutive >= r->datapoints ? LOGMON_SLOW
+                                                   : LOGMON_HEALTHY,
                   out);
 }
 
@@ -375,9 +384,8 @@ static void events_reset(struct logmon_events *out)
         out->stream_to = 0;
 }
 
-void logmon_stream_feed(struct logmon_stream *s, const char *line,
-                        size_t len, uint64_t now_ms,
-                        struct logmon_events *out)
+void logmon_stream_feed(struct logmon_stream *s, const char *line, size_t len,
+                        uint64_t now_ms, struct logmon_events *out)
 {
         const char *subj;
         uint64_t eff;

@@ -22,8 +22,9 @@ static int check_token(const char *path, const char *text, size_t n,
         while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
                 n--;
         if (n == 0) {
-                snprintf(errbuf, errlen, "--server-token-file '%s' is empty: "
-                                         "write the token into it",
+                snprintf(errbuf, errlen,
+                         "--server-token-file '%s' is empty: "
+                         "write the token into it",
                          path);
                 return -EINVAL;
         }
@@ -32,10 +33,11 @@ static int check_token(const char *path, const char *text, size_t n,
                 unsigned char ch = (unsigned char)text[i];
                 if (ch > 0x20 && ch < 0x7f)
                         continue;
-                snprintf(errbuf, errlen, "--server-token-file '%s': byte %zu "
-                                         "of the token is 0x%02x; a token "
-                                         "is one line of visible ASCII "
-                                         "(no space, no control character)",
+                snprintf(errbuf, errlen,
+                         "--server-token-file '%s': byte %zu "
+                         "of the token is 0x%02x; a token "
+                         "is one line of visible ASCII "
+                         "(no space, no control character)",
                          path, i, ch);
                 return -EINVAL;
         }
@@ -68,8 +70,9 @@ int hp_op_token_load(const char *path, char **out, size_t *len, char *errbuf,
         }
         if (!S_ISREG(st.st_mode)) {
                 r = -EINVAL;
-                snprintf(errbuf, errlen, "--server-token-file '%s' is not a "
-                                         "regular file",
+                snprintf(errbuf, errlen,
+                         "--server-token-file '%s' is not a "
+                         "regular file",
                          path);
                 goto out;
         }
@@ -78,13 +81,14 @@ int hp_op_token_load(const char *path, char **out, size_t *len, char *errbuf,
         if ((st.st_mode & (S_IROTH | S_IWOTH | S_IWGRP)) != 0 ||
             (st.st_uid != 0 && st.st_uid != geteuid())) {
                 r = -EPERM;
-                snprintf(errbuf, errlen, "--server-token-file '%s' (mode "
-                                         "%04o, owner uid %u) is %s; make it "
-                                         "owned by uid %u or root and "
-                                         "neither readable nor writable by "
-                                         "others (chmod 600, or "
-                                         "defaultMode: 0400 on a Kubernetes "
-                                         "secret volume)",
+                snprintf(errbuf, errlen,
+                         "--server-token-file '%s' (mode "
+                         "%04o, owner uid %u) is %s; make it "
+                         "owned by uid %u or root and "
+                         "neither readable nor writable by "
+                         "others (chmod 600, or "
+                         "defaultMode: 0400 on a Kubernetes "
+                         "secret volume)",
                          path, (unsigned)(st.st_mode & 07777),
                          (unsigned)st.st_uid,
                          (st.st_mode & S_IROTH) ? "readable by others"
@@ -96,15 +100,17 @@ int hp_op_token_load(const char *path, char **out, size_t *len, char *errbuf,
         }
         if (st.st_size > HP_OP_TOKEN_MAX) {
                 r = -EFBIG;
-                snprintf(errbuf, errlen, "--server-token-file '%s' is %lld "
-                                         "bytes, over the %d-byte limit",
+                snprintf(errbuf, errlen,
+                         "--server-token-file '%s' is %lld "
+                         "bytes, over the %d-byte limit",
                          path, (long long)st.st_size, HP_OP_TOKEN_MAX);
                 goto out;
         }
         text = malloc(HP_OP_TOKEN_MAX + 2);
         if (text == NULL) {
                 r = -ENOMEM;
-                snprintf(errbuf, errlen, "--server-token-file: out of memory");
+                snprintf(errbuf, errlen,
+                         "--server-token-file: out of memory");
                 goto out;
         }
         do

@@ -78,11 +78,10 @@ static struct hp_ipr_decision succeeded(const struct hp_ipr_view *v)
                 return act(HP_IPR_NONE, "pre-train ended; waiting for /stop");
         case HP_STAGE_TRAIN:
                 if (v->state == HP_OP_RUNNING)
-                        return v->has_post_train
-                                       ? act(HP_IPR_POST_TRAIN,
-                                             "training succeeded")
-                                       : act(HP_IPR_COMPLETE,
-                                             "training succeeded");
+                        return v->has_post_train ? act(HP_IPR_POST_TRAIN,
+                                                       "training succeeded")
+                                                 : act(HP_IPR_COMPLETE,
+                                                       "training succeeded");
                 if (v->state == HP_OP_INIT || v->state == HP_OP_READY)
                         return act(HP_IPR_FAULT,
                                    "the training processes exited before "

@@ -82,11 +82,13 @@ static double loop_to_wall(const struct hp_agent *a, uint64_t at_ms,
         return wall_now - (double)(now > at_ms ? now - at_ms : 0) / 1000.0;
 }
 
-/* "operator", "inprocess", or the self-driven backend. */
-static const char *mode_name(const struct hp_config *cfg)
+/* The driver's ("operator", "inprocess"), or the self-driven backend. */
+static const char *mode_name(const struct hp_operator *op)
 {
-        if (hp_config_operator_mode(cfg))
-                return cfg->inprocess_restart ? "inprocess" : "operator";
+        const struct hp_config *cfg = op->cfg;
+
+        if (!op->observer)
+                return op->drv->mode;
         if (cfg->standalone)
                 return "standalone";
         switch (cfg->rdzv_backend) {
@@ -189,14 +191,14 @@ static void rule_series_cb(void *ctx, int rank, const struct logmon_stream *s,
                         fprintf(f, "%d\n", (int)info.state);
                         break;
                 case RM_MATCHES:
-                        fprintf(f, "%llu\n", (unsigned long long)info.matches);
+                        fprintf(f, "%llu\n",
+                                (unsigned long long)info.matches);
                         break;
                 case RM_LAST_MATCH:
                         fprintf(f, "%.3f\n",
-                                c->wall -
-                                        (double)logmon_stream_idle_ms(s, r,
-                                                                      c->now) /
-                                                1000.0);
+                                c->wall - (double)logmon_stream_idle_ms(
+                                                  s, r, c->now) /
+                                                  1000.0);
                         break;
                 case RM_LIMIT_HITS:
                         fprintf(f, "%llu\n",
@@ -222,7 +224,8 @@ static void any_metric_cb(void *ctx, int rank, const struct logmon_stream *s,
         (void)s;
         for (size_t r = 0; r < logmon_ruleset_count(rs); r++) {
                 struct logmon_rule_limits lim;
-                if (logmon_ruleset_rule_limits(rs, r, &lim) == 0 && lim.metric)
+                if (logmon_ruleset_rule_limits(rs, r, &lim) == 0 &&
+                    lim.metric)
                         *any = true;
         }
 }
@@ -279,7 +282,8 @@ struct stream_sum {
         struct hp_stream_stats (*sum)[2];
 };
 
-static void stream_sum_cb(void *ctx, int rank, const struct hp_stream_stats *out,
+static void stream_sum_cb(void *ctx, int rank,
+                          const struct hp_stream_stats *out,
                           const struct hp_stream_stats *err)
 {
         struct stream_sum *c = ctx;
@@ -323,7 +327,8 @@ static void streams(FILE *f, const struct hp_operator *op)
                 family(f, metrics[m].name, "counter", metrics[m].help);
                 for (int i = 0; i < c.nproc; i++)
                         for (int s = 0; s < 2; s++) {
-                                const struct hp_stream_stats *t = &c.sum[i][s];
+                                const struct hp_stream_stats
+                                        *t = &c.sum[i][s];
                                 uint64_t v = m == 0   ? t->lines
                                              : m == 1 ? t->bytes
                                                       : t->file_lost;
@@ -339,9 +344,9 @@ static void streams(FILE *f, const struct hp_operator *op)
 
 /* ---- The worker socket and checkpoint discovery ---- */
 
-static void ipc(FILE *f, struct hp_agent *a, double wall)
+static void ipc(FILE *f, const struct hp_agent *a,
+                const struct hp_ipc_server *s, double wall)
 {
-        const struct hp_ipc_server *s = hp_agent_ipc(a);
         const struct {
                 const char *reason;
                 uint64_t n;
@@ -372,11 +377,13 @@ static void ipc(FILE *f, struct hp_agent *a, double wall)
         fprintf(f, "hyperpodrun_ipc_connections %zu\n", s->nconns);
         family(f, "hyperpodrun_ipc_messages_total", "counter",
                "Worker socket messages handled, and refused (logged).");
-        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"handled\"} "
-                   "%llu\n",
+        fprintf(f,
+                "hyperpodrun_ipc_messages_total{result=\"handled\"} "
+                "%llu\n",
                 (unsigned long long)s->stats.messages);
-        fprintf(f, "hyperpodrun_ipc_messages_total{result=\"ignored\"} "
-                   "%llu\n",
+        fprintf(f,
+                "hyperpodrun_ipc_messages_total{result=\"ignored\"} "
+                "%llu\n",
                 (unsigned long long)s->stats.ignored);
         family(f, "hyperpodrun_ipc_rejected_frames_total", "counter",
                "Frames over the size limit (their connection was closed).");
@@ -386,8 +393,9 @@ static void ipc(FILE *f, struct hp_agent *a, double wall)
                "Worker socket connections the agent closed to protect "
                "itself, by reason.");
         for (size_t i = 0; i < HP_ARRAY_SIZE(closed); i++)
-                fprintf(f, "hyperpodrun_ipc_closed_total{reason=\"%s\"} "
-                           "%llu\n",
+                fprintf(f,
+                        "hyperpodrun_ipc_closed_total{reason=\"%s\"} "
+                        "%llu\n",
                         closed[i].reason, (unsigned long long)closed[i].n);
 }
 
@@ -409,8 +417,9 @@ static void rank_speeds(FILE *f, struct hp_agent *a)
                                "the median of the ranks, in the latest "
                                "--straggler-window.");
                 any = true;
-                fprintf(f, "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
-                           "%.4f\n",
+                fprintf(f,
+                        "hyperpodrun_rank_relative_speed{local_rank=\"%d\"} "
+                        "%.4f\n",
                         lr, speed);
         }
 }
@@ -528,12 +537,14 @@ static void preflight(FILE *f, const struct hp_agent *a,
         family(f, "hyperpodrun_preflight_gpus", "gauge",
                "GPUs in the pre-flight communicator.");
         fprintf(f, "hyperpodrun_preflight_gpus %d\n", r->gpus);
-        family(f, "hyperpodrun_preflight_best_busbw_bytes_per_second", "gauge",
+        family(f, "hyperpodrun_preflight_best_busbw_bytes_per_second",
+               "gauge",
                "The best pre-flight all-reduce bus bandwidth over the "
                "sizes (what --preflight-min-busbw is compared with).");
         fprintf(f, "hyperpodrun_preflight_best_busbw_bytes_per_second ");
         value(f, r->busbw * GB);
-        family(f, "hyperpodrun_preflight_best_algbw_bytes_per_second", "gauge",
+        family(f, "hyperpodrun_preflight_best_algbw_bytes_per_second",
+               "gauge",
                "The algorithm bandwidth of the size with the best bus "
                "bandwidth.");
         fprintf(f, "hyperpodrun_preflight_best_algbw_bytes_per_second ");
@@ -565,7 +576,7 @@ static void identity(FILE *f, const struct hp_operator *op)
                "standalone, static, slurm, resource-config).");
         fprintf(f, "hyperpodrun_build_info{version=\"");
         label_value(f, HP_VERSION);
-        fprintf(f, "\",mode=\"%s\"} 1\n", mode_name(op->cfg));
+        fprintf(f, "\",mode=\"%s\"} 1\n", mode_name(op));
         family(f, "hyperpodrun_run_info", "gauge",
                "1, with the job's run id (--rdzv-id, TORCHELASTIC_RUN_ID; "
                "a random one with --standalone).");
@@ -674,7 +685,7 @@ char *hp_op__metrics_render(const struct hp_operator *op, size_t *len)
                 "hyperpodrun_console_dropped_lines_total{stream=\"stderr\"} "
                 "%llu\n",
                 (unsigned long long)hp_agent_console_dropped(a, 2));
-        ipc(f, a, wall);
+        ipc(f, a, op->ipc, wall);
         rank_speeds(f, a);
         node_health(f, a);
         preflight(f, a, op->cfg);

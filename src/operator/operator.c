@@ -1,390 +1,25 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The operator's control API: routes, the agent state machine in motion,
- * and the hyperpod rendezvous (docs/operator-api.md; docs/multi-node.md,
- * "The backends").
+/* The operator's control API: its life from init to close
+ * (docs/operator-api.md; docs/multi-node.md, "The backends").
  *
- * Requests only record what the operator asked and move the state
- * machine; the `kick` timer then acts on the new state from the loop
- * (starting workers, stopping them), so every response is written before
- * anything slow happens. The agent reports back through its events: a
- * worker failure, a stage's end, a rule verdict.
+ * Init opens the resource config directory, the HTTP listeners (routes.c
+ * answers) and the timers, picks the driver of the mode (driver_plr.c or
+ * driver_ipr.c), hands it the agent's events and lets it take the first
+ * state. Requests only record what the operator asked and move the state
+ * machine; the `kick` timer (core.c) then has the driver act on the new
+ * state from the loop, so every response is written before anything slow
+ * happens.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 
 #include "hyperpod/common.h"
 #include "hyperpod/operator.h"
 
 #include "hp-config.h"
 #include "operator-private.h"
-
-static int64_t wall_us(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static const char *state_sentence(enum hp_op_state s)
-{
-        switch (s) {
-        case HP_OP_READY:
-                return "waiting for /start";
-        case HP_OP_RUNNING:
-                return "running the stages";
-        case HP_OP_COMPLETED:
-                return "every stage succeeded; waiting for /shutdown or "
-                       "/stop";
-        case HP_OP_FAULTED:
-                return "waiting for the operator's /stop";
-        case HP_OP_STOPPING:
-                return "stopping the workers";
-        case HP_OP_SHUTDOWN:
-                return "stopping the workers, then exiting";
-        default:
-                return "";
-        }
-}
-
-bool hp_op__set_state(struct hp_operator *op, enum hp_op_state to,
-                      const char *reason, const char *message)
-{
-        enum hp_op_state from = op->plr.state;
-
-        if (hp_plr_transition(&op->plr, to, wall_us(), reason, message) < 0) {
-                hp_log_info("agent state stays %s: %s → %s is not a valid "
-                            "transition",
-                            hp_op_state_name(from), hp_op_state_name(from),
-                            hp_op_state_name(to));
-                return false;
-        }
-        hp_log_info("agent state %s → %s%s%s: %s", hp_op_state_name(from),
-                    hp_op_state_name(to), reason && *reason ? " " : "",
-                    reason ? reason : "", state_sentence(to));
-        return true;
-}
-
-static void kick_cb(uv_timer_t *timer);
-
-void hp_op__kick(struct hp_operator *op)
-{
-        if (!op->closing)
-                uv_timer_start(&op->kick, kick_cb, 0, 0);
-}
-
-/* The hyperpod rendezvous: everything comes from the operator. GROUP_
- * WORLD_SIZE is the number of nodes, torchrun's meaning (the reference
- * agent puts the world size there; nothing in torch reads it, and users
- * who do expect the node count). */
-void hp_op__round_from_job(const struct hp_operator *op,
-                           struct hp_rdzv_info *round)
-{
-        const struct hp_op_request *job = &op->job;
-
-        memset(round, 0, sizeof(*round));
-        round->nproc = op->cfg->nproc;
-        round->nnodes = job->nnodes;
-        round->node_rank = job->rank;
-        round->world_size = job->nnodes * op->cfg->nproc;
-        round->group_world_size = job->nnodes;
-        round->base_rank = job->rank * op->cfg->nproc;
-        snprintf(round->master_addr, sizeof(round->master_addr), "%s",
-                 job->master_addr);
-        round->master_port = job->master_port;
-}
-
-static void fault(struct hp_operator *op, const char *reason,
-                  const char *message)
-{
-        if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults[hp_fault_cause_of(reason)]++;
-                hp_log_error("%s: %s", reason, message);
-        }
-}
-
-static void node_fault(struct hp_agent *a, void *ctx);
-
-static void start_workers(struct hp_operator *op)
-{
-        struct hp_rdzv_info round;
-        int r;
-
-        op->start_pending = false;
-        op->rules_changed = false;
-        /* A node that already faulted (kernel log, pre-flight) cannot run
-         * the job: the operator is told instead. */
-        if (hp_agent_node_fault(op->agent, NULL, NULL) != NULL) {
-                node_fault(op->agent, op);
-                return;
-        }
-        hp_op__round_from_job(op, &round);
-        r = hp_agent_use_rules(op->agent, op->job.ruleset);
-        if (r == 0) {
-                op->last_failure_code = 0;
-                r = hp_agent_begin(op->agent, &round, op->job.fault_count);
-        }
-        if (r < 0) {
-                char msg[512];
-                snprintf(msg, sizeof(msg),
-                         "cannot start the workers of attempt %d: %s",
-                         op->job.fault_count, hp_strerror(r));
-                fault(op, "WorkerFault", msg);
-                return;
-        }
-        op->attempts_started++;
-}
-
-static void next_stage(struct hp_operator *op)
-{
-        struct hp_rdzv_info round;
-        int r;
-
-        op->next_stage_pending = false;
-        /* Each stage runs with the operator's current data, as in the
-         * reference: an /update between stages is picked up, its rules
-         * included. */
-        hp_op__round_from_job(op, &round);
-        round.nproc = hp_agent_round(op->agent)->nproc;
-        hp_agent_set_round(op->agent, &round);
-        if (op->rules_changed) {
-                op->rules_changed = false;
-                r = hp_agent_use_rules(op->agent, op->job.ruleset);
-                if (r < 0) {
-                        fault(op, "WorkerFault",
-                              "cannot watch the next stage with the rules "
-                              "of the last /update");
-                        return;
-                }
-        }
-        r = hp_agent_next_stage(op->agent);
-        if (r > 0)
-                return;
-        if (r == 0) {
-                hp_agent_clear_rules(op->agent);
-                hp_op__set_state(op, HP_OP_COMPLETED, NULL, NULL);
-                return;
-        }
-        fault(op, "WorkerFault", "cannot start the next stage");
-}
-
-static uint64_t stop_timeout_ms(const struct hp_operator *op)
-{
-        /* 0 means "not given", as in the reference, whose `timeout or
-         * shutdown_timeout` falls back on it. */
-        return op->stop_timeout_s > 0 ? (uint64_t)op->stop_timeout_s * 1000
-                                      : op->cfg->shutdown_timeout_ms;
-}
-
-static void stopped(struct hp_operator *op)
-{
-        /* The attempt is over: rule state goes, and the next /start
-         * begins again with pre-train. The run result goes too, as in the
-         * reference: a failed attempt that was stopped is not what a
-         * later /shutdown reports. */
-        hp_agent_clear_rules(op->agent);
-        op->last_failure_code = 0;
-        hp_op__set_state(op, HP_OP_READY, NULL, NULL);
-}
-
-/* Acts on the state the requests and events left. Idempotent. */
-static void kick_cb(uv_timer_t *timer)
-{
-        struct hp_operator *op = hp_container_of(timer, struct hp_operator,
-                                                 kick);
-        struct hp_agent *a = op->agent;
-
-        if (op->plr.inprocess && op->plr.state != HP_OP_SHUTDOWN) {
-                hp_op__ipr_kick(op);
-                return;
-        }
-        switch (op->plr.state) {
-        case HP_OP_RUNNING:
-                if (op->start_pending && op->can_start &&
-                    !hp_agent_workers_active(a) &&
-                    !hp_agent_preflight_pending(a))
-                        start_workers(op);
-                else if (op->next_stage_pending && !hp_agent_workers_active(a))
-                        next_stage(op);
-                break;
-        case HP_OP_STOPPING:
-                if (!hp_agent_workers_active(a)) {
-                        stopped(op);
-                } else if (!hp_agent_workers_stopping(a)) {
-                        int sig = op->stop_graceful == 1
-                                          ? SIGUSR1
-                                          : op->cfg->shutdown_signal;
-                        hp_log_info("stopping the workers with %s (SIGKILL "
-                                    "after %llu ms)",
-                                    hp_signal_name(sig),
-                                    (unsigned long long)stop_timeout_ms(op));
-                        hp_agent_stop_workers(a, sig, stop_timeout_ms(op));
-                }
-                break;
-        case HP_OP_SHUTDOWN:
-                if (!hp_agent_workers_active(a))
-                        hp_agent_finish(a, op->last_failure_code);
-                else if (!hp_agent_workers_stopping(a))
-                        /* torch's final shutdown: SIGTERM, then SIGKILL. */
-                        hp_agent_stop_workers(a, SIGTERM,
-                                              op->cfg->shutdown_timeout_ms);
-                break;
-        default:
-                break;
-        }
-}
-
-/* ---- Agent events ---- */
-
-void hp_op__failure_message(struct hp_agent *a, const struct hp_group *g,
-                            char *msg, size_t len)
-{
-        const char *silence = hp_agent_silence(a);
-
-        hp_agent_failure_message(a, g, msg, len);
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, len - used, "\n%s", silence);
-        }
-}
-
-void hp_op__verdict_message(struct hp_agent *a, const struct hp_verdict *v,
-                            char *reason, size_t reason_len, char *msg,
-                            size_t len)
-{
-        const char *silence = hp_agent_silence(a);
-
-        (void)hp_verdict_reason(v, reason, reason_len);
-        (void)hp_verdict_describe(v, msg, len);
-        if (silence[0] != '\0') {
-                size_t used = strlen(msg);
-                snprintf(msg + used, len - used, "; %s", silence);
-        }
-}
-
-static void worker_failed(struct hp_agent *a, const struct hp_group *g,
-                          void *ctx)
-{
-        struct hp_operator *op = ctx;
-        char msg[HP_OP_MESSAGE_MAX];
-        struct hp_failure w;
-        bool failed = hp_group_failure(g, &w);
-
-        op->last_failure_code = hp_agent_failure_exit_code(g);
-        if (op->plr.state != HP_OP_RUNNING)
-                return;
-        hp_op__failure_message(a, g, msg, sizeof(msg));
-        /* A rank that never ran (its log directory, its pipes, its
-         * process could not be made) is not a crash of the job. */
-        fault(op, failed && w.start_failed ? "WorkerStartFailed"
-                                           : "WorkerCrash",
-              msg);
-        if (failed && w.exit_time > 0)
-                op->last_detection_latency_s =
-                        (double)wall_us() / 1e6 - w.exit_time;
-}
-
-static void stage_ended(struct hp_agent *a, enum hp_stage stage,
-                        enum hp_group_result result, const struct hp_group *g,
-                        void *ctx)
-{
-        struct hp_operator *op = ctx;
-
-        if (result == HP_GROUP_FAILED)
-                hp_agent_print_failure_summary(a, g);
-        if (result == HP_GROUP_FAILED) {
-                op->last_failure_code = hp_agent_failure_exit_code(g);
-                /* Normally reported at the first failure already. */
-                if (op->plr.state == HP_OP_RUNNING)
-                        worker_failed(a, g, op);
-        }
-        switch (op->plr.state) {
-        case HP_OP_RUNNING:
-                if (result == HP_GROUP_SUCCEEDED) {
-                        op->next_stage_pending = true;
-                        hp_op__kick(op);
-                } else if (result == HP_GROUP_STOPPED) {
-                        fault(op, "WorkerFault",
-                              "the workers were stopped unexpectedly");
-                }
-                break;
-        case HP_OP_STOPPING:
-        case HP_OP_SHUTDOWN:
-                /* The group is released right after this call. */
-                hp_op__kick(op);
-                break;
-        default:
-                break;
-        }
-        (void)stage;
-}
-
-static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
-                         void *ctx)
-{
-        struct hp_operator *op = ctx;
-        char msg[HP_OP_MESSAGE_MAX];
-        char reason[HP_VERDICT_REASON_MAX];
-
-        if (op->plr.state != HP_OP_RUNNING)
-                return;
-        hp_op__verdict_message(a, v, reason, sizeof(reason), msg,
-                               sizeof(msg));
-        op->last_detection_latency_s = (double)v->latency_ms / 1000.0;
-        /* The workers keep running until the operator's /stop. */
-        fault(op, reason, msg);
-}
-
-/* Distinct from WorkerCrash and the log rules' reasons: the operator can
- * replace the node instead of restarting the job in place on it. */
-static void node_fault(struct hp_agent *a, void *ctx)
-{
-        struct hp_operator *op = ctx;
-        char msg[HP_OP_MESSAGE_MAX];
-        const char *line;
-        double wall;
-        const char *reason = hp_agent_node_fault(a, &line, &wall);
-
-        if (op->plr.state != HP_OP_RUNNING || reason == NULL)
-                return; /* reported when the next /start runs */
-        hp_op__node_fault_message(op, reason, line, msg, sizeof(msg));
-        op->last_detection_latency_s = (double)wall_us() / 1e6 - wall;
-        fault(op, reason, msg);
-}
-
-void hp_op__node_fault_message(const struct hp_operator *op,
-                               const char *reason, const char *line,
-                               char *msg, size_t len)
-{
-        if (strcmp(reason, "NodeFault_NCCLPreflight") == 0)
-                snprintf(msg, len,
-                         "The NCCL pre-flight check failed on this node "
-                         "(--preflight nccl): %s",
-                         line);
-        else
-                snprintf(msg, len,
-                         "The kernel log reports a hardware fault on this "
-                         "node (%s): %s",
-                         op->cfg->kmsg, line);
-}
-
-static void preflight_passed(struct hp_agent *a, void *ctx)
-{
-        hp_op__kick(ctx);
-}
-
-static const struct hp_agent_events events = {
-        .stage_ended = stage_ended,
-        .rule_verdict = rule_verdict,
-        .worker_failed = worker_failed,
-        .node_fault = node_fault,
-        .preflight_passed = preflight_passed,
-};
 
 /* ---- Startup ---- */
 
@@ -410,8 +45,7 @@ static int env_int(const char *name, int def, int min, int max, int *out,
  * that reads pod_resourceconfig.json finds its directory, and a bad path
  * is told at once rather than at the first /start. An agent restarted on
  * the same file system reports the saved IP table version at once. */
-static int open_resource_dir(struct hp_operator *op, char *errbuf,
-                             size_t len)
+static int open_resource_dir(struct hp_operator *op, char *errbuf, size_t len)
 {
         const struct hp_rdzv_options *opt = hp_agent_rdzv_options(op->agent);
         char err[512];
@@ -442,25 +76,6 @@ static int open_resource_dir(struct hp_operator *op, char *errbuf,
 }
 
 static void retry_cb(uv_timer_t *timer);
-
-/* A torchrun command line lands here by default and would wait in
- * silence: say what the agent waits for, and how to run without it. */
-#define REMIND_MS 60000
-
-static void remind_cb(uv_timer_t *timer)
-{
-        struct hp_operator *op = hp_container_of(timer, struct hp_operator,
-                                                 remind);
-
-        if (op->have_job) {
-                uv_timer_stop(timer);
-                return;
-        }
-        if (op->plr.state == HP_OP_READY)
-                hp_log_info("still waiting for the operator's POST /start "
-                            "(--standalone or --rdzv-backend static run "
-                            "without one)");
-}
 
 static int try_listen(struct hp_operator *op, char *errbuf, size_t len)
 {
@@ -547,10 +162,17 @@ static int start_metrics_listener(struct hp_operator *op, char *errbuf,
 
 /* What both ways of serving start from: nothing stopping, no fault yet. */
 static void init_fields(struct hp_operator *op, struct hp_agent *agent,
+                        struct hp_ipc_server *ipc, struct hp_ckpt *ckpt,
                         const struct hp_config *cfg, int64_t now)
 {
         memset(op, 0, sizeof(*op));
         op->agent = agent;
+        op->ipc = ipc;
+        op->ckpt = ckpt;
+        /* The one place the mode is chosen (the observer is never
+         * --inprocess-restart: the config refuses it). */
+        op->drv = cfg->inprocess_restart ? &hp_op__driver_ipr
+                                         : &hp_op__driver_plr;
         op->cfg = cfg;
         op->stop_graceful = -1;
         op->stop_timeout_s = -1;
@@ -597,12 +219,13 @@ static int init_server(struct hp_operator *op, char *errbuf, size_t len)
  * node rank is the assigned rank. A port that cannot be had is an error
  * before any worker starts, with no retry. */
 int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
+                        struct hp_ipc_server *ipc, struct hp_ckpt *ckpt,
                         const struct hp_config *cfg, char *errbuf, size_t len)
 {
-        int64_t now = wall_us();
+        int64_t now = hp_op__wall_us();
         int r;
 
-        init_fields(op, agent, cfg, now);
+        init_fields(op, agent, ipc, ckpt, cfg, now);
         op->observer = true;
         op->assigned_rank = hp_agent_round(agent)->node_rank;
         hp_plr_transition(&op->plr, HP_OP_READY, now, NULL, NULL);
@@ -616,13 +239,24 @@ int hp_operator_observe(struct hp_operator *op, struct hp_agent *agent,
         return try_listen(op, errbuf, len);
 }
 
+struct hp_operator *hp_operator_new(void)
+{
+        return calloc(1, sizeof(struct hp_operator));
+}
+
+void hp_operator_free(struct hp_operator *op)
+{
+        free(op);
+}
+
 int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
+                     struct hp_ipc_server *ipc, struct hp_ckpt *ckpt,
                      const struct hp_config *cfg, char *errbuf, size_t len)
 {
         const char *delay;
         int r;
 
-        init_fields(op, agent, cfg, wall_us());
+        init_fields(op, agent, ipc, ckpt, cfg, hp_op__wall_us());
         op->assigned_rank = -1;
 
         r = env_int("HYPERPOD_ELASTICAGENT_SERVER_MAX_RETRY", 5, 1, 1000,
@@ -659,12 +293,10 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                 return r;
         }
 
-        hp_agent_set_events(agent, &events, op);
-        if (cfg->inprocess_restart) {
-                r = hp_op__ipr_init(op, errbuf, len);
-                if (r < 0)
-                        return r;
-        }
+        hp_agent_set_events(agent, op->drv->events, op);
+        r = op->drv->open(op, errbuf, len);
+        if (r < 0)
+                return r;
         if (cfg->preflight_nccl) {
                 char why[1024];
                 r = hp_agent_preflight_start(agent, why, sizeof(why));
@@ -673,20 +305,7 @@ int hp_operator_init(struct hp_operator *op, struct hp_agent *agent,
                         return r;
                 }
         }
-        /* The in-process-restart agent is READY once its workers are at
-         * the barrier. */
-        if (cfg->inprocess_restart)
-                return 0;
-        hp_op__set_state(op, HP_OP_READY, NULL, NULL);
-        hp_log_info("operator mode (--rdzv-backend hyperpod, the default): "
-                    "no worker starts until the HyperPod operator sends "
-                    "POST /start to port %d; to run without an operator, "
-                    "use --standalone (one node) or --rdzv-backend static "
-                    "(--nnodes, --node-rank, --master-addr)",
-                    op->listening ? hp_httpd_port(&op->httpd)
-                                  : cfg->server_port);
-        uv_timer_start(&op->remind, remind_cb, REMIND_MS, REMIND_MS);
-        uv_unref((uv_handle_t *)&op->remind);
+        op->drv->ready(op);
         return 0;
 }
 
@@ -701,7 +320,8 @@ int hp_operator_run(struct hp_operator *op)
 void hp_operator_close(struct hp_operator *op)
 {
         op->closing = true;
-        hp_op__ipr_close(op);
+        if (op->drv != NULL)
+                op->drv->close(op);
         if (op->timers_ready) {
                 uv_close((uv_handle_t *)&op->kick, NULL);
                 uv_close((uv_handle_t *)&op->retry, NULL);

@@ -110,7 +110,8 @@ int hp_plr_transition(struct hp_plr *plr, enum hp_op_state to, int64_t now_us,
                              : hp_plr_allowed(plr->state, to)))
                 return -EPERM;
         enter(plr, to, now_us);
-        snprintf(plr->reason, sizeof(plr->reason), "%s", reason ? reason : "");
+        snprintf(plr->reason, sizeof(plr->reason), "%s",
+                 reason ? reason : "");
         snprintf(plr->message, sizeof(plr->message), "%s",
                  message ? message : "");
         return 0;

@@ -24,7 +24,8 @@ static cJSON *ensure_ips(cJSON *doc, int nnodes, bool resize)
                 if (ips == NULL)
                         return NULL;
                 if (cJSON_GetObjectItemCaseSensitive(doc, "ips") != NULL)
-                        cJSON_ReplaceItemInObjectCaseSensitive(doc, "ips", ips);
+                        cJSON_ReplaceItemInObjectCaseSensitive(doc, "ips",
+                                                               ips);
                 else
                         cJSON_AddItemToObject(doc, "ips", ips);
                 resize = true;
@@ -57,8 +58,10 @@ int hp_podcfg_apply(cJSON *doc, int rank, int nnodes, const cJSON *rank_ips,
                 goto oom;
         for (const cJSON *item = rank_ips ? rank_ips->child : NULL; item;
              item = item->next) {
-                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item, "rank");
-                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item, "ip");
+                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item,
+                                                                  "rank");
+                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item,
+                                                                   "ip");
                 double d = cJSON_IsString(r) ? strtod(r->valuestring, NULL)
                            : cJSON_IsBool(r) ? (cJSON_IsTrue(r) ? 1 : 0)
                                              : r->valuedouble;
@@ -75,7 +78,8 @@ int hp_podcfg_apply(cJSON *doc, int rank, int nnodes, const cJSON *rank_ips,
                 }
         }
         current = rank < nnodes && rank < cJSON_GetArraySize(ips)
-                          ? cJSON_Duplicate(cJSON_GetArrayItem(ips, rank), true)
+                          ? cJSON_Duplicate(cJSON_GetArrayItem(ips, rank),
+                                            true)
                           : cJSON_CreateNull();
         if (current == NULL)
                 goto oom;

@@ -91,8 +91,8 @@ static cJSON *echo(const cJSON *input)
                         cut--;
                 snprintf(text, sizeof(text),
                          "%.*s... (%zu bytes in all, over the %d-byte echo "
-                         "limit)", (int)cut, v, len,
-                         HP_OP_ECHO_MAX);
+                         "limit)",
+                         (int)cut, v, len, HP_OP_ECHO_MAX);
         } else {
                 snprintf(text, sizeof(text),
                          "(%s of %d %s, over the %d-byte echo limit)",
@@ -161,11 +161,12 @@ static void list_the_rest(struct checker *c)
         cJSON *loc = cJSON_AddArrayToObject(err, "loc");
         char msg[128];
 
-        snprintf(msg, sizeof(msg), "%zu more errors not listed: a 422 "
-                 "lists at most %d", c->errors - HP_OP_ERRORS_MAX,
-                 HP_OP_ERRORS_MAX);
-        if (loc == NULL || !cJSON_AddItemToArray(loc,
-                                                 cJSON_CreateString("body")) ||
+        snprintf(msg, sizeof(msg),
+                 "%zu more errors not listed: a 422 "
+                 "lists at most %d",
+                 c->errors - HP_OP_ERRORS_MAX, HP_OP_ERRORS_MAX);
+        if (loc == NULL ||
+            !cJSON_AddItemToArray(loc, cJSON_CreateString("body")) ||
             cJSON_AddStringToObject(err, "type", "too_many_errors") == NULL ||
             cJSON_AddStringToObject(err, "msg", msg) == NULL ||
             cJSON_AddNullToObject(err, "input") == NULL ||
@@ -300,9 +301,8 @@ static bool int_like(const cJSON *v)
  * Union[int, str] (int_first) or Union[str, int]: pydantic lists one
  * error per member, in the union's order, each loc ending in the
  * member's name. */
-static void union_failed(struct checker *c, const cJSON *v,
-                         const char *field, int index, const char *subfield,
-                         bool int_first)
+static void union_failed(struct checker *c, const cJSON *v, const char *field,
+                         int index, const char *subfield, bool int_first)
 {
         int64_t n;
 
@@ -345,10 +345,10 @@ static void required_int(struct checker *c, const cJSON *obj,
 /* pydantic's lax boolean strings. */
 static bool bool_text(const char *text, int *out)
 {
-        static const char *const truthy[] = { "1", "on", "t", "true", "y",
-                                              "yes" };
-        static const char *const falsy[] = { "0", "off", "f", "false", "n",
-                                             "no" };
+        static const char *const truthy[] = { "1",    "on", "t",
+                                              "true", "y",  "yes" };
+        static const char *const falsy[] = { "0",     "off", "f",
+                                             "false", "n",   "no" };
 
         for (size_t i = 0; i < HP_ARRAY_SIZE(truthy); i++) {
                 if (strcasecmp(text, truthy[i]) == 0) {
@@ -397,7 +397,8 @@ static enum parsed spare_field(struct checker *c, const cJSON *v, int *out)
         int b;
 
         if (int_like(v)) {
-                *out = cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble != 0;
+                *out = cJSON_IsBool(v) ? cJSON_IsTrue(v)
+                                       : v->valuedouble != 0;
                 return PARSED_OK;
         }
         if (cJSON_IsString(v) && parse_int_text(v->valuestring, &n)) {
@@ -626,7 +627,8 @@ static void check_rules(struct checker *c, const cJSON *obj,
                 return;
         /* Compiled now, so that rules that cannot run are a 422 for the
          * operator rather than a surprise once the workers are up. */
-        if (logmon_ruleset_new(v, NULL, &out->ruleset, err, sizeof(err)) < 0) {
+        if (logmon_ruleset_new(v, NULL, &out->ruleset, err, sizeof(err)) <
+            0) {
                 value_error(c, "log_monitoring_configuration", -1, NULL, v,
                             "%s", err);
                 return;
@@ -741,13 +743,93 @@ void hp_op_request_free(struct hp_op_request *req)
         memset(req, 0, sizeof(*req));
 }
 
+/* The body as JSON, as Python's json.loads reads it, or NULL with the
+ * error added to c (or c->oom set). */
+static cJSON *decode_body(struct checker *c, const char *body,
+                          size_t body_len)
+{
+        const char *end = NULL;
+        cJSON *doc;
+
+        if (!hp_utf8_valid(body, body_len) ||
+            nul_escape_at(body, body_len) >= 0) {
+                char where[128];
+                cJSON *loc_input = cJSON_CreateObject();
+
+                snprintf(where, sizeof(where), "%s",
+                         hp_utf8_valid(body, body_len)
+                                 ? "a string holds \\u0000 (NUL), which "
+                                   "cannot be passed on"
+                                 : "the body is not valid UTF-8");
+                add_error(c, "json_invalid", NULL, -1, NULL,
+                          "JSON decode error", loc_input, where);
+                cJSON_Delete(loc_input);
+                return NULL;
+        }
+        doc = cJSON_ParseWithLengthOpts(body, body_len, &end, false);
+        if (doc != NULL) {
+                /* Only blanks may follow the value, as for json.loads. */
+                while (end < body + body_len &&
+                       strchr(" \t\r\n", *end) != NULL && *end != '\0')
+                        end++;
+                if (end != body + body_len) {
+                        cJSON_Delete(doc);
+                        doc = NULL;
+                }
+        }
+        if (doc == NULL) {
+                char where[96];
+                cJSON *loc_input = cJSON_CreateObject();
+                size_t pos = end && end >= body ? (size_t)(end - body) : 0;
+
+                snprintf(where, sizeof(where),
+                         "invalid JSON at byte %zu of %zu", pos, body_len);
+                add_error(c, "json_invalid", NULL, (int)pos, NULL,
+                          "JSON decode error", loc_input, where);
+                cJSON_Delete(loc_input);
+                return NULL;
+        }
+        /* Numbers JSON does not allow are refused as Python's json does;
+         * those of worker_data keep their text, which the workers get. */
+        if (doc != NULL) {
+                size_t bad_at = 0;
+                int r = hp_json_exact_numbers(doc,
+                                              cJSON_IsObject(doc)
+                                                      ? member(doc,
+                                                               "worker_data")
+                                                      : NULL,
+                                              body, body_len, &bad_at);
+
+                if (r == -ENOMEM) {
+                        c->oom = true;
+                        cJSON_Delete(doc);
+                        return NULL;
+                }
+                if (r < 0) {
+                        char where[128];
+                        cJSON *loc_input = cJSON_CreateObject();
+
+                        snprintf(where, sizeof(where),
+                                 "invalid JSON number at byte %zu of %zu "
+                                 "(a leading zero, or no digit after '.' "
+                                 "or 'e')",
+                                 bad_at, body_len);
+                        add_error(c, "json_invalid", NULL, (int)bad_at, NULL,
+                                  "JSON decode error", loc_input, where);
+                        cJSON_Delete(loc_input);
+                        cJSON_Delete(doc);
+                        return NULL;
+                }
+        }
+        return doc;
+}
+
 int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                         const char *body, size_t body_len, bool has_body,
                         struct hp_op_request *out, cJSON **detail)
 {
         struct checker c = { 0 };
         cJSON *doc = NULL;
-        const char *end = NULL;
 
         memset(out, 0, sizeof(*out));
         out->is_graceful = -1;
@@ -773,73 +855,9 @@ int hp_op_request_parse(enum hp_op_route route, const char *content_type,
                 cJSON_Delete(raw);
                 goto done;
         }
-        if (!hp_utf8_valid(body, body_len) ||
-            nul_escape_at(body, body_len) >= 0) {
-                char where[128];
-                cJSON *loc_input = cJSON_CreateObject();
-
-                snprintf(where, sizeof(where), "%s",
-                         hp_utf8_valid(body, body_len)
-                                 ? "a string holds \\u0000 (NUL), which "
-                                   "cannot be passed on"
-                                 : "the body is not valid UTF-8");
-                add_error(&c, "json_invalid", NULL, -1, NULL,
-                          "JSON decode error", loc_input, where);
-                cJSON_Delete(loc_input);
+        doc = decode_body(&c, body, body_len);
+        if (doc == NULL)
                 goto done;
-        }
-        doc = cJSON_ParseWithLengthOpts(body, body_len, &end, false);
-        if (doc != NULL) {
-                /* Only blanks may follow the value, as for json.loads. */
-                while (end < body + body_len &&
-                       strchr(" \t\r\n", *end) != NULL && *end != '\0')
-                        end++;
-                if (end != body + body_len) {
-                        cJSON_Delete(doc);
-                        doc = NULL;
-                }
-        }
-        if (doc == NULL) {
-                char where[96];
-                cJSON *loc_input = cJSON_CreateObject();
-                size_t pos = end && end >= body ? (size_t)(end - body) : 0;
-
-                snprintf(where, sizeof(where),
-                         "invalid JSON at byte %zu of %zu", pos, body_len);
-                add_error(&c, "json_invalid", NULL, (int)pos, NULL,
-                          "JSON decode error", loc_input, where);
-                cJSON_Delete(loc_input);
-                goto done;
-        }
-        /* Numbers JSON does not allow are refused as Python's json does;
-         * those of worker_data keep their text, which the workers get. */
-        if (doc != NULL) {
-                size_t bad_at = 0;
-                int r = hp_json_exact_numbers(
-                        doc,
-                        cJSON_IsObject(doc) ? member(doc, "worker_data")
-                                            : NULL,
-                        body, body_len, &bad_at);
-
-                if (r == -ENOMEM) {
-                        c.oom = true;
-                        goto done;
-                }
-                if (r < 0) {
-                        char where[128];
-                        cJSON *loc_input = cJSON_CreateObject();
-
-                        snprintf(where, sizeof(where),
-                                 "invalid JSON number at byte %zu of %zu "
-                                 "(a leading zero, or no digit after '.' "
-                                 "or 'e')",
-                                 bad_at, body_len);
-                        add_error(&c, "json_invalid", NULL, (int)bad_at, NULL,
-                                  "JSON decode error", loc_input, where);
-                        cJSON_Delete(loc_input);
-                        goto done;
-                }
-        }
         if (route == HP_OP_STOP && cJSON_IsNull(doc))
                 goto done;
         if (!cJSON_IsObject(doc)) {

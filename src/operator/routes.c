@@ -38,8 +38,7 @@ static void respond(struct hp_operator *op, struct hp_httpd_response *res,
 static void add_header(struct hp_operator *op, struct hp_httpd_response *res,
                        const char *name, const char *value)
 {
-        snprintf(op->headers, sizeof(op->headers), "%s: %s\r\n", name,
-                 value);
+        snprintf(op->headers, sizeof(op->headers), "%s: %s\r\n", name, value);
         res->headers = op->headers;
 }
 
@@ -60,20 +59,16 @@ static void respond_status(struct hp_operator *op,
                 .ip_version = op->ip_version[0] ? op->ip_version : NULL,
                 .agent_version = HP_VERSION,
                 .assigned_rank = op->assigned_rank,
-                /* The reference's PLR agent never changes its spare flag
-                 * from the initial True; the operator sees that. */
-                .spare = true,
         };
-        cJSON *progress = hp_ckpt_progress(hp_agent_ckpt(op->agent));
-        cJSON *ipr_owned = NULL;
+        cJSON *progress = hp_ckpt_progress(op->ckpt);
+        cJSON *owned = NULL;
         char *body;
 
-        if (op->plr.inprocess)
-                hp_op__ipr_status(op, &st, &ipr_owned);
+        op->drv->status(op, &st, &owned);
         st.progress = progress;
         body = hp_op_status_render(&st);
         cJSON_Delete(progress);
-        cJSON_Delete(ipr_owned);
+        cJSON_Delete(owned);
 
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,
@@ -97,8 +92,8 @@ static void respond_422(struct hp_operator *op, struct hp_httpd_response *res,
         hp_log_error("%s %s from %s: 422 %.*s; body: %.*s", req->method_name,
                      req->path, req->peer, LOG_ECHO_MAX,
                      body ? body : "(out of memory)",
-                     (int)(req->body_len > LOG_ECHO_MAX ? LOG_ECHO_MAX :
-                                                          req->body_len),
+                     (int)(req->body_len > LOG_ECHO_MAX ? LOG_ECHO_MAX
+                                                        : req->body_len),
                      req->body ? req->body : "");
         if (body == NULL) {
                 respond_static(op, res, 500, JSON_TYPE,
@@ -121,118 +116,16 @@ static void respond_500(struct hp_operator *op, struct hp_httpd_response *res,
                 respond(op, res, 500, NULL, NULL);
 }
 
-/* Applies rankIps and ipVersion to pod_resourceconfig.json when a request
- * carries both (docs/operator-api.md, "pod_resourceconfig.json"). Done
- * before anything else changes, so that a disk error leaves the agent as
- * it was. */
-static int store_ip_table(struct hp_operator *op,
-                          const struct hp_op_request *req, char *err,
-                          size_t len)
-{
-        cJSON *doc = NULL, *updated = NULL;
-        int r;
-
-        if (req->ip_version == NULL || req->rank_ips == NULL)
-                return 0;
-        r = hp_podcfg_read(op->resource_dir, &doc, err, len);
-        if (r < 0)
-                /* A damaged file is replaced rather than kept forever. */
-                hp_log_warn("replacing it: %s", err);
-        r = hp_podcfg_apply(doc, req->rank, req->nnodes, req->rank_ips,
-                            req->ip_version, &updated);
-        if (r < 0) {
-                snprintf(err, len, "cannot update the IP table: %s",
-                         hp_strerror(r));
-                return r;
-        }
-        r = hp_podcfg_write(op->resource_dir, updated, err, len);
-        cJSON_Delete(updated);
-        if (r < 0)
-                return r;
-        snprintf(op->ip_version, sizeof(op->ip_version), "%s",
-                 req->ip_version);
-        return 0;
-}
-
-/* Takes the request's job data (rendezvous, rules, progress): what the
- * next stage runs with. */
-static void store_job(struct hp_operator *op, struct hp_op_request *req,
-                      bool keep_progress)
-{
-        /* The next stage of a running attempt picks up new rules (see
-         * next_stage); the same rules again leave the rule state alone. */
-        bool same_rules = op->job.rules == NULL || req->rules == NULL
-                                  ? op->job.rules == req->rules
-                                  : cJSON_Compare(op->job.rules, req->rules,
-                                                  true);
-
-        if (keep_progress && !same_rules)
-                op->rules_changed = true;
-        cJSON *progress = NULL;
-
-        if (keep_progress) {
-                progress = op->job.progress;
-                op->job.progress = NULL;
-        }
-        hp_op_request_free(&op->job);
-        op->job = *req;
-        memset(req, 0, sizeof(*req));
-        if (keep_progress) {
-                cJSON_Delete(op->job.progress);
-                op->job.progress = progress;
-        }
-        op->have_job = true;
-        /* Only /start assigns the rank, as in the reference's PLR agent. */
-        if (!keep_progress)
-                op->assigned_rank = op->job.rank;
-}
-
 static void handle_start(struct hp_operator *op,
                          const struct hp_httpd_request *req,
                          struct hp_httpd_response *res,
                          struct hp_op_request *body)
 {
         char err[1024];
-        bool running;
 
-        /* A /start while RUNNING has no effect on the attempt: one whose
-         * workers are not spawned yet keeps the data it was started with. */
-        if (op->plr.state == HP_OP_RUNNING && op->start_pending) {
-                hp_log_info("/start while the attempt it would change is "
-                            "starting: ignored");
-                respond(op, res, 200, NULL, NULL);
-                return;
-        }
-        if (store_ip_table(op, body, err, sizeof(err)) < 0) {
+        if (op->drv->start(op, body, err, sizeof(err)) < 0) {
                 respond_500(op, res, err);
                 return;
-        }
-        running = hp_op__set_state(op, HP_OP_RUNNING,
-                                   op->plr.inprocess ? "RunningStarted"
-                                                     : "Running",
-                                   NULL);
-        if (op->plr.inprocess)
-                hp_op__ipr_spare(op, body->spare, body->fault_count);
-        store_job(op, body, false);
-        /* Checkpoint discovery resumes from where the operator says. */
-        if (hp_ckpt_set_progress(hp_agent_ckpt(op->agent), op->job.progress) < 0)
-                hp_log_error("/start: out of memory for its progress");
-        op->can_start = true;
-        if (op->plr.inprocess) {
-                /* job_start goes once every rank is at the barrier. */
-                hp_op__kick(op);
-                if (!running)
-                        hp_log_info("/start in state %s: kept; job_start "
-                                    "goes when the agent is READY and a "
-                                    "/start follows",
-                                    hp_op_state_name(op->plr.state));
-        } else if (running) {
-                op->start_pending = true;
-                hp_op__kick(op);
-        } else {
-                hp_log_info("/start in state %s: the data is kept for the "
-                            "next start",
-                            hp_op_state_name(op->plr.state));
         }
         respond(op, res, 200, NULL, NULL);
 }
@@ -244,22 +137,11 @@ static void handle_update(struct hp_operator *op,
 {
         char err[1024];
 
-        if (store_ip_table(op, body, err, sizeof(err)) < 0) {
+        if (hp_op__store_ip_table(op, body, err, sizeof(err)) < 0) {
                 respond_500(op, res, err);
                 return;
         }
-        if (op->plr.inprocess)
-                hp_op__ipr_spare(op, body->spare, body->fault_count);
-        store_job(op, body, true);
-        if (op->plr.inprocess) {
-                /* As the reference: the rank is assigned once the
-                 * workers have it, else the operator sends again. */
-                if (hp_op__ipr_update(op) == 0)
-                        op->assigned_rank = op->job.rank;
-                else
-                        op->ip_version[0] = '\0';
-                hp_op__kick(op);
-        }
+        op->drv->update(op, body);
         respond_status(op, res);
 }
 
@@ -271,11 +153,7 @@ static void handle_stop(struct hp_operator *op,
         /* Stored on every /stop, nulls included, as the reference does. */
         op->stop_graceful = body->is_graceful;
         op->stop_timeout_s = body->timeout_s;
-        if (op->plr.inprocess)
-                hp_op__ipr_stop_mode(op, body->restart_mode);
-        if (hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL) ||
-            op->plr.inprocess)
-                hp_op__kick(op);
+        op->drv->stop(op, body);
         op->can_start = false;
         op->start_pending = false;
         op->next_stage_pending = false;
@@ -318,40 +196,41 @@ static void handle_stacks(struct hp_operator *op,
         int r;
 
         if (wait > 0) {
-                too_many(op, res, "{\"detail\":\"at most one stacks report "
-                                  "per second; ask again after "
-                                  "Retry-After\"}",
+                too_many(op, res,
+                         "{\"detail\":\"at most one stacks report "
+                         "per second; ask again after "
+                         "Retry-After\"}",
                          wait);
                 return;
         }
         r = hp_agent_stacks_report(op->agent, path, sizeof(path));
         if (r == -EBUSY) {
-                too_many(op, res, "{\"detail\":\"a hang report is being "
-                                  "collected; ask again once it is "
-                                  "written\"}",
+                too_many(op, res,
+                         "{\"detail\":\"a hang report is being "
+                         "collected; ask again once it is "
+                         "written\"}",
                          0);
                 return;
         }
         if (r < 0) {
-                respond_static(op, res, 409, JSON_TYPE,
-                               r == -ENOTSUP
-                               ? "{\"detail\":\"--hang-dump off: no "
-                                 "reports\"}"
-                               : r == -ENOENT
-                               ? "{\"detail\":\"no log files (--log-dir "
-                                 "/dev/null): no report file\"}"
-                               : r == -ESRCH
-                               ? "{\"detail\":\"no worker group is "
-                                 "running\"}"
-                               : "{\"detail\":\"the report could not "
-                                 "start\"}");
+                respond_static(
+                        op, res, 409, JSON_TYPE,
+                        r == -ENOTSUP ? "{\"detail\":\"--hang-dump off: no "
+                                        "reports\"}"
+                        : r == -ENOENT
+                                ? "{\"detail\":\"no log files (--log-dir "
+                                  "/dev/null): no report file\"}"
+                        : r == -ESRCH ? "{\"detail\":\"no worker group is "
+                                        "running\"}"
+                                      : "{\"detail\":\"the report could not "
+                                        "start\"}");
                 return;
         }
         hp_op_limit_note(&op->stacks_limit, now, STACKS_INTERVAL_MS);
         hp_log_info("POST /debug/stacks: stacks report to %s", path);
         doc = cJSON_CreateObject();
-        if (doc == NULL || cJSON_AddStringToObject(doc, "report", path) ==
-                                   NULL ||
+        if (doc == NULL ||
+            cJSON_AddStringToObject(doc, "report", path) == NULL ||
             (body = cJSON_PrintUnformatted(doc)) == NULL) {
                 cJSON_Delete(doc);
                 respond_500(op, res, "out of memory");
@@ -361,22 +240,121 @@ static void handle_stacks(struct hp_operator *op,
         respond(op, res, 202, JSON_TYPE, body);
 }
 
-enum route_id { R_START, R_UPDATE, R_STOP, R_STATUS, R_SHUTDOWN, R_METRICS,
-                R_HEALTHZ, R_STACKS };
+/* The routes taking a validated body: parsed here, handled by fn. */
+typedef void body_fn(struct hp_operator *op,
+                     const struct hp_httpd_request *req,
+                     struct hp_httpd_response *res,
+                     struct hp_op_request *body);
 
+static void with_body(struct hp_operator *op,
+                      const struct hp_httpd_request *req,
+                      struct hp_httpd_response *res, enum hp_op_route as,
+                      body_fn *fn)
+{
+        struct hp_op_request body;
+        cJSON *detail;
+        int r = hp_op_request_parse(as, req->content_type, req->body,
+                                    req->body_len, req->has_body, &body,
+                                    &detail);
+
+        if (r == -EINVAL) {
+                respond_422(op, res, req, detail);
+                return;
+        }
+        if (r < 0) {
+                respond_500(op, res, "out of memory");
+                return;
+        }
+        fn(op, req, res, &body);
+        hp_op_request_free(&body);
+}
+
+static void route_start(struct hp_operator *op,
+                        const struct hp_httpd_request *req,
+                        struct hp_httpd_response *res)
+{
+        with_body(op, req, res, HP_OP_START, handle_start);
+}
+
+static void route_update(struct hp_operator *op,
+                         const struct hp_httpd_request *req,
+                         struct hp_httpd_response *res)
+{
+        with_body(op, req, res, HP_OP_UPDATE, handle_update);
+}
+
+static void route_stop(struct hp_operator *op,
+                       const struct hp_httpd_request *req,
+                       struct hp_httpd_response *res)
+{
+        with_body(op, req, res, HP_OP_STOP, handle_stop);
+}
+
+static void route_status(struct hp_operator *op,
+                         const struct hp_httpd_request *req,
+                         struct hp_httpd_response *res)
+{
+        respond_status(op, res);
+}
+
+static void route_shutdown(struct hp_operator *op,
+                           const struct hp_httpd_request *req,
+                           struct hp_httpd_response *res)
+{
+        handle_shutdown(op, res);
+}
+
+static void route_metrics(struct hp_operator *op,
+                          const struct hp_httpd_request *req,
+                          struct hp_httpd_response *res)
+{
+        size_t len;
+        char *text = hp_op__metrics_render(op, &len);
+
+        if (text == NULL) {
+                respond_500(op, res, "out of memory");
+                return;
+        }
+        respond(op, res, 200, METRICS_TYPE, text);
+}
+
+static void route_healthz(struct hp_operator *op,
+                          const struct hp_httpd_request *req,
+                          struct hp_httpd_response *res)
+{
+        /* Answered from the loop thread: a reply proves the loop is not
+         * stuck. */
+        respond_static(op, res, 200, "text/plain; charset=utf-8", "ok\n");
+}
+
+static void route_stacks(struct hp_operator *op,
+                         const struct hp_httpd_request *req,
+                         struct hp_httpd_response *res)
+{
+        handle_stacks(op, res);
+}
+
+typedef void route_fn(struct hp_operator *op,
+                      const struct hp_httpd_request *req,
+                      struct hp_httpd_response *res);
+
+/* The API: a new endpoint is one row here and its handler. A control
+ * route is refused (409) in self-driven mode, where the agent runs the
+ * job itself. */
 static const struct route {
-        const char *path;
         enum http_method method;
-        enum route_id id;
+        const char *path;
+        route_fn *handle;
+        bool control;
 } routes[] = {
-        { "/start", HTTP_POST, R_START },
-        { "/update", HTTP_POST, R_UPDATE },
-        { "/stop", HTTP_POST, R_STOP },
-        { "/status", HTTP_GET, R_STATUS },
-        { "/shutdown", HTTP_POST, R_SHUTDOWN },
-        { "/metrics", HTTP_GET, R_METRICS },
-        { "/healthz", HTTP_GET, R_HEALTHZ },
-        { "/debug/stacks", HTTP_POST, R_STACKS },
+        { HTTP_POST, "/start", route_start, true },
+        { HTTP_POST, "/update", route_update, true },
+        { HTTP_POST, "/stop", route_stop, true },
+        { HTTP_GET, "/status", route_status, false },
+        { HTTP_POST, "/shutdown", route_shutdown, true },
+        { HTTP_GET, "/metrics", route_metrics, false },
+        { HTTP_GET, "/healthz", route_healthz, false },
+        { HTTP_POST, "/debug/stacks", route_stacks, false },
 };
 
 /* "GET, POST": the methods path takes, for a 405's Allow. */
@@ -387,28 +365,18 @@ static void allowed_methods(const char *path, char *buf, size_t len)
         buf[0] = '\0';
         for (size_t i = 0; i < HP_ARRAY_SIZE(routes) && used < len; i++)
                 if (strcmp(routes[i].path, path) == 0)
-                        used += (size_t)snprintf(
-                                buf + used, len - used, "%s%s",
-                                used ? ", " : "",
-                                http_method_str(routes[i].method));
+                        used += (size_t)snprintf(buf + used, len - used,
+                                                 "%s%s", used ? ", " : "",
+                                                 http_method_str(
+                                                         routes[i].method));
 }
 
 static void route_request(struct hp_operator *op,
                           const struct hp_httpd_request *req,
                           struct hp_httpd_response *res)
 {
-        static const enum hp_op_route parse_as[] = {
-                [R_START] = HP_OP_START,
-                [R_UPDATE] = HP_OP_UPDATE,
-                [R_STOP] = HP_OP_STOP,
-        };
         const struct route *route = NULL;
         bool path_known = false;
-        struct hp_op_request body;
-        cJSON *detail;
-        size_t len;
-        char *text;
-        int r;
 
         for (size_t i = 0; i < HP_ARRAY_SIZE(routes); i++) {
                 if (strcmp(routes[i].path, req->path) != 0)
@@ -430,9 +398,7 @@ static void route_request(struct hp_operator *op,
                 }
                 return;
         }
-        if (op->observer && (route->id == R_START || route->id == R_UPDATE ||
-                             route->id == R_STOP ||
-                             route->id == R_SHUTDOWN)) {
+        if (op->observer && route->control) {
                 respond_static(op, res, 409, JSON_TYPE,
                                "{\"detail\":\"self-driven mode (--standalone "
                                "or --rdzv-backend static, slurm or "
@@ -442,54 +408,7 @@ static void route_request(struct hp_operator *op,
                                "SIGTERM\"}");
                 return;
         }
-        switch (route->id) {
-        case R_START:
-        case R_UPDATE:
-        case R_STOP:
-                r = hp_op_request_parse(parse_as[route->id],
-                                        req->content_type, req->body,
-                                        req->body_len, req->has_body, &body,
-                                        &detail);
-                if (r == -EINVAL) {
-                        respond_422(op, res, req, detail);
-                        return;
-                }
-                if (r < 0) {
-                        respond_500(op, res, "out of memory");
-                        return;
-                }
-                if (route->id == R_START)
-                        handle_start(op, req, res, &body);
-                else if (route->id == R_UPDATE)
-                        handle_update(op, req, res, &body);
-                else
-                        handle_stop(op, req, res, &body);
-                hp_op_request_free(&body);
-                return;
-        case R_STATUS:
-                respond_status(op, res);
-                return;
-        case R_SHUTDOWN:
-                handle_shutdown(op, res);
-                return;
-        case R_METRICS:
-                text = hp_op__metrics_render(op, &len);
-                if (text == NULL) {
-                        respond_500(op, res, "out of memory");
-                        return;
-                }
-                respond(op, res, 200, METRICS_TYPE, text);
-                return;
-        case R_STACKS:
-                handle_stacks(op, res);
-                return;
-        case R_HEALTHZ:
-                /* Answered from the loop thread: a reply proves the loop
-                 * is not stuck. */
-                respond_static(op, res, 200, "text/plain; charset=utf-8",
-                               "ok\n");
-                return;
-        }
+        route->handle(op, req, res);
 }
 
 /* With --server-token-file, every request but /healthz (the kubelet's

@@ -46,25 +46,23 @@ char *hp_op_status_render(const struct hp_op_status *st)
                 goto done;
         for (size_t i = 0; i < plr->first_count; i++) {
                 enum hp_op_state s = (enum hp_op_state)plr->first_order[i];
-                if (hp_isoformat_utc(plr->entered_us[s], when,
-                                     sizeof(when)) < 0)
+                if (hp_isoformat_utc(plr->entered_us[s], when, sizeof(when)) <
+                    0)
                         goto done;
                 if (cJSON_AddStringToObject(transitions, hp_op_state_name(s),
                                             when) == NULL)
                         goto done;
         }
-        if (plr->reason[0] != '\0' &&
-            !add_text(doc, "reason", plr->reason))
+        if (plr->reason[0] != '\0' && !add_text(doc, "reason", plr->reason))
                 goto done;
         if (plr->message[0] != '\0' &&
             !add_text(doc, "message", plr->message))
                 goto done;
-        if (cJSON_AddStringToObject(
-                    doc, "restartMode",
-                    !st->inprocess ? "process_level_restart"
-                    : st->restart_mode != NULL ? st->restart_mode
-                                               : "in_process_restart") ==
-            NULL)
+        if (cJSON_AddStringToObject(doc, "restartMode",
+                                    !st->inprocess ? "process_level_restart"
+                                    : st->restart_mode != NULL
+                                            ? st->restart_mode
+                                            : "in_process_restart") == NULL)
                 goto done;
         if (st->inprocess && st->worker_data != NULL &&
             !cJSON_AddItemToObject(doc, "worker_data",

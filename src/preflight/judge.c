@@ -38,8 +38,8 @@ int hp_preflight_judge(const char *output, size_t len, int64_t exit_status,
                 }
                 if (cJSON_GetObjectItemCaseSensitive(o, "size") != NULL) {
                         if (res->nsizes < HP_PREFLIGHT_MAX_SIZES) {
-                                struct hp_preflight_size *s =
-                                        &res->sizes[res->nsizes++];
+                                struct hp_preflight_size
+                                        *s = &res->sizes[res->nsizes++];
                                 s->bytes = (uint64_t)number(o, "size");
                                 s->time_us = number(o, "time_us");
                                 s->algbw = number(o, "algbw");
@@ -76,7 +76,8 @@ int hp_preflight_judge(const char *output, size_t len, int64_t exit_status,
         } else if (exit_status == HELPER_EXIT_MISSING) {
                 res->unavailable = true;
                 snprintf(res->reason, sizeof(res->reason), "%s",
-                         error ? error : "NCCL or the CUDA runtime is missing");
+                         error ? error
+                               : "NCCL or the CUDA runtime is missing");
         } else if (exit_status != 0 || !ok) {
                 snprintf(res->reason, sizeof(res->reason),
                          "the NCCL all-reduce failed: %s",
@@ -86,12 +87,13 @@ int hp_preflight_judge(const char *output, size_t len, int64_t exit_status,
                         snprintf(res->reason, sizeof(res->reason),
                                  "the NCCL check exited 0 without a verdict");
         } else if (res->busbw < min_busbw) {
-                snprintf(res->reason, sizeof(res->reason),
-                         "the NCCL all-reduce over %d GPU%s reached %.3f GB/s "
-                         "bus bandwidth (%.3f GB/s algorithm), under "
-                         "--preflight-min-busbw %.3f",
-                         res->gpus, res->gpus == 1 ? "" : "s", res->busbw,
-                         res->algbw, min_busbw);
+                snprintf(
+                        res->reason, sizeof(res->reason),
+                        "the NCCL all-reduce over %d GPU%s reached %.3f GB/s "
+                        "bus bandwidth (%.3f GB/s algorithm), under "
+                        "--preflight-min-busbw %.3f",
+                        res->gpus, res->gpus == 1 ? "" : "s", res->busbw,
+                        res->algbw, min_busbw);
         } else {
                 res->passed = true;
                 snprintf(res->reason, sizeof(res->reason),

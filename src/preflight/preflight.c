@@ -121,8 +121,8 @@ static void timeout_cb(uv_timer_t *timer)
 }
 
 int hp_preflight_start(struct hp_preflight *pf, uv_loop_t *loop,
-                       const struct hp_preflight_opts *opts, hp_preflight_cb cb,
-                       char *errbuf, size_t errlen)
+                       const struct hp_preflight_opts *opts,
+                       hp_preflight_cb cb, char *errbuf, size_t errlen)
 {
         char max[32];
         char *argv[8];
@@ -135,7 +135,8 @@ int hp_preflight_start(struct hp_preflight *pf, uv_loop_t *loop,
         pf->cb = cb;
         pf->min_busbw = opts->min_busbw;
         pf->timeout_ms = opts->timeout_ms;
-        snprintf(max, sizeof(max), "%llu", (unsigned long long)opts->max_bytes);
+        snprintf(max, sizeof(max), "%llu",
+                 (unsigned long long)opts->max_bytes);
         argv[argc++] = (char *)opts->helper;
         argv[argc++] = (char *)"--max-bytes";
         argv[argc++] = max;

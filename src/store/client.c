@@ -16,7 +16,7 @@
 struct req {
         struct req *next;
         enum hp_store_op op;
-        uint64_t count;     /* MULTI_GET: values expected */
+        uint64_t count;      /* MULTI_GET: values expected */
         uint64_t timeout_ms; /* WAIT */
         hp_store_reply_cb cb;
         void *ctx;
@@ -66,8 +66,8 @@ static struct req *req_new(enum hp_store_op op, size_t len,
         r->cb = cb;
         r->ctx = ctx;
         r->len = 1 + len;
-        r->data[0] =
-                (uint8_t)hp_store_op_code(HP_STORE_DIALECT_VALIDATED, op);
+        r->data[0] = (uint8_t)hp_store_op_code(HP_STORE_DIALECT_VALIDATED,
+                                               op);
         return r;
 }
 
@@ -420,10 +420,9 @@ int hp_store_client_connect(uv_loop_t *loop, const char *host, int port,
 
         if (c == NULL)
                 return -ENOMEM;
-        r = strchr(host, ':') ? uv_ip6_addr(host, port,
-                                            (struct sockaddr_in6 *)&ss)
-                              : uv_ip4_addr(host, port,
-                                            (struct sockaddr_in *)&ss);
+        r = strchr(host, ':')
+                    ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss)
+                    : uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
         if (r < 0) {
                 free(c);
                 return r;
@@ -469,8 +468,8 @@ fail:
         return r;
 }
 
-void hp_store_client_close(struct hp_store_client *c,
-                           void (*cb)(void *ctx), void *ctx)
+void hp_store_client_close(struct hp_store_client *c, void (*cb)(void *ctx),
+                           void *ctx)
 {
         if (c->closing)
                 return;
@@ -495,7 +494,8 @@ int hp_store_client_local_addr(const struct hp_store_client *c, char *addr,
         if (r < 0)
                 return r;
         if (ss.ss_family == AF_INET6)
-                return uv_ip6_name((const struct sockaddr_in6 *)&ss, addr, len);
+                return uv_ip6_name((const struct sockaddr_in6 *)&ss, addr,
+                                   len);
         return uv_ip4_name((const struct sockaddr_in *)&ss, addr, len);
 }
 
@@ -619,7 +619,8 @@ int hp_store_client_num_keys(struct hp_store_client *c, hp_store_reply_cb cb,
 int hp_store_client_check(struct hp_store_client *c, const char *const *keys,
                           size_t n, hp_store_reply_cb cb, void *ctx)
 {
-        return enqueue(c, key_list(HP_STORE_OP_CHECK, keys, NULL, n, cb, ctx));
+        return enqueue(c,
+                       key_list(HP_STORE_OP_CHECK, keys, NULL, n, cb, ctx));
 }
 
 int hp_store_client_wait(struct hp_store_client *c, const char *const *keys,
@@ -637,16 +638,16 @@ int hp_store_client_append(struct hp_store_client *c, const void *key,
                            size_t key_len, const void *val, size_t val_len,
                            hp_store_reply_cb cb, void *ctx)
 {
-        return key_value(c, HP_STORE_OP_APPEND, key, key_len, val, val_len, cb,
-                         ctx);
+        return key_value(c, HP_STORE_OP_APPEND, key, key_len, val, val_len,
+                         cb, ctx);
 }
 
 int hp_store_client_multi_get(struct hp_store_client *c,
                               const char *const *keys, size_t n,
                               hp_store_reply_cb cb, void *ctx)
 {
-        return enqueue(c,
-                       key_list(HP_STORE_OP_MULTI_GET, keys, NULL, n, cb, ctx));
+        return enqueue(c, key_list(HP_STORE_OP_MULTI_GET, keys, NULL, n, cb,
+                                   ctx));
 }
 
 int hp_store_client_multi_set(struct hp_store_client *c,
@@ -654,8 +655,8 @@ int hp_store_client_multi_set(struct hp_store_client *c,
                               const char *const *vals, size_t n,
                               hp_store_reply_cb cb, void *ctx)
 {
-        return enqueue(c,
-                       key_list(HP_STORE_OP_MULTI_SET, keys, vals, n, cb, ctx));
+        return enqueue(c, key_list(HP_STORE_OP_MULTI_SET, keys, vals, n, cb,
+                                   ctx));
 }
 
 int hp_store_client_queue_push(struct hp_store_client *c, const void *key,
@@ -663,20 +664,18 @@ int hp_store_client_queue_push(struct hp_store_client *c, const void *key,
                                size_t val_len, hp_store_reply_cb cb,
                                void *ctx)
 {
-        return key_value(c, HP_STORE_OP_QUEUE_PUSH, key, key_len, val, val_len,
-                         cb, ctx);
+        return key_value(c, HP_STORE_OP_QUEUE_PUSH, key, key_len, val,
+                         val_len, cb, ctx);
 }
 
 int hp_store_client_queue_pop(struct hp_store_client *c, const void *key,
-                              size_t key_len, hp_store_reply_cb cb,
-                              void *ctx)
+                              size_t key_len, hp_store_reply_cb cb, void *ctx)
 {
         return one_key(c, HP_STORE_OP_QUEUE_POP, key, key_len, cb, ctx);
 }
 
 int hp_store_client_queue_len(struct hp_store_client *c, const void *key,
-                              size_t key_len, hp_store_reply_cb cb,
-                              void *ctx)
+                              size_t key_len, hp_store_reply_cb cb, void *ctx)
 {
         return one_key(c, HP_STORE_OP_QUEUE_LEN, key, key_len, cb, ctx);
 }

@@ -25,20 +25,25 @@ const char *hp_store_op_name(enum hp_store_op op)
 
 /* Wire number → op, per dialect; the index is the number. */
 static const enum hp_store_op legacy_ops[] = {
-        HP_STORE_OP_SET,        HP_STORE_OP_COMPARE_SET, HP_STORE_OP_GET,
-        HP_STORE_OP_ADD,        HP_STORE_OP_CHECK,       HP_STORE_OP_WAIT,
-        HP_STORE_OP_GETNUMKEYS, HP_STORE_OP_WATCH_KEY,   HP_STORE_OP_DELETE_KEY,
-        HP_STORE_OP_APPEND,     HP_STORE_OP_MULTI_GET,   HP_STORE_OP_MULTI_SET,
+        HP_STORE_OP_SET,         HP_STORE_OP_COMPARE_SET,
+        HP_STORE_OP_GET,         HP_STORE_OP_ADD,
+        HP_STORE_OP_CHECK,       HP_STORE_OP_WAIT,
+        HP_STORE_OP_GETNUMKEYS,  HP_STORE_OP_WATCH_KEY,
+        HP_STORE_OP_DELETE_KEY,  HP_STORE_OP_APPEND,
+        HP_STORE_OP_MULTI_GET,   HP_STORE_OP_MULTI_SET,
         HP_STORE_OP_CANCEL_WAIT,
 };
 
 static const enum hp_store_op validated_ops[] = {
-        HP_STORE_OP_VALIDATE,   HP_STORE_OP_SET,        HP_STORE_OP_COMPARE_SET,
-        HP_STORE_OP_GET,        HP_STORE_OP_ADD,        HP_STORE_OP_CHECK,
-        HP_STORE_OP_WAIT,       HP_STORE_OP_GETNUMKEYS, HP_STORE_OP_DELETE_KEY,
-        HP_STORE_OP_APPEND,     HP_STORE_OP_MULTI_GET,  HP_STORE_OP_MULTI_SET,
-        HP_STORE_OP_CANCEL_WAIT, HP_STORE_OP_PING,      HP_STORE_OP_QUEUE_PUSH,
-        HP_STORE_OP_QUEUE_POP,  HP_STORE_OP_QUEUE_LEN,  HP_STORE_OP_LIST,
+        HP_STORE_OP_VALIDATE,    HP_STORE_OP_SET,
+        HP_STORE_OP_COMPARE_SET, HP_STORE_OP_GET,
+        HP_STORE_OP_ADD,         HP_STORE_OP_CHECK,
+        HP_STORE_OP_WAIT,        HP_STORE_OP_GETNUMKEYS,
+        HP_STORE_OP_DELETE_KEY,  HP_STORE_OP_APPEND,
+        HP_STORE_OP_MULTI_GET,   HP_STORE_OP_MULTI_SET,
+        HP_STORE_OP_CANCEL_WAIT, HP_STORE_OP_PING,
+        HP_STORE_OP_QUEUE_PUSH,  HP_STORE_OP_QUEUE_POP,
+        HP_STORE_OP_QUEUE_LEN,   HP_STORE_OP_LIST,
 };
 
 int hp_store_op_code(enum hp_store_dialect d, enum hp_store_op op)
@@ -46,8 +51,9 @@ int hp_store_op_code(enum hp_store_dialect d, enum hp_store_op op)
         const enum hp_store_op *t = d == HP_STORE_DIALECT_LEGACY
                                             ? legacy_ops
                                             : validated_ops;
-        size_t n = d == HP_STORE_DIALECT_LEGACY ? HP_ARRAY_SIZE(legacy_ops)
-                                                : HP_ARRAY_SIZE(validated_ops);
+        size_t n = d == HP_STORE_DIALECT_LEGACY
+                           ? HP_ARRAY_SIZE(legacy_ops)
+                           : HP_ARRAY_SIZE(validated_ops);
 
         if (d == HP_STORE_DIALECT_UNKNOWN)
                 return -1;
@@ -152,13 +158,17 @@ static int take_bytes(struct cursor *c, size_t max, const char *what,
         if (!take_u64(c, &len))
                 return 0;
         if (len > max) {
-                say(c, "%s of %llu bytes at offset %zu, over the limit of "
-                       "%zu", what, (unsigned long long)len, at, max);
+                say(c,
+                    "%s of %llu bytes at offset %zu, over the limit of "
+                    "%zu",
+                    what, (unsigned long long)len, at, max);
                 return HP_ETOOBIG;
         }
         if (c->off + len > c->l->query_max) {
-                say(c, "query of more than %zu bytes (the limit) at offset "
-                       "%zu", c->l->query_max, at);
+                say(c,
+                    "query of more than %zu bytes (the limit) at offset "
+                    "%zu",
+                    c->l->query_max, at);
                 return HP_ETOOBIG;
         }
         if (c->len - c->off < len)
@@ -190,8 +200,10 @@ static int take_items(struct cursor *c, bool pairs, struct hp_store_query *q)
         if (!take_u64(c, &q->count))
                 return 0;
         if (q->count > c->l->keys_per_query) {
-                say(c, "%llu keys in one query at offset %zu, over the limit "
-                       "of %llu", (unsigned long long)q->count, at,
+                say(c,
+                    "%llu keys in one query at offset %zu, over the limit "
+                    "of %llu",
+                    (unsigned long long)q->count, at,
                     (unsigned long long)c->l->keys_per_query);
                 return HP_ETOOBIG;
         }
@@ -268,8 +280,12 @@ int hp_store_parse(enum hp_store_dialect *dialect,
                    size_t len, struct hp_store_query *q, size_t *used,
                    char *err, size_t errlen)
 {
-        struct cursor c = { .buf = buf, .len = len, .off = 1, .l = l,
-                            .err = err, .errlen = errlen };
+        struct cursor c = { .buf = buf,
+                            .len = len,
+                            .off = 1,
+                            .l = l,
+                            .err = err,
+                            .errlen = errlen };
         enum hp_store_dialect d = *dialect;
         uint8_t code;
         int r;

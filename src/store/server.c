@@ -25,7 +25,7 @@ struct conn;
 /* One key of a pending WAIT, linked into its entry's waiters. */
 struct waitrec {
         struct conn *conn;
-        struct entry *e;  /* NULL once the key arrived */
+        struct entry *e; /* NULL once the key arrived */
         struct waitrec *e_prev, *e_next;
 };
 
@@ -71,8 +71,8 @@ struct conn {
         size_t wlen, wcap;
         uv_write_t wreq;
         bool writing;
-        bool closing;  /* dropped or gone: no more replies */
-        bool closed;   /* uv_close() called */
+        bool closing; /* dropped or gone: no more replies */
+        bool closed;  /* uv_close() called */
         struct conn *dead_next;
         struct waitrec *recs; /* the last WAIT's keys, fired or not */
         size_t nrecs;
@@ -280,9 +280,10 @@ static uint8_t *out_room(struct conn *c, size_t n)
                 return NULL;
         /* The write in flight counts too: both wait for the client. */
         if (c->out_len + c->wlen + n > c->s->l.out_max) {
-                conn_drop(c, HP_ETOOBIG,
-                          "more than %zu bytes of replies wait for it to read",
-                          c->s->l.out_max);
+                conn_drop(
+                        c, HP_ETOOBIG,
+                        "more than %zu bytes of replies wait for it to read",
+                        c->s->l.out_max);
                 return NULL;
         }
         if (!buf_grow(c->s, &c->out, &c->out_cap, c->out_len + n)) {
@@ -524,7 +525,8 @@ static void drop_log(struct hp_store_server *s, const char *fmt, ...)
         va_end(ap);
         if (s->drops_unlogged)
                 hp_log_warn("store: %s (and %" PRIu64 " more dropped since "
-                            "the last message)", msg, s->drops_unlogged);
+                            "the last message)",
+                            msg, s->drops_unlogged);
         else
                 hp_log_warn("store: %s", msg);
         s->drop_log_ms = now ? now : 1;
@@ -675,15 +677,17 @@ static void do_add(struct conn *c, const struct hp_store_query *q)
         if (e == NULL)
                 return;
         if (e->present && !parse_i64(e->val, e->val_len, &cur)) {
-                conn_drop(c, -EINVAL, "ADD to the key '%.*s', whose value "
-                                      "is not an integer",
+                conn_drop(c, -EINVAL,
+                          "ADD to the key '%.*s', whose value "
+                          "is not an integer",
                           (int)(q->key_len > 64 ? 64 : q->key_len),
                           (const char *)q->key);
                 return;
         }
         if (__builtin_add_overflow(cur, q->delta, &sum)) {
-                conn_drop(c, -ERANGE, "ADD of %" PRId64 " to %" PRId64
-                                      " overflows", q->delta, cur);
+                conn_drop(c, -ERANGE,
+                          "ADD of %" PRId64 " to %" PRId64 " overflows",
+                          q->delta, cur);
                 return;
         }
         n = snprintf(text, sizeof(text), "%" PRId64, sum);
@@ -826,8 +830,10 @@ static void do_append(struct conn *c, const struct hp_store_query *q)
                 return;
         }
         if (e->val_len + q->val_len > s->l.value_max) {
-                conn_drop(c, HP_ETOOBIG, "APPEND makes a value of more than "
-                                         "%zu bytes", s->l.value_max);
+                conn_drop(c, HP_ETOOBIG,
+                          "APPEND makes a value of more than "
+                          "%zu bytes",
+                          s->l.value_max);
                 return;
         }
         if (!mem_take(s, q->val_len)) {
@@ -974,7 +980,8 @@ static void execute(struct conn *c, const struct hp_store_query *q)
                 break;
         case HP_STORE_OP_CHECK:
                 while (ready && hp_store_items_next(q, &off, &it))
-                        ready = entry_ready(entry_find(s, it.key, it.key_len));
+                        ready = entry_ready(
+                                entry_find(s, it.key, it.key_len));
                 out_u8(c, ready ? HP_STORE_CHECK_READY
                                 : HP_STORE_CHECK_NOT_READY);
                 break;
@@ -1043,8 +1050,7 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
         if (want > cap_max)
                 want = cap_max;
-        if (want <= c->in_len ||
-            !buf_grow(c->s, &c->in, &c->in_cap, want)) {
+        if (want <= c->in_len || !buf_grow(c->s, &c->in, &c->in_cap, want)) {
                 *buf = uv_buf_init(NULL, 0);
                 return;
         }
@@ -1064,8 +1070,8 @@ static void consume(struct conn *c)
                                    c->in_len - off, &q, &used, err,
                                    sizeof(err));
                 if (r < 0) {
-                        conn_drop(c, r, "%s, %zu bytes into its stream",
-                                  err, off);
+                        conn_drop(c, r, "%s, %zu bytes into its stream", err,
+                                  off);
                         return;
                 }
                 if (r == 0)
@@ -1136,8 +1142,8 @@ static void reject_close_cb(uv_handle_t *h)
 
 static void connection_cb(uv_stream_t *l, int status)
 {
-        struct hp_store_server *s =
-                hp_container_of(l, struct hp_store_server, listener);
+        struct hp_store_server *s = hp_container_of(l, struct hp_store_server,
+                                                    listener);
         struct conn *c;
 
         if (status < 0) {
@@ -1241,9 +1247,10 @@ int hp_store_server_listen(struct hp_store_server *s, const char *host,
         }
         s->listening = true;
         if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &n) == 0)
-                s->port = ntohs(ss.ss_family == AF_INET6
-                                        ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                        : ((struct sockaddr_in *)&ss)->sin_port);
+                s->port = ntohs(
+                        ss.ss_family == AF_INET6
+                                ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                : ((struct sockaddr_in *)&ss)->sin_port);
         return 0;
 }
 
@@ -1299,8 +1306,8 @@ static void server_unref(struct hp_store_server *s)
 
 static void listener_close_cb(uv_handle_t *h)
 {
-        struct hp_store_server *s =
-                hp_container_of(h, struct hp_store_server, listener);
+        struct hp_store_server *s = hp_container_of(h, struct hp_store_server,
+                                                    listener);
 
         server_unref(s);
 }

@@ -12,6 +12,8 @@
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
 
+#include "stream-private.h"
+
 static const char capped_marker[] = " [hyperpodrun: line longer than 65536 "
                                     "bytes, continued on the next line]";
 
@@ -93,7 +95,8 @@ int hp_console_init(struct hp_console *con, int fd, size_t cap)
                            ? cap / HP_CONSOLE_BUFFERS
                            : cap;
         /* A small ring (in tests) must not fill before the writer wakes. */
-        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4 : HP_CONSOLE_BATCH;
+        con->wake_at = cap / 4 < HP_CONSOLE_BATCH ? cap / 4
+                                                  : HP_CONSOLE_BATCH;
         con->ring = malloc(con->cap);
         if (con->ring == NULL)
                 return -ENOMEM;
@@ -264,8 +267,7 @@ static bool direct_thread_start(struct hp_console *con)
 /* Writes the buffer out: handed to the flood thread when async (starting
  * it if need be) or when it runs already and ordered is not asked for;
  * else written here, after every buffer queued before it. */
-static void direct_write_out(struct hp_console *con, bool async,
-                             bool ordered)
+static void direct_write_out(struct hp_console *con, bool async, bool ordered)
 {
         size_t n = (size_t)(con->head - con->tail);
         int r;
@@ -391,9 +393,8 @@ bool hp_console_put_line(struct hp_console *con, const char *prefix,
                 return queued;
         }
         uv_mutex_lock(&con->lock);
-        queued = put_drop_note(con) &&
-                 ring_put(con, prefix, prefix_len, line, len, marker,
-                          marker_len);
+        queued = put_drop_note(con) && ring_put(con, prefix, prefix_len, line,
+                                                len, marker, marker_len);
         if (queued) {
                 con->lines_queued++;
                 /* The writer is woken by the commit that ends the batch,
@@ -447,8 +448,7 @@ void hp_console_put_message(struct hp_console *con, const char *msg,
                 return;
         }
         uv_mutex_lock(&con->lock);
-        if (put_drop_note(con) &&
-            ring_put(con, "", 0, msg, len, "", 0)) {
+        if (put_drop_note(con) && ring_put(con, "", 0, msg, len, "", 0)) {
                 con->lines_queued++;
                 uv_cond_signal(&con->wake);
                 con->pending = false;
@@ -521,6 +521,29 @@ static void free_ring(struct hp_console *con)
         con->ring = NULL;
 }
 
+int hp_console_new(struct hp_console **out, int fd, size_t cap)
+{
+        struct hp_console *con = malloc(sizeof(*con));
+        int r;
+
+        if (con == NULL)
+                return -ENOMEM;
+        r = hp_console_init(con, fd, cap);
+        if (r < 0) {
+                free(con);
+                return r;
+        }
+        *out = con;
+        return 0;
+}
+
+void hp_console_free(struct hp_console *con)
+{
+        /* A writer stuck in write() still reads it: left to exit. */
+        if (con != NULL && !con->abandoned)
+                free(con);
+}
+
 void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
 {
         if (con->ring == NULL)
@@ -560,6 +583,7 @@ void hp_console_close(struct hp_console *con, uint64_t timeout_ms)
                             (unsigned long long)timeout_ms);
                 /* The thread cannot be joined while it blocks in write().
                  * Leave it, and the ring it reads, to process exit. */
+                con->abandoned = true;
                 return;
         }
         join_writer(con);

@@ -2,6 +2,8 @@
 /* A worker pipe feeding a file, the console and a line listener, and the
  * hub that batches the writes of all streams on one loop. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <sys/epoll.h>
@@ -9,6 +11,8 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+
+#include "stream-private.h"
 
 /* ---- The hub ---- */
 
@@ -45,7 +49,7 @@ static void dirty_remove(struct hp_stream *s)
  * first lines the worker wrote. The console and the job go on; the bytes
  * the file misses are counted (stats.file_lost). */
 static void file_give_up(struct hp_stream *s, const char *buf, size_t off,
-                        int err)
+                         int err)
 {
         const char *nl = off > 0 ? memrchr(buf, '\n', off) : NULL;
         int r = 0;
@@ -62,7 +66,8 @@ static void file_give_up(struct hp_stream *s, const char *buf, size_t off,
         hp_log_error("local rank %d: writing its log file %s failed: %s; "
                      "the file keeps its first %llu bytes (whole lines%s) "
                      "and is not written again, the console still gets "
-                     "the output", s->rank,
+                     "the output",
+                     s->rank,
                      s->file_path[0] != '\0' ? s->file_path : "(unnamed)",
                      hp_strerror(err), (unsigned long long)s->file_kept,
                      r < 0 ? "; cutting it there failed too" : "");
@@ -91,8 +96,8 @@ static void file_write_out(struct hp_stream *s)
                 const char *nl = memrchr(s->buf, '\n', s->unwritten);
 
                 if (nl != NULL)
-                        s->file_line_end =
-                                s->file_kept + (uint64_t)(nl - s->buf) + 1;
+                        s->file_line_end = s->file_kept +
+                                           (uint64_t)(nl - s->buf) + 1;
                 s->file_kept += s->unwritten;
         }
         s->unwritten = 0;
@@ -118,8 +123,9 @@ static void hub_pass(struct hp_stream_hub *hub);
 
 static void hub_timer_cb(uv_timer_t *timer)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(timer, struct hp_stream_hub, timer);
+        struct hp_stream_hub *hub = hp_container_of(timer,
+                                                    struct hp_stream_hub,
+                                                    timer);
         uint64_t now = uv_now(hub->loop);
 
         hub->armed_for = UINT64_MAX;
@@ -138,8 +144,9 @@ static void hub_timer_cb(uv_timer_t *timer)
 
 static void hub_poll_cb(uv_poll_t *poll, int status, int events)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(poll, struct hp_stream_hub, poll);
+        struct hp_stream_hub *hub = hp_container_of(poll,
+                                                    struct hp_stream_hub,
+                                                    poll);
 
         (void)status; /* an epoll fd does not fail to poll */
         (void)events;
@@ -218,13 +225,26 @@ static void hub_pass(struct hp_stream_hub *hub)
         }
 }
 
+static void hub_closed(struct hp_stream_hub *hub)
+{
+        if (--hub->closing == 0 && hub->owned)
+                free(hub);
+}
+
+static void hub_timer_close_cb(uv_handle_t *handle)
+{
+        hub_closed(hp_container_of(handle, struct hp_stream_hub, timer));
+}
+
 static void hub_poll_close_cb(uv_handle_t *handle)
 {
-        struct hp_stream_hub *hub =
-                hp_container_of(handle, struct hp_stream_hub, poll);
+        struct hp_stream_hub *hub = hp_container_of(handle,
+                                                    struct hp_stream_hub,
+                                                    poll);
 
         close(hub->epfd);
         hub->epfd = -1;
+        hub_closed(hub);
 }
 
 int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
@@ -262,6 +282,35 @@ int hp_stream_hub_init(struct hp_stream_hub *hub, uv_loop_t *loop,
         return 0;
 }
 
+int hp_stream_hub_new(struct hp_stream_hub **out, uv_loop_t *loop,
+                      struct hp_console *const *consoles, size_t count)
+{
+        struct hp_stream_hub *hub = malloc(sizeof(*hub));
+        int r;
+
+        if (hub == NULL)
+                return -ENOMEM;
+        r = hp_stream_hub_init(hub, loop, consoles, count);
+        if (r < 0) {
+                free(hub);
+                return r;
+        }
+        hub->owned = true;
+        *out = hub;
+        return 0;
+}
+
+int64_t hp_stream_hub_wall_offset_ms(const struct hp_stream_hub *hub)
+{
+        return hub->wall_offset_ms;
+}
+
+void hp_stream_hub_commit_ordered(struct hp_stream_hub *hub)
+{
+        for (size_t i = 0; i < hub->console_count; i++)
+                hp_console_commit_ordered(hub->consoles[i]);
+}
+
 void hp_stream_hub_flush(struct hp_stream_hub *hub)
 {
         hub_write_files(hub);
@@ -271,7 +320,8 @@ void hp_stream_hub_flush(struct hp_stream_hub *hub)
 void hp_stream_hub_close(struct hp_stream_hub *hub)
 {
         hp_stream_hub_flush(hub);
-        uv_close((uv_handle_t *)&hub->timer, NULL);
+        hub->closing = 2;
+        uv_close((uv_handle_t *)&hub->timer, hub_timer_close_cb);
         uv_close((uv_handle_t *)&hub->poll, hub_poll_close_cb);
 }
 
@@ -421,13 +471,25 @@ static bool stream_read(struct hp_stream *s)
         return fast;
 }
 
-int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
+int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub,
+                   const struct hp_stream_opts *opts)
 {
         int r = uv_pipe_init(hub->loop, &s->pipe, 0);
 
         if (r < 0)
                 return r;
         s->hub = hub;
+        s->closed_cb = opts->closed_cb;
+        s->data = opts->data;
+        s->file_fd = -1;
+        s->console = NULL;
+        s->prefixed = false;
+        s->prefix[0] = '\0';
+        s->prefix_len = 0;
+        s->time_stamped = UINT64_MAX;
+        s->listener = NULL;
+        s->listener_ctx = NULL;
+        s->dup = NULL;
         s->time_at = -1;
         s->dirty_prev = s->dirty_next = NULL;
         s->unwritten = 0;
@@ -437,11 +499,36 @@ int hp_stream_init(struct hp_stream *s, struct hp_stream_hub *hub)
         s->file_failed = false;
         s->file_kept = s->file_line_end = 0;
         s->file_path[0] = '\0';
-        s->rank = 0;
+        s->rank = opts->rank;
         memset(&s->stats, 0, sizeof(s->stats));
         s->last_read = uv_now(hub->loop);
         hp_linesplit_init(&s->split, s->line, sizeof(s->line));
         return 0;
+}
+
+void hp_stream_set_output(struct hp_stream *s,
+                          const struct hp_stream_output *out)
+{
+        s->file_fd = out->file_fd;
+        snprintf(s->file_path, sizeof(s->file_path), "%s",
+                 out->file_path != NULL ? out->file_path : "");
+        s->console = out->console;
+        s->prefixed = out->prefixed;
+        s->listener = out->listener;
+        s->listener_ctx = out->listener_ctx;
+        s->dup = out->dup;
+}
+
+void hp_stream_set_prefix(struct hp_stream *s, const char *prefix, size_t len,
+                          int time_at)
+{
+        if (len >= sizeof(s->prefix))
+                len = sizeof(s->prefix) - 1;
+        memcpy(s->prefix, prefix, len);
+        s->prefix[len] = '\0';
+        s->prefix_len = len;
+        s->time_at = time_at >= 0 && (size_t)time_at < len ? time_at : -1;
+        s->time_stamped = UINT64_MAX;
 }
 
 int hp_stream_start(struct hp_stream *s)

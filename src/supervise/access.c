@@ -40,8 +40,10 @@ enum hp_fault_cause hp_fault_cause_of(const char *reason)
         static const char *const rule_prefixes[] = { "LogSlow_", "LogHang_",
                                                      "LogFault_" };
         static const char *const rank_reasons[] = {
-                "RankHeartbeatTimeout", "RankInitialHeartbeatTimeout",
-                "RankOutOfSectionTimeout", "RankStraggler",
+                "RankHeartbeatTimeout",
+                "RankInitialHeartbeatTimeout",
+                "RankOutOfSectionTimeout",
+                "RankStraggler",
         };
 
         if (reason == NULL)
@@ -81,7 +83,8 @@ void hp_agent_verdict_counts(const struct hp_agent *a,
                 bool counted = false;
 
                 for (size_t i = 0; i < a->nverdict_counts && !counted; i++)
-                        counted = strcmp(a->verdict_counts[i].rule, name) == 0;
+                        counted = strcmp(a->verdict_counts[i].rule, name) ==
+                                  0;
                 /* A name twice in the set (accepted, warned) once. */
                 for (size_t p = 0; p < r && !counted; p++)
                         counted = strcmp(logmon_ruleset_rule_name(rs, p),
@@ -156,12 +159,12 @@ bool hp_agent_workers_stopping(const struct hp_agent *a)
 int hp_agent_workers_running(const struct hp_agent *a)
 {
         return hp_group__active(&a->group) ? a->group.count - a->group.exited
-                                          : 0;
+                                           : 0;
 }
 
 const char *hp_agent_silence(const struct hp_agent *a)
 {
-        return a->forensics.silence;
+        return hp_forensics_silence(a->forensics);
 }
 
 const struct hp_verdict *hp_agent_verdict(const struct hp_agent *a)
@@ -210,8 +213,8 @@ uint64_t hp_agent_console_dropped(struct hp_agent *a, int fd)
 {
         int error;
 
-        return hp_console_lost_lines(fd == STDOUT_FILENO ? &a->console_out
-                                                         : &a->console_err,
+        return hp_console_lost_lines(fd == STDOUT_FILENO ? a->console_out
+                                                         : a->console_err,
                                      &error);
 }
 
@@ -237,8 +240,8 @@ bool hp_agent_rule_streams(const struct hp_agent *a,
         if (rs == NULL)
                 return false;
         for (int i = 0; visit != NULL && i < a->round.nproc; i++) {
-                const struct logmon_stream *s =
-                        hp_rulewatch__stream(&a->rules, i);
+                const struct logmon_stream *s = hp_rulewatch__stream(
+                        &a->rules, i);
                 if (s != NULL)
                         visit(ctx, i, s, rs);
         }

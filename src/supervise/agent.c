@@ -25,25 +25,6 @@
 static const int forwarded_signals[] = { SIGTERM, SIGINT,  SIGHUP,
                                          SIGQUIT, SIGUSR1, SIGUSR2 };
 
-static bool stage_enabled(const struct hp_agent *a, enum hp_stage stage)
-{
-        switch (stage) {
-        case HP_STAGE_PRE_TRAIN:
-                return a->cfg->pre_train_script != NULL;
-        case HP_STAGE_POST_TRAIN:
-                return a->cfg->post_train_script != NULL;
-        default:
-                return true;
-        }
-}
-
-static void finish(struct hp_agent *a, int exit_code)
-{
-        hp_agent__set_state(a, HP_AGENT_FINISHED, "finish");
-        a->exit_code = exit_code;
-        uv_stop(a->loop);
-}
-
 static bool reap_managed(pid_t pid, void *ctx)
 {
         struct hp_agent *a = ctx;
@@ -118,7 +99,7 @@ static void log_sink_cb(void *ctx, const char *msg, size_t len)
 /* Says what console i (0 stdout, 1 stderr) lost since it last said. */
 static void report_console(struct hp_agent *a, int i)
 {
-        struct hp_console *con = i == 0 ? &a->console_out : &a->console_err;
+        struct hp_console *con = i == 0 ? a->console_out : a->console_err;
         int error;
         uint64_t dropped = hp_console_lost_lines(con, &error);
 
@@ -174,12 +155,10 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         hp_group_stream_stats(g, add_ended_cb, a);
 
         /* A signal to the agent ends it with the group, as torchrun's
-         * does, whichever driver follows it; otherwise the driver decides
-         * what comes next. */
+         * does, whichever driver follows it, with 128+N (tini's
+         * convention); otherwise the driver decides what comes next. */
         if (signalled)
-                finish(a, hp_selfdriven__next(&(struct hp_attempt_end){
-                                  .signal = a->received_signal })
-                                  .exit_code);
+                hp_agent_finish(a, 128 + a->received_signal);
         else
                 hp_agent__set_state(a, HP_AGENT_IDLE, "group ended");
         hp_rulewatch__suspend(&a->rules);
@@ -187,8 +166,8 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
         /* Everything the workers printed is queued by now. Our report is
          * queued after it on the same console, so a console nobody reads
          * is not waited for; a file console gets the lines first. */
-        hp_console_commit_ordered(&a->console_out);
-        hp_console_commit_ordered(&a->console_err);
+        hp_console_commit_ordered(a->console_out);
+        hp_console_commit_ordered(a->console_err);
         report_console_drops(a);
 
         if (signalled) {
@@ -207,47 +186,6 @@ static void group_done_cb(struct hp_group *g, enum hp_group_result result,
                 hp_group__release(g);
 }
 
-int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage)
-{
-        for (int next = (int)stage + 1; next < HP_STAGE_COUNT; next++)
-                if (stage_enabled(a, (enum hp_stage)next))
-                        return next;
-        return -1;
-}
-
-/* A stage's attempt directory is made when the stage starts, so that an
- * attempt that failed in pre-train leaves no empty train directory. It is
- * made in the run directory's fd, private, after what a reused attempt
- * number left there is removed by fd: a run directory renamed, or a link
- * planted in it, leads nowhere else. */
-static void prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage)
-{
-        char *dir = a->attempt_dir[stage];
-        char name[32];
-        int r;
-
-        dir[0] = '\0';
-        if (a->attempt_fd[stage] >= 0)
-                close(a->attempt_fd[stage]);
-        a->attempt_fd[stage] = -1;
-        if (a->run_dir[stage][0] == '\0')
-                return;
-        snprintf(name, sizeof(name), "attempt_%d", a->restart_count);
-        /* Too long: each rank's directory fails to start it. */
-        (void)hp_snprintf(dir, sizeof(a->attempt_dir[stage]), "%s/%s",
-                          a->run_dir[stage], name);
-        /* As torch does: a reused attempt number starts clean. */
-        r = hp_remove_tree_at(a->run_fd[stage], name);
-        if (r < 0)
-                hp_log_warn("cannot clear '%s' for attempt %d: %s", dir,
-                            a->restart_count, hp_strerror(r));
-        /* Not made (a full disk): each rank fails to start, naming its
-         * own directory, and the attempt fails. */
-        r = hp_mkdir_private_at(a->run_fd[stage], name);
-        if (r >= 0)
-                a->attempt_fd[stage] = r;
-}
-
 static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
 {
         char fr_pipe[PATH_MAX], fr_dump[PATH_MAX];
@@ -262,12 +200,13 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
                 .attempt_dir = a->attempt_dir[stage],
                 .ipc_path = a->ipc.path,
                 .nofile = a->nofile_known ? &a->nofile : NULL,
-                .python_path = a->forensics.python_path,
-                .stacks_signal = a->forensics.stacks_signal,
+                .max_restarts = a->setup.max_restarts,
+                .python_path = hp_forensics_python_path(a->forensics),
+                .stacks_signal = hp_forensics_stacks_signal(a->forensics),
                 .loop = a->loop,
-                .console_out = &a->console_out,
+                .console_out = a->console_out,
                 .console_err = a->console_for_err,
-                .hub = &a->stream_hub,
+                .hub = a->stream_hub,
                 .scopes = &a->scopes,
                 .watcher = &a->watcher,
                 .listener_for = listener_for_cb,
@@ -282,11 +221,11 @@ static int try_start_stage(struct hp_agent *a, enum hp_stage stage)
          * callback that reported its end. */
         hp_group__release(&a->group);
         a->stage = stage;
-        prepare_attempt_dir(a, stage);
+        hp_agent__prepare_attempt_dir(a, stage);
         p.attempt_fd = a->attempt_fd[stage]; /* made just now */
         /* The flight recorder's files go in the attempt directory. */
-        if (hp_forensics__fr_prefixes(&a->forensics, stage, fr_pipe, fr_dump,
-                                     sizeof(fr_pipe))) {
+        if (hp_forensics_fr_prefixes(a->forensics, a->attempt_dir[stage],
+                                     fr_pipe, fr_dump, sizeof(fr_pipe))) {
                 p.fr_pipe = fr_pipe;
                 p.fr_dump = fr_dump;
         }
@@ -334,10 +273,10 @@ void hp_agent__rule_verdict(struct hp_agent *a, const struct hp_verdict *v)
         if (speeds[0] != '\0')
                 hp_log_warn("%s", speeds);
         /* Which rank went quiet first, before anything is stopped. */
-        hp_forensics__note_silence(a, "the verdict");
+        hp_agent__note_silence(a, "the verdict");
         /* The hang report is collected before any stop: a stop asked for
          * meanwhile waits for it, at most --hang-dump-timeout. */
-        a->verdict_report = hp_forensics__begin(&a->forensics, false) == 0;
+        a->verdict_report = hp_agent__begin_report(a, false) == 0;
         a->events->rule_verdict(a, &a->verdict, a->events_ctx);
 }
 
@@ -348,9 +287,9 @@ void hp_agent__worker_failed(struct hp_agent *a, const struct hp_group *g)
         hp_ftmon_pause(&a->ft);
         /* The others may be blocked waiting for it: say when each went
          * quiet. */
-        a->forensics.silence[0] = '\0';
+        hp_forensics_clear_silence(a->forensics);
         if (hp_group__active(&a->group) && g == &a->group && g->count > 1)
-                hp_forensics__note_silence(a, "the failure");
+                hp_agent__note_silence(a, "the failure");
         if (a->events->worker_failed != NULL && a->state != HP_AGENT_STOPPING)
                 a->events->worker_failed(a, g, a->events_ctx);
 }
@@ -383,15 +322,8 @@ static void log_attempt(const struct hp_agent *a)
 
 static enum hp_stage first_stage(const struct hp_agent *a)
 {
-        return stage_enabled(a, HP_STAGE_PRE_TRAIN) ? HP_STAGE_PRE_TRAIN
+        return hp_agent__stage_enabled(a, HP_STAGE_PRE_TRAIN) ? HP_STAGE_PRE_TRAIN
                                                     : HP_STAGE_TRAIN;
-}
-
-void hp_agent_set_events(struct hp_agent *a,
-                         const struct hp_agent_events *events, void *ctx)
-{
-        a->events = events != NULL ? events : &hp_selfdriven__events;
-        a->events_ctx = events != NULL ? ctx : NULL;
 }
 
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
@@ -433,7 +365,7 @@ bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
         if (!hp_group__active(&a->group))
                 return false;
         a->group.stop_requested = true;
-        if (!hp_forensics__defer_stop(&a->forensics, sig, timeout_ms))
+        if (!hp_agent__defer_stop(a, sig, timeout_ms))
                 hp_group__stop(&a->group, sig, timeout_ms);
         return true;
 }
@@ -441,11 +373,6 @@ bool hp_agent_stop_workers(struct hp_agent *a, int sig, uint64_t timeout_ms)
 bool hp_agent_workers_active(const struct hp_agent *a)
 {
         return hp_group__active(&a->group);
-}
-
-void hp_agent_finish(struct hp_agent *a, int exit_code)
-{
-        finish(a, exit_code);
 }
 
 int hp_agent_failure_exit_code(const struct hp_group *g)
@@ -471,7 +398,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
                 /* A report, the job running on: forwarded only to the
                  * processes that handle it, since its default action
                  * would end the others (a healthy job exited 140). */
-                r = hp_forensics__begin(&a->forensics, true);
+                r = hp_agent__begin_report(a, true);
                 if (r < 0 && r != -ENOTSUP)
                         hp_log_warn("SIGUSR2: no stacks report: %s",
                                     r == -EBUSY ? "one is being collected"
@@ -484,7 +411,7 @@ static void signal_cb(uv_signal_t *handle, int signum)
                 return;
         }
         if (!hp_group__active(&a->group)) {
-                finish(a, 128 + signum);
+                hp_agent_finish(a, 128 + signum);
                 return;
         }
         if (a->state == HP_AGENT_RUNNING) {
@@ -502,225 +429,32 @@ static void signal_cb(uv_signal_t *handle, int signum)
         hp_group__stop(&a->group, signum, a->cfg->shutdown_timeout_ms);
 }
 
-/* A new private directory (0700) <prefix><run_id>_XXXXXXXX in dirfd
- * (root, its path), as torchrun's mkdtemp: its path in out, its fd
- * returned, or -errno. */
-static int make_run_dir(int dirfd, const char *root, const char *prefix,
-                        const char *run_id, char *out, size_t len)
-{
-        for (int tries = 0; tries < 100; tries++) {
-                char rand[9], name[NAME_MAX + 1];
-                int fd;
-
-                hp_random_name(rand, 8);
-                rand[8] = '\0';
-                if (hp_snprintf(name, sizeof(name), "%s%s_%s", prefix, run_id,
-                                rand) < 0 ||
-                    hp_snprintf(out, len, "%s%s%s", root,
-                                strcmp(root, "/") == 0 ? "" : "/", name) < 0)
-                        return -ENAMETOOLONG;
-                fd = hp_mkdir_private_at(dirfd, name);
-                if (fd != -EEXIST)
-                        return fd;
-        }
-        return -EEXIST;
-}
-
-static void close_log_dirs(struct hp_agent *a)
-{
-        for (int s = 0; s < HP_STAGE_COUNT; s++) {
-                if (a->attempt_fd[s] >= 0)
-                        close(a->attempt_fd[s]);
-                if (a->run_fd[s] >= 0)
-                        close(a->run_fd[s]);
-                a->attempt_fd[s] = a->run_fd[s] = -1;
-        }
-        if (a->log_root_fd >= 0)
-                close(a->log_root_fd);
-        a->log_root_fd = -1;
-}
-
-#define UNSAFE_FIX                                                           \
-        ": another user could redirect what the agent writes there; use a " \
-        "directory that only root or the agent's user owns and can write "  \
-        "(chown root, chmod go-w), on a path no other user can change"
-
-/* The log root: --log-dir, checked (and made), or a new private
- * torchelastic_XXXXXXXX in a checked $TMPDIR. */
-static int open_log_root(struct hp_agent *a, char *errbuf, size_t errlen)
+/* The round: the rendezvous's, or only the local shape when the driver
+ * gives each attempt's round (the operator's /start). */
+static int init_round(struct hp_agent *a, char *errbuf, size_t errlen)
 {
         const struct hp_config *cfg = a->cfg;
-        const char *tmp = getenv("TMPDIR");
-        char why[PATH_MAX + 256];
-        int fd, r;
-
-        if (cfg->log_dir != NULL) {
-                if (hp_snprintf(a->log_root, sizeof(a->log_root), "%s",
-                                cfg->log_dir) < 0)
-                        return -ENAMETOOLONG;
-                fd = hp_dir_open_trusted(a->log_root, HP_DIR_CREATE, why,
-                                         sizeof(why));
-                if (fd == HP_ECONFIG)
-                        snprintf(errbuf, errlen,
-                                 "--log-dir '%s' refused: %s" UNSAFE_FIX
-                                 ", or choose another --log-dir",
-                                 cfg->log_dir, why);
-                else if (fd < 0)
-                        snprintf(errbuf, errlen,
-                                 "--log-dir '%s' cannot be created: %s: %s",
-                                 cfg->log_dir, why, hp_strerror(fd));
-                if (fd < 0)
-                        return HP_ECONFIG;
-                a->log_root_fd = fd;
-                return 0;
-        }
-        if (tmp == NULL || *tmp == '\0')
-                tmp = "/tmp";
-        fd = hp_dir_open_trusted(tmp, HP_DIR_STICKY_OK, why, sizeof(why));
-        if (fd == HP_ECONFIG)
-                snprintf(errbuf, errlen,
-                         "cannot create the log directory in %s (TMPDIR or "
-                         "/tmp): %s" UNSAFE_FIX
-                         ", or set TMPDIR or --log-dir to one",
-                         tmp, why);
-        else if (fd < 0)
-                snprintf(errbuf, errlen,
-                         "cannot create a log directory in %s: %s: %s", tmp,
-                         why, hp_strerror(fd));
-        if (fd < 0)
-                return HP_ECONFIG;
-        r = make_run_dir(fd, tmp, "torchelastic", "", a->log_root,
-                         sizeof(a->log_root));
-        close(fd);
-        if (r < 0) {
-                snprintf(errbuf, errlen,
-                         "cannot create a log directory in %s: %s", tmp,
-                         hp_strerror(r));
-                return HP_ECONFIG;
-        }
-        a->log_root_fd = r;
-        return 0;
-}
-
-static int prepare_log_dirs(struct hp_agent *a, char *errbuf, size_t errlen)
-{
-        static const char *const prefixes[] = { "pre_train_", "", "post_train_" };
-        const struct hp_config *cfg = a->cfg;
         int r;
-
-        if (cfg->log_to_devnull) {
-                a->no_files = true;
-                return 0;
-        }
-        r = open_log_root(a, errbuf, errlen);
-        if (r == -ENAMETOOLONG)
-                goto too_long;
-        if (r < 0)
-                return r;
-        for (int s = 0; s < HP_STAGE_COUNT; s++) {
-                a->run_dir[s][0] = '\0';
-                if (!stage_enabled(a, (enum hp_stage)s))
-                        continue;
-                r = make_run_dir(a->log_root_fd, a->log_root, prefixes[s],
-                                 a->rdzv.run_id, a->run_dir[s],
-                                 sizeof(a->run_dir[s]));
-                if (r == -ENAMETOOLONG)
-                        goto too_long;
-                if (r < 0) {
-                        snprintf(errbuf, errlen,
-                                 "log directory '%s' is not writable: %s",
-                                 a->log_root, hp_strerror(r));
-                        close_log_dirs(a);
-                        return HP_ECONFIG;
-                }
-                a->run_fd[s] = r;
-        }
-        return 0;
-
-too_long:
-        close_log_dirs(a);
-        snprintf(errbuf, errlen, "--log-dir '%s' is too long", cfg->log_dir);
-        return HP_ECONFIG;
-}
-
-int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
-                  const struct hp_config *cfg, char *errbuf, size_t errlen)
-{
-        struct hp_console *const consoles[] = { &a->console_out,
-                                                &a->console_err };
-        rlim_t nofile_now;
-        int r;
-
-        memset(a, 0, sizeof(*a));
-        a->events = &hp_selfdriven__events;
-        a->loop = loop;
-        a->cfg = cfg;
-        a->scopes.dirfd = -1;
-        a->watcher.fd = -1;
-        a->log_root_fd = -1;
-        for (int st = 0; st < HP_STAGE_COUNT; st++)
-                a->run_fd[st] = a->attempt_fd[st] = -1;
-        a->watcher.pidfd = -1;
-        loop->data = a;
-        /* main holds them from its first line; a caller that did not is
-         * covered from here. */
-        hp_signals_hold();
-
-        a->ended_stats = calloc((size_t)cfg->nproc, sizeof(*a->ended_stats));
-        if (a->ended_stats == NULL) {
-                snprintf(errbuf, errlen, "out of memory");
-                return -ENOMEM;
-        }
-        if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
-                snprintf(a->hostname, sizeof(a->hostname), "localhost");
 
         r = hp_rdzv_init(&a->rdzv, cfg, errbuf, errlen);
         if (r < 0)
                 return r;
-        if (hp_config_operator_mode(cfg)) {
-                /* The operator's /start gives the round; until then only
-                 * the local shape is known. */
+        if (a->setup.round_from_driver) {
                 a->round.nproc = cfg->nproc;
                 a->round.nnodes = cfg->nnodes;
                 a->round.node_rank = -1;
-        } else {
-                r = hp_rdzv_next(&a->rdzv, &a->round, errbuf, errlen);
-                if (r < 0)
-                        return r;
+                return 0;
         }
-        /* The rules first: a start refused for its rules file leaves no
-         * log directory behind. */
-        r = hp_rulewatch__init(&a->rules,
-                              &(struct hp_rulewatch_params){
-                                      .loop = loop,
-                                      .nproc = a->round.nproc,
-                                      .monitored = cfg->monitored,
-                                      .rules_path = cfg->log_monitoring_config,
-                                      .strict = cfg->strict,
-                                      .read_now = rules_read_now_cb,
-                                      .commit_output = rules_commit_cb,
-                                      .on_verdict = rules_verdict_cb,
-                                      .ctx = a },
-                              errbuf, errlen);
-        if (r == 0)
-                r = hp_forensics__init(&a->forensics, a, errbuf, errlen);
-        if (r == 0)
-                r = hp_agent__health_init(a, errbuf, errlen);
-        if (r < 0) {
-                if (r == -ENOMEM)
-                        snprintf(errbuf, errlen, "out of memory");
-                hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
-                hp_rulewatch__close(&a->rules);
-                return r;
-        }
-        r = prepare_log_dirs(a, errbuf, errlen);
-        if (r < 0) {
-                hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
-                hp_rulewatch__close(&a->rules);
-                return r;
-        }
+        return hp_rdzv_next(&a->rdzv, &a->round, errbuf, errlen);
+}
+
+/* What the agent's process needs before any thread or worker exists:
+ * the workers' OpenMP default, the scope root and the watcher, the
+ * subreaper flag, SIGPIPE and the open-files limit. */
+static void init_process(struct hp_agent *a)
+{
+        rlim_t nofile_now;
+        int r;
 
         /* torchrun's rule: many workers each with a full OpenMP pool would
          * oversubscribe the CPUs, so they get 1 thread unless told. */
@@ -733,7 +467,7 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
 
         /* Before any thread exists, as it forks, and before we are a
          * subreaper, so that it is not our child. */
-        hp_scope__root_init(&a->scopes, cfg->cgroup);
+        hp_scope__root_init(&a->scopes, a->cfg->cgroup);
         r = hp_watcher__start(&a->watcher, a->scopes.path);
         if (r < 0)
                 hp_log_warn("cannot start the watcher (%s): if the agent is "
@@ -761,6 +495,139 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                              (unsigned long long)a->nofile.rlim_cur,
                              (unsigned long long)nofile_now,
                              (unsigned long long)a->nofile.rlim_cur);
+}
+
+/* The two consoles and the hub that batches the streams' writes; from
+ * here the agent's messages go through the stderr console. Nothing is
+ * left open on failure. */
+static int init_consoles(struct hp_agent *a)
+{
+        int r;
+
+        r = hp_console_new(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
+        if (r < 0)
+                return r;
+        r = hp_console_new(&a->console_err, STDERR_FILENO, HP_CONSOLE_RING);
+        if (r < 0)
+                goto err_out;
+        {
+                struct hp_console *const consoles[] = { a->console_out,
+                                                        a->console_err };
+
+                r = hp_stream_hub_new(&a->stream_hub, a->loop, consoles,
+                                      HP_ARRAY_SIZE(consoles));
+        }
+        if (r < 0)
+                goto err_err;
+        hp_rulewatch__set_wall_offset(&a->rules,
+                                     hp_stream_hub_wall_offset_ms(
+                                             a->stream_hub));
+        a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
+                                     ? a->console_out
+                                     : a->console_err;
+        /* From here the agent's messages go through the stderr console:
+         * never blocking the loop, and never inside a worker's line. */
+        hp_log_set_sink(log_sink_cb, a->console_for_err);
+        return 0;
+
+err_err:
+        hp_console_close(a->console_err, 0);
+        hp_console_free(a->console_err);
+        a->console_err = NULL;
+err_out:
+        hp_console_close(a->console_out, 0);
+        hp_console_free(a->console_out);
+        a->console_out = NULL;
+        return r;
+}
+
+/* The agent's signal handlers; a signal sent while the agent started is
+ * answered now. */
+static void start_signals(struct hp_agent *a)
+{
+        for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
+                uv_signal_init(a->loop, &a->signals[i]);
+                a->signals[i].data = a;
+                uv_signal_start(&a->signals[i], signal_cb, forwarded_signals[i]);
+        }
+        uv_signal_init(a->loop, &a->sigchld);
+        a->sigchld.data = a;
+        uv_signal_start(&a->sigchld, sigchld_cb, SIGCHLD);
+        /* A signal sent while the agent started is answered now; a stop
+         * among them also keeps the first attempt from starting. */
+        a->signal_at_start = hp_signals_release();
+        uv_timer_init(a->loop, &a->group.timer);
+}
+
+int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
+                  const struct hp_config *cfg,
+                  const struct hp_agent_setup *setup, char *errbuf,
+                  size_t errlen)
+{
+        int r;
+
+        memset(a, 0, sizeof(*a));
+        hp_agent_set_events(a, NULL, NULL);
+        a->loop = loop;
+        a->cfg = cfg;
+        a->setup = *setup;
+        a->scopes.dirfd = -1;
+        a->watcher.fd = -1;
+        a->log_root_fd = -1;
+        for (int st = 0; st < HP_STAGE_COUNT; st++)
+                a->run_fd[st] = a->attempt_fd[st] = -1;
+        a->watcher.pidfd = -1;
+        loop->data = a;
+        /* main holds them from its first line; a caller that did not is
+         * covered from here. */
+        hp_signals_hold();
+
+        a->ended_stats = calloc((size_t)cfg->nproc, sizeof(*a->ended_stats));
+        if (a->ended_stats == NULL) {
+                snprintf(errbuf, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        if (gethostname(a->hostname, sizeof(a->hostname) - 1) < 0)
+                snprintf(a->hostname, sizeof(a->hostname), "localhost");
+
+        r = init_round(a, errbuf, errlen);
+        if (r < 0)
+                return r;
+        /* The rules first: a start refused for its rules file leaves no
+         * log directory behind. */
+        r = hp_rulewatch__init(&a->rules,
+                              &(struct hp_rulewatch_params){
+                                      .loop = loop,
+                                      .nproc = a->round.nproc,
+                                      .monitored = cfg->monitored,
+                                      .rules_path = cfg->log_monitoring_config,
+                                      .strict = cfg->strict,
+                                      .read_now = rules_read_now_cb,
+                                      .commit_output = rules_commit_cb,
+                                      .on_verdict = rules_verdict_cb,
+                                      .ctx = a },
+                              errbuf, errlen);
+        if (r == 0)
+                r = hp_agent__forensics_init(a, errbuf, errlen);
+        if (r == 0)
+                r = hp_agent__health_init(a, errbuf, errlen);
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        snprintf(errbuf, errlen, "out of memory");
+                hp_agent__health_close(a);
+                hp_forensics_close(a->forensics);
+                hp_rulewatch__close(&a->rules);
+                return r;
+        }
+        r = hp_agent__prepare_log_dirs(a, errbuf, errlen);
+        if (r < 0) {
+                hp_agent__health_close(a);
+                hp_forensics_close(a->forensics);
+                hp_rulewatch__close(&a->rules);
+                return r;
+        }
+
+        init_process(a);
         r = hp_ipc_server_start(&a->ipc, loop, a->round.nproc, errbuf,
                                 errlen);
         if (r == 0) {
@@ -778,46 +645,15 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 hp_watcher__stop(&a->watcher);
                 hp_scope__root_close(&a->scopes);
                 hp_agent__health_close(a);
-                hp_forensics__close(&a->forensics);
+                hp_forensics_close(a->forensics);
                 hp_rulewatch__close(&a->rules);
-                close_log_dirs(a);
+                hp_agent__close_log_dirs(a);
                 return r;
         }
-        r = hp_console_init(&a->console_out, STDOUT_FILENO, HP_CONSOLE_RING);
+        r = init_consoles(a);
         if (r < 0)
                 goto err;
-        r = hp_console_init(&a->console_err, STDERR_FILENO, HP_CONSOLE_RING);
-        if (r < 0) {
-                hp_console_close(&a->console_out, 0);
-                goto err;
-        }
-        r = hp_stream_hub_init(&a->stream_hub, loop, consoles,
-                               HP_ARRAY_SIZE(consoles));
-        if (r < 0) {
-                hp_console_close(&a->console_err, 0);
-                hp_console_close(&a->console_out, 0);
-                goto err;
-        }
-        hp_rulewatch__set_wall_offset(&a->rules,
-                                     a->stream_hub.wall_offset_ms);
-        a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
-                                     ? &a->console_out
-                                     : &a->console_err;
-        /* From here the agent's messages go through the stderr console:
-         * never blocking the loop, and never inside a worker's line. */
-        hp_log_set_sink(log_sink_cb, a->console_for_err);
-        for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
-                uv_signal_init(loop, &a->signals[i]);
-                a->signals[i].data = a;
-                uv_signal_start(&a->signals[i], signal_cb, forwarded_signals[i]);
-        }
-        uv_signal_init(loop, &a->sigchld);
-        a->sigchld.data = a;
-        uv_signal_start(&a->sigchld, sigchld_cb, SIGCHLD);
-        /* A signal sent while the agent started is answered now; a stop
-         * among them also keeps the first attempt from starting. */
-        a->signal_at_start = hp_signals_release();
-        uv_timer_init(loop, &a->group.timer);
+        start_signals(a);
         return 0;
 
 err:
@@ -826,17 +662,11 @@ err:
         hp_agent__health_close(a);
         hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
-        hp_forensics__close(&a->forensics);
-        close_log_dirs(a);
+        hp_forensics_close(a->forensics);
+        hp_agent__close_log_dirs(a);
         snprintf(errbuf, errlen, "cannot start the console output: %s",
                  hp_strerror(r));
         return r;
-}
-
-void hp_agent__preflight_passed(struct hp_agent *a)
-{
-        if (a->events->preflight_passed != NULL)
-                a->events->preflight_passed(a, a->events_ctx);
 }
 
 void hp_agent_print_failure_summary(struct hp_agent *a,
@@ -871,8 +701,8 @@ void hp_agent_close(struct hp_agent *a)
         hp_ftmon_close(&a->ft);
         hp_ipc_server_close(&a->ipc);
         hp_agent__health_close(a);
-        hp_forensics__close(&a->forensics);
-        hp_stream_hub_close(&a->stream_hub);
+        hp_forensics_close(a->forensics);
+        hp_stream_hub_close(a->stream_hub);
         hp_rulewatch__close(&a->rules);
         hp_rdzv_unwatch(&a->rdzv);
         uv_run(a->loop, UV_RUN_DEFAULT);
@@ -890,16 +720,19 @@ void hp_agent_close(struct hp_agent *a)
                 (void)hp_reaper__sweep(NULL, NULL);
         hp_watcher__stop(&a->watcher);
         hp_scope__root_close(&a->scopes);
-        close_log_dirs(a);
+        hp_agent__close_log_dirs(a);
 
         /* The sink must never outlive its console. The stdout console's
          * last losses are known once it is closed. */
-        if (a->console_for_err == &a->console_out)
+        if (a->console_for_err == a->console_out)
                 hp_log_set_sink(NULL, NULL);
-        hp_console_close(&a->console_out, 5000);
+        hp_console_close(a->console_out, 5000);
         report_console(a, 0);
         hp_log_set_sink(NULL, NULL);
-        hp_console_close(&a->console_err, 5000);
+        hp_console_close(a->console_err, 5000);
+        hp_console_free(a->console_err);
+        hp_console_free(a->console_out);
+        a->console_err = a->console_out = NULL;
         if (hp_log_dropped() > 0)
                 hp_log_warn("%llu of the agent's messages were dropped: "
                             "stderr was not read",
@@ -912,15 +745,14 @@ static void rules_read_now_cb(void *ctx)
 {
         struct hp_agent *a = ctx;
 
-        hp_stream_hub_read_now(&a->stream_hub);
+        hp_stream_hub_read_now(a->stream_hub);
 }
 
 static void rules_commit_cb(void *ctx)
 {
         struct hp_agent *a = ctx;
 
-        for (size_t i = 0; i < a->stream_hub.console_count; i++)
-                hp_console_commit_ordered(a->stream_hub.consoles[i]);
+        hp_stream_hub_commit_ordered(a->stream_hub);
 }
 
 /* The rank monitor's verdict, in the rule verdict's shape: it stops and
@@ -963,7 +795,8 @@ static void ft_verdict_cb(void *ctx, const struct hp_ft_verdict *fv)
                     : NULL;
         v.rank = w != NULL ? w->rank : (int)fv->rank;
         v.seen_ms = fv->seen_ms;
-        v.wall = (double)(a->stream_hub.wall_offset_ms + fv->seen_ms) /
+        v.wall = (double)(hp_stream_hub_wall_offset_ms(a->stream_hub) +
+                          fv->seen_ms) /
                  1000.0;
         (void)hp_verdict_reason(&v, reason, sizeof(reason));
         (void)hp_verdict_describe(&v, msg, sizeof(msg));

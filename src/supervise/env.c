@@ -14,8 +14,10 @@
 int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                  struct hp_envbuf *out)
 {
-        const char *nccl = hp_env_get(inherited, "TORCH_NCCL_ASYNC_ERROR_HANDLING");
-        const char *coord = hp_env_get(inherited, "HYPERPOD_SIGNAL_COORDINATION");
+        const char *nccl = hp_env_get(inherited,
+                                      "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+        const char *coord = hp_env_get(inherited,
+                                       "HYPERPOD_SIGNAL_COORDINATION");
         char numbers[12][24];
         const char *set[ENV_VARS][2] = {
                 { "LOCAL_RANK", numbers[0] },
@@ -37,7 +39,8 @@ int hp_env_build(const struct hp_env_params *p, char *const *inherited,
                   p->agent_store ? "True" : "False" },
                 { "TORCH_NCCL_ASYNC_ERROR_HANDLING", nccl ? nccl : "1" },
                 { "TORCHELASTIC_ERROR_FILE", p->error_file },
-                { "HYPERPOD_SIGNAL_COORDINATION", coord ? coord : "disabled" },
+                { "HYPERPOD_SIGNAL_COORDINATION",
+                  coord ? coord : "disabled" },
                 { HP_IPC_ENV, p->ipc_path ? p->ipc_path : "" },
                 /* Optional (NULL: not set, an inherited one is kept). */
                 { "PYTHONPATH", p->python_path },
@@ -123,8 +126,7 @@ static int argv_pack(struct hp_argv *out, const char *const *items, int n,
                 size_t count = 0;
                 for (const char *p = i >= subst_from ? strstr(items[i], macro)
                                                      : NULL;
-                     p;
-                     p = strstr(p + sizeof(macro) - 1, macro))
+                     p; p = strstr(p + sizeof(macro) - 1, macro))
                         count++;
                 bytes += strlen(items[i]) + 1 + count * strlen(rank_text);
         }

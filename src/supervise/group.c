@@ -39,46 +39,14 @@
 
 #include "supervise-private.h"
 
-/* Workers write into pipes rather than the socket pairs libuv makes: a
- * socket allocates a buffer per write, which makes workers printing line
- * by line (PYTHONUNBUFFERED=1) cost several times the kernel time. A pipe
- * of 256 KiB lets a burst go out without waiting for us; one of 1 MiB
- * is slower in a flood of large writes. Together the
- * pipes of a group stay within HP_OUTPUT_PIPES_MAX (so 128 KiB each from
- * 33 ranks on, the default 64 KiB from 65), a quarter of the pipe memory
- * an unprivileged user may hold (/proc/sys/fs/pipe-user-pages-soft)
- * before Linux gives every new pipe of theirs two pages, the job's own
- * pipes included. Those limits do not apply to a process with
- * CAP_SYS_RESOURCE or CAP_SYS_ADMIN (root in most training containers):
- * its groups get HP_OUTPUT_PIPES_MAX_PRIVILEGED, 256 KiB each up to 128
- * ranks, so that flooding producers block half as often as with 128 KiB
- * (BENCHMARKS.md). A pipe's pages are allocated only while it holds
- * data. */
-#define HP_OUTPUT_PIPE_MAX (256 * 1024)
-#define HP_OUTPUT_PIPE_MIN (64 * 1024)
-#define HP_OUTPUT_PIPES_MAX (16 * 1024 * 1024)
-#define HP_OUTPUT_PIPES_MAX_PRIVILEGED (64 * 1024 * 1024)
-
 extern char **environ;
-
-const char *hp_worker__state_name(enum hp_worker_state state)
-{
-        static const char *const names[] = {
-                [HP_WORKER_RUNNING] = "RUNNING",
-                [HP_WORKER_STOPPING] = "STOPPING",
-                [HP_WORKER_KILLING] = "KILLING",
-                [HP_WORKER_EXITED] = "EXITED",
-                [HP_WORKER_DONE] = "DONE",
-        };
-        return names[state];
-}
 
 static void worker_set_state(struct hp_worker *w, enum hp_worker_state state,
                              const char *event)
 {
         hp_log_debug("%s worker %d (pid %d): %s → %s → %s",
-                     hp_stage_name(w->group->stage), w->local_rank, (int)w->pid,
-                     hp_worker__state_name(w->state), event,
+                     hp_stage_name(w->group->stage), w->local_rank,
+                     (int)w->pid, hp_worker__state_name(w->state), event,
                      hp_worker__state_name(state));
         w->state = state;
 }
@@ -89,41 +57,6 @@ static double wall_now(void)
 
         clock_gettime(CLOCK_REALTIME, &ts);
         return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-const char *hp_group__phase_name(enum hp_kill_phase phase)
-{
-        static const char *const names[] = {
-                [HP_KILL_NONE] = "NONE",       [HP_KILL_SIGNALLED] = "SIGNALLED",
-                [HP_KILL_KILLED] = "KILLED",   [HP_KILL_FORCED] = "FORCED",
-                [HP_KILL_GAVE_UP] = "GAVE_UP",
-        };
-        return phase <= HP_KILL_GAVE_UP ? names[phase] : "?";
-}
-
-enum hp_kill_phase hp_group__phase_after_timeout(enum hp_kill_phase phase)
-{
-        switch (phase) {
-        case HP_KILL_SIGNALLED:
-                return HP_KILL_KILLED;
-        case HP_KILL_KILLED:
-                return HP_KILL_FORCED;
-        case HP_KILL_FORCED:
-                return HP_KILL_GAVE_UP;
-        default:
-                return phase;
-        }
-}
-
-bool hp_group__phase_allowed(enum hp_kill_phase from, enum hp_kill_phase to)
-{
-        /* A new group starts over from any phase; a stop only goes
-         * forward, one step at a time. */
-        if (to == HP_KILL_NONE)
-                return from <= HP_KILL_GAVE_UP;
-        if (from == HP_KILL_NONE)
-                return to == HP_KILL_SIGNALLED;
-        return from != to && hp_group__phase_after_timeout(from) == to;
 }
 
 /* The one way the kill phase changes. */
@@ -137,7 +70,8 @@ static void group_set_phase(struct hp_group *g, enum hp_kill_phase phase,
                              hp_group__phase_name(g->kill_phase), event,
                              hp_group__phase_name(phase));
         else
-                hp_log_debug("%s group: %s → %s → %s", hp_stage_name(g->stage),
+                hp_log_debug("%s group: %s → %s → %s",
+                             hp_stage_name(g->stage),
                              hp_group__phase_name(g->kill_phase), event,
                              hp_group__phase_name(phase));
         g->kill_phase = phase;
@@ -170,7 +104,7 @@ static void group_check_done(struct hp_group *g)
         if (g->kill_phase < HP_KILL_GAVE_UP && scope_busy(g)) {
                 if (!g->stopping)
                         hp_group__stop(g, SIGTERM,
-                                      g->cfg->shutdown_timeout_ms);
+                                       g->cfg->shutdown_timeout_ms);
                 return;
         }
         uv_timer_stop(&g->timer);
@@ -228,7 +162,8 @@ static void signal_group(struct hp_worker *w, int sig)
          * group whose members are all gone answers ESRCH, which is fine. */
         if (w->pid > 0 && kill(-w->pid, sig) < 0 && errno != ESRCH)
                 hp_log_warn("signalling process group %d with %s: %s",
-                            (int)w->pid, hp_signal_name(sig), strerror(errno));
+                            (int)w->pid, hp_signal_name(sig),
+                            strerror(errno));
 }
 
 /* The worker whose pid (and process group) this is, or NULL. */
@@ -278,8 +213,9 @@ static void signal_scope(struct hp_group *g, int sig)
                 hp_log_warn("%s: %d process%s left the workers' process "
                             "groups; stopping %s with the group (%s): %s",
                             hp_stage_name(g->stage), found,
-                            found == 1 ? "" : "es", found == 1 ? "it" : "them",
-                            hp_signal_name(sig), names);
+                            found == 1 ? "" : "es",
+                            found == 1 ? "it" : "them", hp_signal_name(sig),
+                            names);
         }
         hp_procs__free(&procs);
 }
@@ -287,17 +223,6 @@ static void signal_scope(struct hp_group *g, int sig)
 /* After the kill phase: a pipe still open is held by a process outside
  * the group's reach (given away, or stuck). The pipe is closed so that
  * the group can end, naming its holder. */
-/* " (rank 3)", or nothing while the global rank is not known (in-process
- * restart before /start). */
-static const char *rank_text(const struct hp_worker *w, char *buf,
-                             size_t len)
-{
-        buf[0] = '\0';
-        if (w->rank >= 0)
-                snprintf(buf, len, " (rank %d)", w->rank);
-        return buf;
-}
-
 static void close_held_pipes(struct hp_worker *w)
 {
         struct hp_stream *streams[] = { &w->out, &w->err };
@@ -319,13 +244,13 @@ static void close_held_pipes(struct hp_worker *w)
                 if (uv_fileno((uv_handle_t *)&s->pipe, &fd) == 0 &&
                     fstat(fd, &st) == 0)
                         found = hp_proc__pipe_holders(st.st_ino, pids,
-                                                     HP_ARRAY_SIZE(pids));
+                                                      HP_ARRAY_SIZE(pids));
                 if (hp_stream_drain_and_close(s))
                         continue; /* it ended meanwhile */
                 held = true;
                 for (int j = 0; j < found; j++) {
                         struct hp_proc p;
-                        bool known = hp_proc__read(pids[j], &p) == 0;
+                        bool known = hp_proc_read(pids[j], &p) == 0;
                         int r = snprintf(holders + n, sizeof(holders) - n,
                                          "%spid %d (%s)", n ? ", " : "",
                                          (int)pids[j], known ? p.comm : "?");
@@ -339,7 +264,7 @@ static void close_held_pipes(struct hp_worker *w)
                             "after the stop by %s; closed it, so what that "
                             "writes now is not captured",
                             hp_stage_name(w->group->stage), w->local_rank,
-                            rank_text(w, text, sizeof(text)),
+                            hp_worker__rank_text(w, text, sizeof(text)),
                             n > 0 ? holders : "a process not found");
 }
 
@@ -360,9 +285,10 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                 if (w->state >= HP_WORKER_EXITED || w->pid <= 0)
                         continue;
                 found++;
-                r = snprintf(names + n, sizeof(names) - n, "%sworker %d "
-                             "(pid %d)", n ? ", " : "", w->local_rank,
-                             (int)w->pid);
+                r = snprintf(names + n, sizeof(names) - n,
+                             "%sworker %d "
+                             "(pid %d)",
+                             n ? ", " : "", w->local_rank, (int)w->pid);
                 if (r > 0 && (size_t)r < sizeof(names) - n)
                         n += (size_t)r;
         }
@@ -391,11 +317,11 @@ static void report_survivors(struct hp_group *g, bool giving_up)
                              found == 1 ? "" : "es",
                              found == 1 ? "it" : "them", names);
         else
-                hp_log_warn("%s: still alive %.3g s after SIGKILL, waiting up "
-                            "to %.3g s more: %s",
-                            hp_stage_name(g->stage),
-                            HP_DRAIN_GRACE_MS / 1000.0,
-                            HP_GIVE_UP_MS / 1000.0, names);
+                hp_log_warn(
+                        "%s: still alive %.3g s after SIGKILL, waiting up "
+                        "to %.3g s more: %s",
+                        hp_stage_name(g->stage), HP_DRAIN_GRACE_MS / 1000.0,
+                        HP_GIVE_UP_MS / 1000.0, names);
 }
 
 void hp_group__recheck(struct hp_group *g)
@@ -403,7 +329,8 @@ void hp_group__recheck(struct hp_group *g)
         group_check_done(g);
 }
 
-static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
+static void worker_exited(struct hp_worker *w, int64_t status,
+                          int term_signal)
 {
         struct hp_group *g = w->group;
         bool failed = status != 0 || term_signal != 0;
@@ -417,8 +344,9 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
         uv_close((uv_handle_t *)&w->exit_poll, exit_poll_closed_cb);
 
         if (failed && !w->signalled) {
-                hp_log_info("%s worker %d (pid %d) %s %d", hp_stage_name(g->stage),
-                            w->local_rank, (int)w->pid,
+                hp_log_info("%s worker %d (pid %d) %s %d",
+                            hp_stage_name(g->stage), w->local_rank,
+                            (int)w->pid,
                             term_signal ? "was killed by signal"
                                         : "exited with code",
                             term_signal ? term_signal : (int)status);
@@ -428,7 +356,8 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                 }
                 if (g->stopping)
                         return;
-                if (g->exited < g->count && g->cfg->shutdown_signal == SIGKILL)
+                if (g->exited < g->count &&
+                    g->cfg->shutdown_signal == SIGKILL)
                         hp_log_info("stopping the other %s workers: SIGKILL",
                                     hp_stage_name(g->stage));
                 else if (g->exited < g->count)
@@ -439,7 +368,7 @@ static void worker_exited(struct hp_worker *w, int64_t status, int term_signal)
                                     (double)g->cfg->shutdown_timeout_ms /
                                             1000.0);
                 hp_group__stop(g, g->cfg->shutdown_signal,
-                              g->cfg->shutdown_timeout_ms);
+                               g->cfg->shutdown_timeout_ms);
                 return;
         }
         /* Once every process has exited, whatever they left (a
@@ -500,129 +429,6 @@ bool hp_group__reap_pid(struct hp_group *g, pid_t pid)
         return false;
 }
 
-/* Opens name in the rank's directory (dir, open as dir_fd) for s, which
- * keeps the path for its messages: private to the agent's user (0600),
- * and never through a link, nor anything but a regular file. */
-static int open_log_file(struct hp_stream *s, int dir_fd, const char *dir,
-                         const char *name)
-{
-        struct stat st;
-        int r = hp_snprintf(s->file_path, sizeof(s->file_path), "%s/%s", dir,
-                            name);
-
-        if (r < 0)
-                return -ENAMETOOLONG;
-        s->file_fd = openat(dir_fd, name,
-                            O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                                    O_APPEND | O_NOFOLLOW | O_NONBLOCK,
-                            0600);
-        if (s->file_fd < 0)
-                return -errno;
-        if (fstat(s->file_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-            fcntl(s->file_fd, F_SETFL, O_APPEND) < 0) {
-                close(s->file_fd);
-                s->file_fd = -1;
-                return -EPERM;
-        }
-        return 0;
-}
-
-static void set_prefix(const struct hp_group_params *p, struct hp_worker *w,
-                       struct hp_stream *s)
-{
-        char rank[16], local_rank[16], group_rank[16], restarts[16], pid[16];
-        /* A hook's prefix names the stage instead of the role. */
-        const char *role = p->stage == HP_STAGE_TRAIN ? p->cfg->role
-                                                      : hp_stage_name(p->stage);
-        const struct hp_template_var vars[] = {
-                { "role_name", role },         { "rank", rank },
-                { "local_rank", local_rank },  { "group_rank", group_rank },
-                { "restart_count", restarts }, { "hostname", p->hostname },
-                { "pid", pid },
-                /* A placeholder as long as the time, stamped per line by
-                 * the stream. */
-                { "time", "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
-                          "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01" },
-        };
-        const char *tmpl = p->cfg->prefix_template
-                                   ? p->cfg->prefix_template
-                                   : "[${role_name}${local_rank}]:";
-        char err[256];
-
-        const char *t;
-
-        s->prefix_len = 0;
-        s->prefix[0] = '\0';
-        s->time_at = -1;
-        s->time_stamped = UINT64_MAX;
-        /* A stream that is neither tee'd nor redirected reaches the console
-         * as torchrun's inherited fd would: without a prefix. */
-        if (!s->prefixed)
-                return;
-        /* Ranks not known yet (in-process restart before /start): "?". */
-        snprintf(rank, sizeof(rank), "?");
-        if (w->rank >= 0)
-                snprintf(rank, sizeof(rank), "%d", w->rank);
-        snprintf(local_rank, sizeof(local_rank), "%d", w->local_rank);
-        snprintf(group_rank, sizeof(group_rank), "?");
-        if (p->round->node_rank >= 0)
-                snprintf(group_rank, sizeof(group_rank), "%d",
-                         p->round->node_rank);
-        snprintf(restarts, sizeof(restarts), "%d", p->restart_count);
-        snprintf(pid, sizeof(pid), "%d", (int)w->pid);
-        if (hp_template_expand(tmpl, vars, HP_ARRAY_SIZE(vars), s->prefix,
-                               sizeof(s->prefix), &s->prefix_len, err,
-                               sizeof(err)) < 0) {
-                /* The template was checked at startup; only the length can
-                 * fail here, with a very long hostname. Keep what fits. */
-                s->prefix_len = strlen(s->prefix);
-        }
-        t = memchr(s->prefix, '\x01', s->prefix_len);
-        if (t != NULL && s->prefix_len - (size_t)(t - s->prefix) >=
-                                 HP_ISO8601_MS_LEN)
-                s->time_at = (int)(t - s->prefix);
-}
-
-/* Decides where one stream goes, per torchrun's -r/-t and the filter. */
-static int setup_stream(const struct hp_group_params *p, struct hp_worker *w,
-                        struct hp_stream *s, int bit)
-{
-        const struct hp_config *cfg = p->cfg;
-        int rank = hp_stage_local_rank(p->stage, w->local_rank);
-        bool redirect = (cfg->redirects[rank] & bit) != 0;
-        bool tee = (cfg->tee[rank] & bit) != 0;
-        bool shown = !cfg->console_filter_set || cfg->console_shown[rank];
-        int r;
-
-        s->file_fd = -1;
-        s->rank = rank;
-        s->data = w;
-        s->closed_cb = stream_closed_cb;
-        s->listener = NULL;
-        s->listener_ctx = NULL;
-        s->console = NULL;
-        s->dup = NULL;
-        /* As torchrun: the lines of the ranks tee'd to the console. */
-        if (tee && shown && w->group->dups != NULL &&
-            w->group->dups[bit - 1].fd >= 0)
-                s->dup = &w->group->dups[bit - 1];
-        if ((redirect || tee) && w->dir[0] != '\0') {
-                r = open_log_file(s, w->dir_fd, w->dir,
-                                  bit == HP_STD_OUT ? "stdout.log"
-                                                    : "stderr.log");
-                if (r < 0)
-                        return r;
-        }
-        if (bit == HP_STD_OUT && p->listener_for != NULL)
-                s->listener = p->listener_for(p->ctx, p->stage, w->local_rank,
-                                              &s->listener_ctx);
-        if (shown && (tee || !redirect))
-                s->console = bit == HP_STD_OUT ? p->console_out
-                                               : p->console_err;
-        s->prefixed = tee;
-        return 0;
-}
-
 /* A worker that could not be started is reported like an exec failure
  * through the normal path: its handles close, the references drop, and
  * the group sees a failed worker. The exit status is the shell's: 127
@@ -642,13 +448,15 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
                 hp_worker__start_failure(w, why, sizeof(why));
                 hp_log_error("%s worker %d%s could not start: %s",
                              hp_stage_name(g->stage), w->local_rank,
-                             rank_text(w, text, sizeof(text)), why);
+                             hp_worker__rank_text(w, text, sizeof(text)),
+                             why);
         } else {
                 hp_log_error("%s worker %d: cannot execute '%s': %s",
                              hp_stage_name(g->stage), w->local_rank, program,
                              hp_strerror(err));
         }
-        w->exit_status = step != HP_START_EXEC || err == UV_ENOENT ? 127 : 126;
+        w->exit_status = step != HP_START_EXEC || err == UV_ENOENT ? 127
+                                                                   : 126;
         w->exit_time = wall_now();
         g->exited++;
         if (g->first_failure == NULL)
@@ -664,53 +472,11 @@ static void worker_fail_to_start(struct hp_worker *w, int err,
         hp_stream_drain_and_close(&w->err);
 }
 
-/* Whether Linux's limits on a user's pipe memory apply to us: not with
- * CAP_SYS_RESOURCE or CAP_SYS_ADMIN in the effective set (fs/pipe.c). */
-static bool pipe_limits_apply(void)
-{
-        struct __user_cap_header_struct header = {
-                .version = _LINUX_CAPABILITY_VERSION_3,
-        };
-        struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-        uint32_t wanted = (1u << CAP_SYS_RESOURCE) | (1u << CAP_SYS_ADMIN);
-
-        if (syscall(SYS_capget, &header, data) < 0)
-                return true;
-        return (data[0].effective & wanted) == 0;
-}
-
-/* The worker's end of a new pipe for one of its outputs, in *child_fd;
- * ours goes to the stream. */
-static int open_output_pipe(const struct hp_group *g, int ranks,
-                            struct hp_stream *s, int *child_fd)
-{
-        int budget = g->pipe_limits ? HP_OUTPUT_PIPES_MAX
-                                    : HP_OUTPUT_PIPES_MAX_PRIVILEGED;
-        int share = budget / (2 * (ranks > 0 ? ranks : 1));
-        int size = HP_OUTPUT_PIPE_MAX, fds[2], r;
-
-        if (pipe2(fds, O_CLOEXEC) < 0)
-                return -errno;
-        /* Linux rounds a size up to a power of two pages: halve down to
-         * one within the share instead. */
-        while (size > share && size > HP_OUTPUT_PIPE_MIN)
-                size /= 2;
-        /* Refused past the user's limits: the default size still works,
-         * only with more waits for a fast writer. */
-        if (size > HP_OUTPUT_PIPE_MIN)
-                (void)fcntl(fds[0], F_SETPIPE_SZ, size);
-        r = uv_pipe_open(&s->pipe, fds[0]);
-        if (r < 0) {
-                close(fds[0]);
-                close(fds[1]);
-                return r;
-        }
-        *child_fd = fds[1];
-        return 0;
-}
-
-static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
-                        struct hp_worker *w, const struct hp_argv *cmd)
+/* The worker's environment: torchrun's variables, ours (the worker
+ * socket, --hang-dump's), the flight recorder's. */
+static int build_env(const struct hp_group *g,
+                     const struct hp_group_params *p, struct hp_worker *w,
+                     struct hp_envbuf *env)
 {
         const struct hp_config *cfg = p->cfg;
         struct hp_env_params params = {
@@ -726,23 +492,13 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 .master_port = p->round->master_port,
                 .agent_store = p->round->agent_store,
                 .restart_count = p->restart_count,
-                /* Operator mode: the operator restarts, not the agent,
-                 * so workers see what the reference's do: torch's
-                 * WorkerSpec default. */
-                .max_restarts = hp_config_operator_mode(cfg)
-                                        ? HP_OPERATOR_MAX_RESTARTS
-                                        : cfg->max_restarts,
+                .max_restarts = p->max_restarts,
                 .run_id = p->run_id,
                 .error_file = w->error_file,
                 .ipc_path = p->ipc_path,
                 .python_path = p->python_path,
                 .stacks_signal = p->python_path ? p->stacks_signal : NULL,
         };
-        struct hp_envbuf env = { 0 };
-        struct hp_spawn_options opts;
-        int child_fd[2] = { -1, -1 };
-        int pidfd = -1, r;
-
         if (p->fr_pipe != NULL) {
                 params.fr_buffer_size =
                         getenv("TORCH_FR_BUFFER_SIZE") ||
@@ -752,47 +508,24 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 params.fr_pipe_file = p->fr_pipe;
                 params.fr_dump_file = p->fr_dump;
         }
-        r = hp_env_build(&params, environ, &env);
-        if (r < 0) {
-                worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
-                return r;
-        }
-        for (struct hp_stream *s = &w->out; s; s = s == &w->out ? &w->err : NULL) {
-                r = hp_stream_init(s, p->hub);
-                if (r < 0) {
-                        worker_fail_to_start(w, r, HP_START_PIPE, NULL);
-                        goto out;
-                }
-                w->refs++;
-                s->data = w;
-                s->closed_cb = stream_closed_cb;
-                s->file_fd = -1;
-                s->console = NULL;
-                s->listener = NULL;
-        }
+        return hp_env_build(&params, environ, env);
+}
 
-        r = setup_stream(p, w, &w->out, HP_STD_OUT);
-        if (r < 0) {
-                worker_fail_to_start(w, r, HP_START_STDOUT_FILE, NULL);
-                goto out;
-        }
-        r = setup_stream(p, w, &w->err, HP_STD_ERR);
-        if (r < 0) {
-                worker_fail_to_start(w, r, HP_START_STDERR_FILE, NULL);
-                goto out;
-        }
+/* Starts the worker's process with its output on child_fd (closed
+ * here) and watches its exit: its pidfd in *pidfd, or the failure
+ * reported. */
+static int start_process(struct hp_group *g, const struct hp_group_params *p,
+                         struct hp_worker *w, const struct hp_argv *cmd,
+                         const struct hp_envbuf *env, int child_fd[2],
+                         int *pidfd_out)
+{
+        struct hp_spawn_options opts;
+        int pidfd = -1, r;
 
-        r = open_output_pipe(g, p->count, &w->out, &child_fd[0]);
-        if (r == 0)
-                r = open_output_pipe(g, p->count, &w->err, &child_fd[1]);
-        if (r < 0) {
-                worker_fail_to_start(w, r, HP_START_PIPE, NULL);
-                goto out;
-        }
         opts = (struct hp_spawn_options){
                 .file = cmd->argv[0],
                 .argv = cmd->argv,
-                .envp = env.envp,
+                .envp = env->envp,
                 .stdout_fd = child_fd[0],
                 .stderr_fd = child_fd[1],
                 .cgroup_fd = g->scope.dirfd,
@@ -812,7 +545,7 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                         close(pidfd);
                         w->pid = 0;
                         worker_fail_to_start(w, r, HP_START_WATCH, NULL);
-                        goto out;
+                        return r;
                 }
         }
         if (r < 0) {
@@ -820,19 +553,73 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 bool ran = w->pid > 0;
 
                 w->pid = 0;
-                worker_fail_to_start(w, r, ran ? HP_START_EXEC
-                                               : HP_START_PROCESS,
+                worker_fail_to_start(w, r,
+                                     ran ? HP_START_EXEC : HP_START_PROCESS,
                                      cmd->argv[0]);
+                return r;
+        }
+        *pidfd_out = pidfd;
+        return 0;
+}
+
+static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
+                        struct hp_worker *w, const struct hp_argv *cmd)
+{
+        struct hp_envbuf env = { 0 };
+        int child_fd[2] = { -1, -1 };
+        int pidfd = -1, r;
+
+        r = build_env(g, p, w, &env);
+        if (r < 0) {
+                worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
+                return r;
+        }
+        for (struct hp_stream *s = &w->out; s;
+             s = s == &w->out ? &w->err : NULL) {
+                r = hp_stream_init(s, p->hub,
+                                   &(struct hp_stream_opts){
+                                           .closed_cb = stream_closed_cb,
+                                           .data = w,
+                                           .rank = hp_stage_local_rank(
+                                                   g->stage, w->local_rank),
+                                   });
+                if (r < 0) {
+                        worker_fail_to_start(w, r, HP_START_PIPE, NULL);
+                        goto out;
+                }
+                w->refs++;
+        }
+
+        r = hp_worker__setup_stream(p, w, &w->out, HP_STD_OUT);
+        if (r < 0) {
+                worker_fail_to_start(w, r, HP_START_STDOUT_FILE, NULL);
                 goto out;
         }
+        r = hp_worker__setup_stream(p, w, &w->err, HP_STD_ERR);
+        if (r < 0) {
+                worker_fail_to_start(w, r, HP_START_STDERR_FILE, NULL);
+                goto out;
+        }
+
+        r = hp_group__open_output_pipe(g, p->count, &w->out, &child_fd[0]);
+        if (r == 0)
+                r = hp_group__open_output_pipe(g, p->count, &w->err,
+                                               &child_fd[1]);
+        if (r < 0) {
+                worker_fail_to_start(w, r, HP_START_PIPE, NULL);
+                goto out;
+        }
+        r = start_process(g, p, w, cmd, &env, child_fd, &pidfd);
+        if (r < 0)
+                goto out;
         w->pidfd = pidfd;
         w->refs++;
         (void)uv_poll_start(&w->exit_poll, UV_READABLE, exit_poll_cb);
         worker_set_state(w, HP_WORKER_RUNNING, "spawned");
 
         /* The prefix may name the pid, known only now. */
-        set_prefix(p, w, &w->out);
-        set_prefix(p, w, &w->err);
+        hp_worker__set_prefix(p, w, &w->out);
+        hp_worker__set_prefix(p, w, &w->err);
         r = hp_stream_start(&w->out);
         if (r == 0)
                 r = hp_stream_start(&w->err);
@@ -845,8 +632,8 @@ static int spawn_worker(struct hp_group *g, const struct hp_group_params *p,
                 if (g->first_failure == NULL)
                         g->first_failure = w;
         }
-        hp_log_debug("%s worker %d started as pid %d", hp_stage_name(g->stage),
-                     w->local_rank, (int)w->pid);
+        hp_log_debug("%s worker %d started as pid %d",
+                     hp_stage_name(g->stage), w->local_rank, (int)w->pid);
 out:
         if (child_fd[0] >= 0)
                 close(child_fd[0]);
@@ -872,7 +659,8 @@ static void timer_cb(uv_timer_t *timer)
 {
         struct hp_group *g = hp_container_of(timer, struct hp_group, timer);
 
-        enum hp_kill_phase next = hp_group__phase_after_timeout(g->kill_phase);
+        enum hp_kill_phase next = hp_group__phase_after_timeout(
+                g->kill_phase);
 
         switch (next) {
         case HP_KILL_KILLED:
@@ -889,7 +677,8 @@ static void timer_cb(uv_timer_t *timer)
                                                     "still running after "
                                                     "%s: SIGKILL",
                                                     hp_stage_name(g->stage),
-                                                    w->local_rank, (int)w->pid,
+                                                    w->local_rank,
+                                                    (int)w->pid,
                                                     hp_signal_name(
                                                             g->stop_signal));
                                 w->signalled = true;
@@ -949,7 +738,8 @@ void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms)
                         signal_group(w, sig);
         }
         signal_scope(g, sig);
-        uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms, 0);
+        uv_timer_start(&g->timer, timer_cb, sig == SIGKILL ? 0 : timeout_ms,
+                       0);
 }
 
 void hp_group__signal(struct hp_group *g, int sig)
@@ -978,12 +768,12 @@ void hp_group__signal_takers(struct hp_group *g, int sig, int *sent,
                         continue; /* gone */
                 /* Read again once the pidfd holds the process: what is
                  * read is then about the process the signal would reach. */
-                leader = hp_proc__read(procs.items[i].pid, &now) == 0
+                leader = hp_proc_read(procs.items[i].pid, &now) == 0
                                  ? worker_by_pid(g, now.pgid)
                                  : NULL;
                 if (leader != NULL && leader->state < HP_WORKER_EXITED &&
-                    hp_proc__live(&now)) {
-                        if (!hp_proc__takes_signal(now.pid, sig))
+                    hp_proc_live(&now)) {
+                        if (!hp_proc_takes_signal(now.pid, sig))
                                 (*spared)++;
                         else if (hp_pidfd_send_signal(pidfd, sig) == 0)
                                 (*sent)++;
@@ -1085,7 +875,7 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
         g->escaped_logged = false;
         group_set_phase(g, HP_KILL_NONE, "start");
         g->first_failure = NULL;
-        g->pipe_limits = pipe_limits_apply();
+        g->pipe_limits = hp_group__pipe_limits_apply();
         g->workers = calloc((size_t)count, sizeof(*g->workers));
         if (g->workers == NULL)
                 return -ENOMEM;
@@ -1123,7 +913,8 @@ int hp_group__start(struct hp_group *g, const struct hp_group_params *p)
                 if (r < 0)
                         worker_fail_to_start(w, r, HP_START_PROCESS, NULL);
                 else
-                        r = spawn_worker(g, p, w, &cmd); /* failures recorded */
+                        r = spawn_worker(g, p, w,
+                                         &cmd); /* failures recorded */
                 hp_argv_free(&cmd);
                 if (w->dir_fd >= 0)
                         close(w->dir_fd);

@@ -49,7 +49,8 @@ static void action_exit_cb(uv_process_t *proc, int64_t status, int signum)
                          "scontrol succeeded");
         else if (signum != 0)
                 snprintf(h->action_result, sizeof(h->action_result),
-                         "scontrol was killed by %s%s", hp_signal_name(signum),
+                         "scontrol was killed by %s%s",
+                         hp_signal_name(signum),
                          h->action_result[0] == 't' ? " (timed out)" : "");
         else
                 snprintf(h->action_result, sizeof(h->action_result),
@@ -135,8 +136,8 @@ static void start_action(struct hp_node_health *h)
         opts.stdio_count = 3;
         h->action_proc.data = h;
         h->action_result[0] = '\0';
-        hp_log_warn("--node-fault-action: %s update %s state=fail %s", argv[0],
-                    nodearg, reason);
+        hp_log_warn("--node-fault-action: %s update %s state=fail %s",
+                    argv[0], nodearg, reason);
         r = uv_spawn(a->loop, &h->action_proc, &opts);
         if (r < 0) {
                 snprintf(h->action_result, sizeof(h->action_result),
@@ -156,10 +157,10 @@ static void node_faulted(struct hp_node_health *h);
 static void hit_cb(struct kmsg_watch *w, size_t config,
                    const struct kmsg_hit *hit)
 {
-        struct hp_node_health *h =
-                (struct hp_node_health *)((char *)w -
-                                          offsetof(struct hp_node_health,
-                                                   watch));
+        struct hp_node_health
+                *h = (struct hp_node_health *)((char *)w -
+                                               offsetof(struct hp_node_health,
+                                                        watch));
 
         if (hit->type == KMSG_TEMPORARY) {
                 h->temporary++;
@@ -189,8 +190,7 @@ static void node_faulted(struct hp_node_health *h)
         struct hp_agent *a = h->agent;
 
         start_action(h);
-        if (a->events->node_fault != NULL)
-                a->events->node_fault(a, a->events_ctx);
+        hp_agent__node_fault(a);
 }
 
 void hp_agent__health_finish(struct hp_agent *a)
@@ -206,10 +206,10 @@ void hp_agent__health_finish(struct hp_agent *a)
 static void preflight_cb(struct hp_preflight *pf,
                          const struct hp_preflight_result *res)
 {
-        struct hp_node_health *h =
-                (struct hp_node_health *)((char *)pf -
-                                          offsetof(struct hp_node_health,
-                                                   preflight));
+        struct hp_node_health
+                *h = (struct hp_node_health *)((char *)pf -
+                                               offsetof(struct hp_node_health,
+                                                        preflight));
         struct hp_agent *a = h->agent;
 
         h->preflight_running = false;
@@ -230,8 +230,8 @@ static void preflight_cb(struct hp_preflight *pf,
                 hp_agent__preflight_passed(a);
                 return;
         }
-        if (res->unavailable && a->events->preflight_unavailable != NULL &&
-            a->events->preflight_unavailable(a, res->reason, a->events_ctx))
+        if (res->unavailable &&
+            hp_agent__preflight_unavailable(a, res->reason))
                 return;
         if (h->fault[0] != '\0')
                 return;

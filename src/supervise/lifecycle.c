@@ -8,6 +8,13 @@
 
 #include "supervise-private.h"
 
+void hp_agent_finish(struct hp_agent *a, int exit_code)
+{
+        hp_agent__set_state(a, HP_AGENT_FINISHED, "finish");
+        a->exit_code = exit_code;
+        uv_stop(a->loop);
+}
+
 const char *hp_agent_state_name(enum hp_agent_state state)
 {
         static const char *const names[] = {
@@ -22,17 +29,19 @@ const char *hp_agent_state_name(enum hp_agent_state state)
 
 bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to)
 {
-        enum { I = 1 << HP_AGENT_IDLE, P = 1 << HP_AGENT_PREFLIGHT,
-               R = 1 << HP_AGENT_RUNNING, S = 1 << HP_AGENT_STOPPING,
-               F = 1 << HP_AGENT_FINISHED };
+        enum {
+                I = 1 << HP_AGENT_IDLE,
+                P = 1 << HP_AGENT_PREFLIGHT,
+                R = 1 << HP_AGENT_RUNNING,
+                S = 1 << HP_AGENT_STOPPING,
+                F = 1 << HP_AGENT_FINISHED
+        };
         /* Where each state may go. Finishing is allowed from anywhere:
          * a node fault, a failed rendezvous or the operator's /shutdown
          * may end the agent in any state. */
         static const unsigned next[HP_AGENT_STATE_COUNT] = {
-                [HP_AGENT_IDLE] = P | R | F,
-                [HP_AGENT_PREFLIGHT] = I | F,
-                [HP_AGENT_RUNNING] = I | S | F,
-                [HP_AGENT_STOPPING] = F,
+                [HP_AGENT_IDLE] = P | R | F,    [HP_AGENT_PREFLIGHT] = I | F,
+                [HP_AGENT_RUNNING] = I | S | F, [HP_AGENT_STOPPING] = F,
                 [HP_AGENT_FINISHED] = F,
         };
 

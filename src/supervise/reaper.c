@@ -48,7 +48,8 @@ int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx)
                         continue;
                 if (waitpid(info.si_pid, NULL, WNOHANG) > 0) {
                         reaped++;
-                        hp_log_debug("reaped orphan pid %d", (int)info.si_pid);
+                        hp_log_debug("reaped orphan pid %d",
+                                     (int)info.si_pid);
                 }
         }
         return reaped;
@@ -120,7 +121,7 @@ int hp_proc__descendants(struct hp_procs *out)
                 struct hp_proc p;
 
                 if (!isdigit((unsigned char)de->d_name[0]) ||
-                    hp_proc__read((pid_t)atoi(de->d_name), &p) < 0)
+                    hp_proc_read((pid_t)atoi(de->d_name), &p) < 0)
                         continue;
                 r = hp_procs__push(&all, &p);
                 if (r < 0)
@@ -157,7 +158,7 @@ int hp_proc__descendants(struct hp_procs *out)
                         if (queued > all.count)
                                 break;
                         queue[queued++] = all.items[lo].pid;
-                        if (!hp_proc__live(&all.items[lo]))
+                        if (!hp_proc_live(&all.items[lo]))
                                 continue;
                         r = hp_procs__push(out, &all.items[lo]);
                         if (r < 0)
@@ -202,7 +203,8 @@ int hp_proc__pipe_holders(ino_t ino, pid_t *pids, size_t max)
                                 continue;
                         n = readlinkat(dirfd(fds), fde->d_name, link,
                                        sizeof(link) - 1);
-                        if (n == len && memcmp(link, want, (size_t)len) == 0) {
+                        if (n == len &&
+                            memcmp(link, want, (size_t)len) == 0) {
                                 pids[found++] = (pid_t)atoi(de->d_name);
                                 break;
                         }

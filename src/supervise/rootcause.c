@@ -63,10 +63,11 @@ static void read_error_file(const char *path, struct error_report *rep)
                         rep->timestamp = ts->valuedouble;
                 rep->present = true;
         } else if (cJSON_IsObject(msg)) {
-                const cJSON *text = cJSON_GetObjectItemCaseSensitive(msg,
-                                                                     "message");
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(
+                        msg, "message");
                 extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
-                stack = cJSON_GetObjectItemCaseSensitive(extra, "py_callstack");
+                stack = cJSON_GetObjectItemCaseSensitive(extra,
+                                                         "py_callstack");
                 ts = cJSON_GetObjectItemCaseSensitive(extra, "timestamp");
                 if (cJSON_IsString(stack))
                         snprintf(rep->message, sizeof(rep->message), "%s",
@@ -84,15 +85,17 @@ static void read_error_file(const char *path, struct error_report *rep)
 }
 
 void hp_worker__start_failure(const struct hp_worker *w, char *buf,
-                             size_t len)
+                              size_t len)
 {
         const char *err = hp_strerror(w->start_error);
         const char *name = hp_err_name(w->start_error);
 
         switch (w->start_step) {
         case HP_START_LOG_DIR:
-                snprintf(buf, len, "cannot create its log directory '%s': "
-                         "%s (%s)", w->dir, err, name);
+                snprintf(buf, len,
+                         "cannot create its log directory '%s': "
+                         "%s (%s)",
+                         w->dir, err, name);
                 break;
         case HP_START_STDOUT_FILE:
         case HP_START_STDERR_FILE:
@@ -143,8 +146,8 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                 char why[sizeof(rep.message) - 32];
 
                 hp_worker__start_failure(w, why, sizeof(why));
-                snprintf(rep.message, sizeof(rep.message),
-                         "never ran: %s", why);
+                snprintf(rep.message, sizeof(rep.message), "never ran: %s",
+                         why);
                 rep.present = false;
         }
         t = (time_t)failure_time(w, &rep);
@@ -167,9 +170,10 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                          "Signal %d (%s) received by PID %d", w->term_signal,
                          name ? name : "unknown", (int)w->pid);
         } else if (!rep.present && w->start_error == 0) {
-                snprintf(rep.message, sizeof(rep.message),
-                         "To enable traceback see: "
-                         "https://pytorch.org/docs/stable/elastic/errors.html");
+                snprintf(
+                        rep.message, sizeof(rep.message),
+                        "To enable traceback see: "
+                        "https://pytorch.org/docs/stable/elastic/errors.html");
         }
         /* Continuation lines of a traceback are indented under the field. */
         n = snprintf(text, sizeof(text),
@@ -180,10 +184,10 @@ static void print_failure(const struct hp_agent *a, const struct hp_worker *w,
                      "  exitcode  : %s (pid: %d)\n"
                      "  error_file: %s\n"
                      "  traceback : ",
-                     index, when, a->hostname, rank, w->local_rank,
-                     exitcode, (int)w->pid,
-                     rep.present ? w->error_file : "<N/A>");
-        for (const char *p = rep.message; *p && n < (int)sizeof(text) - 4; p++) {
+                     index, when, a->hostname, rank, w->local_rank, exitcode,
+                     (int)w->pid, rep.present ? w->error_file : "<N/A>");
+        for (const char *p = rep.message; *p && n < (int)sizeof(text) - 4;
+             p++) {
                 text[n++] = *p;
                 if (*p == '\n' && p[1] != '\0') {
                         text[n++] = ' ';
@@ -208,7 +212,8 @@ const struct hp_worker *hp_agent__root_cause(const struct hp_group *g)
                 struct error_report rep;
                 double t;
 
-                if (!worker_failed(w) || (w->signalled && w != g->first_failure))
+                if (!worker_failed(w) ||
+                    (w->signalled && w != g->first_failure))
                         continue;
                 read_error_file(w->error_file, &rep);
                 t = failure_time(w, &rep);
@@ -291,8 +296,11 @@ done:
 void hp_agent__print_failure_summary(struct hp_agent *a,
                                      const struct hp_group *g)
 {
-        static const char eq[] = "============================================================\n";
-        static const char dash[] = "------------------------------------------------------------\n";
+        /* torchrun's rules: 60 characters wide. */
+        static const char eq[] = "===================================="
+                                 "========================\n";
+        static const char dash[] = "------------------------------------"
+                                   "------------------------\n";
         const struct hp_worker *root = hp_agent__root_cause(g);
         const char *entry;
         char title[512];
@@ -341,8 +349,8 @@ int hp_agent__root_cause_exit_code(const struct hp_group *g)
         return (int)w->exit_status;
 }
 
-int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
-                             char *buf, size_t len)
+int hp_agent_failure_message(const struct hp_agent *a,
+                             const struct hp_group *g, char *buf, size_t len)
 {
         const struct hp_worker *root = hp_agent__root_cause(g);
         size_t n = 0;
@@ -354,8 +362,9 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
         /* A node rank and global ranks the agent does not know yet (an
          * in-process restart before /start) are left out. */
         if (a->round.node_rank < 0)
-                r = snprintf(buf, len, "%s failed on %s (node rank not "
-                                       "known yet):",
+                r = snprintf(buf, len,
+                             "%s failed on %s (node rank not "
+                             "known yet):",
                              hp_stage_name(g->stage), a->hostname);
         else
                 r = snprintf(buf, len, "%s failed on node rank %d (%s):",
@@ -395,17 +404,19 @@ int hp_agent_failure_message(const struct hp_agent *a, const struct hp_group *g,
                         }
                         read_error_file(w->error_file, &rep);
                         if (!rep.present && w->term_signal) {
-                                const char *name =
-                                        hp_signal_name(w->term_signal);
+                                const char *name = hp_signal_name(
+                                        w->term_signal);
                                 snprintf(rep.message, sizeof(rep.message),
                                          "Signal %d (%s) received by PID %d",
                                          w->term_signal,
-                                         name ? name : "unknown", (int)w->pid);
+                                         name ? name : "unknown",
+                                         (int)w->pid);
                         }
                         /* One line per process: the message's last line
                          * (a traceback's last line is the exception). */
                         msg_len = strlen(rep.message);
-                        while (msg_len > 0 && rep.message[msg_len - 1] == '\n')
+                        while (msg_len > 0 &&
+                               rep.message[msg_len - 1] == '\n')
                                 rep.message[--msg_len] = '\0';
                         nl = strrchr(rep.message, '\n');
                         snprintf(first, sizeof(first), "%.*s",

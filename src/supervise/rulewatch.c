@@ -16,7 +16,7 @@
 #include "supervise-private.h"
 
 struct hp_rulewatch__rank *hp_rulewatch__rank(struct hp_rulewatch *w,
-                                            int local_rank)
+                                              int local_rank)
 {
         if (w->ranks == NULL || local_rank < 0 || local_rank >= w->nproc ||
             w->ranks[local_rank].stream == NULL)
@@ -24,13 +24,14 @@ struct hp_rulewatch__rank *hp_rulewatch__rank(struct hp_rulewatch *w,
         return &w->ranks[local_rank];
 }
 
-const struct logmon_ruleset *hp_rulewatch__ruleset(const struct hp_rulewatch *w)
+const struct logmon_ruleset *
+hp_rulewatch__ruleset(const struct hp_rulewatch *w)
 {
         return w->ranks != NULL ? w->ruleset : NULL;
 }
 
 const struct logmon_stream *hp_rulewatch__stream(const struct hp_rulewatch *w,
-                                                int local_rank)
+                                                 int local_rank)
 {
         if (w->ranks == NULL || local_rank < 0 || local_rank >= w->nproc)
                 return NULL;
@@ -38,7 +39,7 @@ const struct logmon_stream *hp_rulewatch__stream(const struct hp_rulewatch *w,
 }
 
 void hp_rulewatch__set_wall_offset(struct hp_rulewatch *w,
-                                  int64_t wall_offset_ms)
+                                   int64_t wall_offset_ms)
 {
         w->wall_offset_ms = wall_offset_ms;
 }
@@ -76,8 +77,8 @@ static void rearm_all(struct hp_rulewatch *w)
         threads_set(w, UINT64_MAX, w->judged);
         for (int i = 0; w->ranks && i < w->nproc; i++)
                 if (w->ranks[i].stream != NULL)
-                        arm(w, logmon_stream_next_deadline(
-                                       w->ranks[i].stream));
+                        arm(w,
+                            logmon_stream_next_deadline(w->ranks[i].stream));
 }
 
 /* The verdict's log line, in the words a replay of the console prints
@@ -89,8 +90,9 @@ static void log_verdict(struct hp_rulewatch *w, struct hp_rulewatch__rank *m,
                         const struct logmon_rule_info *info)
 {
         uint64_t at = logmon_verdict_time(m->stream);
-        double late = at != UINT64_MAX ?
-                              (double)uv_hrtime() / 1e6 - (double)at : 0;
+        double late = at != UINT64_MAX
+                              ? (double)uv_hrtime() / 1e6 - (double)at
+                              : 0;
         char what[768];
 
         /* The line that made the verdict goes out first, where both reach
@@ -107,16 +109,16 @@ static void log_verdict(struct hp_rulewatch *w, struct hp_rulewatch__rank *m,
         }
         if (info != NULL && info->last_line != NULL)
                 hp_log_warn("log rule verdict %s; judged %.6f s later; "
-                            "last matching line: %.*s", what,
-                            late > 0 ? late / 1e3 : 0.0,
+                            "last matching line: %.*s",
+                            what, late > 0 ? late / 1e3 : 0.0,
                             (int)(info->last_line_len > 400
                                           ? 400
                                           : info->last_line_len),
                             info->last_line);
         else
                 hp_log_warn("log rule verdict %s; judged %.6f s later; no "
-                            "line matched the rule yet", what,
-                            late > 0 ? late / 1e3 : 0.0);
+                            "line matched the rule yet",
+                            what, late > 0 ? late / 1e3 : 0.0);
 }
 
 void hp_rulewatch__log_change(struct hp_rulewatch *w, int rank,
@@ -183,8 +185,9 @@ static void judge(struct hp_rulewatch__rank *m, uint64_t deadline,
         if (deadline != UINT64_MAX && now > deadline)
                 v->latency_ms = now - deadline;
         v->wall = (double)((int64_t)now + w->wall_offset_ms) / 1000.0;
-        have_info = rule >= 0 && logmon_stream_rule_info(
-                                         m->stream, (size_t)rule, &info) == 0;
+        have_info = rule >= 0 &&
+                    logmon_stream_rule_info(m->stream, (size_t)rule, &info) ==
+                            0;
         if (have_info && info.last_line != NULL)
                 snprintf(v->line, sizeof(v->line), "%.*s",
                          (int)(info.last_line_len < sizeof(v->line)
@@ -201,7 +204,8 @@ static void judge(struct hp_rulewatch__rank *m, uint64_t deadline,
 static inline void check_verdict(struct hp_rulewatch__rank *m,
                                  uint64_t deadline, uint64_t now)
 {
-        if (!m->watch->judged && logmon_stream_state(m->stream) >= LOGMON_SLOW)
+        if (!m->watch->judged &&
+            logmon_stream_state(m->stream) >= LOGMON_SLOW)
                 judge(m, deadline, now);
 }
 
@@ -242,11 +246,13 @@ static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
         t = &w->threads[m->thread_slot];
         if (*t != NULL || w->thread_failed)
                 return *t;
-        r = hp_rulewatch__thread_new(w, &w->wake, t);
+        r = hp_rulewatch__thread_new(w, &w->wake, hp_rulewatch__log_change,
+                                     t);
         if (r < 0) {
                 w->thread_failed = true;
                 hp_log_warn("cannot start a thread for the log rules (%s); "
-                            "they run on the main thread", hp_strerror(r));
+                            "they run on the main thread",
+                            hp_strerror(r));
                 return NULL;
         }
         hp_rulewatch__thread_set(*t, w->deadline, w->judged);
@@ -254,12 +260,13 @@ static struct hp_rule_thread *thread_for(struct hp_rulewatch *w,
 }
 
 void hp_rulewatch__line_cb(void *ctx, const char *line, size_t len,
-                          enum hp_line_end end)
+                           enum hp_line_end end)
 {
         struct hp_rulewatch__rank *m = ctx;
         struct hp_rulewatch *w = m->watch;
-        struct hp_rule_thread *t = w->thread_count > 0 ?
-                w->threads[m->thread_slot] : NULL;
+        struct hp_rule_thread *t = w->thread_count > 0
+                                           ? w->threads[m->thread_slot]
+                                           : NULL;
         uint64_t now;
 
         /* A line that takes the iteration past HP_RULE_INLINE_NS sends
@@ -282,8 +289,8 @@ void hp_rulewatch__line_cb(void *ctx, const char *line, size_t len,
                 if (t == NULL)
                         t = thread_for(w, m);
                 if (t != NULL) {
-                        hp_rulewatch__thread_push(t, m->local_rank, line,
-                                                  len, uv_now(w->loop),
+                        hp_rulewatch__thread_push(t, m->local_rank, line, len,
+                                                  uv_now(w->loop),
                                                   take_verdict);
                         return;
                 }
@@ -324,9 +331,9 @@ static bool limit_hits(const struct hp_rulewatch *w, uint64_t *out)
 
         for (int i = 0; w->ranks && i < w->nproc; i++) {
                 const struct hp_rulewatch__rank *m = &w->ranks[i];
-                const struct hp_rule_thread *t =
-                        w->thread_count > 0 ? w->threads[m->thread_slot]
-                                            : NULL;
+                const struct hp_rule_thread
+                        *t = w->thread_count > 0 ? w->threads[m->thread_slot]
+                                                 : NULL;
 
                 if (m->stream == NULL)
                         continue;
@@ -402,7 +409,8 @@ static void check_cb(uv_check_t *check)
 
 static void wake_cb(uv_async_t *wake)
 {
-        hp_rulewatch__settle(hp_container_of(wake, struct hp_rulewatch, wake));
+        hp_rulewatch__settle(
+                hp_container_of(wake, struct hp_rulewatch, wake));
 }
 
 /* Applies the deadlines at now; deadline: the one the timer was armed
@@ -492,10 +500,9 @@ static void warn_rank0_only(const struct hp_rulewatch *w)
                     w->nproc);
 }
 
-
 int hp_rulewatch__init(struct hp_rulewatch *w,
-                      const struct hp_rulewatch_params *p, char *errbuf,
-                      size_t errlen)
+                       const struct hp_rulewatch_params *p, char *errbuf,
+                       size_t errlen)
 {
         const char *warnings;
         int r, watched = 0;
@@ -538,8 +545,9 @@ int hp_rulewatch__init(struct hp_rulewatch *w,
         if (w->thread_count > watched)
                 w->thread_count = watched;
         for (int i = 0; i < w->nproc; i++)
-                w->ranks[i].thread_slot =
-                        w->thread_count > 0 ? i % w->thread_count : 0;
+                w->ranks[i].thread_slot = w->thread_count > 0
+                                                  ? i % w->thread_count
+                                                  : 0;
         if (p->rules_path == NULL)
                 return 0;
         r = logmon_config_load_ruleset(p->rules_path,

@@ -42,10 +42,10 @@
  * counted (hp_rulewatch__thread_skipped). Rules that keep up never
  * exhaust the budget and skip nothing. Each rank goes to one thread, so
  * the loop can wait on a full ring while the other thread has emptied its
- * own and a core sits idle; a larger ring lets such a spell pass without a wait,
- * and past 4 MiB a larger one does not help (BENCHMARKS.md). The ring
- * is allocated when a flood starts the thread; a steady job never has
- * one.
+ * own and a core sits idle; a larger ring lets such a spell pass without
+ * a wait, and past 4 MiB a larger one does not help (BENCHMARKS.md). The
+ * ring is allocated when a flood starts the thread; a steady job never
+ * has one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -105,6 +105,7 @@ struct change {
 
 struct hp_rule_thread {
         struct hp_rulewatch *watch;
+        hp_rulewatch__change_cb log_change; /* on the loop thread */
         uv_thread_t thread;
         uv_mutex_t mu;
         uv_cond_t work;     /* the thread waits for lines, or to go on */
@@ -132,9 +133,9 @@ struct hp_rule_thread {
         size_t handed;        /* published as of the last publish */
         size_t consumed_seen; /* a recent consumed, for the room check */
         bool settling;
-        uint64_t skipped;     /* lines the rules never saw */
-        int64_t budget_ns;    /* the loop may still wait this long */
-        uint64_t budget_at;   /* uv_hrtime() of its last refill */
+        uint64_t skipped;   /* lines the rules never saw */
+        int64_t budget_ns;  /* the loop may still wait this long */
+        uint64_t budget_at; /* uv_hrtime() of its last refill */
 
         /* Written by the thread after it fed lines: equal to staged
          * (read on the loop thread) when every line is fed. Release and
@@ -219,8 +220,8 @@ static void log_changes(struct hp_rule_thread *w)
         for (size_t i = 0; i < w->nchanges; i++) {
                 const struct change *c = &w->changes[i];
 
-                hp_rulewatch__log_change(w->watch, c->rank, &c->e, c->now,
-                                         c->line, c->len);
+                w->log_change(w->watch, c->rank, &c->e, c->now, c->line,
+                              c->len);
         }
         w->nchanges = 0;
 }
@@ -236,7 +237,8 @@ static size_t feed(struct hp_rule_thread *w, size_t from, size_t to,
         struct logmon_events *ev = &w->events;
 
         while (from < to && from < limit &&
-               !atomic_load_explicit(&w->discard_flag, memory_order_relaxed)) {
+               !atomic_load_explicit(&w->discard_flag,
+                                     memory_order_relaxed)) {
                 const struct record *r = next_record(w, &from, to);
                 struct logmon_stream *s;
 
@@ -268,8 +270,7 @@ static size_t feed(struct hp_rule_thread *w, size_t from, size_t to,
                 if ((ev->n > 0 || ev->stream_changed) &&
                     logmon_stream_next_deadline(s) < armed)
                         *earlier = true;
-                if (!verdict_taken &&
-                    logmon_stream_state(s) >= LOGMON_SLOW) {
+                if (!verdict_taken && logmon_stream_state(s) >= LOGMON_SLOW) {
                         *verdict = true;
                         *verdict_rank = r->rank;
                         break;
@@ -358,6 +359,7 @@ static void thread_main(void *arg)
 }
 
 int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             hp_rulewatch__change_cb log_change,
                              struct hp_rule_thread **out)
 {
         struct hp_rule_thread *w;
@@ -380,6 +382,7 @@ int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
                 }
         }
         w->watch = watch;
+        w->log_change = log_change;
         w->wake = wake;
         w->armed = UINT64_MAX;
         atomic_init(&w->done, 0);
@@ -484,9 +487,8 @@ static bool make_room(struct hp_rule_thread *w, size_t n,
         uint64_t start = uv_hrtime(), now = start, deadline;
         bool room;
 
-        deadline = start + (uint64_t)(budget_left(w, start) > 0
-                                              ? w->budget_ns
-                                              : 0);
+        deadline = start +
+                   (uint64_t)(budget_left(w, start) > 0 ? w->budget_ns : 0);
         if (deadline == start &&
             !atomic_load_explicit(&w->paused_flag, memory_order_relaxed))
                 return false;
@@ -503,8 +505,7 @@ static bool make_room(struct hp_rule_thread *w, size_t n,
                 if (now >= deadline)
                         break;
                 w->loop_waiting = true;
-                (void)uv_cond_timedwait(&w->progress, &w->mu,
-                                        deadline - now);
+                (void)uv_cond_timedwait(&w->progress, &w->mu, deadline - now);
                 w->loop_waiting = false;
         }
         w->consumed_seen = w->consumed;
@@ -527,8 +528,8 @@ void hp_rulewatch__thread_push(struct hp_rule_thread *w, int rank,
          * for exactly what is staged. */
         if (w->staged + skip + need - w->consumed_seen > RING_SIZE) {
                 hp_rulewatch__thread_publish(w);
-                w->consumed_seen =
-                        atomic_load_explicit(&w->done, memory_order_acquire);
+                w->consumed_seen = atomic_load_explicit(&w->done,
+                                                        memory_order_acquire);
                 if (w->staged + skip + need - w->consumed_seen > RING_SIZE &&
                     !make_room(w, skip + need, on_verdict)) {
                         w->skipped++;
@@ -553,10 +554,10 @@ void hp_rulewatch__thread_push(struct hp_rule_thread *w, int rank,
                 hp_rulewatch__thread_publish(w);
 }
 
-void hp_rulewatch__thread_settle(struct hp_rule_thread *w,
-                                 void (*on_verdict)(struct hp_rulewatch *watch,
-                                                    int rank),
-                                 bool *deadline_earlier)
+void hp_rulewatch__thread_settle(
+        struct hp_rule_thread *w,
+        void (*on_verdict)(struct hp_rulewatch *watch, int rank),
+        bool *deadline_earlier)
 {
         uint64_t start, deadline;
         int64_t left;

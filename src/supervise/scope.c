@@ -39,8 +39,8 @@ static void unescape(const char *src, size_t len, char *dst, size_t size)
         size_t o = 0;
 
         for (size_t i = 0; i < len && o + 1 < size; i++) {
-                if (src[i] == '\\' && i + 3 < len &&
-                    src[i + 1] >= '0' && src[i + 1] <= '3') {
+                if (src[i] == '\\' && i + 3 < len && src[i + 1] >= '0' &&
+                    src[i + 1] <= '3') {
                         dst[o++] = (char)(((src[i + 1] - '0') << 6) |
                                           ((src[i + 2] - '0') << 3) |
                                           (src[i + 3] - '0'));
@@ -154,7 +154,8 @@ void hp_scope__root_init(struct hp_scope_root *r, bool use_cgroup)
         /* One left by an agent that had our pid and was killed: its
          * watcher removes it, unless it was killed too. */
         if (mkdir(r->path, 0755) < 0 &&
-            (errno != EEXIST || rmdir(r->path) < 0 || mkdir(r->path, 0755) < 0)) {
+            (errno != EEXIST || rmdir(r->path) < 0 ||
+             mkdir(r->path, 0755) < 0)) {
                 err = -errno;
                 r->path[0] = '\0';
                 root_fail(r, own, err);
@@ -205,7 +206,7 @@ void hp_scope__root_close(struct hp_scope_root *r)
 }
 
 void hp_scope__open(struct hp_scope_root *r, struct hp_scope *s,
-                   const char *name)
+                    const char *name)
 {
         s->root = r;
         s->dirfd = -1;
@@ -266,8 +267,8 @@ static int cgroup_procs(const struct hp_scope *s, struct hp_procs *out)
                         }
                         num[numlen] = '\0';
                         numlen = 0;
-                        if (hp_proc__read((pid_t)atoi(num), &p) == 0 &&
-                            hp_proc__live(&p))
+                        if (hp_proc_read((pid_t)atoi(num), &p) == 0 &&
+                            hp_proc_live(&p))
                                 r = hp_procs__push(out, &p);
                 }
         }

@@ -230,7 +230,7 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
          * stop waits for it, at most --hang-dump-timeout. */
         if (hp_group__active(&a->group) && !a->group.stopping &&
             !(a->verdict_report &&
-              hp_forensics__defer_stop(&a->forensics, cfg->shutdown_signal,
+              hp_agent__defer_stop(a, cfg->shutdown_signal,
                                       cfg->shutdown_timeout_ms)))
                 hp_group__stop(&a->group, cfg->shutdown_signal,
                               cfg->shutdown_timeout_ms);

@@ -221,7 +221,7 @@ __attribute__((no_sanitize_address)) static int child_main(void *arg)
 }
 
 int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid_out,
-             int *pidfd_out)
+                    int *pidfd_out)
 {
         struct spawn_child child = {
                 .opts = opts,
@@ -271,7 +271,8 @@ int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid_out,
 #endif
         } else {
                 pid = clone_vm_pidfd(&child,
-                                     (void *)(((uintptr_t)stack + stack_size) &
+                                     (void *)(((uintptr_t)stack +
+                                               stack_size) &
                                               ~(uintptr_t)15),
                                      &pidfd);
                 clone_errno = pid < 0 ? -pid : 0;

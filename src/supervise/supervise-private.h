@@ -4,6 +4,7 @@
 #define HP_SUPERVISE_PRIVATE_H
 
 #include "hp-sys.h"
+#include "hyperpod/forensics.h"
 #include "hyperpod/ftmon.h"
 #include "hyperpod/supervise.h"
 
@@ -116,44 +117,6 @@ struct hp_group {
         void (*done_cb)(struct hp_group *group, enum hp_group_result result,
                         void *ctx);
         void *ctx;
-};
-
-struct hp_forensics_target;
-struct hp_nccl_ras;
-
-/* Reports written on request (SIGUSR2, POST /debug/stacks) that are kept:
- * a new one deletes the one this many before it. */
-#define HP_STACKS_REPORTS_KEPT 8
-
-/* A hang report being collected: the /proc states are read at once, the
- * Python stacks are waited for on a timer, at most --hang-dump-timeout. */
-struct hp_forensics {
-        struct hp_agent *agent;
-        uv_timer_t timer;
-        bool busy;
-        bool stop_pending;      /* stop the group once the report is out */
-        int stop_signal;
-        uint64_t stop_timeout_ms;
-        uint64_t started;       /* loop ms */
-        uint64_t deadline;      /* loop ms */
-        bool on_request;        /* SIGUSR2, not a verdict */
-        unsigned requests;      /* reports written on request */
-        /* The latest HP_STACKS_REPORTS_KEPT of them, a ring at
-         * requests % HP_STACKS_REPORTS_KEPT ("": none). */
-        char kept[HP_STACKS_REPORTS_KEPT][PATH_MAX];
-        struct hp_verdict verdict; /* the agent's; state WAITING: none */
-        char silence[512];      /* the latest silence line, or "" */
-        char python_dir[PATH_MAX]; /* holds our sitecustomize.py, or "" */
-        /* python_dir, open and flock()ed for as long as we live: how a
-         * later agent tells a dead agent's directory from a live one's. */
-        int python_dir_fd;
-        char *python_path;      /* the workers' PYTHONPATH, or NULL */
-        char stacks_signal[16]; /* its number, for the workers' env */
-        struct hp_nccl_ras *ras; /* the NCCL RAS query, or NULL */
-        enum hp_stage stage;    /* of the group being reported on */
-        int attempt;
-        struct hp_forensics_target *targets;
-        int count;
 };
 
 /* ---- The log rule watch (rulewatch.c, ruleworker.c) ---- */
@@ -311,16 +274,17 @@ struct hp_node_health {
 struct hp_agent {
         uv_loop_t *loop;
         const struct hp_config *cfg;
+        struct hp_agent_setup setup; /* from main's choice of driver */
         struct hp_rdzv rdzv;
         struct hp_rdzv_info round;
-        struct hp_console console_out;
-        struct hp_console console_err;
+        struct hp_console *console_out; /* owned */
+        struct hp_console *console_err; /* owned */
         /* Where workers' stderr and the agent's messages go: console_out
          * when fds 1 and 2 are one file or pipe, whose two writer threads
          * could otherwise cut each other's lines. */
         struct hp_console *console_for_err;
         uint64_t console_reported[2];           /* lines lost, as logged */
-        struct hp_stream_hub stream_hub; /* batches the streams' writes */
+        struct hp_stream_hub *stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;
         struct hp_group group;
@@ -367,7 +331,7 @@ struct hp_agent {
          * for itself: what the workers get (nofile_known: it was read). */
         struct rlimit nofile;
         bool nofile_known;
-        struct hp_forensics forensics;          /* --hang-dump */
+        struct hp_forensics *forensics;         /* --hang-dump */
         struct hp_node_health health;           /* --node-problem-config */
         struct hp_agent_counts counts;          /* the self-driven driver's */
         /* Verdicts by rule name (hp_agent_verdict_counts). */
@@ -405,6 +369,7 @@ struct hp_group_params {
         const char *ipc_path;    /* the worker socket */
         /* The processes' RLIMIT_NOFILE; NULL: the agent's own. */
         const struct rlimit *nofile;
+        int max_restarts; /* TORCHELASTIC_MAX_RESTARTS */
         /* --hang-dump: the workers' PYTHONPATH and stacks signal, and the
          * flight recorder's file prefixes; NULL when not set. */
         const char *python_path;
@@ -432,6 +397,26 @@ struct hp_group_params {
         void *ctx;
 };
 
+/* A worker's output (output.c). */
+
+/* " (rank 3)", or "" while the global rank is not known. */
+const char *hp_worker__rank_text(const struct hp_worker *w, char *buf,
+                                 size_t len);
+/* Where one of the worker's streams goes (bit: HP_STD_OUT or
+ * HP_STD_ERR), per torchrun's -r/-t and the console filter: its log file
+ * opened, its console and listener picked. */
+int hp_worker__setup_stream(const struct hp_group_params *p,
+                            struct hp_worker *w, struct hp_stream *s, int bit);
+/* The stream's console prefix, which may name the pid: once spawned. */
+void hp_worker__set_prefix(const struct hp_group_params *p,
+                           struct hp_worker *w, struct hp_stream *s);
+/* Whether Linux's limits on a user's pipe memory apply to us. */
+bool hp_group__pipe_limits_apply(void);
+/* The worker's end of a new pipe for one of its outputs, in *child_fd,
+ * sized within the group's share; ours goes to s. */
+int hp_group__open_output_pipe(const struct hp_group *g, int ranks,
+                               struct hp_stream *s, int *child_fd);
+
 /* Spawns the group's processes. A process that cannot start fails the
  * group through done_cb, from the loop; the return is 0 or -ENOMEM. */
 int hp_group__start(struct hp_group *g, const struct hp_group_params *p);
@@ -441,7 +426,7 @@ void hp_group__stop(struct hp_group *g, int sig, uint64_t timeout_ms);
 /* Forwards sig to every running worker's group (SIGUSR1, SIGUSR2). */
 void hp_group__signal(struct hp_group *g, int sig);
 /* Sends sig to each process of the running workers' process groups that
- * takes it (hp_proc__takes_signal()), through a pidfd; the others, whom
+ * takes it (hp_proc_takes_signal()), through a pidfd; the others, whom
  * its default action would end, are left alone. *sent and *spared say
  * how many of each. */
 void hp_group__signal_takers(struct hp_group *g, int sig, int *sent,
@@ -499,8 +484,18 @@ bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
 void hp_agent__set_state(struct hp_agent *a, enum hp_agent_state to,
                          const char *why);
 
-/* The enabled stage after stage, or -1. */
+/* Which stages run (logdirs.c): whether stage does, and the enabled
+ * stage after stage, or -1. */
+bool hp_agent__stage_enabled(const struct hp_agent *a, enum hp_stage stage);
 int hp_agent__next_enabled(const struct hp_agent *a, enum hp_stage stage);
+/* The log root and a run directory per enabled stage (a config error is
+ * HP_ECONFIG with errbuf saying why), and their close. */
+int hp_agent__prepare_log_dirs(struct hp_agent *a, char *errbuf,
+                               size_t errlen);
+void hp_agent__close_log_dirs(struct hp_agent *a);
+/* Makes the stage's attempt directory for a->restart_count (see
+ * logdirs.c); a->attempt_dir[stage] is "" without log files. */
+void hp_agent__prepare_attempt_dir(struct hp_agent *a, enum hp_stage stage);
 
 /* ---- Self-driven mode (selfdriven.c) ---- */
 
@@ -539,15 +534,7 @@ extern const struct hp_agent_events hp_selfdriven__events;
  * subreaper) here. Returns how many orphans were reaped. */
 int hp_reaper__sweep(bool (*reap_managed)(pid_t pid, void *ctx), void *ctx);
 
-/* ---- Processes in /proc (procstate.c, reaper.c) ---- */
-
-struct hp_proc {
-        pid_t pid;
-        pid_t ppid;
-        pid_t pgid;
-        char state; /* R, S, D, Z... */
-        char comm[16];
-};
+/* ---- Processes in /proc (reaper.c; one process: hyperpod/forensics.h) ---- */
 
 /* A growable list; zero-initialise, then hp_procs__free. */
 struct hp_procs {
@@ -556,19 +543,6 @@ struct hp_procs {
         size_t cap;
 };
 
-/* Reads /proc/PID/stat: 0, or -ESRCH when it is gone. */
-int hp_proc__read(pid_t pid, struct hp_proc *p);
-/* Not a zombie. */
-bool hp_proc__live(const struct hp_proc *p);
-/* The threads of pid, at most 512, as a JSON array of {tid, comm, state,
- * wchan} (and kernel_stack when asked for); an empty array when the
- * process is gone, NULL only without memory. */
-struct cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks);
-/* Whether sig does something in pid other than its default action: a
- * handler is installed (SigCgt), or every thread blocks it (SigBlk) or
- * waits for it in sigwait, to take it with a signalfd or sigwait. False
- * when it is ignored, or pid is gone. */
-bool hp_proc__takes_signal(pid_t pid, int sig);
 int hp_procs__push(struct hp_procs *list, const struct hp_proc *p);
 void hp_procs__free(struct hp_procs *list);
 /* Every live descendant of this process. */
@@ -632,9 +606,17 @@ void hp_worker__start_failure(const struct hp_worker *w, char *buf,
 #define HP_RULE_REPORT_MS 1000
 #define HP_RULE_WARN_MS 10000
 
+/* How a rule thread's state changes are logged, on the loop thread (the
+ * watch's hp_rulewatch__log_change). */
+typedef void (*hp_rulewatch__change_cb)(struct hp_rulewatch *w, int rank,
+                                        const struct logmon_event *e,
+                                        uint64_t t_ms, const char *line,
+                                        size_t len);
+
 /* Starts the thread; wake is the loop's handle for verdicts and earlier
- * deadlines. */
+ * deadlines, log_change logs the changes it kept. */
 int hp_rulewatch__thread_new(struct hp_rulewatch *watch, uv_async_t *wake,
+                             hp_rulewatch__change_cb log_change,
                              struct hp_rule_thread **out);
 /* Every queued line fed and no verdict waiting: the streams are the
  * loop's. */
@@ -686,8 +668,12 @@ void hp_agent__health_close(struct hp_agent *a);
 /* Ends a self-driven run stopped by a node fault, once --node-fault-action
  * has ended. */
 void hp_agent__health_finish(struct hp_agent *a);
-/* --preflight nccl passed: the first attempt may start. */
+/* The driver's events (driver.c): --preflight nccl passed, the first
+ * attempt may start; a node fault; --preflight nccl could not run (true:
+ * the driver ended the agent for it). */
 void hp_agent__preflight_passed(struct hp_agent *a);
+void hp_agent__node_fault(struct hp_agent *a);
+bool hp_agent__preflight_unavailable(struct hp_agent *a, const char *reason);
 
 /* Exit status when a log rule stopped the job and no restart was left
  * (timeout(1)'s status: most verdicts are hangs). */
@@ -706,73 +692,25 @@ const struct hp_worker *hp_agent__root_cause(const struct hp_group *g);
  * signal N (tini's convention). */
 int hp_agent__root_cause_exit_code(const struct hp_group *g);
 
-/* ---- Hang forensics (forensics.c) ---- */
+/* ---- Hang reports (through hyperpod/forensics.h) ---- */
 
-/* Prepares --hang-dump: the sitecustomize.py the workers' PYTHONPATH
- * loads. On failure errbuf says why. */
-int hp_forensics__init(struct hp_forensics *f, struct hp_agent *a,
-                      char *errbuf, size_t errlen);
-/* Puts the running group's silence line, as of event ("the verdict"), in
- * a->forensics.silence and logs it. */
-void hp_forensics__note_silence(struct hp_agent *a, const char *event);
-/* Starts a report on the running group (a verdict's, or on_request for
- * SIGUSR2): 0 while it is collected, -ENOTSUP with --hang-dump off,
- * -EBUSY while another is, -ESRCH when no group runs. */
-int hp_forensics__begin(struct hp_forensics *f, bool on_request);
+/* The running group as the forensics module sees it: *ranks is
+ * allocated (free it), NULL with at->count 0 when no group runs. */
+int hp_agent__attempt(const struct hp_agent *a,
+                      struct hp_forensics_attempt *at,
+                      struct hp_forensics_rank **ranks);
+/* Puts the running group's silence line, as of event, in the collector
+ * and logs it. */
+void hp_agent__note_silence(struct hp_agent *a, const char *event);
+/* Starts a report on the running group (see hp_forensics_begin). */
+int hp_agent__begin_report(struct hp_agent *a, bool on_request);
 /* While a report is collected, a stop of the group waits for it: true
- * when the stop was taken to be sent then. */
-bool hp_forensics__defer_stop(struct hp_forensics *f, int sig,
-                             uint64_t timeout_ms);
-/* Stops collecting, removes the sitecustomize directory. */
-void hp_forensics__close(struct hp_forensics *f);
-
-/* ---- torch's NCCL flight recorder in a hang report (nccl_fr.c) ---- */
-
-/* With --hang-dump full and log files: the prefixes of torch's flight
- * recorder trigger pipes and dump files for stage's workers (the user's
- * TORCH_NCCL_DEBUG_INFO_PIPE_FILE and TORCH_FR_DUMP_TEMP_FILE or
- * TORCH_NCCL_DEBUG_INFO_TEMP_FILE where set, else ours), each
- * of len bytes; false when the flight recorder is not asked for. */
-bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
-                               enum hp_stage stage, char *pipe, char *dump,
-                               size_t len);
-/* The flight recorder's ring size we give the workers, unless they have
- * their own TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE: torch's
- * documented example. */
-#define HP_FR_BUFFER_SIZE "2000"
-
-/* One rank's dump; zero-initialise, then hp_nccl_fr__free. */
-struct hp_nccl_fr {
-        const char *status;     /* NULL: not asked for */
-        char *pipe;
-        char *dump;
-        struct timespec mtime;  /* the dump as it was before the ask */
-        off_t size;
-        off_t seen;
-        bool waiting;
-};
-
-/* Asks rank's ProcessGroupNCCL for its flight recorder through the pipe
- * pipe_prefix<rank>.pipe, the dump to come in dump_prefix<rank>. */
-void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
-                     const char *pipe_prefix, const char *dump_prefix);
-/* Looks at the dump again: true while it is still awaited. */
-bool hp_nccl_fr__poll(struct hp_nccl_fr *fr);
-/* Adds "nccl_flight_recorder" to a rank's object o, when it was asked. */
-void hp_nccl_fr__report(const struct hp_nccl_fr *fr, struct cJSON *o);
-void hp_nccl_fr__free(struct hp_nccl_fr *fr);
-
-/* ---- NCCL's RAS in a hang report (nccl_ras.c) ---- */
-
-/* Starts the query on loop: NCCL_RAS_ADDR from our environment (which the
- * workers inherit), else NCCL's default port on this host. NULL when the
- * environment turns RAS off, or without memory. */
-struct hp_nccl_ras *hp_nccl_ras__begin(uv_loop_t *loop);
-/* True while the answer is awaited (false for NULL). */
-bool hp_nccl_ras__waiting(const struct hp_nccl_ras *q);
-/* Adds "nccl_ras" to doc unless doc is NULL (the answer, or why there is
- * none) and lets the query go; q is freed once its socket is closed.
- * NULL is ignored. */
-void hp_nccl_ras__end(struct hp_nccl_ras *q, struct cJSON *doc);
+ * when the stop was taken, to be sent once the report is out. */
+bool hp_agent__defer_stop(struct hp_agent *a, int sig, uint64_t timeout_ms);
+/* Makes a->forensics for --hang-dump (see hp_forensics_new). */
+int hp_agent__forensics_init(struct hp_agent *a, char *errbuf, size_t errlen);
+/* The collector's stop callback (struct hp_forensics_params). */
+void hp_agent__report_stop(void *ctx, int sig, uint64_t timeout_ms, int stage,
+                           int attempt);
 
 #endif

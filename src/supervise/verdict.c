@@ -7,15 +7,6 @@
 #include "hyperpod/common.h"
 #include "hyperpod/supervise.h"
 
-/* The prefixes logmon_stream_reason gives each state: the operator's
- * /status shows the code, so both must agree byte for byte (the unit
- * tests compare them). */
-static const char *const reason_prefix[] = {
-        [LOGMON_SLOW] = "LogSlow_",
-        [LOGMON_HANGING] = "LogHang_",
-        [LOGMON_FAULTED] = "LogFault_",
-};
-
 /* The rank monitor's codes: a section's carries its name. */
 static const struct {
         const char *code;
@@ -34,8 +25,8 @@ static bool valid(const struct hp_verdict *v)
         if (v->kind != HP_VERDICT_RULE)
                 return (unsigned)v->kind < HP_VERDICT_KIND_COUNT &&
                        v->state != LOGMON_WAITING;
-        return v->state >= LOGMON_SLOW &&
-               (size_t)v->state < HP_ARRAY_SIZE(reason_prefix);
+        /* A rule's code has logmon's prefix, logmon_stream_reason's. */
+        return logmon_reason_prefix(v->state) != NULL;
 }
 
 /* snprintf, with its result as a length or -EINVAL. */
@@ -59,12 +50,11 @@ int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len)
         if (v->kind != HP_VERDICT_RULE)
                 return finish(snprintf(buf, len, "%s%s",
                                        monitor_reason[v->kind].code,
-                                       monitor_reason[v->kind].named
-                                               ? v->rule
-                                               : ""),
+                                       monitor_reason[v->kind].named ? v->rule
+                                                                     : ""),
                               buf, len);
-        return finish(snprintf(buf, len, "%s%s", reason_prefix[v->state],
-                               v->rule),
+        return finish(snprintf(buf, len, "%s%s",
+                               logmon_reason_prefix(v->state), v->rule),
                       buf, len);
 }
 

@@ -228,7 +228,7 @@ int hp_watcher__start(struct hp_watcher *w, const char *cgroup_path)
         (void)waitpid(pid, NULL, 0);
         if (err < 0)
                 goto out;
-        /* For the wait at exit: it exits only on our word or our death,
+                /* For the wait at exit: it exits only on our word or our death,
          * so its pid is still its own here. */
 #ifdef SYS_pidfd_open
         w->pidfd = (int)syscall(SYS_pidfd_open, watcher, 0);

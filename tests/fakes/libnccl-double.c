@@ -40,10 +40,10 @@ result_t ncclCommInitAll(void **comms, int n, const int *devs)
         return 0;
 }
 
-result_t ncclAllReduce(const void *s, void *r, size_t count, int type,
-                       int op, void *comm, void *stream);
-result_t ncclAllReduce(const void *s, void *r, size_t count, int type,
-                       int op, void *comm, void *stream)
+result_t ncclAllReduce(const void *s, void *r, size_t count, int type, int op,
+                       void *comm, void *stream);
+result_t ncclAllReduce(const void *s, void *r, size_t count, int type, int op,
+                       void *comm, void *stream)
 {
         (void)s, (void)r, (void)count, (void)type, (void)op, (void)comm,
                 (void)stream;
@@ -51,11 +51,21 @@ result_t ncclAllReduce(const void *s, void *r, size_t count, int type,
 }
 
 result_t ncclGroupStart(void);
-result_t ncclGroupStart(void) { return 0; }
+result_t ncclGroupStart(void)
+{
+        return 0;
+}
 result_t ncclGroupEnd(void);
-result_t ncclGroupEnd(void) { return 0; }
+result_t ncclGroupEnd(void)
+{
+        return 0;
+}
 result_t ncclCommDestroy(void *comm);
-result_t ncclCommDestroy(void *comm) { (void)comm; return 0; }
+result_t ncclCommDestroy(void *comm)
+{
+        (void)comm;
+        return 0;
+}
 
 const char *ncclGetErrorString(result_t r);
 const char *ncclGetErrorString(result_t r)
@@ -72,7 +82,11 @@ int cudaGetDeviceCount(int *n)
 }
 
 int cudaSetDevice(int d);
-int cudaSetDevice(int d) { (void)d; return 0; }
+int cudaSetDevice(int d)
+{
+        (void)d;
+        return 0;
+}
 
 static char buffers[8][1 << 12];
 static int next_buffer;
@@ -87,13 +101,29 @@ int cudaMalloc(void **p, size_t n)
 }
 
 int cudaMemset(void *p, int v, size_t n);
-int cudaMemset(void *p, int v, size_t n) { (void)p, (void)v, (void)n; return 0; }
+int cudaMemset(void *p, int v, size_t n)
+{
+        (void)p, (void)v, (void)n;
+        return 0;
+}
 int cudaFree(void *p);
-int cudaFree(void *p) { (void)p; return 0; }
+int cudaFree(void *p)
+{
+        (void)p;
+        return 0;
+}
 int cudaStreamCreate(void **s);
-int cudaStreamCreate(void **s) { *s = (void *)1; return 0; }
+int cudaStreamCreate(void **s)
+{
+        *s = (void *)1;
+        return 0;
+}
 int cudaStreamDestroy(void *s);
-int cudaStreamDestroy(void *s) { (void)s; return 0; }
+int cudaStreamDestroy(void *s)
+{
+        (void)s;
+        return 0;
+}
 
 int cudaStreamSynchronize(void *s);
 int cudaStreamSynchronize(void *s)

@@ -3,10 +3,10 @@
  * libFuzzer target: replay, the code behind --replay, on any log. The
  * first byte picks the options (layout, a rate, a tail or --replay-until
  * verdict, rank 0 alone or every rank, text output, the log as two
- * per-rank files), the rest is the
- * log: timestamps, console prefixes, srun labels, the agent's own lines,
- * the lookahead, the line splitter and the JSON writer. Every output line must be valid JSON, the last one
- * the summary, and an expectation check on the result must work.
+ * per-rank files), the rest is the log: timestamps, console prefixes,
+ * srun labels, the agent's own lines, the lookahead, the line splitter and
+ * the JSON writer. Every output line must be valid JSON, the last one the
+ * summary, and an expectation check on the result must work.
  */
 #include <errno.h>
 #include <string.h>
@@ -85,8 +85,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 fclose(in[1]);
         } else {
                 err = logmon_replay_buffer(fuzz_fixed_ruleset(),
-                                           (const char *)data, size, &opts,
-                                           f, &r);
+                                           (const char *)data, size, &opts, f,
+                                           &r);
         }
         fclose(f);
         /* --replay-until verdict on a log without the agent's verdict. */

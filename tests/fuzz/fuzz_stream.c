@@ -80,7 +80,8 @@ static void script_rules(const char **p, const char *end,
         if (*p == end || **p != '[')
                 return;
         for (q = *p; q + 3 <= end; q++) {
-                if (q[0] == '%' && q[1] == '%' && (q == *p || q[-1] == '\n') &&
+                if (q[0] == '%' && q[1] == '%' &&
+                    (q == *p || q[-1] == '\n') &&
                     (q + 2 == end || q[2] == '\n')) {
                         sep = q;
                         break;

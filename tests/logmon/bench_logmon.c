@@ -158,8 +158,11 @@ int main(int argc, char **argv)
                 /* "four": start, hang, throughput and loss spike. */
                 rules = cJSON_CreateArray();
                 for (k = 0; k < 4; k++)
-                        cJSON_AddItemToArray(rules, cJSON_Duplicate(
-                                cJSON_GetArrayItem(six, pick[k]), true));
+                        cJSON_AddItemToArray(
+                                rules,
+                                cJSON_Duplicate(cJSON_GetArrayItem(six,
+                                                                   pick[k]),
+                                                true));
                 cJSON_Delete(six);
         }
         if (logmon_ruleset_new(rules, &opts, &rs, errbuf, sizeof(errbuf))) {

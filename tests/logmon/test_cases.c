@@ -148,11 +148,11 @@ static void parse_case(struct case_file *c)
                         for (tok = strtok_r(p, " ", &s2); tok != NULL;
                              tok = strtok_r(NULL, " ", &s2)) {
                                 if (strncmp(tok, "matchlimit=", 11) == 0)
-                                        c->match_limit =
-                                                (uint32_t)atol(tok + 11);
+                                        c->match_limit = (uint32_t)atol(tok +
+                                                                        11);
                                 else if (strncmp(tok, "depthlimit=", 11) == 0)
-                                        c->depth_limit =
-                                                (uint32_t)atol(tok + 11);
+                                        c->depth_limit = (uint32_t)atol(tok +
+                                                                        11);
                                 else if (strcmp(tok, "strict") == 0)
                                         c->strict = true;
                                 else
@@ -199,7 +199,8 @@ struct run {
         const char *path;
 };
 
-static void collect(struct run *r, uint64_t at, const struct logmon_events *ev)
+static void collect(struct run *r, uint64_t at,
+                    const struct logmon_events *ev)
 {
         size_t i;
 
@@ -223,8 +224,9 @@ static void collect(struct run *r, uint64_t at, const struct logmon_events *ev)
                         snprintf(out, sizeof(r->store[0]),
                                  "@%" PRIu64 " %s limit %s", at,
                                  logmon_ruleset_rule_name(r->rs, e->rule),
-                                 e->pattern == LOGMON_PATTERN_STOP ?
-                                         "stopPattern" : "logPattern");
+                                 e->pattern == LOGMON_PATTERN_STOP
+                                         ? "stopPattern"
+                                         : "logPattern");
                 r->got.lines[r->got.n++] = out;
         }
         if (ev->stream_changed &&
@@ -266,7 +268,8 @@ static void step(struct run *r, const char *cmd)
                          * timer firing for no reason. */
                         if (ev.n == 0)
                                 fail_msg("%s: deadline %" PRIu64
-                                         " changed nothing", r->path, d);
+                                         " changed nothing",
+                                         r->path, d);
                         collect(r, d, &ev);
                 }
                 logmon_stream_tick(r->s, at, &ev);
@@ -317,7 +320,8 @@ static void check_final(struct run *r, const char *spec)
         idx = logmon_ruleset_find(r->rs, tok);
         if (idx < 0)
                 fail_msg("%s: %%final: no rule %s", r->path, tok);
-        assert_int_equal(logmon_stream_rule_info(r->s, (size_t)idx, &info), 0);
+        assert_int_equal(logmon_stream_rule_info(r->s, (size_t)idx, &info),
+                         0);
         tok = strtok_r(NULL, " ", &save);
         assert_int_equal(logmon_state_parse(tok, &state), 0);
         if (info.state != state)
@@ -398,13 +402,16 @@ static void run_case(void **state)
         r = calloc(1, sizeof(*r));
         assert_non_null(r);
         r->path = c->path;
-        err = logmon_ruleset_new(rules, &opts, &r->rs, errbuf, sizeof(errbuf));
+        err = logmon_ruleset_new(rules, &opts, &r->rs, errbuf,
+                                 sizeof(errbuf));
         cJSON_Delete(rules);
         if (c->error != NULL) {
                 assert_int_equal(err, HP_ECONFIG);
                 if (strcmp(errbuf, c->error) != 0)
-                        fail_msg("%s:\n  expected error: %s\n  got error:      "
-                                 "%s", c->path, c->error, errbuf);
+                        fail_msg(
+                                "%s:\n  expected error: %s\n  got error:      "
+                                "%s",
+                                c->path, c->error, errbuf);
                 free(r);
                 return;
         }
@@ -451,9 +458,9 @@ static void run_case(void **state)
         }
         if (c->deadline != NULL) {
                 uint64_t d = logmon_stream_next_deadline(r->s);
-                uint64_t want = strcmp(c->deadline, "none") == 0 ?
-                                        UINT64_MAX :
-                                        strtoull(c->deadline, NULL, 10);
+                uint64_t want = strcmp(c->deadline, "none") == 0
+                                        ? UINT64_MAX
+                                        : strtoull(c->deadline, NULL, 10);
 
                 if (d != want)
                         fail_msg("%s: deadline: expected %s, got %" PRIu64,

@@ -26,12 +26,12 @@
 #include "hyperpod/logmon.h"
 
 /* The seed rules of the AWS documentation, in configuration order. */
-#define SEED_RULES(X)                                                    \
-        X(JobStart)                                                      \
-        X(JobHangingDetection)                                           \
-        X(NoS3CheckpointingDetection)                                    \
-        X(LowThroughputDetection)                                        \
-        X(LossSpikeDetection)                                            \
+#define SEED_RULES(X)                                                        \
+        X(JobStart)                                                          \
+        X(JobHangingDetection)                                               \
+        X(NoS3CheckpointingDetection)                                        \
+        X(LowThroughputDetection)                                            \
+        X(LossSpikeDetection)                                                \
         X(TFLOPs)
 
 #define RULE_NAME(name) #name,
@@ -127,13 +127,12 @@ static void expect_met(const struct logmon_replay *r, const cJSON *expect,
 {
         if (differences(r, expect, what, false) != 0) {
                 differences(r, expect, what, true);
-                fail_msg("%s: expectation not met (differences above)",
-                         what);
+                fail_msg("%s: expectation not met (differences above)", what);
         }
 }
 
-static void expect_not_met(const struct logmon_replay *r,
-                           const cJSON *expect, const char *what)
+static void expect_not_met(const struct logmon_replay *r, const cJSON *expect,
+                           const char *what)
 {
         if (differences(r, expect, what, false) == 0)
                 fail_msg("%s: met an expectation it must not meet", what);
@@ -143,7 +142,8 @@ static void expect_not_met(const struct logmon_replay *r,
 static enum logmon_state final_state(const cJSON *expect, const char *rule,
                                      const char *what)
 {
-        const cJSON *final = cJSON_GetObjectItemCaseSensitive(expect, "final");
+        const cJSON *final = cJSON_GetObjectItemCaseSensitive(expect,
+                                                              "final");
         const cJSON *item = cJSON_GetObjectItemCaseSensitive(final, rule);
         enum logmon_state state = LOGMON_WAITING;
 
@@ -178,7 +178,8 @@ static void test_rule_files_agree(void **state)
                 if (!cJSON_Compare(cJSON_GetArrayItem(json, (int)i),
                                    cJSON_GetArrayItem(yaml, (int)i), true))
                         fail_msg("rule %s differs between rules.json and "
-                                 "job.yaml", rule_names[i]);
+                                 "job.yaml",
+                                 rule_names[i]);
         }
         logmon_ruleset_unref(a);
         logmon_ruleset_unref(b);
@@ -221,7 +222,7 @@ static void check_samples(const char *rule, const cJSON *one,
 {
         static const char *const logs[] = { "healthy.log", "failing.log" };
         static const char *const expects[] = { "healthy.expect.json",
-                                                "failing.expect.json" };
+                                               "failing.expect.json" };
         struct logmon_ruleset *rs = compile(one, no_jit, rule);
         struct logmon_ruleset *six = compile(all, no_jit, "rules.json");
         cJSON *expect[2], *final_only;
@@ -237,7 +238,8 @@ static void check_samples(const char *rule, const cJSON *one,
                          expects[0]);
         if (final_state(expect[1], rule, expects[1]) < LOGMON_SLOW)
                 fail_msg("%s/%s: the final state must be SLOW, HANGING or "
-                         "FAULTED", rule, expects[1]);
+                         "FAULTED",
+                         rule, expects[1]);
 
         for (i = 0; i < 2; i++) {
                 struct logmon_replay *r = replay(rs, rule, logs[i]);
@@ -260,8 +262,10 @@ static void check_samples(const char *rule, const cJSON *one,
                 cJSON_AddItemReferenceToObject(
                         final_only, "final",
                         cJSON_GetObjectItemCaseSensitive(expect[i], "final"));
-                snprintf(what, sizeof(what), "%s/%s with all rules vs the "
-                         "final states of %s%s", rule, logs[i], expects[i],
+                snprintf(what, sizeof(what),
+                         "%s/%s with all rules vs the "
+                         "final states of %s%s",
+                         rule, logs[i], expects[i],
                          no_jit ? " (no JIT)" : "");
                 expect_met(r, final_only, what);
                 cJSON_Delete(final_only);
@@ -281,7 +285,7 @@ static void test_rule(void **state)
         const cJSON *entry = NULL, *item;
 
         /* The one-rule file is the rule of rules.json, not a variant. */
-        cJSON_ArrayForEach(item, all) {
+        cJSON_ArrayForEach (item, all) {
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(item,
                                                                      "name");
 

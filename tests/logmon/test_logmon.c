@@ -64,15 +64,18 @@ static const struct load_case load_cases[] = {
         { "bad.json", HP_ECONFIG, "bad.json:3:50: invalid JSON", 0 },
         { "bad.yaml", HP_ECONFIG,
           "bad.yaml:7:1: found unexpected end of stream while scanning a "
-          "quoted scalar", 0 },
+          "quoted scalar",
+          0 },
         { "norules.yaml", HP_ECONFIG,
           "norules.yaml: no document has spec.runPolicy."
-          "logMonitoringConfiguration", 0 },
+          "logMonitoringConfiguration",
+          0 },
         { "notlist.json", HP_ECONFIG,
           "notlist.json: logMonitoringConfiguration: expected a list of "
-          "rules", 0 },
-        { "missing.json", -ENOENT,
-          "missing.json: No such file or directory", 0 },
+          "rules",
+          0 },
+        { "missing.json", -ENOENT, "missing.json: No such file or directory",
+          0 },
 };
 
 static void test_config_load(void **state)
@@ -96,7 +99,8 @@ static void test_config_load(void **state)
                                  c->error);
                         if (strcmp(errbuf, want) != 0)
                                 fail_msg("%s:\n  expected: %s\n  got:      "
-                                         "%s", c->file, want, errbuf);
+                                         "%s",
+                                         c->file, want, errbuf);
                         continue;
                 }
                 assert_true(cJSON_IsArray(out));
@@ -114,24 +118,31 @@ static void test_config_yaml_types(void **state)
         char errbuf[512];
 
         assert_int_equal(logmon_config_load(data_path("job.yaml"), &rules,
-                                            errbuf, sizeof(errbuf)), 0);
+                                            errbuf, sizeof(errbuf)),
+                         0);
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(rules, 0),
-                                                "name")->valuestring,
+                                                "name")
+                                    ->valuestring,
                             "JobStart");
-        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(
-                cJSON_GetArrayItem(rules, 2), "metricThreshold")));
+        assert_true(cJSON_IsNumber(
+                cJSON_GetObjectItem(cJSON_GetArrayItem(rules, 2),
+                                    "metricThreshold")));
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(rules, 2),
-                                                "logPattern")->valuestring,
+                                                "logPattern")
+                                    ->valuestring,
                             ".*\\[Epoch 0 Batch \\d+.*'samples\\/sec': "
                             "(\\d+(\\.\\d+)?).*");
         q = cJSON_GetArrayItem(rules, 3);
-        assert_true(cJSON_IsString(cJSON_GetObjectItem(q, "metricThreshold")));
+        assert_true(
+                cJSON_IsString(cJSON_GetObjectItem(q, "metricThreshold")));
         assert_true(cJSON_IsString(cJSON_GetObjectItem(q, "faultOnMatch")));
-        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(
-                q, "expectedRecurringFrequencyInSeconds")));
+        assert_true(cJSON_IsNumber(
+                cJSON_GetObjectItem(q,
+                                    "expectedRecurringFrequencyInSeconds")));
         assert_true(cJSON_IsNull(cJSON_GetObjectItem(q, "stopPattern")));
         assert_int_equal(logmon_ruleset_new(rules, NULL, &rs, errbuf,
-                                            sizeof(errbuf)), 0);
+                                            sizeof(errbuf)),
+                         0);
         assert_int_equal(logmon_ruleset_count(rs), 4);
         assert_string_equal(logmon_ruleset_warnings(rs), "");
         logmon_ruleset_unref(rs);
@@ -148,9 +159,11 @@ static void test_config_parse_buffer(void **state)
                 { "- name: A\n  logPattern: a\n", 0, NULL },
                 { "[{\"name\": \"A\", \"logPattern\": \"a\"}]", 0, NULL },
                 { "", HP_ECONFIG, "mem: empty file" },
-                { "just a string\n", HP_ECONFIG, "mem: no document has "
+                { "just a string\n", HP_ECONFIG,
+                  "mem: no document has "
                   "spec.runPolicy.logMonitoringConfiguration" },
-                { "a: [1, 2\n", HP_ECONFIG, "mem:2:1: did not find expected "
+                { "a: [1, 2\n", HP_ECONFIG,
+                  "mem:2:1: did not find expected "
                   "',' or ']' while parsing a flow sequence" },
                 { "[1,\n 2,\n x]", HP_ECONFIG, "mem:3:2: invalid JSON" },
                 /* Aliases that would expand into billions of nodes. */
@@ -160,7 +173,8 @@ static void test_config_parse_buffer(void **state)
                   "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
                   "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
-                  HP_ETOOBIG, "mem:6:12: expands to more than 16777216 bytes "
+                  HP_ETOOBIG,
+                  "mem:6:12: expands to more than 16777216 bytes "
                   "(aliases included)" },
         };
         size_t i;
@@ -171,8 +185,8 @@ static void test_config_parse_buffer(void **state)
                 int err;
 
                 err = logmon_config_parse("mem", cases[i].text,
-                                          strlen(cases[i].text), &out,
-                                          errbuf, sizeof(errbuf));
+                                          strlen(cases[i].text), &out, errbuf,
+                                          sizeof(errbuf));
                 if (err != cases[i].result)
                         fail_msg("case %zu: expected %d, got %d (%s)", i,
                                  cases[i].result, err, errbuf);
@@ -235,7 +249,8 @@ static void gen_alias_bomb(struct text *t)
 /* Ten levels of ten aliases each: 10^10 nodes from 700 bytes. */
 static void gen_billion_laughs(struct text *t)
 {
-        put(t, "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        put(t,
+            "l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
         for (int i = 1; i < 10; i++) {
                 put(t, "l%d: &l%d [", i, i);
                 for (int j = 0; j < 10; j++)
@@ -376,25 +391,30 @@ static void test_config_hostile(void **state)
  * keys included; the limits are inclusive. */
 static void test_config_aliases_within_limits(void **state)
 {
-        static const char yaml[] =
-                "x-rule: &rule {name: A, logPattern: a}\n"
-                "x-key: &key name\n"
-                "logMonitoringConfiguration:\n"
-                "  - *rule\n"
-                "  - {*key : B, logPattern: !!str 80}\n";
+        static const char yaml[] = "x-rule: &rule {name: A, logPattern: a}\n"
+                                   "x-key: &key name\n"
+                                   "logMonitoringConfiguration:\n"
+                                   "  - *rule\n"
+                                   "  - {*key : B, logPattern: !!str 80}\n";
         struct text deep = { 0 };
         cJSON *out = NULL;
         char errbuf[512] = "";
 
         assert_int_equal(logmon_config_parse("mem", yaml, strlen(yaml), &out,
-                                             errbuf, sizeof(errbuf)), 0);
+                                             errbuf, sizeof(errbuf)),
+                         0);
         assert_int_equal(cJSON_GetArraySize(out), 2);
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 0),
-                                                "name")->valuestring, "A");
+                                                "name")
+                                    ->valuestring,
+                            "A");
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 1),
-                                                "name")->valuestring, "B");
+                                                "name")
+                                    ->valuestring,
+                            "B");
         assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 1),
-                                                "logPattern")->valuestring,
+                                                "logPattern")
+                                    ->valuestring,
                             "80");
         cJSON_Delete(out);
 
@@ -404,8 +424,8 @@ static void test_config_aliases_within_limits(void **state)
         put_repeat(&deep, "]", 62);
         put(&deep, "]\n");
         out = NULL;
-        assert_int_equal(logmon_config_parse("mem", deep.data, deep.len,
-                                             &out, errbuf, sizeof(errbuf)),
+        assert_int_equal(logmon_config_parse("mem", deep.data, deep.len, &out,
+                                             errbuf, sizeof(errbuf)),
                          0);
         cJSON_Delete(out);
         free(deep.data);
@@ -426,7 +446,8 @@ static void test_config_file_too_large(void **state)
         close(fd);
         free(t.data);
         assert_int_equal(logmon_config_load(path, &out, errbuf,
-                                            sizeof(errbuf)), HP_ETOOBIG);
+                                            sizeof(errbuf)),
+                         HP_ETOOBIG);
         assert_null(out);
         snprintf(want, sizeof(want), "%s: larger than 1048576 bytes", path);
         assert_string_equal(errbuf, want);
@@ -440,8 +461,10 @@ static void test_config_load_ruleset(void **state)
 
         assert_int_equal(logmon_config_load_ruleset(data_path("job.yaml"),
                                                     NULL, &rs, errbuf,
-                                                    sizeof(errbuf)), 0);
-        assert_int_equal(logmon_ruleset_find(rs, "LowThroughputDetection"), 2);
+                                                    sizeof(errbuf)),
+                         0);
+        assert_int_equal(logmon_ruleset_find(rs, "LowThroughputDetection"),
+                         2);
         logmon_ruleset_unref(rs);
 
         rs = NULL;
@@ -450,9 +473,11 @@ static void test_config_load_ruleset(void **state)
                                                     sizeof(errbuf)),
                          HP_ECONFIG);
         assert_null(rs);
-        snprintf(want, sizeof(want), "%s/badrule.yaml: rule 0 (JobStart): "
+        snprintf(want, sizeof(want),
+                 "%s/badrule.yaml: rule 0 (JobStart): "
                  "logPattern: missing closing parenthesis at offset 29 in "
-                 "\".*(Experiment configuration.*\"", data_dir);
+                 "\".*(Experiment configuration.*\"",
+                 data_dir);
         assert_string_equal(errbuf, want);
 }
 
@@ -560,7 +585,8 @@ static void test_streams_on_two_threads(void **state)
         }
         for (i = 0; i < 2; i++)
                 assert_int_equal(pthread_create(&t[i], NULL, flood_main,
-                                                &f[i]), 0);
+                                                &f[i]),
+                                 0);
         for (i = 0; i < 2; i++)
                 assert_int_equal(pthread_join(t[i], NULL), 0);
         for (i = 0; i < 2; i++) {
@@ -608,7 +634,8 @@ static void test_limit_after_a_run_of_matches(void **state)
 
         assert_non_null(rules);
         assert_int_equal(logmon_ruleset_new(rules, &opts, &rs, errbuf,
-                                            sizeof(errbuf)), 0);
+                                            sizeof(errbuf)),
+                         0);
         cJSON_Delete(rules);
         /* "cd" nowhere, though both letters occur: the nested "+" tries
          * every way to split the a's before it gives up. */
@@ -638,22 +665,24 @@ static void test_limit_after_a_run_of_matches(void **state)
 static void test_state_names(void **state)
 {
         static const enum logmon_state all[] = {
-                LOGMON_WAITING, LOGMON_HEALTHY, LOGMON_SLOW, LOGMON_HANGING,
-                LOGMON_FAULTED,
+                LOGMON_WAITING, LOGMON_HEALTHY, LOGMON_SLOW,
+                LOGMON_HANGING, LOGMON_FAULTED,
         };
         enum logmon_state parsed;
         size_t i, j;
 
         for (i = 0; i < HP_ARRAY_SIZE(all); i++) {
-                assert_int_equal(logmon_state_parse(
-                        logmon_state_name(all[i]), &parsed), 0);
+                assert_int_equal(logmon_state_parse(logmon_state_name(all[i]),
+                                                    &parsed),
+                                 0);
                 assert_int_equal(parsed, all[i]);
                 for (j = 0; j < HP_ARRAY_SIZE(all); j++) {
                         bool want = i != j && all[i] != LOGMON_FAULTED &&
                                     all[j] != LOGMON_WAITING;
 
                         assert_int_equal(logmon_state_transition_allowed(
-                                all[i], all[j]), want);
+                                                 all[i], all[j]),
+                                         want);
                 }
         }
         assert_string_equal(logmon_state_name((enum logmon_state)99), "?");
@@ -665,12 +694,14 @@ static void test_ruleset_untouched_on_failure(void **state)
 {
         struct logmon_ruleset *sentinel = (struct logmon_ruleset *)0xad;
         struct logmon_ruleset *rs = sentinel;
-        cJSON *rules = cJSON_Parse("[{\"name\": \"A\", \"logPattern\": \"a\"},"
-                                   " {\"name\": \"B\", \"logPattern\": \"(\"}]");
+        cJSON *rules = cJSON_Parse(
+                "[{\"name\": \"A\", \"logPattern\": \"a\"},"
+                " {\"name\": \"B\", \"logPattern\": \"(\"}]");
         char errbuf[256];
 
         assert_int_equal(logmon_ruleset_new(rules, NULL, &rs, errbuf,
-                                            sizeof(errbuf)), HP_ECONFIG);
+                                            sizeof(errbuf)),
+                         HP_ECONFIG);
         assert_ptr_equal(rs, sentinel);
         /* A short errbuf is cut, never overrun. */
         memset(errbuf, 0xad, sizeof(errbuf));
@@ -707,7 +738,8 @@ static void run_replay(const char *rules, const char *log,
 
         assert_non_null(f);
         assert_int_equal(logmon_replay_buffer(rs, log, strlen(log), opts, f,
-                                              &out->r), 0);
+                                              &out->r),
+                         0);
         fclose(f);
         logmon_ruleset_unref(rs);
 }
@@ -765,14 +797,14 @@ static void test_replay_asctime(void **state)
                             "WAITING");
         assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "stream")));
         assert_int_equal(cJSON_GetObjectItem(j, "line_no")->valueint, 2);
-        assert_float_equal(cJSON_GetObjectItem(j, "time")->valuedouble,
-                           29.3, 1e-9);
+        assert_float_equal(cJSON_GetObjectItem(j, "time")->valuedouble, 29.3,
+                           1e-9);
         cJSON_Delete(j);
         j = output_line(&o, 2);
         assert_string_equal(cJSON_GetObjectItem(j, "event")->valuestring,
                             "value");
-        assert_float_equal(cJSON_GetObjectItem(j, "value")->valuedouble,
-                           1.5, 1e-12);
+        assert_float_equal(cJSON_GetObjectItem(j, "value")->valuedouble, 1.5,
+                           1e-12);
         cJSON_Delete(j);
         j = output_line(&o, 3);
         assert_string_equal(cJSON_GetObjectItem(j, "state")->valuestring,
@@ -794,10 +826,16 @@ static void test_replay_asctime(void **state)
                             "2025-06-17 05:52:11,000 INFO loss \xef\xbf\xbd");
         cJSON_Delete(j);
         j = output_line(&o, 7);
-        assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j,
-                "summary"), "state")->valuestring, "SLOW");
+        assert_string_equal(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(j, "summary"),
+                                    "state")
+                        ->valuestring,
+                "SLOW");
         assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(j,
-                "summary"), "lines")->valueint, 6);
+                                                                 "summary"),
+                                             "lines")
+                                 ->valueint,
+                         6);
         cJSON_Delete(j);
         assert_int_equal(logmon_replay_state(o.r), LOGMON_SLOW);
         logmon_replay_free(o.r);
@@ -837,11 +875,10 @@ static void test_replay_timestamp_forms(void **state)
 
 static void test_replay_rate_and_streams(void **state)
 {
-        static const char log[] =
-                "[default0]:Experiment config\n"
-                "[default1]:nothing\n"
-                "[default0]:loss 9\n"
-                "[default1]:loss 1\n";
+        static const char log[] = "[default0]:Experiment config\n"
+                                  "[default1]:nothing\n"
+                                  "[default0]:loss 9\n"
+                                  "[default1]:loss 1\n";
         struct logmon_replay_opts opts = { .rate = 2, .tail_ms = 60000 };
         struct replay_out o = { 0 };
         char errbuf[256];
@@ -864,14 +901,16 @@ static void test_replay_rate_and_streams(void **state)
                 "{\"final\": {\"Start\": \"HEALTHY\", \"Beat\": \"HANGING\"},"
                 " \"stream\": \"default0\", \"state\": \"HANGING\","
                 " \"transitions\": ["
-                "  {\"rule\": \"Start\", \"state\": \"HEALTHY\", \"line_no\": 1,"
+                "  {\"rule\": \"Start\", \"state\": \"HEALTHY\", \"line_n"
+                "o\": 1,"
                 "   \"time\": 0},"
                 "  {\"rule\": \"Beat\", \"state\": \"SLOW\", \"line_no\": 3,"
                 "   \"time\": 1.0, \"stream\": \"default0\"},"
                 "  {\"rule\": \"Beat\", \"state\": \"HANGING\","
                 "   \"line_no\": null, \"time\": 31.001}]}");
         assert_int_equal(logmon_expect_check(o.r, expect, NULL, errbuf,
-                                             sizeof(errbuf)), 0);
+                                             sizeof(errbuf)),
+                         0);
         cJSON_Delete(expect);
 
         /* Wrong on purpose: a readable diff, one difference per item. */
@@ -884,9 +923,11 @@ static void test_replay_rate_and_streams(void **state)
         /* Aligned as diff does: Beat's HEALTHY on default1 is the
          * expected second transition, the others are extra. */
         assert_int_equal(logmon_expect_check(o.r, expect, f, errbuf,
-                                             sizeof(errbuf)), 5);
+                                             sizeof(errbuf)),
+                         5);
         fclose(f);
-        assert_string_equal(diff,
+        assert_string_equal(
+                diff,
                 "final state of rule Start on default1: expected HEALTHY, "
                 "got HANGING\n"
                 "transitions (- expected, + got):\n"
@@ -966,7 +1007,8 @@ static void test_replay_empty_with_tail(void **state)
                              "[{\"rule\": \"Start\", \"state\": \"HANGING\","
                              "  \"time\": 60.001, \"stream\": null}]}");
         assert_int_equal(logmon_expect_check(o.r, expect, NULL, errbuf,
-                                             sizeof(errbuf)), 0);
+                                             sizeof(errbuf)),
+                         0);
         cJSON_Delete(expect);
         logmon_replay_free(o.r);
         free(o.text);
@@ -998,7 +1040,8 @@ static void test_replay_file(void **state)
                              " {\"rule\": \"Start\", \"state\": \"HEALTHY\","
                              "  \"line_no\": 20001, \"time\": 20000}]}");
         assert_int_equal(logmon_expect_check(r, expect, stderr, errbuf,
-                                             sizeof(errbuf)), 0);
+                                             sizeof(errbuf)),
+                         0);
         cJSON_Delete(expect);
         logmon_replay_free(r);
         logmon_ruleset_unref(rs);

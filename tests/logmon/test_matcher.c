@@ -19,21 +19,22 @@
 #include "hyperpod/common.h"
 #include "logmon-private.h"
 
-#define PROGRESS                                                         \
-        "[Epoch 0 Batch 12] {'training_loss_step': 2.345, "              \
+#define PROGRESS                                                             \
+        "[Epoch 0 Batch 12] {'training_loss_step': 2.345, "                  \
         "'samples/sec': 95.5, 'lr': 0.0001}"
-#define HANG ".*\\[Epoch 0 Batch \\d+.*'training_loss_step': (\\d+(\\.\\d+)?).*"
+#define HANG                                                                 \
+        ".*\\[Epoch 0 Batch \\d+.*'training_loss_step': (\\d+(\\.\\d+)?).*"
 #define SLOW ".*\\[Epoch 0 Batch \\d+.*'samples\\/sec': (\\d+(\\.\\d+)?).*"
 
 static const struct match_case {
         const char *pattern;
         const char *line;
-        int match;            /* 1 or 0 */
-        bool numeric;         /* group 1 read as a number */
+        int match;    /* 1 or 0 */
+        bool numeric; /* group 1 read as a number */
         double number;
 } cases[] = {
-        { ".*Experiment configuration.*", "x Experiment configuration: y",
-          1, false, 0 },
+        { ".*Experiment configuration.*", "x Experiment configuration: y", 1,
+          false, 0 },
         { ".*Experiment configuration.*", "Experiment config", 0, false, 0 },
         { HANG, PROGRESS, 1, true, 2.345 },
         { SLOW, PROGRESS, 1, true, 95.5 },
@@ -49,7 +50,10 @@ static const struct match_case {
         { ".*step(?: (\\d+))?.*", "step 7", 1, true, 7 },
         /* Invalid UTF-8 is matched as U+FFFD; the number still counts. */
         { ".*loss=(\\d+).*", "\xff\xfe loss=12", 1, true, 12 },
-        { ".*a.b.*", "a\xff" "b", 1, false, 0 },
+        { ".*a.b.*",
+          "a\xff"
+          "b",
+          1, false, 0 },
         { ".*\xc3\xa9=(\\d+).*", "\xc3\xa9=5", 1, true, 5 },
         /* "." stops at \n: a line that holds one is matched as written. */
         { ".*a.*b.*", "a\nb", 0, false, 0 },
@@ -77,8 +81,8 @@ static int run_case(const struct match_case *c, bool jit, bool full_only,
         size_t slen;
         int rc;
 
-        assert_int_equal(logmon__regex_compile(&p, c->pattern, jit,
-                                               full_only, &jit_ok, &err),
+        assert_int_equal(logmon__regex_compile(&p, c->pattern, jit, full_only,
+                                               &jit_ok, &err),
                          0);
         assert_int_equal(logmon__regex_share_heads(list, 1), 0);
         limits = logmon__match_limits_new(LOGMON_MATCH_LIMIT,
@@ -121,7 +125,8 @@ static void test_cases(void **state)
                             (numeric && number != c->number))
                                 fail_msg("case %zu (%s on \"%s\"), %s%s%s: "
                                          "got %d, number %s %g; want %d, "
-                                         "%s %g", i, c->pattern, c->line,
+                                         "%s %g",
+                                         i, c->pattern, c->line,
                                          jit ? "jit" : "interpreter",
                                          full_only ? ", full only" : "",
                                          likely ? ", likely" : "", rc,
@@ -152,9 +157,11 @@ static void test_shared_head(void **state)
 
         (void)state;
         assert_int_equal(logmon__regex_compile(&hang, HANG, true, false,
-                                               &jit_ok, &err), 0);
+                                               &jit_ok, &err),
+                         0);
         assert_int_equal(logmon__regex_compile(&slow, SLOW, true, false,
-                                               &jit_ok, &err), 0);
+                                               &jit_ok, &err),
+                         0);
         assert_int_equal(logmon__regex_share_heads(list, 2), 1);
         assert_int_equal(hang.head_id, 0);
         assert_int_equal(slow.head_id, 0);
@@ -163,24 +170,24 @@ static void test_shared_head(void **state)
         loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
         memset(memo, 0, sizeof(memo));
         assert_int_equal(logmon__matcher_init(&m, limits, 3, jit_ok, loc,
-                                              memo), 0);
+                                              memo),
+                         0);
 
-        subject = logmon__matcher_line(&m, PROGRESS, strlen(PROGRESS),
-                                       &slen);
-        assert_int_equal(logmon__match(&m, &hang, true, false, subject,
-                                       slen), 1);
+        subject = logmon__matcher_line(&m, PROGRESS, strlen(PROGRESS), &slen);
+        assert_int_equal(logmon__match(&m, &hang, true, false, subject, slen),
+                         1);
         assert_true(logmon__match_number(&m, subject, &v));
         assert_true(v == 2.345);
-        assert_int_equal(logmon__match(&m, &slow, true, false, subject,
-                                       slen), 1);
+        assert_int_equal(logmon__match(&m, &slow, true, false, subject, slen),
+                         1);
         assert_true(logmon__match_number(&m, subject, &v));
         assert_true(v == 95.5);
 
         subject = logmon__matcher_line(&m, other, strlen(other), &slen);
-        assert_int_equal(logmon__match(&m, &hang, true, false, subject,
-                                       slen), 0);
-        assert_int_equal(logmon__match(&m, &slow, true, false, subject,
-                                       slen), 1);
+        assert_int_equal(logmon__match(&m, &hang, true, false, subject, slen),
+                         0);
+        assert_int_equal(logmon__match(&m, &slow, true, false, subject, slen),
+                         1);
         assert_true(logmon__match_number(&m, subject, &v));
         assert_true(v == 7);
 
@@ -226,11 +233,12 @@ static void test_error_and_limit(void **state)
                 limits = logmon__match_limits_new(1000, 1000);
                 loc = newlocale(LC_ALL_MASK, "C", (locale_t)0);
                 assert_int_equal(logmon__matcher_init(&m, limits, 2, jit_ok,
-                                                      loc, memo), 0);
-                subject = logmon__matcher_line(&m, line, strlen(line),
-                                               &slen);
-                assert_int_equal(logmon__match(&m, &p, false, false,
-                                               subject, slen), -1);
+                                                      loc, memo),
+                                 0);
+                subject = logmon__matcher_line(&m, line, strlen(line), &slen);
+                assert_int_equal(logmon__match(&m, &p, false, false, subject,
+                                               slen),
+                                 -1);
                 logmon__matcher_fini(&m);
                 logmon__match_limits_free(limits);
                 freelocale(loc);

@@ -28,25 +28,44 @@ static void assert_as_strtod(const char *text)
         if (!logmon__parse_float(text, strlen(text), c_locale, &got))
                 fail_msg("\"%s\" was refused", text);
         if (memcmp(&got, &want, sizeof(got)) != 0)
-                fail_msg("\"%s\": %.17g, strtod says %.17g", text, got,
-                         want);
+                fail_msg("\"%s\": %.17g, strtod says %.17g", text, got, want);
 }
 
 static void test_edges(void **state)
 {
         static const char *const cases[] = {
-                "0", "-0", "+0.0", "0.1", "0.2", "0.3", "123.45", "-123.45",
-                "200.99", "1.", ".5", "00000000000000000000000001.5",
+                "0",
+                "-0",
+                "+0.0",
+                "0.1",
+                "0.2",
+                "0.3",
+                "123.45",
+                "-123.45",
+                "200.99",
+                "1.",
+                ".5",
+                "00000000000000000000000001.5",
                 /* 15 significant digits: the last the fast path takes. */
-                "999999999999999", "99999999999999.9", "0.999999999999999",
-                "1.00000000000000", "123456789012345",
+                "999999999999999",
+                "99999999999999.9",
+                "0.999999999999999",
+                "1.00000000000000",
+                "123456789012345",
                 /* Past it: strtod decides. */
-                "9999999999999999", "9007199254740993", "0.1000000000000001",
+                "9999999999999999",
+                "9007199254740993",
+                "0.1000000000000001",
                 "12345678901234567890",
                 /* 10^22 is the last exact power of ten. */
-                "1.0000000000000000000000", "0.0000000000000000000001",
-                "0.00000000000000000000001", "1e5", "1.5E-3", "2.5e+10",
-                "17976931348623157e292", "4.9e-324",
+                "1.0000000000000000000000",
+                "0.0000000000000000000001",
+                "0.00000000000000000000001",
+                "1e5",
+                "1.5E-3",
+                "2.5e+10",
+                "17976931348623157e292",
+                "4.9e-324",
         };
         size_t i;
 
@@ -63,15 +82,15 @@ static void test_python_answers(void **state)
                 bool ok;
                 double value;
         } cases[] = {
-                { ".", false, 0 },       { "+", false, 0 },
-                { "-", false, 0 },       { "", false, 0 },
-                { "1.2.3", false, 0 },   { "1..2", false, 0 },
-                { "-.", false, 0 },      { "1-", false, 0 },
-                { "+-1", false, 0 },     { "1e", false, 0 },
-                { " 1", true, 1 },       { "1 ", true, 1 },
-                { "1_0", true, 10 },     { "1__0", false, 0 },
-                { "-.5", true, -0.5 },   { "5.", true, 5 },
-                { "0x10", false, 0 },    { "1,5", false, 0 },
+                { ".", false, 0 },     { "+", false, 0 },
+                { "-", false, 0 },     { "", false, 0 },
+                { "1.2.3", false, 0 }, { "1..2", false, 0 },
+                { "-.", false, 0 },    { "1-", false, 0 },
+                { "+-1", false, 0 },   { "1e", false, 0 },
+                { " 1", true, 1 },     { "1 ", true, 1 },
+                { "1_0", true, 10 },   { "1__0", false, 0 },
+                { "-.5", true, -0.5 }, { "5.", true, 5 },
+                { "0x10", false, 0 },  { "1,5", false, 0 },
         };
         size_t i;
 
@@ -79,16 +98,16 @@ static void test_python_answers(void **state)
         for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
                 double got = 0;
                 bool ok = logmon__parse_float(cases[i].text,
-                                              strlen(cases[i].text),
-                                              c_locale, &got);
+                                              strlen(cases[i].text), c_locale,
+                                              &got);
 
                 if (ok != cases[i].ok)
-                        fail_msg("\"%s\": %s, Python %s it",
-                                 cases[i].text, ok ? "taken" : "refused",
+                        fail_msg("\"%s\": %s, Python %s it", cases[i].text,
+                                 ok ? "taken" : "refused",
                                  cases[i].ok ? "takes" : "refuses");
                 if (ok && got != cases[i].value)
-                        fail_msg("\"%s\": %g, Python says %g",
-                                 cases[i].text, got, cases[i].value);
+                        fail_msg("\"%s\": %g, Python says %g", cases[i].text,
+                                 got, cases[i].value);
         }
 }
 

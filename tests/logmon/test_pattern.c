@@ -22,7 +22,8 @@ static void test_required_literal(void **state)
                 const char *pattern;
                 const char *literal; /* "" for none */
         } cases[] = {
-                { ".*Experiment configuration.*", "Experiment configuration" },
+                { ".*Experiment configuration.*",
+                  "Experiment configuration" },
                 /* "." is any character: the longest run either side. */
                 { ".*The checkpoint is finalized. All shards is written.*",
                   "The checkpoint is finalized" },
@@ -112,8 +113,8 @@ static void test_split_rest(void **state)
                 const char *literal;
         } cases[] = {
                 { "\\[Epoch 0 Batch \\d+.*'samples\\/sec': (\\d+(\\.\\d+)?)",
-                  "\\[Epoch 0 Batch \\d+", "'samples\\/sec': (\\d+(\\.\\d+)?)",
-                  "'samples/sec': " },
+                  "\\[Epoch 0 Batch \\d+",
+                  "'samples\\/sec': (\\d+(\\.\\d+)?)", "'samples/sec': " },
                 /* The first ".*" cuts; a later one stays in the tail. */
                 { "a\\d+.*x=(\\d).*y", "a\\d+", "x=(\\d).*y", "x=" },
                 /* The tail's literal stops before a quantified one. */
@@ -158,8 +159,8 @@ static void test_split_rest(void **state)
                         fail_msg("%s: head \"%.*s\" tail \"%s\" literal "
                                  "\"%.*s\"",
                                  rest, (int)split.head_len, rest,
-                                 rest + split.tail_at,
-                                 (int)split.literal_len, split.literal);
+                                 rest + split.tail_at, (int)split.literal_len,
+                                 split.literal);
         }
 }
 
@@ -177,9 +178,10 @@ static uint64_t next_random(uint64_t *x)
 static void test_generated(void **state)
 {
         static const char *const pieces[] = {
-                "a", "b", "c", "ab", "a?", "b*", "c+", "a{2}", "b{1,2}",
-                ".", ".*", ".+?", "[ab]", "[^c]", "(a|b)", "(?:ab)?",
-                "(c)", "\\.", "\\d", "\\bc", "b??", "c*+", "(?:a|bc)+",
+                "a",    "b",    "c",      "ab",      "a?",        "b*",
+                "c+",   "a{2}", "b{1,2}", ".",       ".*",        ".+?",
+                "[ab]", "[^c]", "(a|b)",  "(?:ab)?", "(c)",       "\\.",
+                "\\d",  "\\bc", "b??",    "c*+",     "(?:a|bc)+",
         };
         char pattern[128], line[24], literal[LOGMON_LITERAL_MAX];
         pcre2_match_data *md = pcre2_match_data_create(8, NULL);
@@ -194,9 +196,9 @@ static void test_generated(void **state)
 
                 strcpy(pattern, ".*");
                 for (i = 0, n = 2 + next_random(&x) % 5; i < (int)n; i++)
-                        strcat(pattern, pieces[next_random(&x) %
-                                               (sizeof(pieces) /
-                                                sizeof(pieces[0]))]);
+                        strcat(pattern,
+                               pieces[next_random(&x) %
+                                      (sizeof(pieces) / sizeof(pieces[0]))]);
                 strcat(pattern, ".*");
                 n = logmon__required_literal(pattern, strlen(pattern),
                                              literal, sizeof(literal));
@@ -210,8 +212,8 @@ static void test_generated(void **state)
                         len = next_random(&x) % sizeof(line);
                         for (i = 0; i < (int)len; i++)
                                 line[i] = "abc.1 "[next_random(&x) % 6];
-                        if (pcre2_match(code, (PCRE2_SPTR)line, len, 0, 0,
-                                        md, NULL) < 0)
+                        if (pcre2_match(code, (PCRE2_SPTR)line, len, 0, 0, md,
+                                        NULL) < 0)
                                 continue;
                         if (memmem(line, len, literal, n) == NULL)
                                 fail_msg("%s matches \"%.*s\" without "

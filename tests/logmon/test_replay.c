@@ -45,8 +45,7 @@ struct replay {
 };
 
 static void replay_n(const char *rules, const char *log, size_t n,
-                     const struct logmon_replay_opts *opts,
-                     struct replay *o)
+                     const struct logmon_replay_opts *opts, struct replay *o)
 {
         struct logmon_ruleset *rs = ruleset(rules);
         FILE *f = open_memstream(&o->out, &o->len);
@@ -150,15 +149,18 @@ static const struct clock_case clock_cases[] = {
           "W0101 00:01:00.500000  77 train.cc:13] x\n",
           "glog", 120500 },
         { "[I0617 05:51:29.300123 1 a.cc:1] go\n"
-          "[E0617 05:51:30.300999 1 a.cc:1] x\n", "glog", 1000 },
+          "[E0617 05:51:30.300999 1 a.cc:1] x\n",
+          "glog", 1000 },
         /* The first timestamp fixes the format: a later line that starts
          * with ten digits is not epoch seconds. */
         { "2025-06-17 05:51:00,000 go\n"
           "1750139999 samples seen\n"
-          "2025-06-17 05:51:10,000 x\n", "asctime", 10000 },
+          "2025-06-17 05:51:10,000 x\n",
+          "asctime", 10000 },
         { "1750139460 go\n"
           "2025-06-17 09:00:00,000 not a time in an epoch log\n"
-          "1750139470.250 x\n", "epoch", 10250 },
+          "1750139470.250 x\n",
+          "epoch", 10250 },
         { "2025-06-17T05:51:00Z go\n"
           "2025-06-17 05:51:02,000 the same format, spelt as asctime\n",
           "iso8601", 2000 },
@@ -166,14 +168,15 @@ static const struct clock_case clock_cases[] = {
          * without one when the line before it did. */
         { "booting\n2025-06-17 05:51:00,000 go\n"
           "  traceback line\n2025-06-17 05:51:05,000 x\n"
-          "  and another\n", "asctime", 5000 },
+          "  and another\n",
+          "asctime", 5000 },
         /* The clock never runs back. */
         { "2025-06-17 05:51:00,000 a\n2025-06-17 05:51:10,000 b\n"
-          "2025-06-17 05:51:05,000 c\n", "asctime", 10000 },
+          "2025-06-17 05:51:05,000 c\n",
+          "asctime", 10000 },
         /* Not timestamps: a glog letter without the blank, a month 13,
          * nine digits. */
-        { "I061705:51:29.3 x\nI1317 05:51:29.3 x\n123456789 x\n",
-          "none", 0 },
+        { "I061705:51:29.3 x\nI1317 05:51:29.3 x\n123456789 x\n", "none", 0 },
 };
 
 /* Lines as the live splitter cuts them: \r of a progress bar, a line of
@@ -252,8 +255,9 @@ static void test_split_as_live(void **state)
         /* The live splitter, fed in reads of odd sizes. */
         hp_linesplit_init(&ls, buf, HP_LINE_MAX);
         for (size_t off = 0; off < n; off += 4099)
-                hp_linesplit_feed(&ls, log + off, n - off < 4099 ? n - off :
-                                  4099, count_cb, &c);
+                hp_linesplit_feed(&ls, log + off,
+                                  n - off < 4099 ? n - off : 4099, count_cb,
+                                  &c);
         hp_linesplit_finish(&ls, count_cb, &c);
         assert_int_equal(c.bar, 3);
         assert_int_equal(c.rest, 6);
@@ -297,7 +301,8 @@ static void test_clock_formats(void **state)
                 if (strcmp(o.info.clock, clock_cases[i].clock) != 0 ||
                     o.info.time_ms != clock_cases[i].end_ms)
                         fail_msg("case %zu: clock %s, end %llu ms; expected "
-                                 "%s, %llu ms", i, o.info.clock,
+                                 "%s, %llu ms",
+                                 i, o.info.clock,
                                  (unsigned long long)o.info.time_ms,
                                  clock_cases[i].clock,
                                  (unsigned long long)clock_cases[i].end_ms);
@@ -322,8 +327,10 @@ static void test_clock_rate(void **state)
         struct replay o = { 0 };
 
         /* The rate wins over timestamps: line 5 is at 1 s. */
-        replay(never_rule, "2025-06-17 05:51:00,000 a\nb\nc\nd\n"
-               "2030-01-01 00:00:00,000 e\n", &opts, &o);
+        replay(never_rule,
+               "2025-06-17 05:51:00,000 a\nb\nc\nd\n"
+               "2030-01-01 00:00:00,000 e\n",
+               &opts, &o);
         assert_string_equal(o.info.clock, "rate");
         assert_int_equal(o.info.time_ms, 1000);
         replay_done(&o);
@@ -369,8 +376,7 @@ static void test_layout_console(void **state)
         assert_int_equal(logmon_replay_state(o.r), LOGMON_HEALTHY);
         j = output_line(&o, 0);
         assert_string_equal(str(j, "stream"), "default0");
-        assert_string_equal(str(j, "line"),
-                            "2025-06-17 05:51:00,000 loss 1");
+        assert_string_equal(str(j, "line"), "2025-06-17 05:51:00,000 loss 1");
         assert_int_equal((int)num(j, "line_no"), 2);
         cJSON_Delete(j);
         replay_done(&o);
@@ -380,10 +386,9 @@ static void test_layout_console(void **state)
  * line is text. */
 static void test_layout_plain(void **state)
 {
-        static const char log[] =
-                "2025-06-17 05:51:00,000 starting\n"
-                "[rank0]: loss 1 printed with a prefix\n"
-                "2025-06-17 05:51:01,000 loss 2\n";
+        static const char log[] = "2025-06-17 05:51:00,000 starting\n"
+                                  "[rank0]: loss 1 printed with a prefix\n"
+                                  "2025-06-17 05:51:01,000 loss 2\n";
         struct replay o = { 0 };
         cJSON *j;
 
@@ -451,9 +456,9 @@ struct format_case {
         bool all_ranks;
         const char *format;
         const char *clock;
-        const char *streams;   /* "name:judged ..." in order */
+        const char *streams; /* "name:judged ..." in order */
         uint64_t agent_lines;
-        const char *verdict;   /* "stream state time_ms", or NULL */
+        const char *verdict; /* "stream state time_ms", or NULL */
 };
 
 static const char beat_rule[] =
@@ -486,8 +491,7 @@ static const struct format_case format_cases[] = {
           "0/default0:1 1/default0:1", 1, "0/default0 HANGING 5001" },
         /* srun --label of plain tasks: the label is the rank. */
         { "0: 1750000000 loss\n1: 1750000000 loss\n 1: 1750000009 loss\n",
-          false, "srun --label", "epoch", "0:1 1:0", 0,
-          "0 HANGING 5001" },
+          false, "srun --label", "epoch", "0:1 1:0", 0, "0 HANGING 5001" },
         /* The agent's own verdict line quotes the matching line: it must
          * not match again (the hung log that replayed HEALTHY). */
         { "[default0]:1750000000 loss\n"
@@ -526,17 +530,18 @@ static void test_formats(void **state)
                 opts.nmonitored = 1;
                 replay(beat_rule, c->log, &opts, &o);
                 sum = summary_line(&o);
-                list = cJSON_GetObjectItem(cJSON_GetObjectItem(sum, "summary"),
+                list = cJSON_GetObjectItem(cJSON_GetObjectItem(sum,
+                                                               "summary"),
                                            "streams");
                 streams[0] = '\0';
                 for (k = 0, n = 0; k < o.info.streams; k++) {
                         cJSON *st = cJSON_GetArrayItem(list, (int)k);
 
-                        n += (size_t)snprintf(streams + n, sizeof(streams) - n,
-                                              "%s%s:%d", k ? " " : "",
-                                              str(st, "stream"),
-                                              cJSON_IsTrue(cJSON_GetObjectItem(
-                                                      st, "judged")));
+                        n += (size_t)snprintf(
+                                streams + n, sizeof(streams) - n, "%s%s:%d",
+                                k ? " " : "", str(st, "stream"),
+                                cJSON_IsTrue(
+                                        cJSON_GetObjectItem(st, "judged")));
                 }
                 cJSON_Delete(sum);
                 if (logmon_replay_verdict(o.r, &v))
@@ -551,11 +556,11 @@ static void test_formats(void **state)
                     logmon_replay_verdict(o.r, &v) != (c->verdict != NULL) ||
                     (c->verdict != NULL && strcmp(want, c->verdict) != 0))
                         fail_msg("case %zu: %s, clock %s, streams \"%s\", "
-                                 "%llu agent lines, verdict %s\n%s", i,
-                                 o.info.format, o.info.clock, streams,
+                                 "%llu agent lines, verdict %s\n%s",
+                                 i, o.info.format, o.info.clock, streams,
                                  (unsigned long long)o.info.agent_lines,
-                                 logmon_replay_verdict(o.r, &v) ? want :
-                                                                  "none",
+                                 logmon_replay_verdict(o.r, &v) ? want
+                                                                : "none",
                                  o.out);
                 replay_done(&o);
         }
@@ -566,12 +571,11 @@ static void test_formats(void **state)
  * default1's lines at its own time. */
 static void test_deadlines_in_time_order(void **state)
 {
-        static const char log[] =
-                "[default0]:1750000000 loss\n"
-                "[default1]:1750000001 loss\n"
-                "[default1]:1750000004 loss\n"
-                "[default1]:1750000008 loss\n"
-                "[default1]:1750000012 loss\n";
+        static const char log[] = "[default0]:1750000000 loss\n"
+                                  "[default1]:1750000001 loss\n"
+                                  "[default1]:1750000004 loss\n"
+                                  "[default1]:1750000008 loss\n"
+                                  "[default1]:1750000012 loss\n";
         struct replay o = { 0 };
         double last = 0, t;
         cJSON *j;
@@ -617,13 +621,14 @@ static void test_diff_aligned(void **state)
         assert_non_null(expect);
         f = open_memstream(&diff, &dlen);
         assert_int_equal(logmon_expect_check(o.r, expect, f, errbuf,
-                                             sizeof(errbuf)), 2);
+                                             sizeof(errbuf)),
+                         2);
         fclose(f);
-        assert_string_equal(diff,
-                "transitions (- expected, + got):\n"
-                "+ got #2:      Beat HEALTHY -> HANGING on (log) at "
-                "t=5.001 (deadline)\n"
-                "- expected #3: Beat -> SLOW\n");
+        assert_string_equal(
+                diff, "transitions (- expected, + got):\n"
+                      "+ got #2:      Beat HEALTHY -> HANGING on (log) at "
+                      "t=5.001 (deadline)\n"
+                      "- expected #3: Beat -> SLOW\n");
         free(diff);
         cJSON_Delete(expect);
         replay_done(&o);
@@ -796,12 +801,12 @@ static void test_check_errors(void **state)
                 const struct check_error *c = &check_errors[i];
                 struct logmon_check_opts opts = {
                         .rules = scratch("rules.json", c->rules),
-                        .expect = c->expect != NULL ?
-                                          scratch("expect.json", c->expect) :
-                                          NULL,
-                        .log = c->log_path != NULL ?
-                                       c->log_path :
-                                       scratch("train.log", c->log),
+                        .expect = c->expect != NULL
+                                          ? scratch("expect.json", c->expect)
+                                          : NULL,
+                        .log = c->log_path != NULL
+                                       ? c->log_path
+                                       : scratch("train.log", c->log),
                 };
                 struct check_result res = { 0 };
 
@@ -814,16 +819,16 @@ static void test_check_errors(void **state)
                 dir = strstr(c->error, "<dir>");
                 if (dir != NULL)
                         snprintf(want, sizeof(want), "%.*s%s%s",
-                                 (int)(dir - c->error), c->error,
-                                 scratch_dir, dir + 5);
+                                 (int)(dir - c->error), c->error, scratch_dir,
+                                 dir + 5);
                 else if (c->error[0] == '-')
                         snprintf(want, sizeof(want), "%s", c->error);
                 else
                         snprintf(want, sizeof(want), "%s/%s", scratch_dir,
                                  c->error);
                 if (res.rc != c->rc || strcmp(res.errbuf, want) != 0)
-                        fail_msg("case %zu: %d \"%s\"; expected %d \"%s\"",
-                                 i, res.rc, res.errbuf, c->rc, want);
+                        fail_msg("case %zu: %d \"%s\"; expected %d \"%s\"", i,
+                                 res.rc, res.errbuf, c->rc, want);
                 /* Nothing was replayed. */
                 assert_string_equal(res.out, "");
                 check_done(&res);

@@ -32,9 +32,9 @@ static void print_stats(const struct hp_store_server *s)
         printf("{\"connections_total\": %" PRIu64
                ", \"connections_current\": %" PRIu64
                ", \"rejected_connections\": %" PRIu64
-               ", \"protocol_errors\": %" PRIu64 ", \"limit_errors\": %" PRIu64
-               ", \"queries_total\": %" PRIu64 ", \"keys\": %" PRIu64
-               ", \"memory\": %" PRIu64 "}\n",
+               ", \"protocol_errors\": %" PRIu64
+               ", \"limit_errors\": %" PRIu64 ", \"queries_total\": %" PRIu64
+               ", \"keys\": %" PRIu64 ", \"memory\": %" PRIu64 "}\n",
                st->connections_total, st->connections_current,
                st->rejected_connections, st->protocol_errors,
                st->limit_errors, st->queries_total, st->keys, st->memory);
@@ -59,8 +59,10 @@ static int size_arg(const char *name, const char *v, size_t *out)
         uint64_t n;
 
         if (v == NULL || hp_parse_u64(v, SIZE_MAX, &n) < 0) {
-                fprintf(stderr, "hp-store-server: %s needs a number, got "
-                                "'%s'\n", name, v ? v : "");
+                fprintf(stderr,
+                        "hp-store-server: %s needs a number, got "
+                        "'%s'\n",
+                        name, v ? v : "");
                 return -1;
         }
         *out = (size_t)n;
@@ -85,8 +87,10 @@ int main(int argc, char **argv)
                         host = v;
                 } else if (strcmp(argv[i], "--port") == 0 && v) {
                         if (hp_parse_int(v, 0, 65535, &port) < 0) {
-                                fprintf(stderr, "hp-store-server: bad --port "
-                                                "'%s'\n", v);
+                                fprintf(stderr,
+                                        "hp-store-server: bad --port "
+                                        "'%s'\n",
+                                        v);
                                 return 2;
                         }
                 } else if (strcmp(argv[i], "--connections-max") == 0) {
@@ -100,8 +104,10 @@ int main(int argc, char **argv)
                         if (size_arg(argv[i], v, &l.value_max) < 0)
                                 return 2;
                 } else {
-                        fprintf(stderr, "hp-store-server: unknown argument "
-                                        "'%s'\n", argv[i]);
+                        fprintf(stderr,
+                                "hp-store-server: unknown argument "
+                                "'%s'\n",
+                                argv[i]);
                         return 2;
                 }
         }

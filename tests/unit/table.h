@@ -5,11 +5,11 @@
 
 /* Table loops report every failing case, then fail once at the end, so
  * that one broken case does not hide the others. */
-#define CASE_FAILED(failures, ...)                                          \
-        do {                                                                \
-                print_error(__VA_ARGS__);                                   \
-                print_error("\n");                                          \
-                (failures)++;                                               \
+#define CASE_FAILED(failures, ...)                                           \
+        do {                                                                 \
+                print_error(__VA_ARGS__);                                    \
+                print_error("\n");                                           \
+                (failures)++;                                                \
         } while (0)
 
 #endif

@@ -29,7 +29,6 @@
 
 extern char **environ;
 
-
 struct env_var {
         const char *name; /* NULL ends the list */
         const char *value;
@@ -48,7 +47,12 @@ struct parse_case {
 };
 
 /* A case that sets no variable (C forbids empty braces). */
-#define NO_ENV { { NULL, NULL } }
+#define NO_ENV                                                               \
+        {                                                                    \
+                {                                                            \
+                        NULL, NULL                                           \
+                }                                                            \
+        }
 
 struct error_case {
         const char *name;
@@ -74,7 +78,8 @@ static void clear_config_env(void)
         size_t n = 0;
 
         /* Collect first: unsetenv while walking environ would skip some. */
-        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names); e++) {
+        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names);
+             e++) {
                 const char *eq = strchr(*e, '=');
 
                 if (strncmp(*e, "PET_", 4) != 0 || eq == NULL)
@@ -118,28 +123,36 @@ static int parse_argv(struct hp_config *cfg, const char *const *args,
 
 /* ---- Fields as text ---- */
 
-#define INT_FIELDS(X)                                                       \
-        X(nnodes) X(nproc) X(node_rank) X(master_port) X(max_restarts)      \
-        X(server_port) X(metrics_port) X(script_argc) X(ft_nsections)       \
-        X(straggler_windows)
+#define INT_FIELDS(X)                                                        \
+        X(nnodes)                                                            \
+        X(nproc)                                                             \
+        X(node_rank) X(master_port) X(max_restarts) X(server_port)           \
+                X(metrics_port) X(script_argc) X(ft_nsections)               \
+                        X(straggler_windows)
 
-#define BOOL_FIELDS(X)                                                      \
-        X(master_port_given) X(standalone) X(module) X(no_python)           \
-        X(log_to_devnull) X(console_filter_set) X(show_help)                \
-        X(show_version) X(inprocess_restart) X(metrics_port_given)          \
-        X(straggler_verdict)
+#define BOOL_FIELDS(X)                                                       \
+        X(master_port_given)                                                 \
+        X(standalone)                                                        \
+        X(module) X(no_python) X(log_to_devnull) X(console_filter_set)       \
+                X(show_help) X(show_version) X(inprocess_restart)            \
+                        X(metrics_port_given) X(straggler_verdict)
 
-#define U64_FIELDS(X)                                                       \
-        X(monitor_interval_ms) X(shutdown_timeout_ms)                       \
-        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)              \
-        X(ft_initial_hb_ms) X(ft_hb_ms) X(ft_oos_ms) X(straggler_window_ms)
+#define U64_FIELDS(X)                                                        \
+        X(monitor_interval_ms)                                               \
+        X(shutdown_timeout_ms)                                               \
+        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)                \
+                X(ft_initial_hb_ms) X(ft_hb_ms) X(ft_oos_ms)                 \
+                        X(straggler_window_ms)
 
-#define STRING_FIELDS(X)                                                    \
-        X(master_addr) X(rdzv_backend_name) X(rdzv_endpoint) X(rdzv_id)     \
-        X(rdzv_conf) X(start_method) X(role) X(log_dir) X(prefix_template)  \
-        X(local_addr) X(pre_train_script) X(pre_train_args)                 \
-        X(post_train_script) X(post_train_args) X(server_host)              \
-        X(server_log_level) X(python_exec) X(script)
+#define STRING_FIELDS(X)                                                     \
+        X(master_addr)                                                       \
+        X(rdzv_backend_name)                                                 \
+        X(rdzv_endpoint) X(rdzv_id) X(rdzv_conf) X(start_method) X(role)     \
+                X(log_dir) X(prefix_template) X(local_addr)                  \
+                        X(pre_train_script) X(pre_train_args)                \
+                                X(post_train_script) X(post_train_args)      \
+                                        X(server_host) X(server_log_level)   \
+                                                X(python_exec) X(script)
 
 static void join_ranks(const uint8_t *values, int n, char *buf, size_t len)
 {
@@ -156,27 +169,27 @@ static void join_ranks(const uint8_t *values, int n, char *buf, size_t len)
 static const char *field_text(const struct hp_config *cfg, const char *field,
                               char *buf, size_t len)
 {
-#define X(f)                                                                \
-        if (strcmp(field, #f) == 0) {                                       \
-                snprintf(buf, len, "%d", cfg->f);                           \
-                return buf;                                                 \
+#define X(f)                                                                 \
+        if (strcmp(field, #f) == 0) {                                        \
+                snprintf(buf, len, "%d", cfg->f);                            \
+                return buf;                                                  \
         }
         INT_FIELDS(X)
 #undef X
-#define X(f)                                                                \
-        if (strcmp(field, #f) == 0)                                         \
+#define X(f)                                                                 \
+        if (strcmp(field, #f) == 0)                                          \
                 return cfg->f ? "true" : "false";
         BOOL_FIELDS(X)
 #undef X
-#define X(f)                                                                \
-        if (strcmp(field, #f) == 0) {                                       \
-                snprintf(buf, len, "%llu", (unsigned long long)cfg->f);     \
-                return buf;                                                 \
+#define X(f)                                                                 \
+        if (strcmp(field, #f) == 0) {                                        \
+                snprintf(buf, len, "%llu", (unsigned long long)cfg->f);      \
+                return buf;                                                  \
         }
         U64_FIELDS(X)
 #undef X
-#define X(f)                                                                \
-        if (strcmp(field, #f) == 0)                                         \
+#define X(f)                                                                 \
+        if (strcmp(field, #f) == 0)                                          \
                 return cfg->f ? cfg->f : "(null)";
         STRING_FIELDS(X)
 #undef X
@@ -200,8 +213,8 @@ static const char *field_text(const struct hp_config *cfg, const char *field,
         }
         if (strcmp(field, "dup_stdout") == 0 ||
             strcmp(field, "dup_stderr") == 0) {
-                const struct hp_dup_filters *f =
-                        &cfg->dup_filters[field[7] == 'e' ? 1 : 0];
+                const struct hp_dup_filters
+                        *f = &cfg->dup_filters[field[7] == 'e' ? 1 : 0];
                 size_t used = 0;
 
                 buf[0] = '\0';
@@ -910,78 +923,103 @@ static void test_nproc_cpu_counts_usable_cpus(void **state)
 /* ---- Refused command lines ---- */
 
 static const struct error_case error_cases[] = {
-        { "section timeouts without seconds", NO_ENV,
+        { "section timeouts without seconds",
+          NO_ENV,
           { "hyperpodrun", "--ft-rank-section-timeouts", "step", "t.py" },
           { "'step'", "--ft-rank-section-timeouts", "name:SECONDS" } },
-        { "section timeout not a number", NO_ENV,
+        { "section timeout not a number",
+          NO_ENV,
           { "hyperpodrun", "--ft-rank-section-timeouts", "step:soon",
             "t.py" },
           { "'soon'", "section step", "--ft-rank-section-timeouts" } },
-        { "section named twice", NO_ENV,
+        { "section named twice",
+          NO_ENV,
           { "hyperpodrun", "--ft-rank-section-timeouts", "a:1,a:2", "t.py" },
           { "section a is named twice" } },
-        { "safety factor zero", NO_ENV,
+        { "safety factor zero",
+          NO_ENV,
           { "hyperpodrun", "--ft-safety-factor", "0", "t.py" },
           { "'0'", "--ft-safety-factor" } },
-        { "straggler ratio above 1", NO_ENV,
+        { "straggler ratio above 1",
+          NO_ENV,
           { "hyperpodrun", "--straggler-ratio", "1.5", "t.py" },
           { "'1.5'", "--straggler-ratio" } },
-        { "straggler action unknown", NO_ENV,
+        { "straggler action unknown",
+          NO_ENV,
           { "hyperpodrun", "--straggler-action", "kill", "t.py" },
           { "'kill'", "--straggler-action", "warn, verdict" } },
-        { "heartbeat timeout not seconds", NO_ENV,
+        { "heartbeat timeout not seconds",
+          NO_ENV,
           { "hyperpodrun", "--ft-rank-heartbeat-timeout", "1m", "t.py" },
           { "'1m'", "--ft-rank-heartbeat-timeout" } },
-        { "nproc 0", NO_ENV, { "hyperpodrun", "--nproc-per-node", "0", "t.py" },
+        { "nproc 0",
+          NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "0", "t.py" },
           { "'0'", "--nproc-per-node" } },
-        { "nproc abc", NO_ENV,
+        { "nproc abc",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "abc", "t.py" },
           { "'abc'", "--nproc-per-node" } },
-        { "nproc -1 with the underscore spelling", NO_ENV,
+        { "nproc -1 with the underscore spelling",
+          NO_ENV,
           { "hyperpodrun", "--nproc_per_node=-1", "t.py" },
           { "'-1'", "--nproc-per-node" } },
-        { "nproc above the limit", NO_ENV,
+        { "nproc above the limit",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "1025", "t.py" },
           { "'1025'", "--nproc-per-node" } },
         { "nproc from the environment",
-          { { "PET_NPROC_PER_NODE", "abc" } }, { "hyperpodrun", "t.py" },
+          { { "PET_NPROC_PER_NODE", "abc" } },
+          { "hyperpodrun", "t.py" },
           { "'abc'", "PET_NPROC_PER_NODE" } },
-        { "gpu with no GPU visible", { { "CUDA_VISIBLE_DEVICES", "" } },
+        { "gpu with no GPU visible",
+          { { "CUDA_VISIBLE_DEVICES", "" } },
           { "hyperpodrun", "--nproc-per-node", "gpu", "t.py" },
           { "gpu", "--nproc-per-node" } },
         { "neuron with a malformed core list",
           { { "NEURON_RT_VISIBLE_CORES", "3-1" } },
           { "hyperpodrun", "--nproc-per-node", "neuron", "t.py" },
           { "NEURON_RT_VISIBLE_CORES='3-1'", "--nproc-per-node neuron" } },
-        { "node problem flags without a config", NO_ENV,
+        { "node problem flags without a config",
+          NO_ENV,
           { "hyperpodrun", "--kmsg", "/tmp/f", "t.py" },
           { "--kmsg", "without --node-problem-config" } },
-        { "node fault action", NO_ENV,
+        { "node fault action",
+          NO_ENV,
           { "hyperpodrun", "--node-fault-action", "drain", "t.py" },
           { "'drain'", "--node-fault-action", "none, reboot, replace" } },
-        { "preflight kind", NO_ENV,
+        { "preflight kind",
+          NO_ENV,
           { "hyperpodrun", "--preflight", "rccl", "t.py" },
           { "'rccl'", "--preflight" } },
-        { "preflight floor without preflight", NO_ENV,
+        { "preflight floor without preflight",
+          NO_ENV,
           { "hyperpodrun", "--preflight-min-busbw", "10", "t.py" },
           { "--preflight-min-busbw", "without --preflight nccl" } },
-        { "preflight floor", NO_ENV,
+        { "preflight floor",
+          NO_ENV,
           { "hyperpodrun", "--preflight", "nccl", "--preflight-min-busbw",
             "fast", "t.py" },
           { "'fast'", "--preflight-min-busbw" } },
-        { "preflight size", NO_ENV,
+        { "preflight size",
+          NO_ENV,
           { "hyperpodrun", "--preflight", "nccl", "--preflight-max-bytes",
             "2", "t.py" },
           { "'2'", "--preflight-max-bytes" } },
-        { "an elastic nnodes", NO_ENV,
+        { "an elastic nnodes",
+          NO_ENV,
           { "hyperpodrun", "--nnodes", "1:4", "t.py" },
           { "1:4", "--nnodes" } },
         { "an elastic nnodes from the environment",
-          { { "PET_NNODES", "1:4" } }, { "hyperpodrun", "t.py" },
+          { { "PET_NNODES", "1:4" } },
+          { "hyperpodrun", "t.py" },
           { "1:4", "PET_NNODES" } },
-        { "nnodes 0", NO_ENV, { "hyperpodrun", "--nnodes", "0", "t.py" },
+        { "nnodes 0",
+          NO_ENV,
+          { "hyperpodrun", "--nnodes", "0", "t.py" },
           { "'0'", "--nnodes" } },
-        { "node rank not below nnodes, static", NO_ENV,
+        { "node rank not below nnodes, static",
+          NO_ENV,
           { "hyperpodrun", "--nnodes", "2", "--node-rank", "5",
             "--rdzv-backend", "static", "t.py" },
           { "5", "--node-rank", "--nnodes is 2" } },
@@ -990,59 +1028,77 @@ static const struct error_case error_cases[] = {
           { "hyperpodrun", "--nnodes", "2", "--rdzv-backend", "static",
             "t.py" },
           { "5", "PET_NODE_RANK" } },
-        { "node rank -1", NO_ENV,
+        { "node rank -1",
+          NO_ENV,
           { "hyperpodrun", "--node-rank", "-1", "t.py" },
           { "'-1'", "--node-rank" } },
-        { "master port 0", NO_ENV,
+        { "master port 0",
+          NO_ENV,
           { "hyperpodrun", "--master-port", "0", "t.py" },
           { "'0'", "--master-port" } },
-        { "master port 70000", NO_ENV,
+        { "master port 70000",
+          NO_ENV,
           { "hyperpodrun", "--master_port=70000", "t.py" },
           { "'70000'", "--master-port" } },
         { "master port from the environment",
-          { { "PET_MASTER_PORT", "70000" } }, { "hyperpodrun", "t.py" },
+          { { "PET_MASTER_PORT", "70000" } },
+          { "hyperpodrun", "t.py" },
           { "'70000'", "PET_MASTER_PORT" } },
-        { "an empty master address", NO_ENV,
+        { "an empty master address",
+          NO_ENV,
           { "hyperpodrun", "--master-addr", "", "t.py" },
           { "--master-addr" } },
-        { "shutdown signal SIGINT", NO_ENV,
+        { "shutdown signal SIGINT",
+          NO_ENV,
           { "hyperpodrun", "--shutdown-signal", "SIGINT", "t.py" },
           { "'SIGINT'", "--shutdown-signal" } },
-        { "a negative shutdown timeout", NO_ENV,
+        { "a negative shutdown timeout",
+          NO_ENV,
           { "hyperpodrun", "--shutdown-timeout", "-1", "t.py" },
           { "'-1'", "--shutdown-timeout" } },
-        { "tee 4", NO_ENV, { "hyperpodrun", "--tee", "4", "t.py" },
+        { "tee 4",
+          NO_ENV,
+          { "hyperpodrun", "--tee", "4", "t.py" },
           { "'4'", "--tee" } },
-        { "-t 4 names the short flag", NO_ENV,
-          { "hyperpodrun", "-t", "4", "t.py" }, { "'4'", "-t" } },
-        { "tee map with a rank not below nproc", NO_ENV,
+        { "-t 4 names the short flag",
+          NO_ENV,
+          { "hyperpodrun", "-t", "4", "t.py" },
+          { "'4'", "-t" } },
+        { "tee map with a rank not below nproc",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "2", "--tee", "0:3,9:1",
             "t.py" },
           { "'0:3,9:1'", "--tee", "9" } },
-        { "tee from the environment", { { "PET_TEE", "4" } },
-          { "hyperpodrun", "t.py" }, { "'4'", "PET_TEE" } },
-        { "redirects map with a bad value", NO_ENV,
+        { "tee from the environment",
+          { { "PET_TEE", "4" } },
+          { "hyperpodrun", "t.py" },
+          { "'4'", "PET_TEE" } },
+        { "redirects map with a bad value",
+          NO_ENV,
           { "hyperpodrun", "--redirects", "0:7", "t.py" },
           { "'0:7'", "--redirects" } },
-        { "log monitor ranks beyond nproc", NO_ENV,
-          { "hyperpodrun", "--nproc-per-node", "2",
-            "--log-monitoring-config", "r.json", "--log-monitor-ranks", "5",
-            "t.py" },
+        { "log monitor ranks beyond nproc",
+          NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "2", "--log-monitoring-config",
+            "r.json", "--log-monitor-ranks", "5", "t.py" },
           { "'5'", "--log-monitor-ranks" } },
-        { "--signals-to-handle with a signal not handled", NO_ENV,
+        { "--signals-to-handle with a signal not handled",
+          NO_ENV,
           { "hyperpodrun", "--signals-to-handle",
             "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGALRM", "t.py" },
           { "--signals-to-handle", "cannot handle 'SIGALRM'",
             "forwards SIGUSR1" } },
-        { "--signals-to-handle with a subset", NO_ENV,
+        { "--signals-to-handle with a subset",
+          NO_ENV,
           { "hyperpodrun", "--signals-to-handle", "SIGTERM,SIGUSR1", "t.py" },
           { "'SIGTERM,SIGUSR1'", "--signals-to-handle",
             "without one of them" } },
-        { "--event-log-handler other than null", NO_ENV,
+        { "--event-log-handler other than null",
+          NO_ENV,
           { "hyperpodrun", "--event-log-handler", "dynamo", "t.py" },
-          { "--event-log-handler dynamo", "not supported",
-            "only null" } },
-        { "--duplicate-stdout-filters with --log-dir /dev/null", NO_ENV,
+          { "--event-log-handler dynamo", "not supported", "only null" } },
+        { "--duplicate-stdout-filters with --log-dir /dev/null",
+          NO_ENV,
           { "hyperpodrun", "--log-dir", "/dev/null",
             "--duplicate-stdout-filters", "loss", "t.py" },
           { "--duplicate-stdout-filters", "filtered_stdout.log",
@@ -1050,14 +1106,15 @@ static const struct error_case error_cases[] = {
         /* Two bad options: the one converted first is reported
          * (options.h: .first rows, then table order, AFTER(ID) right
          * after ID). */
-        { "first of two bad: the filters before --redirects", NO_ENV,
+        { "first of two bad: the filters before --redirects",
+          NO_ENV,
           { "hyperpodrun", "--redirects", "9", "--log-dir", "/dev/null",
             "--duplicate-stdout-filters", "loss", "t.py" },
           { "--duplicate-stdout-filters", "/dev/null writes no file" } },
         { "first of two bad: --shutdown-signal before --shutdown-timeout",
           NO_ENV,
-          { "hyperpodrun", "--shutdown-timeout", "soon",
-            "--shutdown-signal", "SIGHUP", "t.py" },
+          { "hyperpodrun", "--shutdown-timeout", "soon", "--shutdown-signal",
+            "SIGHUP", "t.py" },
           { "--shutdown-signal", "SIGHUP" } },
         { "first of two bad: --server-log-level before --metrics-port",
           NO_ENV,
@@ -1082,14 +1139,16 @@ static const struct error_case error_cases[] = {
           { "hyperpodrun", "t.py" },
           { "PET_DUPLICATE_STDERR_FILTERS (environment)",
             "more than 64 filters" } },
-        { "--nproc-per-node xpu", NO_ENV,
+        { "--nproc-per-node xpu",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "xpu", "t.py" },
           { "--nproc-per-node xpu", "Intel XPUs", "give their number" } },
         { "a bad TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
           { { "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon" } },
           { "hyperpodrun", "--standalone", "t.py" },
           { "'soon'", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT (environment)" } },
-        { "a bad PET_SHUTDOWN_TIMEOUT", { { "PET_SHUTDOWN_TIMEOUT", "-3" } },
+        { "a bad PET_SHUTDOWN_TIMEOUT",
+          { { "PET_SHUTDOWN_TIMEOUT", "-3" } },
           { "hyperpodrun", "--standalone", "t.py" },
           { "'-3'", "PET_SHUTDOWN_TIMEOUT (environment)" } },
         { "Kubeflow's elastic PyTorchJob: c10d",
@@ -1099,45 +1158,61 @@ static const struct error_case error_cases[] = {
           { "hyperpodrun", "t.py" },
           { "PET_NNODES (environment) 2:4", "not supported",
             "fixed node count", "without elasticPolicy" } },
-        { "--numa-binding", NO_ENV,
+        { "--numa-binding",
+          NO_ENV,
           { "hyperpodrun", "--numa-binding", "node", "t.py" },
           { "--numa-binding", "not supported" } },
-        { "--logs-specs", NO_ENV,
+        { "--logs-specs",
+          NO_ENV,
           { "hyperpodrun", "--logs_specs", "x", "t.py" },
           { "--logs-specs", "not supported" } },
-        { "PET_EVENT_LOG_HANDLER", { { "PET_EVENT_LOG_HANDLER", "json" } },
+        { "PET_EVENT_LOG_HANDLER",
+          { { "PET_EVENT_LOG_HANDLER", "json" } },
           { "hyperpodrun", "t.py" },
           { "PET_EVENT_LOG_HANDLER", "not supported" } },
-        { "--virtual-local-rank", NO_ENV,
+        { "--virtual-local-rank",
+          NO_ENV,
           { "hyperpodrun", "--virtual-local-rank", "t.py" },
           { "--virtual-local-rank", "not supported" } },
-        { "tee map with a rank twice", NO_ENV,
+        { "tee map with a rank twice",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "2", "--tee", "0:3,0:1",
             "t.py" },
           { "'0:3,0:1'", "--tee", "twice" } },
-        { "redirects map with a rank twice", NO_ENV,
-          { "hyperpodrun", "--nproc-per-node", "2", "-r", "1:3,1:3",
-            "t.py" },
+        { "redirects map with a rank twice",
+          NO_ENV,
+          { "hyperpodrun", "--nproc-per-node", "2", "-r", "1:3,1:3", "t.py" },
           { "'1:3,1:3'", "-r", "twice" } },
         { "PET_STANDALONE=true (torchrun's int() refuses it)",
-          { { "PET_STANDALONE", "true" } }, { "hyperpodrun", "t.py" },
+          { { "PET_STANDALONE", "true" } },
+          { "hyperpodrun", "t.py" },
           { "'true'", "PET_STANDALONE" } },
-        { "PET_NO_PYTHON=yes", { { "PET_NO_PYTHON", "yes" } },
-          { "hyperpodrun", "t.py" }, { "'yes'", "PET_NO_PYTHON" } },
-        { "PET_STANDALONE empty", { { "PET_STANDALONE", "" } },
-          { "hyperpodrun", "t.py" }, { "PET_STANDALONE" } },
-        { "PET_STANDALONE=1__0", { { "PET_STANDALONE", "1__0" } },
-          { "hyperpodrun", "t.py" }, { "'1__0'", "PET_STANDALONE" } },
-        { "a newline in the master address", NO_ENV,
+        { "PET_NO_PYTHON=yes",
+          { { "PET_NO_PYTHON", "yes" } },
+          { "hyperpodrun", "t.py" },
+          { "'yes'", "PET_NO_PYTHON" } },
+        { "PET_STANDALONE empty",
+          { { "PET_STANDALONE", "" } },
+          { "hyperpodrun", "t.py" },
+          { "PET_STANDALONE" } },
+        { "PET_STANDALONE=1__0",
+          { { "PET_STANDALONE", "1__0" } },
+          { "hyperpodrun", "t.py" },
+          { "'1__0'", "PET_STANDALONE" } },
+        { "a newline in the master address",
+          NO_ENV,
           { "hyperpodrun", "--master-addr", "10.0.0.1\nx", "t.py" },
           { "--master-addr", "control character" } },
         { "a master address that is not UTF-8",
-          { { "PET_MASTER_ADDR", "h\xff" } }, { "hyperpodrun", "t.py" },
+          { { "PET_MASTER_ADDR", "h\xff" } },
+          { "hyperpodrun", "t.py" },
           { "PET_MASTER_ADDR", "UTF-8" } },
-        { "local ranks filter that is not a number", NO_ENV,
+        { "local ranks filter that is not a number",
+          NO_ENV,
           { "hyperpodrun", "--local-ranks-filter", "0,x", "t.py" },
           { "'0,x'", "--local-ranks-filter" } },
-        { "an unknown template variable", NO_ENV,
+        { "an unknown template variable",
+          NO_ENV,
           { "hyperpodrun", "--log-line-prefix-template", "[${nope}]",
             "t.py" },
           { "nope", "--log-line-prefix-template" } },
@@ -1145,84 +1220,115 @@ static const struct error_case error_cases[] = {
           { { "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "$nope" } },
           { "hyperpodrun", "t.py" },
           { "nope", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" } },
-        { "-m with --no-python", NO_ENV,
+        { "-m with --no-python",
+          NO_ENV,
           { "hyperpodrun", "-m", "--no-python", "mod" },
           { "-m", "--no-python" } },
-        { "-m with PET_NO_PYTHON", { { "PET_NO_PYTHON", "1" } },
+        { "-m with PET_NO_PYTHON",
+          { { "PET_NO_PYTHON", "1" } },
           { "hyperpodrun", "--module", "mod" },
           { "--module", "PET_NO_PYTHON" } },
-        { "in-process restart in a self-driven mode", NO_ENV,
+        { "in-process restart in a self-driven mode",
+          NO_ENV,
           { "hyperpodrun", "--standalone", "--inprocess-restart", "t.py" },
           { "--inprocess-restart", "operator mode" } },
-        { "in-process timeout without in-process restart", NO_ENV,
+        { "in-process timeout without in-process restart",
+          NO_ENV,
           { "hyperpodrun", "--inprocess-timeout", "5", "t.py" },
           { "--inprocess-timeout", "--inprocess-restart" } },
-        { "in-process timeout that is not a number", NO_ENV,
+        { "in-process timeout that is not a number",
+          NO_ENV,
           { "hyperpodrun", "--inprocess-restart", "--inprocess-timeout",
             "soon", "t.py" },
           { "--inprocess-timeout", "soon" } },
-        { "the c10d backend without an endpoint", NO_ENV,
+        { "the c10d backend without an endpoint",
+          NO_ENV,
           { "hyperpodrun", "--rdzv-backend", "c10d", "t.py" },
           { "c10d", "--rdzv-endpoint", "29400" } },
-        { "the etcd-v2 backend", NO_ENV,
+        { "the etcd-v2 backend",
+          NO_ENV,
           { "hyperpodrun", "--rdzv-backend", "etcd-v2", "t.py" },
           { "etcd-v2", "--rdzv-backend", "not supported", "c10d" } },
         { "the etcd backend from the environment",
-          { { "PET_RDZV_BACKEND", "etcd" } }, { "hyperpodrun", "t.py" },
+          { { "PET_RDZV_BACKEND", "etcd" } },
+          { "hyperpodrun", "t.py" },
           { "etcd", "PET_RDZV_BACKEND", "not supported" } },
-        { "an unknown backend", NO_ENV,
+        { "an unknown backend",
+          NO_ENV,
           { "hyperpodrun", "--rdzv-backend", "bogus", "t.py" },
           { "'bogus'", "--rdzv-backend" } },
-        { "a run id with a slash", NO_ENV,
+        { "a run id with a slash",
+          NO_ENV,
           { "hyperpodrun", "--rdzv-id", "a/b", "t.py" },
           { "'a/b'", "--rdzv-id" } },
-        { "a rdzv conf item without =", NO_ENV,
+        { "a rdzv conf item without =",
+          NO_ENV,
           { "hyperpodrun", "--rdzv-conf", "a=1,b", "t.py" },
           { "'a=1,b'", "--rdzv-conf" } },
-        { "pre-train args without a pre-train script", NO_ENV,
+        { "pre-train args without a pre-train script",
+          NO_ENV,
           { "hyperpodrun", "--pre-train-args", "x", "t.py" },
           { "--pre-train-args", "--pre-train-script" } },
-        { "post-train args without a post-train script", NO_ENV,
+        { "post-train args without a post-train script",
+          NO_ENV,
           { "hyperpodrun", "--post-train-args", "x", "t.py" },
           { "--post-train-args", "--post-train-script" } },
-        { "an empty pre-train script", NO_ENV,
+        { "an empty pre-train script",
+          NO_ENV,
           { "hyperpodrun", "--pre-train-script", "", "t.py" },
           { "--pre-train-script" } },
-        { "standalone with several nodes", NO_ENV,
+        { "standalone with several nodes",
+          NO_ENV,
           { "hyperpodrun", "--standalone", "--nnodes", "2", "t.py" },
           { "--standalone", "2" } },
-        { "negative max restarts", NO_ENV,
+        { "negative max restarts",
+          NO_ENV,
           { "hyperpodrun", "--max-restarts", "-1", "t.py" },
           { "'-1'", "--max-restarts" } },
-        { "server port 70000", NO_ENV,
+        { "server port 70000",
+          NO_ENV,
           { "hyperpodrun", "--server-port", "70000", "t.py" },
           { "'70000'", "--server-port" } },
-        { "metrics port 70000", NO_ENV,
+        { "metrics port 70000",
+          NO_ENV,
           { "hyperpodrun", "--metrics-port", "70000", "t.py" },
           { "'70000'", "--metrics-port" } },
-        { "the metrics port is the operator API's default", NO_ENV,
+        { "the metrics port is the operator API's default",
+          NO_ENV,
           { "hyperpodrun", "--metrics-port", "8080", "t.py" },
           { "--metrics-port 8080 is the --server-port too" } },
-        { "the metrics port is the self-driven server port", NO_ENV,
+        { "the metrics port is the self-driven server port",
+          NO_ENV,
           { "hyperpodrun", "--standalone", "--server-port", "9000",
             "--metrics-port", "9000", "t.py" },
           { "--metrics-port 9000 is the --server-port too" } },
-        { "an unknown start method", NO_ENV,
+        { "an unknown start method",
+          NO_ENV,
           { "hyperpodrun", "--start-method", "thread", "t.py" },
           { "'thread'", "--start-method" } },
-        { "an unknown long option", NO_ENV,
-          { "hyperpodrun", "--bogus", "t.py" }, { "--bogus" } },
-        { "an unknown short option", NO_ENV, { "hyperpodrun", "-x", "t.py" },
+        { "an unknown long option",
+          NO_ENV,
+          { "hyperpodrun", "--bogus", "t.py" },
+          { "--bogus" } },
+        { "an unknown short option",
+          NO_ENV,
+          { "hyperpodrun", "-x", "t.py" },
           { "-x" } },
-        { "a missing option value", NO_ENV,
+        { "a missing option value",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node" },
           { "--nproc-per-node", "needs a value" } },
-        { "a missing short option value", NO_ENV, { "hyperpodrun", "-t" },
+        { "a missing short option value",
+          NO_ENV,
+          { "hyperpodrun", "-t" },
           { "-t", "needs a value" } },
-        { "a missing training script", NO_ENV,
+        { "a missing training script",
+          NO_ENV,
           { "hyperpodrun", "--nproc-per-node", "2" },
           { "missing the training script" } },
-        { "an empty training script", NO_ENV, { "hyperpodrun", "" },
+        { "an empty training script",
+          NO_ENV,
+          { "hyperpodrun", "" },
           { "empty" } },
 };
 
@@ -1238,14 +1344,16 @@ static int check_refused(const struct error_case *c)
         r = parse_argv(&cfg, c->argv, HP_ARRAY_SIZE(c->argv), errbuf,
                        sizeof(errbuf));
         if (r != HP_EUSAGE) {
-                CASE_FAILED(failures, "%s: returned %s, expected HP_EUSAGE "
+                CASE_FAILED(failures,
+                            "%s: returned %s, expected HP_EUSAGE "
                             "(%s)",
                             c->name, r ? hp_err_name(r) : "0", errbuf);
                 return failures;
         }
         for (const char *p = errbuf; *p != '\0'; p++) {
                 if (*p < ' ') {
-                        CASE_FAILED(failures, "%s: the error holds a control "
+                        CASE_FAILED(failures,
+                                    "%s: the error holds a control "
                                     "character: '%s'",
                                     c->name, errbuf);
                         break;
@@ -1255,8 +1363,9 @@ static int check_refused(const struct error_case *c)
                 if (c->mentions[i] == NULL)
                         break;
                 if (strstr(errbuf, c->mentions[i]) == NULL)
-                        CASE_FAILED(failures, "%s: '%s' does not mention '%s'",
-                                    c->name, errbuf, c->mentions[i]);
+                        CASE_FAILED(failures,
+                                    "%s: '%s' does not mention '%s'", c->name,
+                                    errbuf, c->mentions[i]);
         }
         return failures;
 }
@@ -1275,11 +1384,16 @@ static void test_refused_command_lines(void **state)
 /* A flag that takes no value, given one with '=': the error must name the
  * flag, as for any other bad option. */
 static const struct error_case flag_value_cases[] = {
-        { "--standalone=1", NO_ENV,
-          { "hyperpodrun", "--standalone=1", "t.py" }, { "--standalone" } },
-        { "--no_python=1", NO_ENV,
-          { "hyperpodrun", "--no_python=1", "t.py" }, { "--no_python" } },
-        { "--inprocess-restart=1", NO_ENV,
+        { "--standalone=1",
+          NO_ENV,
+          { "hyperpodrun", "--standalone=1", "t.py" },
+          { "--standalone" } },
+        { "--no_python=1",
+          NO_ENV,
+          { "hyperpodrun", "--no_python=1", "t.py" },
+          { "--no_python" } },
+        { "--inprocess-restart=1",
+          NO_ENV,
           { "hyperpodrun", "--inprocess-restart=1", "t.py" },
           { "--inprocess-restart" } },
 };
@@ -1349,8 +1463,8 @@ static void test_std_spec(void **state)
                 /* Ranks past nproc are never written. */
                 for (size_t i = (size_t)c->nproc; i < sizeof(out); i++)
                         if (out[i] != 0xad)
-                                fail_msg("'%s': wrote past nproc %d",
-                                         c->text, c->nproc);
+                                fail_msg("'%s': wrote past nproc %d", c->text,
+                                         c->nproc);
                 if (r == 0) {
                         join_ranks(out, c->nproc, text, sizeof(text));
                         if (strcmp(text, c->values) != 0)
@@ -1389,7 +1503,8 @@ static void test_check_template(void **state)
 {
         (void)state;
         for (size_t k = 0; k < HP_ARRAY_SIZE(template_check_cases); k++) {
-                const struct template_check_case *c = &template_check_cases[k];
+                const struct template_check_case
+                        *c = &template_check_cases[k];
                 char errbuf[256] = "";
                 int r = hp_config_check_template(c->tmpl, errbuf,
                                                  sizeof(errbuf));
@@ -1480,21 +1595,21 @@ static const struct exec_case exec_cases[] = {
           "@/runme" },
         { "a non-executable file by path", "@/plain", "/nonexistent", 0,
           -EACCES, NULL },
-        { "a missing file by path", "@/missing", "/nonexistent", 0,
-          -ENOENT, NULL },
+        { "a missing file by path", "@/missing", "/nonexistent", 0, -ENOENT,
+          NULL },
         { "a directory by path", "@/subdir", "/nonexistent", 0, -EISDIR,
           NULL },
         { "a path too long for the buffer", "@/runme", "/nonexistent", 8,
           -ENAMETOOLONG, NULL },
         { "an executable in PATH", "runme", "@", 0, 0, "@/runme" },
-        { "an executable in the second PATH entry", "runme",
-          "/nonexistent:@", 0, 0, "@/runme" },
+        { "an executable in the second PATH entry", "runme", "/nonexistent:@",
+          0, 0, "@/runme" },
         { "a non-executable file in PATH", "plain", "@", 0, -EACCES, NULL },
         { "a name not in PATH", "missing", "@", 0, -ENOENT, NULL },
-        { "a directory in PATH is not a program", "subdir", "@", 0,
-          -ENOENT, NULL },
-        { "a non-executable match is skipped for a later executable",
-          "tool", "@:@2", 0, 0, "@2/tool" },
+        { "a directory in PATH is not a program", "subdir", "@", 0, -ENOENT,
+          NULL },
+        { "a non-executable match is skipped for a later executable", "tool",
+          "@:@2", 0, 0, "@2/tool" },
 };
 
 /* Replaces "@2" and "@" in text with the fixture's directories. */

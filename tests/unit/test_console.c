@@ -24,6 +24,7 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+#include "stream-private.h"
 
 /* Generous: these only bound a test that is already failing. */
 #define FLUSH_TIMEOUT_MS 10000
@@ -153,14 +154,14 @@ static const struct put_case put_cases[] = {
         { "no prefix", "", BYTES("raw output"), HP_LINE_EOL, false },
         { "an empty line keeps its prefix", "[default1]:", BYTES(""),
           HP_LINE_EOL, false },
-        { "a final line without newline still gets one", "[default0]:",
-          BYTES("tail"), HP_LINE_EOF, false },
-        { "NUL bytes and invalid UTF-8 are kept", "[p]:",
-          BYTES("a\0b\xff\xfe"), HP_LINE_EOL, false },
-        { "a capped line gets the marker", "[default0]:",
-          BYTES("first piece"), HP_LINE_CAPPED, true },
-        { "the rest of a capped line is a normal line", "[default0]:",
-          BYTES("rest"), HP_LINE_EOL, false },
+        { "a final line without newline still gets one",
+          "[default0]:", BYTES("tail"), HP_LINE_EOF, false },
+        { "NUL bytes and invalid UTF-8 are kept",
+          "[p]:", BYTES("a\0b\xff\xfe"), HP_LINE_EOL, false },
+        { "a capped line gets the marker",
+          "[default0]:", BYTES("first piece"), HP_LINE_CAPPED, true },
+        { "the rest of a capped line is a normal line",
+          "[default0]:", BYTES("rest"), HP_LINE_EOL, false },
 };
 
 static void test_lines_are_written_whole_with_prefix(void **state)
@@ -252,7 +253,8 @@ static void test_full_ring_drops_lines_and_reports_them(void **state)
                         accepted++;
                 if (queued[i] && i > 0 && !queued[i - 1])
                         fail_msg("line %d was queued after line %d was "
-                                 "dropped, with nobody reading", i, i - 1);
+                                 "dropped, with nobody reading",
+                                 i, i - 1);
         }
         assert_int_equal(accepted, fit);
         assert_int_equal(con.lines_queued, fit);
@@ -388,7 +390,8 @@ static void test_no_line_is_split_or_mixed_through_a_small_ring(void **state)
                         next++;
                 if (next == STRESS_LINES)
                         fail_msg("more lines came out than were queued: "
-                                 "'%.*s'", (int)line_len, line);
+                                 "'%.*s'",
+                                 (int)line_len, line);
                 want_len = stress_payload(next, payload, sizeof(payload));
                 if (line_len != sizeof(prefix) - 1 + want_len ||
                     memcmp(line, prefix, sizeof(prefix) - 1) != 0 ||
@@ -399,7 +402,8 @@ static void test_no_line_is_split_or_mixed_through_a_small_ring(void **state)
                 seen++;
         }
         assert_int_equal(seen, accepted);
-        assert_int_equal(reported + con.dropped_unreported, con.lines_dropped);
+        assert_int_equal(reported + con.dropped_unreported,
+                         con.lines_dropped);
         assert_int_equal(rd.out[rd.len - 1], '\n');
         test_free(rd.out);
         test_free(queued);
@@ -525,8 +529,9 @@ static void test_direct_console_buffers_until_commit(void **state)
 {
         enum { RING = 64 * HP_CONSOLE_BUFFERS }; /* buffers of 64 bytes */
         static const char *const lines[] = {
-                "first", "second line", "", "a longer line of text here",
-                "x", "a line that with its prefix fills most of the rin",
+                "first", "second line",
+                "",      "a longer line of text here",
+                "x",     "a line that with its prefix fills most of the rin",
                 "after",
         };
         struct hp_console con;
@@ -563,8 +568,7 @@ static void test_direct_console_buffers_until_commit(void **state)
                 out = file_contents(fd, &len);
                 /* Whatever reached the file ends at a line boundary. */
                 if (len > 0 && out[len - 1] != '\n')
-                        fail_msg("after line %zu the file ends mid-line",
-                                 i);
+                        fail_msg("after line %zu the file ends mid-line", i);
                 assert_true(len <= want_len);
                 assert_memory_equal(out, want, len);
                 test_free(out);
@@ -662,7 +666,8 @@ static void read_exactly_or_fail(int fd, const char *want, size_t len)
 
                 if (poll(&pfd, 1, FLUSH_TIMEOUT_MS) == 0)
                         fail_msg("the writer was not woken: %zu of %zu "
-                                 "bytes arrived", got, len);
+                                 "bytes arrived",
+                                 got, len);
                 r = read(fd, buf + got, len - got);
                 if (r < 0 && errno == EINTR)
                         continue;
@@ -672,8 +677,8 @@ static void read_exactly_or_fail(int fd, const char *want, size_t len)
         assert_memory_equal(buf, want, len);
 }
 
-static void test_threaded_console_writes_at_commit_and_large_batches(
-        void **state)
+static void
+test_threaded_console_writes_at_commit_and_in_batches(void **state)
 {
         enum { RING = 4096 };
         struct hp_console con;
@@ -737,8 +742,8 @@ static void test_direct_console_writes_a_line_it_cannot_hold(void **state)
         assert_int_equal(unlink(path), 0);
         assert_int_equal(hp_console_init(&con, fd, RING), 0);
         assert_true(con.direct);
-        assert_true(hp_console_put_line(&con, "[0]:", 4, "ab", 2,
-                                        HP_LINE_EOL));
+        assert_true(
+                hp_console_put_line(&con, "[0]:", 4, "ab", 2, HP_LINE_EOL));
         assert_true(hp_console_put_line(&con, "[0]:", 4, line,
                                         sizeof(line) - 1, HP_LINE_EOL));
         hp_console_close(&con, FLUSH_TIMEOUT_MS);
@@ -771,8 +776,8 @@ static void test_closed_pipe_does_not_hang_close(void **state)
 
         /* After the error the console keeps taking lines and throwing
          * them away, so the producer never notices. */
-        assert_true(hp_console_put_line(&con, "[0]:", 4, "more", 4,
-                                        HP_LINE_EOL));
+        assert_true(
+                hp_console_put_line(&con, "[0]:", 4, "more", 4, HP_LINE_EOL));
         hp_console_flush(&con, FLUSH_TIMEOUT_MS);
         assert_int_equal(queued_bytes(&con), 0);
 
@@ -830,8 +835,7 @@ static void test_stuck_reader_times_out_and_counts_lines(void **state)
 
 /* ---- The agent's own messages ---- */
 
-static void test_messages_never_block_and_the_last_drops_are_reported(
-        void **state)
+static void test_messages_never_block_and_last_drops_are_told(void **state)
 {
         enum { RING = 256, MESSAGES = 20 };
         static const char msg[] = "hyperpodrun[1]: warning: message\n";
@@ -912,8 +916,8 @@ static void test_failed_writes_are_counted_as_lost_lines(void **state)
                 if (hp_console_lost_lines(&con, &error) != 3 ||
                     error != fc->error)
                         fail_msg("%s: %llu lines lost, error %d", fc->name,
-                                 (unsigned long long)hp_console_lost_lines(
-                                         &con, &error),
+                                 (unsigned long long)
+                                         hp_console_lost_lines(&con, &error),
                                  error);
                 hp_console_close(&con, FLUSH_TIMEOUT_MS);
                 assert_int_equal(close(fd), 0);
@@ -934,16 +938,17 @@ int main(void)
                 cmocka_unit_test(
                         test_direct_console_writes_a_large_buffer_in_pieces),
                 cmocka_unit_test(
-                        test_threaded_console_writes_at_commit_and_large_batches),
+                        test_threaded_console_writes_at_commit_and_in_batches),
                 cmocka_unit_test(
                         test_direct_console_writes_a_line_it_cannot_hold),
                 cmocka_unit_test(test_closed_pipe_does_not_hang_close),
                 cmocka_unit_test(
-                        test_messages_never_block_and_the_last_drops_are_reported),
+                        test_messages_never_block_and_last_drops_are_told),
                 cmocka_unit_test(
                         test_failed_writes_are_counted_as_lost_lines),
                 /* Last: it leaves a writer thread blocked until exit. */
-                cmocka_unit_test(test_stuck_reader_times_out_and_counts_lines),
+                cmocka_unit_test(
+                        test_stuck_reader_times_out_and_counts_lines),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);

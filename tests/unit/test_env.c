@@ -37,32 +37,35 @@ struct env_case {
 };
 
 /* A node of a two-node job, its second worker, after two restarts. */
-#define WORKER_PARAMS                                                       \
-        {                                                                   \
-                .local_rank = 1, .rank = 5, .group_rank = 1,                \
-                .local_world_size = 4, .world_size = 8,                     \
-                .group_world_size = 2, .role = "trainer",                   \
-                .master_addr = "10.0.0.1", .master_port = 29501,            \
-                .restart_count = 2, .max_restarts = 3, .run_id = "job-7",   \
-                .error_file = "/tmp/logs/attempt_2/1/error.json",           \
-                .ipc_path = "/tmp/hyperpod_elastic_agent_7.sock",           \
+#define WORKER_PARAMS                                                        \
+        {                                                                    \
+                .local_rank = 1, .rank = 5, .group_rank = 1,                 \
+                .local_world_size = 4, .world_size = 8,                      \
+                .group_world_size = 2, .role = "trainer",                    \
+                .master_addr = "10.0.0.1", .master_port = 29501,             \
+                .restart_count = 2, .max_restarts = 3, .run_id = "job-7",    \
+                .error_file = "/tmp/logs/attempt_2/1/error.json",            \
+                .ipc_path = "/tmp/hyperpod_elastic_agent_7.sock",            \
         }
 
 /* What WORKER_PARAMS must turn into, except the two inherited ones. */
-#define WORKER_CONTRACT                                                     \
-        { "LOCAL_RANK", "1" }, { "RANK", "5" }, { "GROUP_RANK", "1" },      \
-        { "ROLE_RANK", "5" }, { "ROLE_NAME", "trainer" },                   \
-        { "LOCAL_WORLD_SIZE", "4" }, { "WORLD_SIZE", "8" },                 \
-        { "GROUP_WORLD_SIZE", "2" }, { "ROLE_WORLD_SIZE", "8" },            \
-        { "MASTER_ADDR", "10.0.0.1" }, { "MASTER_PORT", "29501" },          \
-        { "TORCHELASTIC_RESTART_COUNT", "2" },                              \
-        { "JOB_RESTART_COUNT", "2" },                                       \
-        { "TORCHELASTIC_MAX_RESTARTS", "3" },                               \
-        { "TORCHELASTIC_RUN_ID", "job-7" },                                 \
-        { "TORCHELASTIC_USE_AGENT_STORE", "False" },                        \
-        { "TORCHELASTIC_ERROR_FILE", "/tmp/logs/attempt_2/1/error.json" }, \
-        { "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH",                      \
-          "/tmp/hyperpod_elastic_agent_7.sock" }
+#define WORKER_CONTRACT                                                      \
+        { "LOCAL_RANK", "1" }, { "RANK", "5" }, { "GROUP_RANK", "1" },       \
+                { "ROLE_RANK", "5" }, { "ROLE_NAME", "trainer" },            \
+                { "LOCAL_WORLD_SIZE", "4" }, { "WORLD_SIZE", "8" },          \
+                { "GROUP_WORLD_SIZE", "2" }, { "ROLE_WORLD_SIZE", "8" },     \
+                { "MASTER_ADDR", "10.0.0.1" }, { "MASTER_PORT", "29501" },   \
+                { "TORCHELASTIC_RESTART_COUNT", "2" },                       \
+                { "JOB_RESTART_COUNT", "2" },                                \
+                { "TORCHELASTIC_MAX_RESTARTS", "3" },                        \
+                { "TORCHELASTIC_RUN_ID", "job-7" },                          \
+                { "TORCHELASTIC_USE_AGENT_STORE", "False" },                 \
+                { "TORCHELASTIC_ERROR_FILE",                                 \
+                  "/tmp/logs/attempt_2/1/error.json" },                      \
+        {                                                                    \
+                "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH",                  \
+                        "/tmp/hyperpod_elastic_agent_7.sock"                 \
+        }
 
 /* The number of variables hyperpodrun sets. */
 #define CONTRACT_VARS 20
@@ -308,11 +311,11 @@ static void test_env_get(void **state)
                 "RANKING=1", "RANK=2", "EMPTY=", "A=b=c", "RANK=3", NULL,
         };
         static const struct env_get_case cases[] = {
-                { "RANK", "2" },     /* the first definition wins */
+                { "RANK", "2" }, /* the first definition wins */
                 { "RANKING", "1" },
-                { "RAN", NULL },     /* a prefix of a name is not a name */
+                { "RAN", NULL }, /* a prefix of a name is not a name */
                 { "EMPTY", "" },
-                { "A", "b=c" },      /* the value may hold '=' */
+                { "A", "b=c" }, /* the value may hold '=' */
                 { "MISSING", NULL },
         };
 
@@ -320,10 +323,9 @@ static void test_env_get(void **state)
         for (size_t k = 0; k < HP_ARRAY_SIZE(cases); k++) {
                 const char *got = hp_env_get(envp, cases[k].name);
 
-                if (cases[k].value == NULL ? got != NULL
-                                           : got == NULL ||
-                                                     strcmp(got,
-                                                            cases[k].value))
+                if (cases[k].value == NULL
+                            ? got != NULL
+                            : got == NULL || strcmp(got, cases[k].value))
                         fail_msg("%s is '%s', expected '%s'", cases[k].name,
                                  got ? got : "(null)",
                                  cases[k].value ? cases[k].value : "(null)");
@@ -349,55 +351,133 @@ struct argv_case {
 };
 
 static const struct argv_case argv_cases[] = {
-        { "a python script", LAUNCH_SCRIPT, NULL, "train.py",
-          { "--lr", "3" }, 0,
+        { "a python script",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
+          { "--lr", "3" },
+          0,
           { "python3", "-u", "train.py", "--lr", "3" } },
-        { "no script arguments", LAUNCH_SCRIPT, NULL, "train.py", { NULL },
-          0, { "python3", "-u", "train.py" } },
-        { "PYTHON_EXEC", LAUNCH_SCRIPT, "/opt/py/bin/python", "train.py",
-          { NULL }, 0, { "/opt/py/bin/python", "-u", "train.py" } },
-        { "a module", LAUNCH_MODULE, NULL, "pkg.train", { "--x" }, 0,
+        { "no script arguments",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
+          { NULL },
+          0,
+          { "python3", "-u", "train.py" } },
+        { "PYTHON_EXEC",
+          LAUNCH_SCRIPT,
+          "/opt/py/bin/python",
+          "train.py",
+          { NULL },
+          0,
+          { "/opt/py/bin/python", "-u", "train.py" } },
+        { "a module",
+          LAUNCH_MODULE,
+          NULL,
+          "pkg.train",
+          { "--x" },
+          0,
           { "python3", "-u", "-m", "pkg.train", "--x" } },
-        { "no python", LAUNCH_NO_PYTHON, NULL, "./run.sh", { "a", "b" }, 0,
+        { "no python",
+          LAUNCH_NO_PYTHON,
+          NULL,
+          "./run.sh",
+          { "a", "b" },
+          0,
           { "./run.sh", "a", "b" } },
-        { "no python, no arguments", LAUNCH_NO_PYTHON, NULL, "/bin/prog",
-          { NULL }, 0, { "/bin/prog" } },
-        { "${local_rank} as a whole argument", LAUNCH_SCRIPT, NULL,
-          "train.py", { "--local-rank", "${local_rank}" }, 3,
+        { "no python, no arguments",
+          LAUNCH_NO_PYTHON,
+          NULL,
+          "/bin/prog",
+          { NULL },
+          0,
+          { "/bin/prog" } },
+        { "${local_rank} as a whole argument",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
+          { "--local-rank", "${local_rank}" },
+          3,
           { "python3", "-u", "train.py", "--local-rank", "3" } },
-        { "${local_rank} inside a longer argument", LAUNCH_SCRIPT, NULL,
-          "train.py", { "--out=/x/${local_rank}.log" }, 5,
+        { "${local_rank} inside a longer argument",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
+          { "--out=/x/${local_rank}.log" },
+          5,
           { "python3", "-u", "train.py", "--out=/x/5.log" } },
-        { "${local_rank} several times in one argument", LAUNCH_SCRIPT,
-          NULL, "train.py",
+        { "${local_rank} several times in one argument",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
           { "${local_rank}${local_rank}", "a${local_rank}b${local_rank}c" },
-          2, { "python3", "-u", "train.py", "22", "a2b2c" } },
-        { "a local rank longer than one digit", LAUNCH_SCRIPT, NULL,
-          "train.py", { "r${local_rank}", "${local_rank}${local_rank}" },
-          1023, { "python3", "-u", "train.py", "r1023", "10231023" } },
-        { "${local_rank} after a module", LAUNCH_MODULE, NULL, "pkg.train",
-          { "--rank=${local_rank}" }, 4,
+          2,
+          { "python3", "-u", "train.py", "22", "a2b2c" } },
+        { "a local rank longer than one digit",
+          LAUNCH_SCRIPT,
+          NULL,
+          "train.py",
+          { "r${local_rank}", "${local_rank}${local_rank}" },
+          1023,
+          { "python3", "-u", "train.py", "r1023", "10231023" } },
+        { "${local_rank} after a module",
+          LAUNCH_MODULE,
+          NULL,
+          "pkg.train",
+          { "--rank=${local_rank}" },
+          4,
           { "python3", "-u", "-m", "pkg.train", "--rank=4" } },
-        { "${local_rank} for a program without python", LAUNCH_NO_PYTHON,
-          NULL, "./run.sh", { "${local_rank}" }, 6, { "./run.sh", "6" } },
-        { "the script path is taken literally", LAUNCH_SCRIPT, NULL,
-          "/data/${local_rank}/train.py", { "${local_rank}" }, 1,
+        { "${local_rank} for a program without python",
+          LAUNCH_NO_PYTHON,
+          NULL,
+          "./run.sh",
+          { "${local_rank}" },
+          6,
+          { "./run.sh", "6" } },
+        { "the script path is taken literally",
+          LAUNCH_SCRIPT,
+          NULL,
+          "/data/${local_rank}/train.py",
+          { "${local_rank}" },
+          1,
           { "python3", "-u", "/data/${local_rank}/train.py", "1" } },
-        { "the program path is taken literally", LAUNCH_NO_PYTHON, NULL,
-          "./${local_rank}.sh", { NULL }, 1, { "./${local_rank}.sh" } },
-        { "the module name is taken literally", LAUNCH_MODULE, NULL,
-          "m${local_rank}", { NULL }, 1,
+        { "the program path is taken literally",
+          LAUNCH_NO_PYTHON,
+          NULL,
+          "./${local_rank}.sh",
+          { NULL },
+          1,
+          { "./${local_rank}.sh" } },
+        { "the module name is taken literally",
+          LAUNCH_MODULE,
+          NULL,
+          "m${local_rank}",
+          { NULL },
+          1,
           { "python3", "-u", "-m", "m${local_rank}" } },
-        { "the interpreter is taken literally", LAUNCH_SCRIPT,
-          "/py/${local_rank}/python", "t.py", { NULL }, 1,
+        { "the interpreter is taken literally",
+          LAUNCH_SCRIPT,
+          "/py/${local_rank}/python",
+          "t.py",
+          { NULL },
+          1,
           { "/py/${local_rank}/python", "-u", "t.py" } },
-        { "near misses are not the macro", LAUNCH_SCRIPT, NULL, "t.py",
+        { "near misses are not the macro",
+          LAUNCH_SCRIPT,
+          NULL,
+          "t.py",
           { "$local_rank", "${local_rank", "${LOCAL_RANK}", "{local_rank}" },
           9,
           { "python3", "-u", "t.py", "$local_rank", "${local_rank",
             "${LOCAL_RANK}", "{local_rank}" } },
-        { "an empty argument is kept", LAUNCH_SCRIPT, NULL, "t.py",
-          { "", "x" }, 0, { "python3", "-u", "t.py", "", "x" } },
+        { "an empty argument is kept",
+          LAUNCH_SCRIPT,
+          NULL,
+          "t.py",
+          { "", "x" },
+          0,
+          { "python3", "-u", "t.py", "", "x" } },
 };
 
 static size_t count_strings(const char *const *list, size_t max)
@@ -449,8 +529,8 @@ static void test_argv_build_worker(void **state)
                 cfg->module = c->mode == LAUNCH_MODULE;
                 cfg->no_python = c->mode == LAUNCH_NO_PYTHON;
                 cfg->script_args = (char *const *)c->args;
-                cfg->script_argc =
-                        (int)count_strings(c->args, HP_ARRAY_SIZE(c->args));
+                cfg->script_argc = (int)count_strings(c->args,
+                                                      HP_ARRAY_SIZE(c->args));
                 assert_int_equal(hp_argv_build_worker(cfg, c->local_rank, &a),
                                  0);
                 failures += check_argv(c->name, &a, c->expect,
@@ -466,12 +546,17 @@ static void test_argv_build_worker(void **state)
 /* The argv of a parsed command line, end to end. */
 static void test_argv_from_a_parsed_command_line(void **state)
 {
-        static const char *const want[] = { "python3",  "-u",
-                                            "train.py", "--lr",
-                                            "3",        "--rank=1",
+        static const char *const want[] = { "python3", "-u", "train.py",
+                                            "--lr",    "3",  "--rank=1",
                                             NULL };
-        char *argv[] = { "hyperpodrun", "--nproc-per-node", "2", "train.py",
-                         "--lr", "3", "--rank=${local_rank}", NULL };
+        char *argv[] = { "hyperpodrun",
+                         "--nproc-per-node",
+                         "2",
+                         "train.py",
+                         "--lr",
+                         "3",
+                         "--rank=${local_rank}",
+                         NULL };
         struct hp_config *cfg = test_calloc(1, sizeof(*cfg));
         struct hp_argv a = { NULL, 0, NULL };
         char errbuf[256] = "";
@@ -502,12 +587,17 @@ struct hook_case {
 };
 
 static const struct hook_case hook_cases[] = {
-        { "a hook without arguments", "/opt/hooks/pre.sh", NULL,
+        { "a hook without arguments",
+          "/opt/hooks/pre.sh",
+          NULL,
           { "/opt/hooks/pre.sh" } },
-        { "a hook's arguments are one opaque argument", "/opt/hooks/pre.sh",
+        { "a hook's arguments are one opaque argument",
+          "/opt/hooks/pre.sh",
           "--bucket s3://b --note 'a b'",
           { "/opt/hooks/pre.sh", "--bucket s3://b --note 'a b'" } },
-        { "an empty argument given is still an argument", "./post.sh", "",
+        { "an empty argument given is still an argument",
+          "./post.sh",
+          "",
           { "./post.sh", "" } },
 };
 

@@ -27,7 +27,7 @@ static const struct valid_case valid_cases[] = {
         { "node[001-003]", "node001 node002 node003" },
         { "node[8-10]", "node8 node9 node10" },
         { "n[9-11]", "n9 n10 n11" },
-        { "n[01-3]", "n01 n02 n03" },  /* the low bound sets the width */
+        { "n[01-3]", "n01 n02 n03" }, /* the low bound sets the width */
         { "n[1-03]", "n1 n2 n3" },
         { "x[0010-12]", "x0010 x0011 x0012" },
         { "n[07-9]", "n07 n08 n09" },

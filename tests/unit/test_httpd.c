@@ -100,8 +100,8 @@ static void echo_handler(void *ctx, const struct hp_httpd_request *req,
                      req->has_body, req->body_len, (int)shown, req->body);
         res->status = strcmp(req->path, "/missing") == 0 ? 404 : 200;
         /* Like the reference's /status: a body and no Content-Type. */
-        res->content_type =
-                strcmp(req->path, "/status") == 0 ? NULL : "text/plain";
+        res->content_type = strcmp(req->path, "/status") == 0 ? NULL
+                                                              : "text/plain";
         res->body = s->reply;
         res->body_len = (size_t)n;
 }
@@ -170,7 +170,7 @@ struct client {
         int fd;
         http_parser parser;
         http_parser_settings settings;
-        bool head; /* the response answers a HEAD: no body follows */
+        bool head;    /* the response answers a HEAD: no body follows */
         bool discard; /* the body is counted, not kept */
         char in[16384];
         size_t in_off;
@@ -436,47 +436,40 @@ struct echo_case {
 #define BYTES(s) s, sizeof(s) - 1
 
 static const struct echo_case echo_cases[] = {
-        { BYTES("GET /status HTTP/1.1\r\nHost: x\r\n\r\n"),
-          200,
+        { BYTES("GET /status HTTP/1.1\r\nHost: x\r\n\r\n"), 200,
           "GET /status q= ct=(none) has_body=0 len=0 body=", NULL },
-        { BYTES("GET /healthz?a=1&b=%20 HTTP/1.1\r\nHost: x\r\n\r\n"),
-          200,
+        { BYTES("GET /healthz?a=1&b=%20 HTTP/1.1\r\nHost: x\r\n\r\n"), 200,
           "GET /healthz q=a=1&b=%20 ct=(none) has_body=0 len=0 body=",
           "text/plain" },
-        { BYTES("GET /missing#frag HTTP/1.1\r\n\r\n"),
-          404,
+        { BYTES("GET /missing#frag HTTP/1.1\r\n\r\n"), 404,
           "GET /missing q= ct=(none) has_body=0 len=0 body=", "text/plain" },
-        { BYTES("GET http://agent:8080/x?y HTTP/1.1\r\n\r\n"),
-          200,
+        { BYTES("GET http://agent:8080/x?y HTTP/1.1\r\n\r\n"), 200,
           "GET /x q=y ct=(none) has_body=0 len=0 body=", "text/plain" },
         { BYTES("POST /start HTTP/1.1\r\nContent-Type: application/json\r\n"
-          "Content-Length: 10\r\n\r\n{\"rank\":0}"),
+                "Content-Length: 10\r\n\r\n{\"rank\":0}"),
           200,
           "POST /start q= ct=application/json has_body=1 len=10 "
           "body={\"rank\":0}",
           "text/plain" },
-        { BYTES("POST /stop HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
-          200,
+        { BYTES("POST /stop HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), 200,
           "POST /stop q= ct=(none) has_body=1 len=0 body=", "text/plain" },
-        { BYTES("POST /shutdown HTTP/1.1\r\n\r\n"),
-          200,
+        { BYTES("POST /shutdown HTTP/1.1\r\n\r\n"), 200,
           "POST /shutdown q= ct=(none) has_body=0 len=0 body=",
           "text/plain" },
         /* Only the first Content-Type counts; header names are case-blind,
          * and an empty header value is fine. */
         { BYTES("PUT /u HTTP/1.1\r\nX-Empty:\r\ncOnTeNt-TyPe: a/b\r\n"
-          "Content-Type: c/d\r\nContent-Length: 2\r\n\r\nhi"),
+                "Content-Type: c/d\r\nContent-Length: 2\r\n\r\nhi"),
           200, "PUT /u q= ct=a/b has_body=1 len=2 body=hi", "text/plain" },
         { BYTES("POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-          "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+                "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
           200, "POST /c q= ct=(none) has_body=1 len=11 body=hello world",
           "text/plain" },
         { BYTES("POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
                 "0\r\n\r\n"),
           200, "POST /c q= ct=(none) has_body=1 len=0 body=", "text/plain" },
         /* A body with a NUL byte keeps its length. */
-        { BYTES("POST /nul HTTP/1.1\r\nContent-Length: 3\r\n\r\na\0b"),
-          200,
+        { BYTES("POST /nul HTTP/1.1\r\nContent-Length: 3\r\n\r\na\0b"), 200,
           "POST /nul q= ct=(none) has_body=1 len=3 body=a", "text/plain" },
 };
 
@@ -489,16 +482,14 @@ static void test_requests_echoed(void **state)
         for (size_t i = 0; i < HP_ARRAY_SIZE(echo_cases); i++) {
                 const struct echo_case *e = &echo_cases[i];
                 struct client *c = client_connect(&s);
-                assert_int_equal(client_send_n(c, e->request,
-                                               e->request_len),
+                assert_int_equal(client_send_n(c, e->request, e->request_len),
                                  0);
                 assert_int_equal(client_response(c), e->status);
                 assert_string_equal(c->body, e->echo);
                 assert_int_equal(c->has_content_type,
                                  e->content_type != NULL);
                 if (e->content_type != NULL)
-                        assert_string_equal(c->content_type,
-                                            e->content_type);
+                        assert_string_equal(c->content_type, e->content_type);
                 /* The server keeps HTTP/1.1 connections open. */
                 assert_string_equal(c->connection, "");
                 client_free(c);
@@ -550,8 +541,8 @@ static void test_pipelined_requests_answered_in_order(void **state)
         assert_string_equal(c->body,
                             "GET /one q= ct=(none) has_body=0 len=0 body=");
         assert_int_equal(client_response(c), 200);
-        assert_string_equal(c->body,
-                            "POST /two q= ct=(none) has_body=1 len=2 body=ok");
+        assert_string_equal(
+                c->body, "POST /two q= ct=(none) has_body=1 len=2 body=ok");
         assert_int_equal(client_response(c), 200);
         assert_string_equal(c->body,
                             "GET /three q= ct=(none) has_body=0 len=0 body=");
@@ -678,8 +669,8 @@ static const struct refuse_case refuse_cases[] = {
         { "binary garbage", "\x01\x02\x03\xff\r\n\r\n", 400 },
         { "unknown method", "FETCH / HTTP/1.1\r\n\r\n", 400 },
         { "header without a colon", "GET / HTTP/1.1\r\nHost x\r\n\r\n", 400 },
-        { "bad Content-Length", "POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
-          400 },
+        { "bad Content-Length",
+          "POST / HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", 400 },
         { "two Content-Lengths",
           "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
           400 },
@@ -688,7 +679,8 @@ static const struct refuse_case refuse_cases[] = {
           "Transfer-Encoding: chunked\r\n\r\n",
           400 },
         { "bad chunk size",
-          "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400 },
+          "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+          400 },
         { "HTTP/2.0", "GET / HTTP/2.0\r\n\r\n", 505 },
         { "HTTP/0.9", "GET / HTTP/0.9\r\n\r\n", 505 },
         { "body over the limit by Content-Length",
@@ -712,8 +704,9 @@ static char *build_request(const char *name)
 
         assert_non_null(r);
         if (strcmp(name, "body over the limit sent anyway") == 0) {
-                n += (size_t)sprintf(r, "POST / HTTP/1.1\r\n"
-                                        "Content-Length: %u\r\n\r\n",
+                n += (size_t)sprintf(r,
+                                     "POST / HTTP/1.1\r\n"
+                                     "Content-Length: %u\r\n\r\n",
                                      BIG_BODY);
                 memset(r + n, 'b', BIG_BODY);
                 n += BIG_BODY;
@@ -870,12 +863,12 @@ static void test_evict_rank(void **state)
                 uint64_t now;
                 int rank;
         } cases[] = {
-                { HP_HTTPD_SILENT, 1000, 2000, 0 },  /* silent for 1 s */
+                { HP_HTTPD_SILENT, 1000, 2000, 0 }, /* silent for 1 s */
                 { HP_HTTPD_SILENT, 1000, 99999, 0 },
                 { HP_HTTPD_READING, 1000, 1000, 1 },
                 { HP_HTTPD_READING, 0, 99999, 1 },
                 { HP_HTTPD_KEEPALIVE, 1000, 1001, 2 },
-                { HP_HTTPD_SILENT, 1000, 1999, 3 },  /* about to send */
+                { HP_HTTPD_SILENT, 1000, 1999, 3 }, /* about to send */
                 { HP_HTTPD_SILENT, 1000, 1000, 3 },
                 /* A clock behind since is not a long silence. */
                 { HP_HTTPD_SILENT, 5000, 1000, 3 },
@@ -884,9 +877,8 @@ static void test_evict_rank(void **state)
         };
 
         for (size_t i = 0; i < HP_ARRAY_SIZE(cases); i++) {
-                int rank = hp_httpd_evict_rank(cases[i].phase,
-                                               cases[i].since, cases[i].now,
-                                               1000);
+                int rank = hp_httpd_evict_rank(cases[i].phase, cases[i].since,
+                                               cases[i].now, 1000);
 
                 if (rank != cases[i].rank)
                         fail_msg("case %zu: rank %d, expected %d", i, rank,
@@ -929,11 +921,15 @@ struct evict_case {
 };
 
 static const struct evict_case evict_cases[] = {
-        { "silent for long, then trickling, before idle keep-alive", 0,
-          { "silent", "trickling" }, "answered" },
+        { "silent for long, then trickling, before idle keep-alive",
+          0,
+          { "silent", "trickling" },
+          "answered" },
         /* A connection silent for less may be a client about to send. */
-        { "trickling, then idle keep-alive, before silent for less", 60000,
-          { "trickling", "answered" }, "silent" },
+        { "trickling, then idle keep-alive, before silent for less",
+          60000,
+          { "trickling", "answered" },
+          "silent" },
 };
 
 static void test_max_connections_evicts(void **state)
@@ -966,8 +962,10 @@ static void test_max_connections_evicts(void **state)
                         struct client *victim = NULL;
 
                         fresh[n] = client_connect(&s);
-                        client_expect_echo(fresh[n], "GET /new HTTP/1.1\r\n"
-                                           "\r\n", "GET /new q= ct=(none) "
+                        client_expect_echo(fresh[n],
+                                           "GET /new HTTP/1.1\r\n"
+                                           "\r\n",
+                                           "GET /new q= ct=(none) "
                                            "has_body=0 len=0 body=");
                         for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
                                 if (strcmp(old[k].name, e->order[n]) == 0)
@@ -975,8 +973,8 @@ static void test_max_connections_evicts(void **state)
                         assert_non_null(victim);
                         if (!client_eof(victim))
                                 fail_msg("%s: new connection %zu: the %s "
-                                         "one is still open", e->what, n,
-                                         e->order[n]);
+                                         "one is still open",
+                                         e->what, n, e->order[n]);
                 }
                 for (size_t k = 0; k < HP_ARRAY_SIZE(old); k++)
                         if (strcmp(old[k].name, e->survivor) == 0)
@@ -1135,8 +1133,8 @@ static void test_listen_errors(void **state)
         assert_int_equal(hp_httpd_listen(&other, "127.0.0.1", s.port, err,
                                          sizeof(err)),
                          -EADDRINUSE);
-        snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d: ",
-                 s.port);
+        snprintf(want, sizeof(want),
+                 "cannot listen on 127.0.0.1:%d: ", s.port);
         assert_memory_equal(err, want, strlen(want));
         assert_int_equal(hp_httpd_port(&other), 0);
         assert_int_equal(hp_httpd_listen(&other, "agent", 8080, err,

@@ -28,47 +28,86 @@
 
 struct frame_case {
         const char *name;
-        size_t sizes[4];  /* body sizes of the frames sent; 0 ends... */
-        int nframes;      /* ...so the count is explicit (0-byte frames) */
-        size_t chunk;     /* bytes per feed; 0: all at once */
+        size_t sizes[4]; /* body sizes of the frames sent; 0 ends... */
+        int nframes;     /* ...so the count is explicit (0-byte frames) */
+        size_t chunk;    /* bytes per feed; 0: all at once */
         size_t max;
-        size_t truncate;  /* send only this many bytes (0: all) */
+        size_t truncate; /* send only this many bytes (0: all) */
         int expect_frames;
         int expect_r;
         uint32_t expect_too_big;
 };
 
 static const struct frame_case frame_cases[] = {
-        { .name = "one frame, one read", .sizes = { 30 }, .nframes = 1,
-          .max = 1024, .expect_frames = 1 },
-        { .name = "the length prefix split 1+3", .sizes = { 30 },
-          .nframes = 1, .chunk = 1, .max = 1024, .expect_frames = 1 },
+        { .name = "one frame, one read",
+          .sizes = { 30 },
+          .nframes = 1,
+          .max = 1024,
+          .expect_frames = 1 },
+        { .name = "the length prefix split 1+3",
+          .sizes = { 30 },
+          .nframes = 1,
+          .chunk = 1,
+          .max = 1024,
+          .expect_frames = 1 },
         { .name = "the prefix alone in one read, the body in the next",
-          .sizes = { 30 }, .nframes = 1, .chunk = 4, .max = 1024,
+          .sizes = { 30 },
+          .nframes = 1,
+          .chunk = 4,
+          .max = 1024,
           .expect_frames = 1 },
         { .name = "prefix and body split every 3 bytes",
-          .sizes = { 30, 7 }, .nframes = 2, .chunk = 3, .max = 1024,
+          .sizes = { 30, 7 },
+          .nframes = 2,
+          .chunk = 3,
+          .max = 1024,
           .expect_frames = 2 },
-        { .name = "three frames in one read", .sizes = { 5, 6, 7 },
-          .nframes = 3, .max = 1024, .expect_frames = 3 },
-        { .name = "a zero-length frame", .sizes = { 0, 4 }, .nframes = 2,
-          .max = 1024, .expect_frames = 2 },
-        { .name = "a frame of exactly the cap", .sizes = { 1024 },
-          .nframes = 1, .max = 1024, .expect_frames = 1 },
-        { .name = "a frame one byte over the cap", .sizes = { 1025 },
-          .nframes = 1, .max = 1024, .expect_r = HP_ETOOBIG,
+        { .name = "three frames in one read",
+          .sizes = { 5, 6, 7 },
+          .nframes = 3,
+          .max = 1024,
+          .expect_frames = 3 },
+        { .name = "a zero-length frame",
+          .sizes = { 0, 4 },
+          .nframes = 2,
+          .max = 1024,
+          .expect_frames = 2 },
+        { .name = "a frame of exactly the cap",
+          .sizes = { 1024 },
+          .nframes = 1,
+          .max = 1024,
+          .expect_frames = 1 },
+        { .name = "a frame one byte over the cap",
+          .sizes = { 1025 },
+          .nframes = 1,
+          .max = 1024,
+          .expect_r = HP_ETOOBIG,
           .expect_too_big = 1025 },
         { .name = "a good frame, then one over the cap",
-          .sizes = { 10, 5000 }, .nframes = 2, .max = 1024,
-          .expect_frames = 1, .expect_r = HP_ETOOBIG,
+          .sizes = { 10, 5000 },
+          .nframes = 2,
+          .max = 1024,
+          .expect_frames = 1,
+          .expect_r = HP_ETOOBIG,
           .expect_too_big = 5000 },
-        { .name = "1 MiB in 64 KiB reads", .sizes = { 1u << 20 },
-          .nframes = 1, .chunk = 65536, .max = HP_IPC_FRAME_MAX,
+        { .name = "1 MiB in 64 KiB reads",
+          .sizes = { 1u << 20 },
+          .nframes = 1,
+          .chunk = 65536,
+          .max = HP_IPC_FRAME_MAX,
           .expect_frames = 1 },
-        { .name = "a partial body waits for the rest", .sizes = { 100 },
-          .nframes = 1, .max = 1024, .truncate = 50, .expect_frames = 0 },
-        { .name = "a partial prefix waits for the rest", .sizes = { 100 },
-          .nframes = 1, .max = 1024, .truncate = 2, .expect_frames = 0 },
+        { .name = "a partial body waits for the rest",
+          .sizes = { 100 },
+          .nframes = 1,
+          .max = 1024,
+          .truncate = 50,
+          .expect_frames = 0 },
+        { .name = "a partial prefix waits for the rest",
+          .sizes = { 100 },
+          .nframes = 1,
+          .max = 1024,
+          .truncate = 2,
+          .expect_frames = 0 },
 };
 
 struct frames_seen {
@@ -147,8 +186,10 @@ static void test_framer(void **state)
                  * frames: nothing between frames, about the bytes of an
                  * unfinished one. */
                 if (c->expect_r == 0 && !c->truncate && f.alloc != 0)
-                        CASE_FAILED(failures, "%s: %zu bytes kept after "
-                                    "the last frame", c->name, f.alloc);
+                        CASE_FAILED(failures,
+                                    "%s: %zu bytes kept after "
+                                    "the last frame",
+                                    c->name, f.alloc);
                 if (f.alloc > 2 * f.have + 256)
                         CASE_FAILED(failures, "%s: %zu bytes held for %zu",
                                     c->name, f.alloc, f.have);
@@ -182,7 +223,7 @@ static void test_conn_limit(void **state)
                 { 4096, 8, 4096 - 128 - 8 * 16 },
                 { 1024, 8, 1024 - 128 - 8 * 16 },
                 { 256, 2, 256 - 128 - 2 * 16 },
-                { 256, 8, 2 * 8 + 8 },      /* below the floor */
+                { 256, 8, 2 * 8 + 8 }, /* below the floor */
                 { 64, 1, 2 + 8 },
                 { 1024, 64, 2 * 64 + 8 },
                 { RLIM_INFINITY, 1024, HP_IPC_CONN_MAX },
@@ -193,7 +234,8 @@ static void test_conn_limit(void **state)
                 size_t got = hp_ipc_conn_limit(cases[i].soft,
                                                cases[i].nranks);
                 if (got != cases[i].expect)
-                        CASE_FAILED(failures, "soft %llu, %d ranks: %zu, "
+                        CASE_FAILED(failures,
+                                    "soft %llu, %d ranks: %zu, "
                                     "expected %zu",
                                     (unsigned long long)cases[i].soft,
                                     cases[i].nranks, got, cases[i].expect);
@@ -210,13 +252,13 @@ enum op_kind { OP_END = 0, OP_SEED, OP_INIT, OP_UPDATE, OP_GET };
 
 struct ckpt_op {
         enum op_kind kind;
-        const char *prefix;   /* OP_INIT */
-        int model, data;      /* OP_INIT counts */
-        const char *seed;     /* OP_SEED: /start's progress as JSON */
-        int rank;             /* OP_UPDATE */
+        const char *prefix; /* OP_INIT */
+        int model, data;    /* OP_INIT counts */
+        const char *seed;   /* OP_SEED: /start's progress as JSON */
+        int rank;           /* OP_UPDATE */
         int64_t step;
         const char *path;
-        const char *type;     /* "m", "d" or a literal name */
+        const char *type; /* "m", "d" or a literal name */
         int expect_r;
         const char *expect_get; /* OP_GET: the path, or NULL */
         /* Then: the latest complete step ("" for none; NULL: not
@@ -230,155 +272,255 @@ struct ckpt_case {
         struct ckpt_op ops[40];
 };
 
-#define INIT(p, m, d) { .kind = OP_INIT, .prefix = (p), .model = (m), .data = (d)
-#define UPD(r, s, p, t) { .kind = OP_UPDATE, .rank = (r), .step = (s), .path = (p), .type = (t)
-#define GET(p) { .kind = OP_GET, .expect_get = (p)
-#define SEED(j) { .kind = OP_SEED, .seed = (j)
+#define INIT(p, m, d)                                                        \
+        {                                                                    \
+                .kind = OP_INIT, .prefix = (p), .model = (m), .data = (d)
+#define UPD(r, s, p, t)                                                      \
+        {                                                                    \
+                .kind = OP_UPDATE, .rank = (r), .step = (s), .path = (p),    \
+                .type = (t)
+#define GET(p)                                                               \
+        {                                                                    \
+                .kind = OP_GET, .expect_get = (p)
+#define SEED(j)                                                              \
+        {                                                                    \
+                .kind = OP_SEED, .seed = (j)
 #define END }
 
 static const struct ckpt_case ckpt_cases[] = {
-        { "single update completes a one-rank step", 1, {
-                INIT("/ck", 1, 0), .then = "" END,
-                UPD(0, 1, "/ck/1", "m"), .expect_r = 1, .then = "1 /ck/1" END,
-                GET("/ck/1") END,
-        } },
-        { "complete with 8 model and 2 data ranks", 8, {
-                INIT("/ck", 8, 2) END,
-                UPD(0, 5, "/ck/5", "m") END, UPD(1, 5, "/ck/5", "m") END,
-                UPD(2, 5, "/ck/5", "m") END, UPD(3, 5, "/ck/5", "m") END,
-                UPD(4, 5, "/ck/5", "m") END, UPD(5, 5, "/ck/5", "m") END,
-                UPD(6, 5, "/ck/5", "m") END,
-                UPD(7, 5, "/ck/5", "m"), .then = "" END,
-                UPD(0, 5, NULL, "d"), .then = "" END,
-                UPD(1, 5, NULL, "d"), .expect_r = 1, .then = "5 /ck/5" END,
-        } },
-        { "multiple steps: the highest complete one", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 1, "/ck/1", "m") END,
-                UPD(1, 1, "/ck/1", "m"), .expect_r = 1 END,
-                UPD(0, 2, "/ck/2", "m") END,
-                UPD(1, 2, "/ck/2", "m"), .expect_r = 1, .then = "2 /ck/2" END,
-                GET("/ck/2") END,
-        } },
-        { "incomplete: one of two ranks", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 1, "/ck/1", "m"), .then = "" END,
-                GET(NULL) END,
-        } },
-        { "incomplete: data ranks missing", 2, {
-                INIT("/ck", 2, 1) END,
-                UPD(0, 1, "/ck/1", "m") END,
-                UPD(1, 1, "/ck/1", "m"), .then = "" END,
-        } },
-        { "the same rank twice counts once", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 1, "/ck/1", "m") END,
-                UPD(0, 1, "/ck/1", "m"), .then = "" END,
-        } },
-        { "out of order: an older step completed later does not lower it", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 1, "/ck/1", "m") END,
-                UPD(0, 2, "/ck/2", "m") END,
-                UPD(1, 2, "/ck/2", "m"), .expect_r = 1 END,
-                UPD(1, 1, "/ck/1", "m"), .then = "2 /ck/2" END,
-        } },
-        { "restart: incomplete steps above the latest are reset", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 10, "/ck/10", "m") END,
-                UPD(1, 10, "/ck/10", "m"), .expect_r = 1 END,
-                UPD(0, 20, "/ck/20", "m") END,
-                /* rank 1 died before saving 20; the restarted ranks ask */
-                INIT("/ck", 2, 0) END,
-                GET("/ck/10") END,
-                /* rank 0's old report of 20 is gone: 20 needs both again */
-                UPD(1, 20, "/ck/20", "m"), .then = "10 /ck/10" END,
-                UPD(0, 20, "/ck/20", "m"), .expect_r = 1,
-                .then = "20 /ck/20" END,
-        } },
-        { "nothing complete: a query forgets every step", 2, {
-                INIT("/ck", 2, 0) END,
-                UPD(0, 3, "/ck/3", "m") END,
-                GET(NULL) END,
-                UPD(1, 3, "/ck/3", "m"), .then = "" END,
-        } },
-        { "a null data path keeps the model path", 1, {
-                INIT("/ck", 1, 1) END,
-                UPD(0, 7, "/ck/7", "m") END,
-                UPD(0, 7, NULL, "d"), .expect_r = 1, .then = "7 /ck/7" END,
-        } },
-        { "the data update first, then the model path", 1, {
-                INIT("/ck", 1, 1) END,
-                UPD(0, 7, NULL, "d") END,
-                UPD(0, 7, "/ck/7", "m"), .expect_r = 1, .then = "7 /ck/7" END,
-        } },
-        { "a null expected count never completes, until one is given", 1, {
-                INIT("/ck", NUL_COUNT, 0) END,
-                UPD(0, 1, "/ck/1", "m"), .then = "" END,
-                /* same prefix: the non-null count is merged */
-                INIT("/ck", 1, NUL_COUNT) END,
-                UPD(0, 2, "/ck/2", "m"), .expect_r = 1, .then = "2 /ck/2" END,
-        } },
-        { "a new prefix replaces the types and the steps", 1, {
-                INIT("/a", 1, 0) END,
-                UPD(0, 5, "/a/5", "m"), .expect_r = 1 END,
-                INIT("/b", 1, 0), .then = "" END,
-                GET(NULL) END,
-        } },
-        { "/start's progress seeds the prefix once", 2, {
-                SEED("{\"/ck\":{\"progressCount\":30,"
-                     "\"progressData\":\"/ck/30\"}}") END,
-                INIT("/ck", 2, 0), .then = "30 /ck/30" END,
-                GET("/ck/30") END,
-                UPD(0, 20, "/ck/20", "m") END,
-                UPD(1, 20, "/ck/20", "m"), .expect_r = 0,
-                .then = "30 /ck/30" END,
-                UPD(0, 40, "/ck/40", "m") END,
-                UPD(1, 40, "/ck/40", "m"), .expect_r = 1 END,
-                /* another rank's ckpt_init does not go back to 30 */
-                INIT("/ck", 2, 0), .then = "40 /ck/40" END,
-        } },
-        { "a later /start's progress rolls back what the node knew", 1, {
-                INIT("/ck", 1, 0) END,
-                UPD(0, 50, "/ck/50", "m"), .expect_r = 1 END,
-                SEED("{\"/ck\":{\"progressCount\":\"40\","
-                     "\"progressData\":\"/ck/40\"}}") END,
-                INIT("/ck", 1, 0), .then = "40 /ck/40" END,
-        } },
-        { "progress for another prefix, or malformed, is not used", 1, {
-                SEED("{\"/other\":{\"progressCount\":3,"
-                     "\"progressData\":\"/o/3\"},"
-                     "\"/ck\":{\"progressCount\":\"x\","
-                     "\"progressData\":\"/ck/9\"}}") END,
-                INIT("/ck", 1, 0), .then = "" END,
-        } },
-        { "a /start without progress replaces an unused one", 1, {
-                SEED("{\"/ck\":{\"progressCount\":30,"
-                     "\"progressData\":\"/ck/30\"}}") END,
-                SEED("null") END,
-                INIT("/ck", 1, 0), .then = "" END,
-        } },
-        { "an empty /start progress keeps what is known", 1, {
-                INIT("/ck", 1, 0) END,
-                UPD(0, 5, "/ck/5", "m"), .expect_r = 1 END,
-                SEED("{}") END,
-                INIT("/ck", 1, 0), .then = "5 /ck/5" END,
-        } },
-        { "bad updates are refused with a reason", 2, {
-                UPD(0, 1, "/ck/1", "m"), .expect_r = HP_ECONFIG END,
-                INIT("/ck", 2, NO_TYPE) END,
-                UPD(2, 1, "/ck/1", "m"), .expect_r = HP_ECONFIG END,
-                UPD(-1, 1, "/ck/1", "m"), .expect_r = HP_ECONFIG END,
-                UPD(0, 1, "/ck/1", "d"), .expect_r = HP_ECONFIG END,
-                UPD(0, 1, "/ck/1", "optimizer"), .expect_r = HP_ECONFIG END,
-                INIT("/ck", 3, 0), .expect_r = HP_ECONFIG END,
-                INIT("/ck", -5, 0), .expect_r = HP_ECONFIG, .then = "" END,
-        } },
-        { "negative and huge steps are steps", 1, {
-                INIT("/ck", 1, 0) END,
-                UPD(0, -3, "/ck/-3", "m"), .expect_r = 1 END,
-                UPD(0, 9007199254740992LL, "/ck/big", "m"), .expect_r = 1,
-                .then = "9007199254740992 /ck/big" END,
-        } },
+        { "single update completes a one-rank step",
+          1,
+          {
+                  INIT("/ck", 1, 0),
+                  .then = "" END,
+                  UPD(0, 1, "/ck/1", "m"),
+                  .expect_r = 1,
+                  .then = "1 /ck/1" END,
+                  GET("/ck/1") END,
+          } },
+        { "complete with 8 model and 2 data ranks",
+          8,
+          {
+                  INIT("/ck", 8, 2) END,
+                  UPD(0, 5, "/ck/5", "m") END,
+                  UPD(1, 5, "/ck/5", "m") END,
+                  UPD(2, 5, "/ck/5", "m") END,
+                  UPD(3, 5, "/ck/5", "m") END,
+                  UPD(4, 5, "/ck/5", "m") END,
+                  UPD(5, 5, "/ck/5", "m") END,
+                  UPD(6, 5, "/ck/5", "m") END,
+                  UPD(7, 5, "/ck/5", "m"),
+                  .then = "" END,
+                  UPD(0, 5, NULL, "d"),
+                  .then = "" END,
+                  UPD(1, 5, NULL, "d"),
+                  .expect_r = 1,
+                  .then = "5 /ck/5" END,
+          } },
+        { "multiple steps: the highest complete one",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 1, "/ck/1", "m") END,
+                  UPD(1, 1, "/ck/1", "m"),
+                  .expect_r = 1 END,
+                  UPD(0, 2, "/ck/2", "m") END,
+                  UPD(1, 2, "/ck/2", "m"),
+                  .expect_r = 1,
+                  .then = "2 /ck/2" END,
+                  GET("/ck/2") END,
+          } },
+        { "incomplete: one of two ranks",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 1, "/ck/1", "m"),
+                  .then = "" END,
+                  GET(NULL) END,
+          } },
+        { "incomplete: data ranks missing",
+          2,
+          {
+                  INIT("/ck", 2, 1) END,
+                  UPD(0, 1, "/ck/1", "m") END,
+                  UPD(1, 1, "/ck/1", "m"),
+                  .then = "" END,
+          } },
+        { "the same rank twice counts once",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 1, "/ck/1", "m") END,
+                  UPD(0, 1, "/ck/1", "m"),
+                  .then = "" END,
+          } },
+        { "out of order: an older step completed later does not lower it",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 1, "/ck/1", "m") END,
+                  UPD(0, 2, "/ck/2", "m") END,
+                  UPD(1, 2, "/ck/2", "m"),
+                  .expect_r = 1 END,
+                  UPD(1, 1, "/ck/1", "m"),
+                  .then = "2 /ck/2" END,
+          } },
+        { "restart: incomplete steps above the latest are reset",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 10, "/ck/10", "m") END,
+                  UPD(1, 10, "/ck/10", "m"),
+                  .expect_r = 1 END,
+                  UPD(0, 20, "/ck/20", "m") END,
+                  /* rank 1 died before saving 20; the restarted ranks ask */
+                  INIT("/ck", 2, 0) END,
+                  GET("/ck/10") END,
+                  /* rank 0's old report of 20 is gone: 20 needs both again */
+                  UPD(1, 20, "/ck/20", "m"),
+                  .then = "10 /ck/10" END,
+                  UPD(0, 20, "/ck/20", "m"),
+                  .expect_r = 1,
+                  .then = "20 /ck/20" END,
+          } },
+        { "nothing complete: a query forgets every step",
+          2,
+          {
+                  INIT("/ck", 2, 0) END,
+                  UPD(0, 3, "/ck/3", "m") END,
+                  GET(NULL) END,
+                  UPD(1, 3, "/ck/3", "m"),
+                  .then = "" END,
+          } },
+        { "a null data path keeps the model path",
+          1,
+          {
+                  INIT("/ck", 1, 1) END,
+                  UPD(0, 7, "/ck/7", "m") END,
+                  UPD(0, 7, NULL, "d"),
+                  .expect_r = 1,
+                  .then = "7 /ck/7" END,
+          } },
+        { "the data update first, then the model path",
+          1,
+          {
+                  INIT("/ck", 1, 1) END,
+                  UPD(0, 7, NULL, "d") END,
+                  UPD(0, 7, "/ck/7", "m"),
+                  .expect_r = 1,
+                  .then = "7 /ck/7" END,
+          } },
+        { "a null expected count never completes, until one is given",
+          1,
+          {
+                  INIT("/ck", NUL_COUNT, 0) END,
+                  UPD(0, 1, "/ck/1", "m"),
+                  .then = "" END,
+                  /* same prefix: the non-null count is merged */
+                  INIT("/ck", 1, NUL_COUNT) END,
+                  UPD(0, 2, "/ck/2", "m"),
+                  .expect_r = 1,
+                  .then = "2 /ck/2" END,
+          } },
+        { "a new prefix replaces the types and the steps",
+          1,
+          {
+                  INIT("/a", 1, 0) END,
+                  UPD(0, 5, "/a/5", "m"),
+                  .expect_r = 1 END,
+                  INIT("/b", 1, 0),
+                  .then = "" END,
+                  GET(NULL) END,
+          } },
+        { "/start's progress seeds the prefix once",
+          2,
+          {
+                  SEED("{\"/ck\":{\"progressCount\":30,"
+                       "\"progressData\":\"/ck/30\"}}") END,
+                  INIT("/ck", 2, 0),
+                  .then = "30 /ck/30" END,
+                  GET("/ck/30") END,
+                  UPD(0, 20, "/ck/20", "m") END,
+                  UPD(1, 20, "/ck/20", "m"),
+                  .expect_r = 0,
+                  .then = "30 /ck/30" END,
+                  UPD(0, 40, "/ck/40", "m") END,
+                  UPD(1, 40, "/ck/40", "m"),
+                  .expect_r = 1 END,
+                  /* another rank's ckpt_init does not go back to 30 */
+                  INIT("/ck", 2, 0),
+                  .then = "40 /ck/40" END,
+          } },
+        { "a later /start's progress rolls back what the node knew",
+          1,
+          {
+                  INIT("/ck", 1, 0) END,
+                  UPD(0, 50, "/ck/50", "m"),
+                  .expect_r = 1 END,
+                  SEED("{\"/ck\":{\"progressCount\":\"40\","
+                       "\"progressData\":\"/ck/40\"}}") END,
+                  INIT("/ck", 1, 0),
+                  .then = "40 /ck/40" END,
+          } },
+        { "progress for another prefix, or malformed, is not used",
+          1,
+          {
+                  SEED("{\"/other\":{\"progressCount\":3,"
+                       "\"progressData\":\"/o/3\"},"
+                       "\"/ck\":{\"progressCount\":\"x\","
+                       "\"progressData\":\"/ck/9\"}}") END,
+                  INIT("/ck", 1, 0),
+                  .then = "" END,
+          } },
+        { "a /start without progress replaces an unused one",
+          1,
+          {
+                  SEED("{\"/ck\":{\"progressCount\":30,"
+                       "\"progressData\":\"/ck/30\"}}") END,
+                  SEED("null") END,
+                  INIT("/ck", 1, 0),
+                  .then = "" END,
+          } },
+        { "an empty /start progress keeps what is known",
+          1,
+          {
+                  INIT("/ck", 1, 0) END,
+                  UPD(0, 5, "/ck/5", "m"),
+                  .expect_r = 1 END,
+                  SEED("{}") END,
+                  INIT("/ck", 1, 0),
+                  .then = "5 /ck/5" END,
+          } },
+        { "bad updates are refused with a reason",
+          2,
+          {
+                  UPD(0, 1, "/ck/1", "m"),
+                  .expect_r = HP_ECONFIG END,
+                  INIT("/ck", 2, NO_TYPE) END,
+                  UPD(2, 1, "/ck/1", "m"),
+                  .expect_r = HP_ECONFIG END,
+                  UPD(-1, 1, "/ck/1", "m"),
+                  .expect_r = HP_ECONFIG END,
+                  UPD(0, 1, "/ck/1", "d"),
+                  .expect_r = HP_ECONFIG END,
+                  UPD(0, 1, "/ck/1", "optimizer"),
+                  .expect_r = HP_ECONFIG END,
+                  INIT("/ck", 3, 0),
+                  .expect_r = HP_ECONFIG END,
+                  INIT("/ck", -5, 0),
+                  .expect_r = HP_ECONFIG,
+                  .then = "" END,
+          } },
+        { "negative and huge steps are steps",
+          1,
+          {
+                  INIT("/ck", 1, 0) END,
+                  UPD(0, -3, "/ck/-3", "m"),
+                  .expect_r = 1 END,
+                  UPD(0, 9007199254740992LL, "/ck/big", "m"),
+                  .expect_r = 1,
+                  .then = "9007199254740992 /ck/big" END,
+          } },
 };
 
 static const char *type_name(const char *t)
@@ -390,8 +532,8 @@ static const char *type_name(const char *t)
         return t;
 }
 
-static bool latest_is(const struct hp_ckpt *t, const char *want,
-                      char *got, size_t len)
+static bool latest_is(const struct hp_ckpt *t, const char *want, char *got,
+                      size_t len)
 {
         if (!t->have_max)
                 snprintf(got, len, "%s", "");
@@ -427,13 +569,17 @@ static void test_ckpt(void **state)
                                 struct hp_ckpt_type_count types[2];
                                 int n = 0;
                                 if (op->model != NO_TYPE)
-                                        types[n++] = (struct hp_ckpt_type_count){
-                                                "model_checkpoint", op->model
-                                        };
+                                        types[n++] =
+                                                (struct hp_ckpt_type_count){
+                                                        "model_checkpoint",
+                                                        op->model
+                                                };
                                 if (op->data != NO_TYPE)
-                                        types[n++] = (struct hp_ckpt_type_count){
-                                                "data_checkpoint", op->data
-                                        };
+                                        types[n++] =
+                                                (struct hp_ckpt_type_count){
+                                                        "data_checkpoint",
+                                                        op->data
+                                                };
                                 r = hp_ckpt_begin(&t, op->prefix, types, n,
                                                   1000, err, sizeof(err));
                                 break;
@@ -558,7 +704,8 @@ static void send_frame(int fd, const char *json)
 
         hp_ipc_frame_head(head, (uint32_t)strlen(json));
         assert_int_equal(write(fd, head, 4), 4);
-        assert_int_equal(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+        assert_int_equal(write(fd, json, strlen(json)),
+                         (ssize_t)strlen(json));
 }
 
 /* Runs the loop until fd has n bytes to read, for at most 10 s. */
@@ -584,7 +731,8 @@ static cJSON *read_message(uv_loop_t *loop, int fd)
         uint32_t len;
 
         read_on_loop(loop, fd, head, 4);
-        len = (uint32_t)(uint8_t)head[0] << 24 | (uint32_t)(uint8_t)head[1] << 16 |
+        len = (uint32_t)(uint8_t)head[0] << 24 |
+              (uint32_t)(uint8_t)head[1] << 16 |
               (uint32_t)(uint8_t)head[2] << 8 | (uint8_t)head[3];
         assert_true(len < sizeof(body));
         read_on_loop(loop, fd, body, len);
@@ -630,8 +778,8 @@ static void test_server_table_and_send_to_rank(void **state)
                 cJSON *m = read_message(&loop, fd);
                 const cJSON *id = cJSON_GetObjectItem(m, "client_id");
                 assert_non_null(m);
-                assert_string_equal(cJSON_GetObjectItem(m, "type")->valuestring,
-                                    "echo");
+                assert_string_equal(
+                        cJSON_GetObjectItem(m, "type")->valuestring, "echo");
                 assert_int_equal(cJSON_GetObjectItem(m, "n")->valueint, 7);
                 seen[i] = strcmp(id->valuestring, "a") == 0 ? "a" : "b";
                 cJSON_Delete(m);
@@ -683,16 +831,17 @@ static void settle(uv_loop_t *loop, int fd, const char *id, int rank)
 
 static const struct ipr_case {
         const char *name;
-        const char *frame;   /* from client "a", local rank 0 */
+        const char *frame; /* from client "a", local rank 0 */
         enum hp_ipc_rank_state state;
         int64_t rank;
         enum hp_restart_mode mode;
-        const char *reason;  /* NULL: none */
-        const char *data;    /* printed, NULL: none */
-        const char *labels;  /* printed */
-        bool released;       /* job_start went to local rank 0 before */
+        const char *reason; /* NULL: none */
+        const char *data;   /* printed, NULL: none */
+        const char *labels; /* printed */
+        bool released;      /* job_start went to local rank 0 before */
 } ipr_cases[] = {
-        { "a fault", "{\"type\":\"job_fault\",\"local_rank\":0,"
+        { "a fault",
+          "{\"type\":\"job_fault\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"rank\":3,\"restart_mode\":"
           "\"local_process_level_restart\",\"reason\":\"R\","
           "\"message\":\"M\"}",
@@ -701,15 +850,16 @@ static const struct ipr_case {
         { "a fault without rank still counts",
           "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
           "\"a\",\"reason\":\"NoRank\"}",
-          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, "NoRank", NULL,
-          "{}", false },
+          HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, "NoRank", NULL, "{}",
+          false },
         { "an unknown mode is in_process_restart, a number is no reason",
           "{\"type\":\"job_fault\",\"local_rank\":0,\"client_id\":"
           "\"a\",\"rank\":\"2\",\"restart_mode\":\"bogus\","
           "\"reason\":5}",
           HP_IPC_RANK_FAILED, -1, HP_RESTART_IN_PROCESS, NULL, NULL, "{}",
           false },
-        { "data", "{\"type\":\"job_data\",\"local_rank\":0,"
+        { "data",
+          "{\"type\":\"job_data\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"rank\":2,\"data\":{\"a\":1}}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
           "{}", false },
@@ -728,7 +878,8 @@ static const struct ipr_case {
           "\"a\",\"labels\":\"PP\"}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
           "{}", false },
-        { "labels", "{\"type\":\"rank_labels\",\"local_rank\":0,"
+        { "labels",
+          "{\"type\":\"rank_labels\",\"local_rank\":0,"
           "\"client_id\":\"a\",\"labels\":{\"PP\":\"1\"}}",
           HP_IPC_RANK_FAILED, 2, HP_RESTART_IN_PROCESS, NULL, "{\"a\":1}",
           "{\"PP\":\"1\"}", false },
@@ -761,8 +912,7 @@ static void test_server_inprocess_messages(void **state)
         assert_int_equal(uv_loop_init(&loop), 0);
         assert_int_equal(hp_ipc_server_start(s, &loop, 2, err, sizeof(err)),
                          0);
-        assert_int_equal(hp_ipc_inprocess_enable(s, changed_cb, &changes),
-                         0);
+        assert_int_equal(hp_ipc_inprocess_enable(s, changed_cb, &changes), 0);
         fd = socket(AF_UNIX, SOCK_STREAM, 0);
         memcpy(addr.sun_path, s->path, sizeof(addr.sun_path));
         assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)),

@@ -51,8 +51,8 @@ static const struct record_case record_cases[] = {
         { "6,x,3,-;bad seq", -EPROTO, 0, 0, 0, NULL },
         { "6,2;too few", -EPROTO, 0, 0, 0, NULL },
         { "6,1,99999999999999999999999,-;overflow", -EPROTO, 0, 0, 0, NULL },
-        { "3,1,-129185342,-;NVRM: Xid (PCI:0000:10:1c): 79, old", -EPROTO, 0, 0,
-          0, NULL },
+        { "3,1,-129185342,-;NVRM: Xid (PCI:0000:10:1c): 79, old", -EPROTO, 0,
+          0, 0, NULL },
         { "3,1,,-;empty timestamp", -EPROTO, 0, 0, 0, NULL },
         { "3,1,12x4,-;letters in the timestamp", -EPROTO, 0, 0, 0, NULL },
         { "3,1,+5,-;signed timestamp", -EPROTO, 0, 0, 0, NULL },
@@ -86,30 +86,44 @@ struct config_case {
         const char *error; /* substring of the error, NULL: valid */
 };
 
-#define RULE(t, r, p) "{\"type\":\"" t "\",\"reason\":\"" r "\",\"pattern\":\"" p "\"}"
+#define RULE(t, r, p)                                                        \
+        "{\"type\":\"" t "\",\"reason\":\"" r "\",\"pattern\":\"" p "\"}"
 
 static const struct config_case config_cases[] = {
         { "{\"rules\":[]}", NULL },
-        { "{\"lookback\":\"1h30m\",\"bufferSize\":3,\"rules\":[" RULE("temporary", "A", "a") "]}", NULL },
+        { "{\"lookback\":\"1h30m\",\"bufferSize\":3,\"rules\":[" RULE(
+                  "temporary", "A", "a") "]}",
+          NULL },
         { "[]", "not a JSON object" },
         { "{", "not valid JSON" },
         { "{\"conditions\":[]}", "\"rules\" is missing" },
-        { "{\"rules\":[{\"type\":\"temporary\",\"pattern\":\"x\"}]}", "rules[0] has no \"reason\"" },
-        { "{\"rules\":[" RULE("sometimes", "A", "a") "]}", "rules[0].type 'sometimes'" },
-        { "{\"rules\":[" RULE("permanent", "A", "a") "]}", "names no \"condition\"" },
-        { "{\"conditions\":[{\"type\":\"C\"}],\"rules\":[{\"type\":\"permanent\",\"condition\":\"D\",\"reason\":\"A\",\"pattern\":\"a\"}]}",
+        { "{\"rules\":[{\"type\":\"temporary\",\"pattern\":\"x\"}]}",
+          "rules[0] has no \"reason\"" },
+        { "{\"rules\":[" RULE("sometimes", "A", "a") "]}",
+          "rules[0].type 'sometimes'" },
+        { "{\"rules\":[" RULE("permanent", "A", "a") "]}",
+          "names no \"condition\"" },
+        { "{\"conditions\":[{\"type\":\"C\"}],\"rules\":[{\"type\":"
+          "\"permanent\",\"condition\":\"D\",\"reason\":\"A\",\"pat"
+          "tern\":\"a\"}]}",
           "condition 'D' is not one of" },
-        { "{\"rules\":[" RULE("temporary", "A", "(") "]}", "rules[0].pattern '(' is not a valid" },
-        { "{\"lookback\":\"5 minutes\",\"rules\":[]}", "\"lookback\" '5 minutes' is not a duration" },
+        { "{\"rules\":[" RULE("temporary", "A", "(") "]}",
+          "rules[0].pattern '(' is not a valid" },
+        { "{\"lookback\":\"5 minutes\",\"rules\":[]}",
+          "\"lookback\" '5 minutes' is not a duration" },
         { "{\"bufferSize\":0,\"rules\":[]}", "\"bufferSize\" must be" },
         { "{\"bufferSize\":2.5,\"rules\":[]}", "\"bufferSize\" must be" },
-        { "{\"plugin\":\"kmsg\",\"logPath\":\"/dev/kmsg\",\"rules\":[]}", NULL },
-        { "{\"plugin\":\"journald\",\"logPath\":\"/var/log/journal\",\"rules\":[]}",
+        { "{\"plugin\":\"kmsg\",\"logPath\":\"/dev/kmsg\",\"rules\":[]}",
+          NULL },
+        { "{\"plugin\":\"journald\",\"logPath\":\"/var/log/journal"
+          "\",\"rules\":[]}",
           "\"plugin\" is 'journald': hyperpodrun reads only the kernel log" },
-        { "{\"plugin\":\"filelog\",\"logPath\":\"/var/log/syslog\",\"rules\":[]}",
+        { "{\"plugin\":\"filelog\",\"logPath\":\"/var/log/syslog\","
+          "\"rules\":[]}",
           "\"plugin\" is 'filelog'" },
         { "{\"plugin\":3,\"rules\":[]}", "\"plugin\" is not a string" },
-        { "{\"rules\":[{\"type\":7,\"reason\":\"A\",\"pattern\":\"a\"}]}", "\"type\" is not a string" },
+        { "{\"rules\":[{\"type\":7,\"reason\":\"A\",\"pattern\":\"a\"}]}",
+          "\"type\" is not a string" },
 };
 
 static void test_config(void **state)
@@ -118,8 +132,8 @@ static void test_config(void **state)
                 const struct config_case *c = &config_cases[i];
                 struct kmsg_rules *rs = NULL;
                 char err[512] = "";
-                int r = kmsg_rules_parse(c->json, strlen(c->json), "test.json",
-                                         &rs, err, sizeof(err));
+                int r = kmsg_rules_parse(c->json, strlen(c->json),
+                                         "test.json", &rs, err, sizeof(err));
 
                 if (c->error == NULL) {
                         if (r != 0)
@@ -180,59 +194,101 @@ struct match_case {
         struct match_step steps[6];
 };
 
-#define MULTI "{\"bufferSize\":3,\"conditions\":[{\"type\":\"K\"}],\"rules\":[" \
-        "{\"type\":\"permanent\",\"condition\":\"K\",\"reason\":\"Oops\",\"pattern\":\"BUG: .*\\\\nCall Trace:\"}," \
-        RULE("temporary", "Any", "x.*") "]}"
-#define WINDOW "{\"lookback\":\"10s\",\"rules\":[" RULE("temporary", "T", ".*boom.*") "]}"
+#define MULTI                                                                \
+        "{\"bufferSize\":3,\"conditions\":[{\"type\":\"K\"}],\"ru"           \
+        "les\":["                                                            \
+        "{\"type\":\"permanent\",\"condition\":\"K\",\"reason\":"            \
+        "\"Oops\",\"pattern\":\"BUG: .*\\\\nCall Trace:\"}," RULE(           \
+                "temporary", "Any", "x.*") "]}"
+#define WINDOW                                                               \
+        "{\"lookback\":\"10s\",\"rules\":[" RULE("temporary", "T",           \
+                                                 ".*boom.*") "]}"
 /* '^' is the start of the buffer (PCRE2 without PCRE2_MULTILINE, as Go's
  * regexp in NPD), not of the newest line; "(?m)^" is the start of any. */
-#define CARET3 "{\"bufferSize\":3,\"rules\":[" RULE("temporary", "Caret", "^A.*") "," \
-        RULE("temporary", "Line", "(?m)^A.*") "]}"
+#define CARET3                                                               \
+        "{\"bufferSize\":3,\"rules\":[" RULE(                                \
+                "temporary", "Caret", "^A.*") "," RULE("temporary", "Line",  \
+                                                       "(?m)^A.*") "]}"
 
 static const struct match_case match_cases[] = {
-        { "neuron permanent", "neuron.json", 1000,
+        { "neuron permanent",
+          "neuron.json",
+          1000,
           { { 2000, "NEURON_HW_ERR=DMA_ERROR nd-id=0 nc-id=3",
-              "P:NeuronHasError_DMA_ERROR[NEURON_HW_ERR=DMA_ERROR nd-id=0 nc-id=3]" },
+              "P:NeuronHasError_DMA_ERROR[NEURON_HW_ERR=DMA_ERROR nd-id"
+              "=0 nc-id=3]" },
             { 2001, "NEURON_HW_ERR=HANG_ON_COLLECTIVES",
-              "P:NeuronHasError_HANG_ON_COLLECTIVES[NEURON_HW_ERR=HANG_ON_COLLECTIVES]" },
+              "P:NeuronHasError_HANG_ON_COLLECTIVES[NEURON_HW_ERR=HANG_"
+              "ON_COLLECTIVES]" },
             { 2002, "neuron: all good", "" } } },
         /* before start minus the 5m lookback: ignored */
-        { "neuron too old", "neuron.json", 400000000,
+        { "neuron too old",
+          "neuron.json",
+          400000000,
           { { 1, "NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR", "" },
             { 100000001, "NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR",
-              "P:NeuronHasError_SRAM_UNCORRECTABLE_ERROR[NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR]" } } },
-        { "xid classes", "nvidia-xid.json", 0,
-          { { 1, "NVRM: Xid (PCI:0000:10:1c): 79, pid=1, name=python, GPU has fallen off the bus.",
-              "P:Xid79FallenOffTheBus[NVRM: Xid (PCI:0000:10:1c): 79, pid=1, name=python, GPU has fallen off the bus.]" },
-            { 2, "NVRM: Xid (PCI:0000:10:1c): 13, pid=1, name=python, Graphics SM Warp Exception",
-              "T:Xid13GraphicsEngineException[NVRM: Xid (PCI:0000:10:1c): 13, pid=1, name=python, Graphics SM Warp Exception]" },
-            { 3, "NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error",
-              "P:Xid48DoubleBitECCError[NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double bit error]" },
+              "P:NeuronHasError_SRAM_UNCORRECTABLE_ERROR[NEURON_HW_ERR="
+              "SRAM_UNCORRECTABLE_ERROR]" } } },
+        { "xid classes",
+          "nvidia-xid.json",
+          0,
+          { { 1,
+              "NVRM: Xid (PCI:0000:10:1c): 79, pid=1, name=python, GPU "
+              "has fallen off the bus.",
+              "P:Xid79FallenOffTheBus[NVRM: Xid (PCI:0000:10:1c): 79, p"
+              "id=1, name=python, GPU has fallen off the bus.]" },
+            { 2,
+              "NVRM: Xid (PCI:0000:10:1c): 13, pid=1, name=python, Grap"
+              "hics SM Warp Exception",
+              "T:Xid13GraphicsEngineException[NVRM: Xid (PCI:0000:10:1c"
+              "): 13, pid=1, name=python, Graphics SM Warp Exception]" },
+            { 3,
+              "NVRM: Xid (PCI:0000:3b:00): 48, An uncorrectable double "
+              "bit error",
+              "P:Xid48DoubleBitECCError[NVRM: Xid (PCI:0000:3b:00): 48,"
+              " An uncorrectable double bit error]" },
             /* 31 is not 119 or 13 read as a prefix */
-            { 4, "NVRM: Xid (PCI:0000:3b:00): 31, pid=2, name=x, Ch 00000010, MMU Fault",
-              "T:Xid31MMUFault[NVRM: Xid (PCI:0000:3b:00): 31, pid=2, name=x, Ch 00000010, MMU Fault]" },
+            { 4,
+              "NVRM: Xid (PCI:0000:3b:00): 31, pid=2, name=x, Ch 000000"
+              "10, MMU Fault",
+              "T:Xid31MMUFault[NVRM: Xid (PCI:0000:3b:00): 31, pid=2, n"
+              "ame=x, Ch 00000010, MMU Fault]" },
             { 5, "NVRM: Xid (PCI:0000:3b:00): 43, pid=2, Ch 08",
-              "T:Xid43ChannelStopped[NVRM: Xid (PCI:0000:3b:00): 43, pid=2, Ch 08]" },
-            { 6, "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
-              "P:Xid154RecoveryActionRequired[NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)]" } } },
-        { "efa", "efa.json", 0,
+              "T:Xid43ChannelStopped[NVRM: Xid (PCI:0000:3b:00): 43, pi"
+              "d=2, Ch 08]" },
+            { 6,
+              "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action cha"
+              "nged from 0x0 (None) to 0x1 (GPU Reset Required)",
+              "P:Xid154RecoveryActionRequired[NVRM: Xid (PCI:0000:3b:00"
+              "): 154, GPU recovery action changed from 0x0 (None) to 0"
+              "x1 (GPU Reset Required)]" } } },
+        { "efa",
+          "efa.json",
+          0,
           { { 1, "efa 0000:31:00.0: Admin queue is not in running state",
-              "P:EFAAdminQueueDead[efa 0000:31:00.0: Admin queue is not in running state]" } } },
+              "P:EFAAdminQueueDead[efa 0000:31:00.0: Admin queue is not"
+              " in running state]" } } },
         /* NPD's buffer: a multi-line pattern ends at the newest line, and
          * the message is every line it covers */
-        { "multi-line", MULTI, 0,
+        { "multi-line",
+          MULTI,
+          0,
           { { 1, "BUG: unable to handle page fault", "" },
-            { 2, "Call Trace:", "P:Oops[BUG: unable to handle page fault\nCall Trace:]" },
+            { 2, "Call Trace:",
+              "P:Oops[BUG: unable to handle page fault\nCall Trace:]" },
             { 3, "Call Trace:", "" },
             { 4, "x1", "T:Any[x1]" } } },
-        { "caret in a buffer of 3", CARET3, 0,
+        { "caret in a buffer of 3",
+          CARET3,
+          0,
           { { 1, "A1", "T:Caret[A1] T:Line[A1]" },
             { 2, "A2", "T:Line[A2]" },
             { 3, "xA3", "" },
             { 4, "A4", "T:Line[A4]" } } },
-        { "window", WINDOW, 20000000,
-          { { 9999999, "boom", "" },
-            { 10000000, "boom", "T:T[boom]" } } },
+        { "window",
+          WINDOW,
+          20000000,
+          { { 9999999, "boom", "" }, { 10000000, "boom", "T:T[boom]" } } },
 };
 
 static struct kmsg_rules *load(const char *config)
@@ -261,7 +317,8 @@ static void test_match(void **state)
                 struct kmsg_matcher *m = kmsg_matcher_new(rs, c->start_us);
 
                 assert_non_null(m);
-                for (size_t s = 0; s < HP_ARRAY_SIZE(c->steps) && c->steps[s].msg; s++) {
+                for (size_t s = 0;
+                     s < HP_ARRAY_SIZE(c->steps) && c->steps[s].msg; s++) {
                         const struct match_step *st = &c->steps[s];
                         struct kmsg_record rec = { 6, s, st->usec, st->msg,
                                                    strlen(st->msg) };
@@ -269,8 +326,9 @@ static void test_match(void **state)
                         int n = kmsg_matcher_feed(m, &rec, collect, &h);
 
                         if (n != h.count || strcmp(h.text, st->hits) != 0)
-                                fail_msg("%s step %zu: got %d '%s', want '%s'",
-                                         c->name, s, n, h.text, st->hits);
+                                fail_msg(
+                                        "%s step %zu: got %d '%s', want '%s'",
+                                        c->name, s, n, h.text, st->hits);
                 }
                 kmsg_matcher_free(m);
                 kmsg_rules_free(rs);
@@ -282,12 +340,14 @@ static void test_counters(void **state)
 {
         struct kmsg_rules *rs = load("neuron.json");
         struct kmsg_matcher *m = kmsg_matcher_new(rs, 0);
-        const char *msgs[] = { "NEURON_HW_ERR=DMA_ERROR", "NEURON_HW_ERR=DMA_ERROR",
+        const char *msgs[] = { "NEURON_HW_ERR=DMA_ERROR",
+                               "NEURON_HW_ERR=DMA_ERROR",
                                "NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR" };
         size_t dma = SIZE_MAX, hbm = SIZE_MAX;
 
         for (size_t i = 0; i < kmsg_rules_count(rs); i++) {
-                if (strcmp(kmsg_rules_reason(rs, i), "NeuronHasError_DMA_ERROR") == 0)
+                if (strcmp(kmsg_rules_reason(rs, i),
+                           "NeuronHasError_DMA_ERROR") == 0)
                         dma = i;
                 if (strcmp(kmsg_rules_reason(rs, i),
                            "NeuronHasError_HBM_UNCORRECTABLE_ERROR") == 0)
@@ -295,13 +355,15 @@ static void test_counters(void **state)
         }
         assert_true(dma != SIZE_MAX && hbm != SIZE_MAX);
         for (size_t i = 0; i < 2; i++) {
-                struct kmsg_record rec = { 6, i, 5, msgs[i], strlen(msgs[i]) };
+                struct kmsg_record rec = { 6, i, 5, msgs[i],
+                                           strlen(msgs[i]) };
                 assert_int_equal(kmsg_matcher_feed(m, &rec, NULL, NULL), 1);
         }
         assert_int_equal(kmsg_matcher_count(m, dma), 2);
         assert_true(kmsg_matcher_active(m, dma));
         {
-                struct kmsg_record rec = { 6, 3, 5, msgs[2], strlen(msgs[2]) };
+                struct kmsg_record rec = { 6, 3, 5, msgs[2],
+                                           strlen(msgs[2]) };
                 assert_int_equal(kmsg_matcher_feed(m, &rec, NULL, NULL), 1);
         }
         assert_false(kmsg_matcher_active(m, dma));
@@ -312,7 +374,6 @@ static void test_counters(void **state)
         kmsg_matcher_free(m);
         kmsg_rules_free(rs);
 }
-
 
 /* ---- the shipped rules against real and forged records ---- */
 
@@ -331,62 +392,103 @@ static const struct genuine genuine_lines[] = {
         { "nvidia-xid.json", "Xid38DriverFirmwareError",
           XID_LINE(38, "pid=4242, name=python3, Driver firmware error") },
         { "nvidia-xid.json", "Xid48DoubleBitECCError",
-          XID_LINE(48, "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 2, subpartition 0.") },
+          XID_LINE(48,
+                   "An uncorrectable double bit error (DBE) has been detecte"
+                   "d on GPU in the framebuffer at partition 2, subpartition"
+                   " 0.") },
         { "nvidia-xid.json", "Xid61MicrocontrollerBreakpoint",
-          XID_LINE(61, "pid=4242, name=python3, Internal micro-controller breakpoint/warning") },
+          XID_LINE(61,
+                   "pid=4242, name=python3, Internal micro-controller breakp"
+                   "oint/warning") },
         { "nvidia-xid.json", "Xid62MicrocontrollerHalt",
-          XID_LINE(62, "pid=4242, name=python3, Internal micro-controller halt") },
+          XID_LINE(
+                  62,
+                  "pid=4242, name=python3, Internal micro-controller halt") },
         { "nvidia-xid.json", "Xid63RowRemapPending",
-          XID_LINE(63, "pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to activate.") },
+          XID_LINE(63,
+                   "pid='<unknown>', name=<unknown>, Row Remapper: New row m"
+                   "arked for remapping, reset gpu to activate.") },
         { "nvidia-xid.json", "Xid64RowRemapFailure",
-          XID_LINE(64, "pid='<unknown>', name=<unknown>, Row Remapper Error: Failed to remap row") },
+          XID_LINE(64,
+                   "pid='<unknown>', name=<unknown>, Row Remapper Error: Fai"
+                   "led to remap row") },
         { "nvidia-xid.json", "Xid74NVLinkError",
-          XID_LINE(74, "pid=4242, name=python3, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)") },
+          XID_LINE(74,
+                   "pid=4242, name=python3, NVLink: fatal error detected on "
+                   "link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)") },
         { "nvidia-xid.json", "Xid79FallenOffTheBus",
-          XID_LINE(79, "pid=4242, name=python3, GPU has fallen off the bus.") },
+          XID_LINE(79,
+                   "pid=4242, name=python3, GPU has fallen off the bus.") },
         /* the PCI function is printed by some driver versions */
         { "nvidia-xid.json", "Xid79FallenOffTheBus",
-          "NVRM: Xid (PCI:0000:3b:00.0): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." },
+          "NVRM: Xid (PCI:0000:3b:00.0): 79, pid='<unknown>', name="
+          "<unknown>, GPU has fallen off the bus." },
         { "nvidia-xid.json", "Xid95UncontainedECCError",
-          XID_LINE(95, "pid=4242, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No") },
+          XID_LINE(95,
+                   "pid=4242, name=python3, Uncontained: FBHUB. RST: Yes, D-"
+                   "RST: No") },
         { "nvidia-xid.json", "Xid119GSPRPCTimeout",
-          XID_LINE(119, "pid=4242, name=python3, Timeout after 6s of waiting for RPC response from GPU0 GSP!") },
+          XID_LINE(119,
+                   "pid=4242, name=python3, Timeout after 6s of waiting for "
+                   "RPC response from GPU0 GSP!") },
         { "nvidia-xid.json", "Xid120GSPError",
           XID_LINE(120, "pid=4242, name=python3, GSP task exception") },
         { "nvidia-xid.json", "Xid121C2CLinkError",
           XID_LINE(121, "pid=4242, name=python3, C2C link corrected error") },
         { "nvidia-xid.json", "Xid140UnrecoverableECCError",
-          XID_LINE(140, "pid=4242, name=python3, An unrecoverable ECC error") },
+          XID_LINE(140,
+                   "pid=4242, name=python3, An unrecoverable ECC error") },
         { "nvidia-xid.json", "Xid154RecoveryActionRequired",
-          XID_LINE(154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)") },
+          XID_LINE(154,
+                   "GPU recovery action changed from 0x0 (None) to 0x2 (Node"
+                   " Reboot Required)") },
         { "nvidia-xid.json", "Xid13GraphicsEngineException",
-          XID_LINE(13, "pid=4242, name=python3, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address") },
+          XID_LINE(13,
+                   "pid=4242, name=python3, Graphics SM Warp Exception on (G"
+                   "PC 0, TPC 1, SM 0): Out Of Range Address") },
         { "nvidia-xid.json", "Xid31MMUFault",
-          XID_LINE(31, "pid=4242, name=python3, Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f1e_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ") },
+          XID_LINE(31,
+                   "pid=4242, name=python3, Ch 00000010, intr 10000000. MMU "
+                   "Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f1e_0"
+                   "0000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ") },
         { "nvidia-xid.json", "Xid32PushBufferError",
-          XID_LINE(32, "pid=4242, name=python3, Channel ID 00000010 intr 00004000") },
+          XID_LINE(32,
+                   "pid=4242, name=python3, Channel ID 00000010 intr 0000400"
+                   "0") },
         { "nvidia-xid.json", "Xid43ChannelStopped",
           XID_LINE(43, "pid=4242, name=python3, Ch 00000008") },
         { "nvidia-xid.json", "Xid45PreemptiveCleanup",
           XID_LINE(45, "pid=4242, name=python3, Ch 00000008") },
         { "nvidia-xid.json", "Xid92HighSingleBitECCRate",
-          XID_LINE(92, "pid=4242, name=python3, High single-bit ECC error rate") },
+          XID_LINE(
+                  92,
+                  "pid=4242, name=python3, High single-bit ECC error rate") },
         { "nvidia-xid.json", "Xid94ContainedECCError",
-          XID_LINE(94, "pid=4242, name=python3, Contained: SM (0x1). RST: No, D-RST: No") },
+          XID_LINE(94,
+                   "pid=4242, name=python3, Contained: SM (0x1). RST: No, D-"
+                   "RST: No") },
         { "nvidia-xid.json", "Xid109ContextSwitchTimeout",
-          XID_LINE(109, "pid=4242, name=python3, Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x1c000") },
+          XID_LINE(109,
+                   "pid=4242, name=python3, Ch 00000010, errorString CTX SWI"
+                   "TCH TIMEOUT, Info 0x1c000") },
         /* The Neuron runtime's report, printed by the driver as given, and
          * the fault injection of the Neuron docs (root: echo ... >
          * /dev/kmsg), whose record is the echoed text. */
         { "neuron.json", "NeuronHasError_SRAM_UNCORRECTABLE_ERROR",
-          "NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR instance-id=i-0592464924bd45322 hostname=ip-172-31-61-252 nd-id=0 nc-id=0 serial-num=19fcda00f5ff6eb9 action=TERMINATE_INSTANCE" },
+          "NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR instance-id=i-059"
+          "2464924bd45322 hostname=ip-172-31-61-252 nd-id=0 nc-id=0"
+          " serial-num=19fcda00f5ff6eb9 action=TERMINATE_INSTANCE" },
         { "neuron.json", "NeuronHasError_NC_UNCORRECTABLE_ERROR",
-          "NEURON_HW_ERR=NC_UNCORRECTABLE_ERROR instance-id=i-0592464924bd45322 nd-id=1 nc-id=0" },
+          "NEURON_HW_ERR=NC_UNCORRECTABLE_ERROR instance-id=i-05924"
+          "64924bd45322 nd-id=1 nc-id=0" },
         { "neuron.json", "NeuronHasError_HBM_UNCORRECTABLE_ERROR",
-          "NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR instance-id=i-0592464924bd45322 nd-id=3" },
+          "NEURON_HW_ERR=HBM_UNCORRECTABLE_ERROR instance-id=i-0592"
+          "464924bd45322 nd-id=3" },
         { "neuron.json", "NeuronHasError_DMA_ERROR",
-          "NEURON_HW_ERR=DMA_ERROR instance-id=i-0592464924bd45322 nd-id=0 nc-id=3" },
-        { "neuron.json", "NeuronHasError_DMA_ERROR", "NEURON_HW_ERR=DMA_ERROR" },
+          "NEURON_HW_ERR=DMA_ERROR instance-id=i-0592464924bd45322 "
+          "nd-id=0 nc-id=3" },
+        { "neuron.json", "NeuronHasError_DMA_ERROR",
+          "NEURON_HW_ERR=DMA_ERROR" },
         { "neuron.json", "NeuronHasError_HANG_ON_COLLECTIVES",
           "NEURON_HW_ERR=HANG_ON_COLLECTIVES instance-id=i-0592464924bd45322" },
         /* dev_err ("efa 0000:31:00.0: ...") and ibdev_err (with the
@@ -396,13 +498,15 @@ static const struct genuine genuine_lines[] = {
         { "efa.json", "EFAAdminQueueDead",
           "efa 0000:31:00.0: Admin queue is not in running state" },
         { "efa.json", "EFAAdminQueueDead",
-          "efa 0000:31:00.0 efa_0: Failed to submit command GET_FEATURE (opcode 12) err -62" },
+          "efa 0000:31:00.0 efa_0: Failed to submit command GET_FEA"
+          "TURE (opcode 12) err -62" },
         { "efa.json", "EFAProbeFailed",
           "efa 0000:31:00.0: Failed to initialize device" },
         { "efa.json", "EFACommandTimeout",
           "efa 0000:31:00.0 efa_0: Wait for completion (polling) timeout" },
         { "efa.json", "PCIeAER",
-          "pcieport 0000:30:01.0: AER: Corrected error received: 0000:31:00.0" },
+          "pcieport 0000:30:01.0: AER: Corrected error received: 00"
+          "00:31:00.0" },
 };
 
 /* What an unprivileged process gets into the kernel log around a genuine
@@ -439,11 +543,13 @@ static const struct {
         { "efa.json", "efa 0: x[4265]: segfault at 0 ip 000055ab57273139 sp "
                       "00007ffc97715db0 error 4 in Failed to reset "
                       "device[1139,55ab57273000+1000]" },
-        { "efa.json", "efa 0:31.0 efa_[4265]: segfault at 0 ip "
-                      "000055ab57273139 sp 00007ffc97715db0 error 4 in Admin "
-                      "queue is not in running state[1139,55ab57273000+1000]" },
-        { "efa.json", "a 0000:30:01.0:[4265]: segfault at 0 ip 0 sp 0 error 4 "
-                      "in AER: Corrected error received[1139,55+1000]" },
+        { "efa.json",
+          "efa 0:31.0 efa_[4265]: segfault at 0 ip "
+          "000055ab57273139 sp 00007ffc97715db0 error 4 in Admin "
+          "queue is not in running state[1139,55ab57273000+1000]" },
+        { "efa.json",
+          "a 0000:30:01.0:[4265]: segfault at 0 ip 0 sp 0 error 4 "
+          "in AER: Corrected error received[1139,55+1000]" },
         { "neuron.json", "NEURON_HW_ERR=D[4265]: segfault at 0 ip 0 sp 0 "
                          "error 4 in MA_ERROR[1139,55+1000]" },
         { "nvidia-xid.json", "NVRM: Xid (PCI:[4265]: segfault at 0 ip 0 sp 0 "
@@ -505,12 +611,14 @@ static void test_shipped_rules(void **state)
                         n = hits_of(rs, g->line, &h);
                         snprintf(want, sizeof(want), ":%s[", g->reason);
                         if (n < 1 || strstr(h.text, want) == NULL)
-                                fail_msg("%s: the genuine line '%s' gave '%s', "
-                                         "not %s",
-                                         g->config, g->line, h.text,
-                                         g->reason);
+                                fail_msg(
+                                        "%s: the genuine line '%s' gave '%s', "
+                                        "not %s",
+                                        g->config, g->line, h.text,
+                                        g->reason);
                         /* The same text forged by a user trips nothing. */
-                        for (size_t f = 0; f < HP_ARRAY_SIZE(forgeries); f++) {
+                        for (size_t f = 0; f < HP_ARRAY_SIZE(forgeries);
+                             f++) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
                                 snprintf(forged, sizeof(forged), forgeries[f],
@@ -555,7 +663,8 @@ static void test_shipped_sequence(void **state)
 
         assert_non_null(m);
         for (size_t i = 0; i < HP_ARRAY_SIZE(msgs); i++) {
-                struct kmsg_record rec = { 6, i, 1, msgs[i], strlen(msgs[i]) };
+                struct kmsg_record rec = { 6, i, 1, msgs[i],
+                                           strlen(msgs[i]) };
                 assert_int_equal(kmsg_matcher_feed(m, &rec, NULL, NULL),
                                  want[i]);
         }
@@ -567,7 +676,7 @@ static void test_shipped_sequence(void **state)
 static void test_anchor_warning(void **state)
 {
         static const struct {
-                int buffer;     /* 0: no bufferSize (NPD's 10) */
+                int buffer;          /* 0: no bufferSize (NPD's 10) */
                 const char *pattern; /* as JSON */
                 const char *warning; /* a substring, NULL: none */
         } cases[] = {
@@ -599,9 +708,10 @@ static void test_anchor_warning(void **state)
                          "{%s\"rules\":[{\"type\":\"temporary\",\"reason\":"
                          "\"R%zu\",\"pattern\":\"%s\"}]}",
                          buffer, i, cases[i].pattern);
-                if (kmsg_rules_parse(json, strlen(json), "--node-problem-"
-                                     "config 'my.json'", &rs, err,
-                                     sizeof(err)) != 0)
+                if (kmsg_rules_parse(json, strlen(json),
+                                     "--node-problem-"
+                                     "config 'my.json'",
+                                     &rs, err, sizeof(err)) != 0)
                         fail_msg("case %zu: %s", i, err);
                 w = kmsg_rules_warning(rs, 0);
                 if (cases[i].warning == NULL && w != NULL)

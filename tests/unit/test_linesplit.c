@@ -52,7 +52,8 @@ static const struct split_case split_cases[] = {
         {
                 .name = "a line split over three chunks",
                 .cap = 16,
-                .chunks = { { BYTES("al") }, { BYTES("ph") },
+                .chunks = { { BYTES("al") },
+                            { BYTES("ph") },
                             { BYTES("a\nbeta\n") } },
                 .lines = { { BYTES("alpha"), HP_LINE_EOL },
                            { BYTES("beta"), HP_LINE_EOL } },
@@ -76,7 +77,8 @@ static const struct split_case split_cases[] = {
                 .name = "CR at the end of a chunk, LF at the start of the "
                         "next, is one terminator",
                 .cap = 16,
-                .chunks = { { BYTES("one\r") }, { BYTES("\ntwo\r") },
+                .chunks = { { BYTES("one\r") },
+                            { BYTES("\ntwo\r") },
                             { BYTES("\n") } },
                 .lines = { { BYTES("one"), HP_LINE_EOL },
                            { BYTES("two"), HP_LINE_EOL } },
@@ -212,14 +214,17 @@ static const struct split_case empty_chunk_cases[] = {
         {
                 .name = "an empty chunk inside a line",
                 .cap = 16,
-                .chunks = { { BYTES("o") }, { BYTES("") }, { BYTES("ne\n") } },
+                .chunks = { { BYTES("o") },
+                            { BYTES("") },
+                            { BYTES("ne\n") } },
                 .lines = { { BYTES("one"), HP_LINE_EOL } },
         },
         {
                 .name = "an empty chunk between CR and LF keeps them one "
                         "terminator",
                 .cap = 16,
-                .chunks = { { BYTES("one\r") }, { BYTES("") },
+                .chunks = { { BYTES("one\r") },
+                            { BYTES("") },
                             { BYTES("\ntwo\n") } },
                 .lines = { { BYTES("one"), HP_LINE_EOL },
                            { BYTES("two"), HP_LINE_EOL } },
@@ -288,8 +293,8 @@ static size_t expected_count(const struct split_case *c)
 
 /* Compares what was collected with the case; how names the way the input
  * was chunked, so that a failure says which cut broke it. */
-static void check_lines(const struct split_case *c, const struct collector *col,
-                        const char *how)
+static void check_lines(const struct split_case *c,
+                        const struct collector *col, const char *how)
 {
         size_t want = expected_count(c);
 
@@ -420,8 +425,8 @@ static void test_split_cases_cut_in_three_everywhere(void **state)
                         for (size_t b = a + 1; b <= n; b++) {
                                 size_t cuts[2] = { a, b };
 
-                                snprintf(how, sizeof(how), "cut at %zu and %zu",
-                                         a, b);
+                                snprintf(how, sizeof(how),
+                                         "cut at %zu and %zu", a, b);
                                 run_cuts(c, input, n, cuts, 2, how);
                         }
                 }

@@ -23,10 +23,10 @@
 /* The PLR table (docs/operator-api.md, "States"), spelled out pair by
  * pair. */
 static const char *const plr_allowed[] = {
-        "INIT>READY",        "INIT>SHUTDOWN",      "READY>RUNNING",
-        "READY>SHUTDOWN",    "RUNNING>COMPLETED",  "RUNNING>FAULTED",
-        "RUNNING>STOPPING",  "RUNNING>SHUTDOWN",   "FAULTED>STOPPING",
-        "FAULTED>SHUTDOWN",  "STOPPING>READY",     "COMPLETED>SHUTDOWN",
+        "INIT>READY",         "INIT>SHUTDOWN",     "READY>RUNNING",
+        "READY>SHUTDOWN",     "RUNNING>COMPLETED", "RUNNING>FAULTED",
+        "RUNNING>STOPPING",   "RUNNING>SHUTDOWN",  "FAULTED>STOPPING",
+        "FAULTED>SHUTDOWN",   "STOPPING>READY",    "COMPLETED>SHUTDOWN",
         "COMPLETED>STOPPING",
 };
 
@@ -41,7 +41,8 @@ static void test_plr_table(void **state)
                         snprintf(pair, sizeof(pair), "%s>%s",
                                  hp_op_state_name((enum hp_op_state)from),
                                  hp_op_state_name((enum hp_op_state)to));
-                        for (size_t i = 0; i < HP_ARRAY_SIZE(plr_allowed); i++)
+                        for (size_t i = 0; i < HP_ARRAY_SIZE(plr_allowed);
+                             i++)
                                 if (strcmp(plr_allowed[i], pair) == 0)
                                         expect = true;
                         if (hp_plr_allowed((enum hp_op_state)from,
@@ -58,7 +59,8 @@ static void test_plr_transitions_keep_first_order(void **state)
 
         (void)state;
         hp_plr_init(&plr, 1000);
-        assert_int_equal(hp_plr_transition(&plr, HP_OP_READY, 2000, NULL, NULL),
+        assert_int_equal(hp_plr_transition(&plr, HP_OP_READY, 2000, NULL,
+                                           NULL),
                          0);
         assert_int_equal(hp_plr_transition(&plr, HP_OP_RUNNING, 3000,
                                            "Running", NULL),
@@ -79,7 +81,8 @@ static void test_plr_transitions_keep_first_order(void **state)
         assert_int_equal(hp_plr_transition(&plr, HP_OP_STOPPING, 5000, NULL,
                                            NULL),
                          0);
-        assert_int_equal(hp_plr_transition(&plr, HP_OP_READY, 6000, NULL, NULL),
+        assert_int_equal(hp_plr_transition(&plr, HP_OP_READY, 6000, NULL,
+                                           NULL),
                          0);
         assert_string_equal(plr.reason, "");
         /* READY keeps its first position but carries its last time. */
@@ -120,8 +123,9 @@ static void test_isoformat(void **state)
 
 /* ---- Requests ---- */
 
-#define START_OK                                                              \
-        "\"rank\":1,\"nnodes\":2,\"faultCount\":3,\"master_addr\":\"10.1.2.3\"," \
+#define START_OK                                                             \
+        "\"rank\":1,\"nnodes\":2,\"faultCount\":3,\"master_addr\""           \
+        ":\"10.1.2.3\","                                                     \
         "\"master_port\":29500"
 
 struct request_case {
@@ -140,112 +144,179 @@ static const struct request_case request_cases[] = {
         /* Valid bodies. */
         { HP_OP_START, JSON, "{" START_OK "}", { NULL }, NULL },
         { HP_OP_START, NULL, "{" START_OK "}", { NULL }, NULL },
-        { HP_OP_START, "application/json; charset=utf-8", "{" START_OK "}",
-          { NULL }, NULL },
-        { HP_OP_START, "application/vnd.api+json", "{" START_OK "}", { NULL },
+        { HP_OP_START,
+          "application/json; charset=utf-8",
+          "{" START_OK "}",
+          { NULL },
           NULL },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          "application/vnd.api+json",
+          "{" START_OK "}",
+          { NULL },
+          NULL },
+        { HP_OP_START,
+          JSON,
           "{\"rank\":\"1\",\"nnodes\":\" 2 \",\"faultCount\":3.0,"
           "\"master_addr\":\"h\",\"master_port\":\"29500\",\"spare\":1,"
           "\"unknown\":[1]}",
-          { NULL }, NULL },
-        { HP_OP_START, JSON,
+          { NULL },
+          NULL },
+        { HP_OP_START,
+          JSON,
           "{" START_OK ",\"ipVersion\":null,\"rankIps\":null,"
           "\"log_monitoring_configuration\":null,\"progress\":{}}",
-          { NULL }, NULL },
-        { HP_OP_UPDATE, JSON,
+          { NULL },
+          NULL },
+        { HP_OP_UPDATE,
+          JSON,
           "{" START_OK ",\"ipVersion\":\"v\",\"rankIps\":[{\"rank\":0,"
           "\"ip\":\"10.0.0.1\"},{\"rank\":\"1\",\"ip\":167772162}]}",
-          { NULL }, NULL },
+          { NULL },
+          NULL },
         { HP_OP_STOP, NULL, NULL, { NULL }, NULL },
         { HP_OP_STOP, JSON, "", { NULL }, NULL },
         { HP_OP_STOP, JSON, "null", { NULL }, NULL },
-        { HP_OP_STOP, JSON,
+        { HP_OP_STOP,
+          JSON,
           "{\"restart_mode\":null,\"is_graceful\":\"true\",\"timeout\":\"5\"}",
-          { NULL }, NULL },
+          { NULL },
+          NULL },
         { HP_OP_STOP, "text/plain", "", { NULL }, NULL },
 
         /* Missing and malformed bodies. */
-        { HP_OP_START, JSON, NULL, { "missing@body", NULL }, "Field required" },
-        { HP_OP_UPDATE, JSON, "", { "missing@body", NULL }, "Field required" },
-        { HP_OP_START, JSON, "{\"rank\":", { "json_invalid@body.7", NULL },
+        { HP_OP_START,
+          JSON,
+          NULL,
+          { "missing@body", NULL },
+          "Field required" },
+        { HP_OP_UPDATE,
+          JSON,
+          "",
+          { "missing@body", NULL },
+          "Field required" },
+        { HP_OP_START,
+          JSON,
+          "{\"rank\":",
+          { "json_invalid@body.7", NULL },
           "JSON decode error" },
         { HP_OP_START, JSON, "{} x", { "json_invalid@body.3", NULL }, NULL },
-        { HP_OP_START, "application/x-www-form-urlencoded", "{" START_OK "}",
-          { "model_attributes_type@body", NULL }, "valid dictionary" },
-        { HP_OP_START, JSON, "[1]", { "model_attributes_type@body", NULL },
+        { HP_OP_START,
+          "application/x-www-form-urlencoded",
+          "{" START_OK "}",
+          { "model_attributes_type@body", NULL },
+          "valid dictionary" },
+        { HP_OP_START,
+          JSON,
+          "[1]",
+          { "model_attributes_type@body", NULL },
           NULL },
-        { HP_OP_STOP, "text/plain", "x",
-          { "model_attributes_type@body", NULL }, NULL },
-        { HP_OP_STOP, JSON, "{\"timeout\":", { "json_invalid@body.10", NULL },
+        { HP_OP_STOP,
+          "text/plain",
+          "x",
+          { "model_attributes_type@body", NULL },
+          NULL },
+        { HP_OP_STOP,
+          JSON,
+          "{\"timeout\":",
+          { "json_invalid@body.10", NULL },
           NULL },
 
         /* Fields. */
-        { HP_OP_START, JSON, "{}",
+        { HP_OP_START,
+          JSON,
+          "{}",
           { "missing@body.rank", "missing@body.nnodes",
             "missing@body.faultCount", "missing@body.master_addr",
             "missing@body.master_port", NULL },
           "Field required" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":\"x\",\"nnodes\":1.5,\"faultCount\":[],"
           "\"master_addr\":123,\"master_port\":29500}",
           { "int_parsing@body.rank", "int_from_float@body.nnodes",
-            "int_type@body.faultCount", "string_type@body.master_addr", NULL },
+            "int_type@body.faultCount", "string_type@body.master_addr",
+            NULL },
           "unable to parse string" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"\","
           "\"master_port\":1}",
           { "value_error@body.master_addr", NULL },
           "Value error, Empty master_addr received from operator" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"  \","
           "\"master_port\":1}",
-          { "value_error@body.master_addr", NULL }, "Empty master_addr" },
-        { HP_OP_START, JSON,
+          { "value_error@body.master_addr", NULL },
+          "Empty master_addr" },
+        { HP_OP_START,
+          JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"h\","
           "\"master_port\":\"http\"}",
           { "value_error@body.master_port", NULL },
           "invalid literal for int() with base 10: 'http'" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"h\","
           "\"master_port\":\"\"}",
-          { "value_error@body.master_port", NULL }, "invalid literal" },
-        { HP_OP_START, JSON,
+          { "value_error@body.master_port", NULL },
+          "invalid literal" },
+        { HP_OP_START,
+          JSON,
           "{\"rank\":0,\"nnodes\":1,\"faultCount\":0,\"master_addr\":\"h\","
           "\"master_port\":70000}",
-          { "value_error@body.master_port", NULL }, "out of range 1..65535" },
-        { HP_OP_START, JSON,
+          { "value_error@body.master_port", NULL },
+          "out of range 1..65535" },
+        { HP_OP_START,
+          JSON,
           "{\"rank\":2,\"nnodes\":2,\"faultCount\":0,\"master_addr\":\"h\","
           "\"master_port\":1}",
-          { "value_error@body.rank", NULL }, "rank 2 is not below nnodes 2" },
+          { "value_error@body.rank", NULL },
+          "rank 2 is not below nnodes 2" },
         /* Listed whatever else is wrong. */
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":2,\"nnodes\":2,\"faultCount\":0,\"master_addr\":\"\","
           "\"master_port\":1.5}",
           { "value_error@body.rank", "value_error@body.master_addr",
             "int_from_float@body.master_port.int",
             "string_type@body.master_port.str", NULL },
           "rank 2 is not below nnodes 2" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{\"rank\":-1,\"nnodes\":0,\"faultCount\":-2,\"master_addr\":\"h\","
           "\"master_port\":1}",
           { "value_error@body.rank", "value_error@body.nnodes",
             "value_error@body.faultCount", NULL },
           "rank -1 is out of range" },
-        { HP_OP_START, JSON, "{" START_OK ",\"spare\":\"maybe\"}",
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"spare\":\"maybe\"}",
           { "bool_parsing@body.spare.bool", "int_parsing@body.spare.int",
             NULL },
           "valid boolean" },
-        { HP_OP_START, JSON, "{" START_OK ",\"spare\":null}",
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"spare\":null}",
           { "bool_type@body.spare.bool", "int_type@body.spare.int", NULL },
           NULL },
-        { HP_OP_START, JSON, "{" START_OK ",\"progress\":[]}",
-          { "dict_type@body.progress", NULL }, "valid dictionary" },
-        { HP_OP_START, JSON, "{" START_OK ",\"ipVersion\":5}",
-          { "string_type@body.ipVersion", NULL }, "valid string" },
-        { HP_OP_START, JSON, "{" START_OK ",\"rankIps\":{}}",
-          { "list_type@body.rankIps", NULL }, "valid list" },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"progress\":[]}",
+          { "dict_type@body.progress", NULL },
+          "valid dictionary" },
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"ipVersion\":5}",
+          { "string_type@body.ipVersion", NULL },
+          "valid string" },
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"rankIps\":{}}",
+          { "list_type@body.rankIps", NULL },
+          "valid list" },
+        { HP_OP_START,
+          JSON,
           "{" START_OK ",\"rankIps\":[1,{\"ip\":\"a\"},{\"rank\":0,"
           "\"ip\":[]},{\"rank\":100001,\"ip\":\"b\"}]}",
           { "model_type@body.rankIps.0", "missing@body.rankIps.1.rank",
@@ -253,27 +324,38 @@ static const struct request_case request_cases[] = {
             "int_type@body.rankIps.2.ip.int",
             "value_error@body.rankIps.3.rank", NULL },
           NULL },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
           "{" START_OK ",\"rankIps\":[{\"rank\":100001,\"ip\":\"b\"}]}",
           { "value_error@body.rankIps.0.rank", NULL },
           "list assignment index out of range" },
-        { HP_OP_START, JSON, "{" START_OK ",\"log_monitoring_configuration\":5}",
-          { "list_type@body.log_monitoring_configuration", NULL }, NULL },
-        { HP_OP_START, JSON,
+        { HP_OP_START,
+          JSON,
+          "{" START_OK ",\"log_monitoring_configuration\":5}",
+          { "list_type@body.log_monitoring_configuration", NULL },
+          NULL },
+        { HP_OP_START,
+          JSON,
           "{" START_OK ",\"log_monitoring_configuration\":[\"x\"]}",
-          { "dict_type@body.log_monitoring_configuration.0", NULL }, NULL },
-        { HP_OP_START, JSON,
+          { "dict_type@body.log_monitoring_configuration.0", NULL },
+          NULL },
+        { HP_OP_START,
+          JSON,
           "{" START_OK ",\"log_monitoring_configuration\":[{\"name\":\"R\","
           "\"logPattern\":\"(\"}]}",
           { "value_error@body.log_monitoring_configuration", NULL },
           "logPattern" },
-        { HP_OP_STOP, JSON,
+        { HP_OP_STOP,
+          JSON,
           "{\"restart_mode\":1,\"is_graceful\":2,\"timeout\":-1}",
           { "string_type@body.restart_mode", "bool_type@body.is_graceful",
             "value_error@body.timeout", NULL },
           "valid string" },
-        { HP_OP_STOP, JSON, "{\"timeout\":1.5}",
-          { "int_from_float@body.timeout", NULL }, NULL },
+        { HP_OP_STOP,
+          JSON,
+          "{\"timeout\":1.5}",
+          { "int_from_float@body.timeout", NULL },
+          NULL },
 };
 
 /* "type@body.rank" of one detail entry. */
@@ -286,8 +368,7 @@ static void describe(const cJSON *err, char *out, size_t len)
                                     cJSON_IsString(type) ? type->valuestring
                                                          : "?");
 
-        cJSON_ArrayForEach(el, loc)
-        {
+        cJSON_ArrayForEach (el, loc) {
                 if (cJSON_IsString(el))
                         n += (size_t)snprintf(out + n, len - n, "%s%s",
                                               el == loc->child ? "" : ".",
@@ -316,8 +397,8 @@ static void test_requests(void **state)
                 if (expected == 0) {
                         if (r != 0) {
                                 char *text = cJSON_PrintUnformatted(detail);
-                                fail_msg("case %zu (%s): unexpected 422 %s", i,
-                                         c->body, text);
+                                fail_msg("case %zu (%s): unexpected 422 %s",
+                                         i, c->body, text);
                         }
                         hp_op_request_free(&req);
                         continue;
@@ -335,8 +416,9 @@ static void test_requests(void **state)
 
                         describe(err, got, sizeof(got));
                         if (strcmp(got, c->errors[e]) != 0)
-                                fail_msg("case %zu error %zu: %s, expected %s",
-                                         i, e, got, c->errors[e]);
+                                fail_msg(
+                                        "case %zu error %zu: %s, expected %s",
+                                        i, e, got, c->errors[e]);
                         /* Every entry has pydantic's four keys. */
                         assert_non_null(cJSON_GetObjectItem(err, "msg"));
                         assert_non_null(cJSON_GetObjectItem(err, "input"));
@@ -451,8 +533,9 @@ static void test_request_echo_capped(void **state)
                                                "limit)"));
                 } else {
                         assert_true(cJSON_IsObject(input));
-                        assert_int_equal(strlen(cJSON_GetObjectItem(
-                                                 input, "pad")->valuestring),
+                        assert_int_equal(strlen(cJSON_GetObjectItem(input,
+                                                                    "pad")
+                                                        ->valuestring),
                                          900);
                 }
                 if (cases[i].entries > HP_OP_ERRORS_MAX)
@@ -460,7 +543,8 @@ static void test_request_echo_capped(void **state)
                                 cJSON_GetObjectItem(
                                         cJSON_GetArrayItem(detail,
                                                            HP_OP_ERRORS_MAX),
-                                        "msg")->valuestring,
+                                        "msg")
+                                        ->valuestring,
                                 "299937 more errors not listed: a 422 lists "
                                 "at most 64");
                 free(text);
@@ -483,7 +567,8 @@ static void test_request_values(void **state)
 
         (void)state;
         assert_int_equal(hp_op_request_parse(HP_OP_START, NULL, body,
-                                             strlen(body), true, &req, &detail),
+                                             strlen(body), true, &req,
+                                             &detail),
                          0);
         /* The last of duplicate keys wins, as with Python's json. */
         assert_int_equal(req.rank, 3);
@@ -500,7 +585,8 @@ static void test_request_values(void **state)
 
         body = "{\"is_graceful\":true,\"timeout\":7}";
         assert_int_equal(hp_op_request_parse(HP_OP_STOP, JSON, body,
-                                             strlen(body), true, &req, &detail),
+                                             strlen(body), true, &req,
+                                             &detail),
                          0);
         assert_int_equal(req.is_graceful, 1);
         assert_int_equal(req.timeout_s, 7);
@@ -520,8 +606,10 @@ static void test_request_values(void **state)
 static void test_status_render(void **state)
 {
         struct hp_plr plr;
-        struct hp_op_status st = { .plr = &plr, .agent_version = "1.2.3",
-                                   .assigned_rank = -1, .spare = true };
+        struct hp_op_status st = { .plr = &plr,
+                                   .agent_version = "1.2.3",
+                                   .assigned_rank = -1,
+                                   .spare = true };
         char *text;
 
         (void)state;
@@ -603,8 +691,10 @@ static void test_utf8_repair(void **state)
 static void test_status_render_repairs_utf8(void **state)
 {
         struct hp_plr plr;
-        struct hp_op_status st = { .plr = &plr, .agent_version = "1",
-                                   .assigned_rank = -1, .spare = true };
+        struct hp_op_status st = { .plr = &plr,
+                                   .agent_version = "1",
+                                   .assigned_rank = -1,
+                                   .spare = true };
         char *text;
 
         (void)state;
@@ -614,8 +704,8 @@ static void test_status_render_repairs_utf8(void **state)
         hp_plr_transition(&plr, HP_OP_FAULTED, 0, "LogFault_Bad",
                           "line: bad \xff byte");
         text = hp_op_status_render(&st);
-        assert_non_null(strstr(text, "\"message\":\"line: bad " FFFD
-                                     " byte\""));
+        assert_non_null(
+                strstr(text, "\"message\":\"line: bad " FFFD " byte\""));
         assert_true(hp_utf8_valid(text, strlen(text)));
         free(text);
 }
@@ -646,7 +736,8 @@ static const struct podcfg_case podcfg_cases[] = {
           "{\"ips\":[\"a\",\"b\",\"c\",null],\"current_pod_ip\":null,"
           "\"ips_timestamp\":\"T\"}" },
         /* Scale down 4 → 2 cuts. */
-        { "{\"ips\":[\"a\",\"b\",\"c\",\"d\"]}", 1, 2, "[{\"rank\":0,\"ip\":\"A\"}]",
+        { "{\"ips\":[\"a\",\"b\",\"c\",\"d\"]}", 1, 2,
+          "[{\"rank\":0,\"ip\":\"A\"}]",
           "{\"ips\":[\"A\",\"b\"],\"current_pod_ip\":\"b\","
           "\"ips_timestamp\":\"T\"}" },
         /* An empty rankIps keeps the list, not resized (12 → 8). */
@@ -733,13 +824,20 @@ static void test_token_matches(void **state)
                 const char *header; /* NULL: none */
                 bool ok;
         } cases[] = {
-                { "Bearer s3cr3t", true },   { "bearer s3cr3t", true },
-                { "BEARER \t s3cr3t ", true }, { NULL, false },
-                { "", false },                { "Bearer", false },
-                { "Bearer ", false },         { "Bearers3cr3t", false },
-                { "Basic s3cr3t", false },    { "Bearer s3cr3", false },
-                { "Bearer s3cr3tt", false },  { "Bearer s3cr3T", false },
-                { "Bearer  x s3cr3t", false }, { "Bearer s3cr3t x", false },
+                { "Bearer s3cr3t", true },
+                { "bearer s3cr3t", true },
+                { "BEARER \t s3cr3t ", true },
+                { NULL, false },
+                { "", false },
+                { "Bearer", false },
+                { "Bearer ", false },
+                { "Bearers3cr3t", false },
+                { "Basic s3cr3t", false },
+                { "Bearer s3cr3", false },
+                { "Bearer s3cr3tt", false },
+                { "Bearer s3cr3T", false },
+                { "Bearer  x s3cr3t", false },
+                { "Bearer s3cr3t x", false },
         };
         int failures = 0;
 

@@ -91,7 +91,8 @@ static void clear_config_env(void)
         char *names[256];
         size_t n = 0;
 
-        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names); e++) {
+        for (char **e = environ; *e != NULL && n < HP_ARRAY_SIZE(names);
+             e++) {
                 const char *eq = strchr(*e, '=');
 
                 if (strncmp(*e, "PET_", 4) != 0 || eq == NULL)
@@ -143,9 +144,13 @@ static const struct static_case static_cases[] = {
                           "--nproc-per-node", "8", "--master-addr",
                           "10.1.1.1", "--master-port", "1234", "t.py" },
                 .run_id = "none",
-                .expect = { .nnodes = 4, .node_rank = 2, .nproc = 8,
-                            .world_size = 32, .group_world_size = 4,
-                            .base_rank = 16, .master_addr = "10.1.1.1",
+                .expect = { .nnodes = 4,
+                            .node_rank = 2,
+                            .nproc = 8,
+                            .world_size = 32,
+                            .group_world_size = 4,
+                            .base_rank = 16,
+                            .master_addr = "10.1.1.1",
                             .master_port = 1234 },
         },
         {
@@ -153,9 +158,13 @@ static const struct static_case static_cases[] = {
                 .argv = { "hyperpodrun", "--rdzv-backend", "static",
                           "--rdzv-id", "job-9", "t.py" },
                 .run_id = "job-9",
-                .expect = { .nnodes = 1, .node_rank = 0, .nproc = 1,
-                            .world_size = 1, .group_world_size = 1,
-                            .base_rank = 0, .master_addr = "127.0.0.1",
+                .expect = { .nnodes = 1,
+                            .node_rank = 0,
+                            .nproc = 1,
+                            .world_size = 1,
+                            .group_world_size = 1,
+                            .base_rank = 0,
+                            .master_addr = "127.0.0.1",
                             .master_port = 29500 },
         },
         {
@@ -166,20 +175,28 @@ static const struct static_case static_cases[] = {
                           "--master-port", "1111", "--rdzv-endpoint",
                           "head:29400", "t.py" },
                 .run_id = "none",
-                .expect = { .nnodes = 2, .node_rank = 1, .nproc = 2,
-                            .world_size = 4, .group_world_size = 2,
-                            .base_rank = 2, .master_addr = "head",
+                .expect = { .nnodes = 2,
+                            .node_rank = 1,
+                            .nproc = 2,
+                            .world_size = 4,
+                            .group_world_size = 2,
+                            .base_rank = 2,
+                            .master_addr = "head",
                             .master_port = 29400 },
         },
         {
                 .name = "an endpoint without a port keeps the master port",
                 .argv = { "hyperpodrun", "--rdzv-backend", "static",
-                          "--master-port", "2222", "--rdzv-endpoint",
-                          "head", "t.py" },
+                          "--master-port", "2222", "--rdzv-endpoint", "head",
+                          "t.py" },
                 .run_id = "none",
-                .expect = { .nnodes = 1, .node_rank = 0, .nproc = 1,
-                            .world_size = 1, .group_world_size = 1,
-                            .base_rank = 0, .master_addr = "head",
+                .expect = { .nnodes = 1,
+                            .node_rank = 0,
+                            .nproc = 1,
+                            .world_size = 1,
+                            .group_world_size = 1,
+                            .base_rank = 0,
+                            .master_addr = "head",
                             .master_port = 2222 },
         },
         {
@@ -187,9 +204,13 @@ static const struct static_case static_cases[] = {
                 .argv = { "hyperpodrun", "--rdzv-backend", "static",
                           "--rdzv-endpoint", "[fd00::5]:555", "t.py" },
                 .run_id = "none",
-                .expect = { .nnodes = 1, .node_rank = 0, .nproc = 1,
-                            .world_size = 1, .group_world_size = 1,
-                            .base_rank = 0, .master_addr = "fd00::5",
+                .expect = { .nnodes = 1,
+                            .node_rank = 0,
+                            .nproc = 1,
+                            .world_size = 1,
+                            .group_world_size = 1,
+                            .base_rank = 0,
+                            .master_addr = "fd00::5",
                             .master_port = 555 },
         },
 };
@@ -197,11 +218,11 @@ static const struct static_case static_cases[] = {
 static void check_info(const char *name, const struct hp_rdzv_info *got,
                        const struct hp_rdzv_info *want)
 {
-#define CHECK_FIELD(f)                                                      \
-        do {                                                                \
-                if (got->f != want->f)                                      \
-                        fail_msg("%s: " #f " is %d, expected %d", name,     \
-                                 got->f, want->f);                          \
+#define CHECK_FIELD(f)                                                       \
+        do {                                                                 \
+                if (got->f != want->f)                                       \
+                        fail_msg("%s: " #f " is %d, expected %d", name,      \
+                                 got->f, want->f);                           \
         } while (0)
         CHECK_FIELD(nnodes);
         CHECK_FIELD(node_rank);
@@ -249,8 +270,9 @@ static void test_static_backend(void **state)
 static void test_static_backend_refuses_a_bad_endpoint(void **state)
 {
         static const char *const argv[] = { "hyperpodrun", "--rdzv-backend",
-                                            "static", "--rdzv-endpoint",
-                                            "head:0", "t.py", NULL };
+                                            "static",      "--rdzv-endpoint",
+                                            "head:0",      "t.py",
+                                            NULL };
         struct hp_config *cfg = parse_config(argv, HP_ARRAY_SIZE(argv));
         struct hp_rdzv rdzv;
         struct hp_rdzv_info info;
@@ -276,7 +298,7 @@ static bool looks_like_uuid4(const char *s)
 
                 if (dash ? s[i] != '-'
                          : !isxdigit((unsigned char)s[i]) ||
-                                   isupper((unsigned char)s[i]))
+                                    isupper((unsigned char)s[i]))
                         return false;
         }
         return s[14] == '4' && strchr("89ab", s[19]) != NULL;
@@ -305,13 +327,21 @@ static void test_uuid_check_is_strict(void **state)
 
 static void test_standalone_backend(void **state)
 {
-        static const char *const argv[] = { "hyperpodrun", "--standalone",
-                                            "--rdzv-id", "ignored",
-                                            "--nproc-per-node", "3", "t.py",
+        static const char *const argv[] = { "hyperpodrun",
+                                            "--standalone",
+                                            "--rdzv-id",
+                                            "ignored",
+                                            "--nproc-per-node",
+                                            "3",
+                                            "t.py",
                                             NULL };
         static const struct hp_rdzv_info want = {
-                .nnodes = 1, .node_rank = 0, .nproc = 3, .world_size = 3,
-                .group_world_size = 1, .base_rank = 0,
+                .nnodes = 1,
+                .node_rank = 0,
+                .nproc = 3,
+                .world_size = 3,
+                .group_world_size = 1,
+                .base_rank = 0,
                 .master_addr = "127.0.0.1",
         };
         struct hp_config *cfg = parse_config(argv, HP_ARRAY_SIZE(argv));
@@ -339,7 +369,8 @@ static void test_standalone_backend(void **state)
         }
 
         /* Another agent gets another id. */
-        assert_int_equal(hp_rdzv_init(&other, cfg, errbuf, sizeof(errbuf)), 0);
+        assert_int_equal(hp_rdzv_init(&other, cfg, errbuf, sizeof(errbuf)),
+                         0);
         assert_true(looks_like_uuid4(other.run_id));
         assert_string_not_equal(other.run_id, run_id);
         test_free(cfg);
@@ -365,8 +396,9 @@ static void test_backends_not_available_say_so(void **state)
                                        c->backend, "t.py", NULL };
                 const char *plain[] = { "hyperpodrun", "t.py", NULL };
                 struct hp_config *cfg =
-                        c->backend ? parse_config(argv, HP_ARRAY_SIZE(argv))
-                                   : parse_config(plain, HP_ARRAY_SIZE(plain));
+                        c->backend
+                                ? parse_config(argv, HP_ARRAY_SIZE(argv))
+                                : parse_config(plain, HP_ARRAY_SIZE(plain));
                 struct hp_rdzv rdzv;
                 struct hp_rdzv_info info;
                 char errbuf[512] = "";
@@ -391,8 +423,13 @@ static void test_backends_not_available_say_so(void **state)
 static void test_run_id_too_long(void **state)
 {
         char id[200];
-        const char *argv[] = { "hyperpodrun", "--rdzv-backend", "static",
-                               "--rdzv-id", id, "t.py", NULL };
+        const char *argv[] = { "hyperpodrun",
+                               "--rdzv-backend",
+                               "static",
+                               "--rdzv-id",
+                               id,
+                               "t.py",
+                               NULL };
         struct hp_config *cfg;
         struct hp_rdzv rdzv;
         char errbuf[512] = "";

@@ -29,8 +29,8 @@
 struct reason_case {
         const char *name;
         enum logmon_state state;
-        const char *rule;   /* NULL: LOGMON_NAME_MAX times 'n' */
-        size_t len;         /* of the buffer given */
+        const char *rule; /* NULL: LOGMON_NAME_MAX times 'n' */
+        size_t len;       /* of the buffer given */
         int ret;
         /* What buf holds: want exactly, or (want NULL) want_prefix then
          * want_n times 'n'. */
@@ -58,8 +58,8 @@ static const struct reason_case reason_cases[] = {
           0 },
         { "no room at all: nothing written", LOGMON_HANGING, "Beat", 0, 12,
           NULL, NULL, 0 },
-        { "the longest name fits HP_VERDICT_REASON_MAX", LOGMON_FAULTED,
-          NULL, HP_VERDICT_REASON_MAX, LONG_FULL, NULL, "LogFault_",
+        { "the longest name fits HP_VERDICT_REASON_MAX", LOGMON_FAULTED, NULL,
+          HP_VERDICT_REASON_MAX, LONG_FULL, NULL, "LogFault_",
           LOGMON_NAME_MAX },
         { "the longest name in 100 bytes", LOGMON_HANGING, NULL, 100,
           LONG_FULL - 1, NULL, "LogHang_", 91 },
@@ -67,8 +67,8 @@ static const struct reason_case reason_cases[] = {
           NULL, 0 },
         { "HEALTHY: no verdict", LOGMON_HEALTHY, "Beat", 64, -EINVAL, "",
           NULL, 0 },
-        { "a state out of range", (enum logmon_state)99, "Beat", 64,
-          -EINVAL, "", NULL, 0 },
+        { "a state out of range", (enum logmon_state)99, "Beat", 64, -EINVAL,
+          "", NULL, 0 },
 };
 
 /* buf[0..len) holds the expected bytes and nothing past len was
@@ -99,9 +99,10 @@ static bool check_buf(const char *buf, size_t size, size_t len,
         if (strncmp(buf, want_prefix, strlen(want_prefix)) != 0 ||
             strlen(buf) != strlen(want_prefix) + want_n ||
             strspn(buf + strlen(want_prefix), "n") != want_n) {
-                snprintf(why, whylen, "%zu bytes '%.20s...', expected %s "
-                         "and %zu times n", strlen(buf), buf, want_prefix,
-                         want_n);
+                snprintf(why, whylen,
+                         "%zu bytes '%.20s...', expected %s "
+                         "and %zu times n",
+                         strlen(buf), buf, want_prefix, want_n);
                 return false;
         }
         return true;
@@ -152,18 +153,22 @@ static const struct describe_case describe_cases[] = {
         { "HANGING with a last line", LOGMON_HANGING, "Beat", 3,
           "step 41 loss 0.2", 256,
           "Log rule Beat is HANGING on local rank 3; last matching line: "
-          "step 41 loss 0.2", -1 },
+          "step 41 loss 0.2",
+          -1 },
         { "HANGING with no line", LOGMON_HANGING, "Start", 0, "", 256,
           "Log rule Start is HANGING on local rank 0; no line matched it "
-          "yet", -1 },
+          "yet",
+          -1 },
         { "SLOW", LOGMON_SLOW, "Tput", 7, "tput 50", 256,
           "Log rule Tput is SLOW on local rank 7; last matching line: tput "
-          "50", -1 },
+          "50",
+          -1 },
         { "FAULTED", LOGMON_FAULTED, "Cuda", 1, "CUDA error: 5", 256,
           "Log rule Cuda is FAULTED on local rank 1; last matching line: "
-          "CUDA error: 5", -1 },
-        { "cut to the buffer", LOGMON_FAULTED, "Cuda", 1, "CUDA error: 5",
-          20, "Log rule Cuda is FA", 75 },
+          "CUDA error: 5",
+          -1 },
+        { "cut to the buffer", LOGMON_FAULTED, "Cuda", 1, "CUDA error: 5", 20,
+          "Log rule Cuda is FA", 75 },
         { "no verdict", LOGMON_WAITING, "Cuda", 1, "", 256, "", -EINVAL },
 };
 
@@ -225,8 +230,8 @@ static void commit_cb(void *ctx)
 static void verdict_cb(void *ctx, const struct hp_verdict *v)
 {
         struct fixture *f = ctx;
-        const struct logmon_stream *s =
-                hp_rulewatch__stream(&f->w, v->local_rank);
+        const struct logmon_stream *s = hp_rulewatch__stream(&f->w,
+                                                             v->local_rank);
 
         f->verdicts++;
         f->v = *v;
@@ -258,17 +263,18 @@ static void start(struct fixture *f, const char *json,
         memset(f, 0, sizeof(*f));
         memcpy(f->monitored, monitored, sizeof(f->monitored));
         assert_int_equal(uv_loop_init(&f->loop), 0);
-        assert_int_equal(hp_rulewatch__init(&f->w,
-                                           &(struct hp_rulewatch_params){
-                                                   .loop = &f->loop,
-                                                   .nproc = NPROC,
-                                                   .monitored = f->monitored,
-                                                   .read_now = read_now_cb,
-                                                   .commit_output = commit_cb,
-                                                   .on_verdict = verdict_cb,
-                                                   .ctx = f },
-                                           errbuf, sizeof(errbuf)),
-                         0);
+        assert_int_equal(
+                hp_rulewatch__init(&f->w,
+                                   &(struct hp_rulewatch_params){
+                                           .loop = &f->loop,
+                                           .nproc = NPROC,
+                                           .monitored = f->monitored,
+                                           .read_now = read_now_cb,
+                                           .commit_output = commit_cb,
+                                           .on_verdict = verdict_cb,
+                                           .ctx = f },
+                                   errbuf, sizeof(errbuf)),
+                0);
         hp_rulewatch__set_wall_offset(&f->w, WALL_OFFSET_MS);
         assert_int_equal(hp_rulewatch__use(&f->w, rs), 0);
         logmon_ruleset_unref(rs); /* the watch holds its own reference */
@@ -317,7 +323,10 @@ struct watch_case {
         uint64_t latency_ms;
 };
 
-#define ALL { true, true, true, true }
+#define ALL                                                                  \
+        {                                                                    \
+                true, true, true, true                                       \
+        }
 
 static const struct watch_case watch_cases[] = {
         {
@@ -327,13 +336,18 @@ static const struct watch_case watch_cases[] = {
                          "\".*CUDA error\", \"faultOnMatch\": true},"
                          " {\"name\": \"Any\", \"logPattern\": \".*\"}]",
                 .monitored = ALL,
-                .steps = { { 0, "step 1", 0 }, { 2, "x CUDA error: 5", 0 },
+                .steps = { { 0, "step 1", 0 },
+                           { 2, "x CUDA error: 5", 0 },
                            { 1, "CUDA error: 7", 0 },
                            { 2, "CUDA error: 9", 0 } },
                 .nsteps = 4,
-                .state = LOGMON_FAULTED, .rule = "Cuda", .local_rank = 2,
-                .line = "x CUDA error: 5", .deadline_ms = UINT64_MAX,
-                .seen_ms = 0, .latency_ms = 0,
+                .state = LOGMON_FAULTED,
+                .rule = "Cuda",
+                .local_rank = 2,
+                .line = "x CUDA error: 5",
+                .deadline_ms = UINT64_MAX,
+                .seen_ms = 0,
+                .latency_ms = 0,
         },
         {
                 .name = "SLOW on a metric below its threshold, rank 3",
@@ -341,11 +355,16 @@ static const struct watch_case watch_cases[] = {
                          "\"tput (\\\\d+)\", \"metricThreshold\": 80, "
                          "\"operator\": \"lteq\"}]",
                 .monitored = ALL,
-                .steps = { { 3, "tput 90", 0 }, { 0, "tput 95", 0 },
+                .steps = { { 3, "tput 90", 0 },
+                           { 0, "tput 95", 0 },
                            { 3, "tput 50", 0 } },
                 .nsteps = 3,
-                .state = LOGMON_SLOW, .rule = "Tput", .local_rank = 3,
-                .line = "tput 50", .deadline_ms = UINT64_MAX, .seen_ms = 0,
+                .state = LOGMON_SLOW,
+                .rule = "Tput",
+                .local_rank = 3,
+                .line = "tput 50",
+                .deadline_ms = UINT64_MAX,
+                .seen_ms = 0,
                 .latency_ms = 0,
         },
         {
@@ -354,11 +373,17 @@ static const struct watch_case watch_cases[] = {
                 .rules = "[{\"name\": \"Beat\", \"logPattern\": \"step\", "
                          "\"expectedRecurringFrequencyInSeconds\": 5}]",
                 .monitored = { true, true, false, true },
-                .steps = { { 3, "step 1", 0 }, { 0, "no beat", 0 },
-                           { 0, NULL, 4000 }, { 0, NULL, 5251 } },
+                .steps = { { 3, "step 1", 0 },
+                           { 0, "no beat", 0 },
+                           { 0, NULL, 4000 },
+                           { 0, NULL, 5251 } },
                 .nsteps = 4,
-                .state = LOGMON_HANGING, .rule = "Beat", .local_rank = 3,
-                .line = "step 1", .deadline_ms = 5001, .seen_ms = 5251,
+                .state = LOGMON_HANGING,
+                .rule = "Beat",
+                .local_rank = 3,
+                .line = "step 1",
+                .deadline_ms = 5001,
+                .seen_ms = 5251,
                 .latency_ms = 250,
         },
         {
@@ -367,11 +392,16 @@ static const struct watch_case watch_cases[] = {
                 .rules = "[{\"name\": \"Start\", \"logPattern\": \"ready\", "
                          "\"expectedStartCutOffInSeconds\": 2}]",
                 .monitored = { false, true, true, false },
-                .steps = { { 0, NULL, 2000 }, { 0, NULL, 2001 },
+                .steps = { { 0, NULL, 2000 },
+                           { 0, NULL, 2001 },
                            { 0, NULL, 9000 } },
                 .nsteps = 3,
-                .state = LOGMON_HANGING, .rule = "Start", .local_rank = 1,
-                .line = "", .deadline_ms = 2001, .seen_ms = 2001,
+                .state = LOGMON_HANGING,
+                .rule = "Start",
+                .local_rank = 1,
+                .line = "",
+                .deadline_ms = 2001,
+                .seen_ms = 2001,
                 .latency_ms = 0,
         },
 };
@@ -380,8 +410,9 @@ static bool check_verdict(const struct fixture *f, const struct watch_case *c,
                           uint64_t t0, char *why, size_t len)
 {
         const struct hp_verdict *v = &f->v;
-        uint64_t deadline = c->deadline_ms == UINT64_MAX ? UINT64_MAX
-                                                         : t0 + c->deadline_ms;
+        uint64_t deadline = c->deadline_ms == UINT64_MAX
+                                    ? UINT64_MAX
+                                    : t0 + c->deadline_ms;
         char reason[HP_VERDICT_REASON_MAX];
 
         if (f->verdicts != 1)
@@ -395,16 +426,17 @@ static bool check_verdict(const struct fixture *f, const struct watch_case *c,
                 snprintf(why, len, "local rank %d rank %d", v->local_rank,
                          v->rank);
         else if (strcmp(v->line, c->line) != 0)
-                snprintf(why, len, "line '%.100s', expected '%.100s'", v->line,
-                         c->line);
-        else if (v->deadline_ms != deadline || v->seen_ms != t0 + c->seen_ms ||
+                snprintf(why, len, "line '%.100s', expected '%.100s'",
+                         v->line, c->line);
+        else if (v->deadline_ms != deadline ||
+                 v->seen_ms != t0 + c->seen_ms ||
                  v->latency_ms != c->latency_ms)
                 snprintf(why, len, "deadline %llu seen %llu latency %llu",
                          (unsigned long long)(v->deadline_ms - t0),
                          (unsigned long long)(v->seen_ms - t0),
                          (unsigned long long)v->latency_ms);
-        else if (v->wall != (double)((int64_t)v->seen_ms + WALL_OFFSET_MS) /
-                                    1000.0)
+        else if (v->wall !=
+                 (double)((int64_t)v->seen_ms + WALL_OFFSET_MS) / 1000.0)
                 snprintf(why, len, "wall %.3f", v->wall);
         else if (hp_verdict_reason(v, reason, sizeof(reason)) < 0 ||
                  strcmp(reason, f->stream_reason) != 0)

@@ -67,9 +67,11 @@ static const struct {
         int exit_code;      /* when it started */
 } cases[] = {
         { "clone takes CLONE_PIDFD: the worker's exit code comes through "
-          "its pidfd", false, "exit 7", 0, 7 },
+          "its pidfd",
+          false, "exit 7", 0, 7 },
         { "clone refuses CLONE_PIDFD: a plain clone and pidfd_open give "
-          "the same", true, "exit 7", 0, 7 },
+          "the same",
+          true, "exit 7", 0, 7 },
         { "refused: a worker that exits at once is still watched", true,
           "exit 0", 0, 0 },
         { "allowed: a missing program is ENOENT, from the child's exec",
@@ -122,9 +124,10 @@ static int run_case(size_t i)
 
                 r = hp_spawn__start(&opts, &pid, &pidfd);
                 if (r != want_start) {
-                        fprintf(stderr, "round %d: start gave %d (%s), "
-                                "want %d\n", round, r, strerror(-r),
-                                want_start);
+                        fprintf(stderr,
+                                "round %d: start gave %d (%s), "
+                                "want %d\n",
+                                round, r, strerror(-r), want_start);
                         return 1;
                 }
                 if (r < 0)
@@ -134,9 +137,11 @@ static int run_case(size_t i)
                 if (poll(&p, 1, 60000) != 1 ||
                     hp_spawn__reap(pidfd, &code, &sig) != 1 ||
                     code != want_code || sig != 0) {
-                        fprintf(stderr, "round %d: pid %d ended with code "
-                                "%lld signal %d, want code %d\n", round,
-                                (int)pid, (long long)code, sig, want_code);
+                        fprintf(stderr,
+                                "round %d: pid %d ended with code "
+                                "%lld signal %d, want code %d\n",
+                                round, (int)pid, (long long)code, sig,
+                                want_code);
                         return 1;
                 }
                 close(pidfd);

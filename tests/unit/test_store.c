@@ -87,10 +87,10 @@ static const struct parse_case parse_cases[] = {
         { "legacy COMPARE_SET", LEG, "01 " L1 "'k' " L0 L1 "'v'", 1,
           OP(COMPARE_SET), LEG, NULL },
         { "legacy GET", U, "02 " L1 "'k'", 1, OP(GET), LEG, NULL },
-        { "legacy ADD", LEG, "03 " L1 "'n' fbffffffffffffff", 1, OP(ADD),
-          LEG, NULL },
-        { "legacy CHECK", LEG, "04 " L2 L1 "'a' " L1 "'b'", 1, OP(CHECK),
-          LEG, NULL },
+        { "legacy ADD", LEG, "03 " L1 "'n' fbffffffffffffff", 1, OP(ADD), LEG,
+          NULL },
+        { "legacy CHECK", LEG, "04 " L2 L1 "'a' " L1 "'b'", 1, OP(CHECK), LEG,
+          NULL },
         { "legacy WAIT", LEG, "05 " L1 L1 "'a'", 1, OP(WAIT), LEG, NULL },
         { "legacy GETNUMKEYS", LEG, "06", 1, OP(GETNUMKEYS), LEG, NULL },
         { "legacy WATCH_KEY", LEG, "07 " L1 "'w'", 1, OP(WATCH_KEY), LEG,
@@ -193,8 +193,10 @@ static void test_parse_table(void **state)
                         r = hp_store_parse(&d2, &l, buf, n, &q, &used, NULL,
                                            0);
                         if (r != 0 || d2 != c->dialect)
-                                CASE_FAILED(failures, "%s: prefix of %zu "
-                                            "bytes gave %d", c->name, n, r);
+                                CASE_FAILED(failures,
+                                            "%s: prefix of %zu "
+                                            "bytes gave %d",
+                                            c->name, n, r);
                 }
         }
         assert_int_equal(failures, 0);
@@ -384,7 +386,10 @@ struct talk_case {
         uint64_t limit_errors;
 };
 
-#define END { -1, NULL, NULL, false }
+#define END                                                                  \
+        {                                                                    \
+                -1, NULL, NULL, false                                        \
+        }
 /* A current torch client's first bytes. */
 #define HELLO "00 " MAGIC
 
@@ -401,14 +406,16 @@ static const struct talk_case talks[] = {
               "0100000000000000 0000000000000000", false },
             { 0, "02 " L2 "'/n'", L2 "'-2'", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "legacy compare_set: missing, expected, equal, different",
           { { 0, "01 " L1 "'k' " L1 "'x' " L1 "'y'", L1 "'x'", false },
             { 0, "01 " L1 "'k' " L0 L1 "'a'", L1 "'a'", false },
             { 0, "01 " L1 "'k' " L1 "'a' " L1 "'b'", L1 "'b'", false },
             { 0, "01 " L1 "'k' " L1 "'z' " L1 "'c'", L1 "'b'", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "legacy wait: answered when another client sets the key",
           { { 0, "05 " L2 L1 "'a' " L1 "'b'", "", false },
             { 1, "00 " L1 "'a' " L1 "'1'", "", false },
@@ -417,25 +424,27 @@ static const struct talk_case talks[] = {
             { 0, "", "00", false },
             { 0, "05 " L1 L1 "'a'", "00", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "legacy watch_key: created, updated, appended, deleted",
           { { 0, "07 " L1 "'w'", "03", false },
             { 1, "00 " L1 "'w' " L1 "'1'", "", false },
             { 0, "", "01 " L1 "'w' " L0 L1 "'1'", false },
-            { 1, "03 " L1 "'w' 0100000000000000", "0200000000000000",
-              false },
+            { 1, "03 " L1 "'w' 0100000000000000", "0200000000000000", false },
             { 0, "", "00 " L1 "'w' " L1 "'1' " L1 "'2'", false },
             { 1, "09 " L1 "'w' " L1 "'x'", "", false },
             { 0, "", "04 " L1 "'w' " L0 L1 "'x'", false },
             { 1, "08 " L1 "'w'", "0100000000000000", false } },
-          0, 0 },
+          0,
+          0 },
         { "legacy cancel_wait and multi_get/multi_set",
           { { 0, "05 " L1 L5 "'never' 0c", "01", false },
             { 0, "0b " L2 L1 "'a' " L1 "'1' " L1 "'b' " L0, "", false },
             { 0, "0a " L3 L1 "'a' " L1 "'b' " L1 "'c'", L1 "'1' " L0 L0,
               false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "validated: ping, set, get, queue, list",
           { { 0, HELLO " 0d 2a000000", "2a000000", false },
             { 0, "01 " L1 "'k' " L1 "'v' 03 " L1 "'k'", L1 "'v'", false },
@@ -447,7 +456,8 @@ static const struct talk_case talks[] = {
             { 0, "11", "0100000000000000 " L1 "'k'", false },
             { 0, "07", "0100000000000000", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "validated: a queue push wakes one waiter",
           { { 0, HELLO " 06 " L1 L1 "'q' 0d 01000000", "01000000", false },
             { 1, HELLO " 06 " L1 L1 "'q' 0d 02000000", "02000000", false },
@@ -456,31 +466,40 @@ static const struct talk_case talks[] = {
             { 0, "0f " L1 "'q'", "0100000000000000 " L1 "'1'", false },
             { 1, "0c", "01", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "validated: a wait cancelled after its key came",
           { { 0, HELLO " 06 " L1 L1 "'k'", "", false },
             { 1, HELLO " 01 " L1 "'k' " L0 " 03 " L1 "'k'", L0, false },
             { 0, "0c", "00 01", false },
             END },
-          0, 0 },
+          0,
+          0 },
         { "HTTP is dropped",
           { { 0, "'GET / HTTP/1.1' 0d0a 0d0a", NULL, true },
             { 1, "06", "0000000000000000", false },
             END },
-          1, 0 },
+          1,
+          0 },
         { "a second VALIDATE is dropped",
-          { { 0, "00 " MAGIC " 00 00000000", NULL, true }, END }, 1, 0 },
+          { { 0, "00 " MAGIC " 00 00000000", NULL, true }, END },
+          1,
+          0 },
         { "a first query that is not VALIDATE gets the legacy numbers",
-          { { 0, "11", NULL, true }, END }, 1, 0 },
+          { { 0, "11", NULL, true }, END },
+          1,
+          0 },
         { "a key over the limit is dropped",
           { { 0, HELLO " 03 0120000000000000", NULL, true },
             { 1, "06", "0000000000000000", false },
             END },
-          0, 1 },
+          0,
+          1 },
         { "an ADD to text is dropped",
           { { 0, "00 " L1 "'t' " L1 "'x' 03 " L1 "'t' " L1, NULL, true },
             END },
-          1, 0 },
+          1,
+          0 },
 };
 
 static int run_talks(const struct talk_case *cases, size_t ncases)
@@ -506,14 +525,17 @@ static int run_talks(const struct talk_case *cases, size_t ncases)
                         if (st->eof) {
                                 gn = recv_n(fds[st->conn], got, 1);
                                 if (gn != 0)
-                                        CASE_FAILED(failures, "%s: step %zu: "
-                                                    "not closed", t->name, k);
+                                        CASE_FAILED(failures,
+                                                    "%s: step %zu: "
+                                                    "not closed",
+                                                    t->name, k);
                                 continue;
                         }
                         wn = unhex(st->expect, want, 0);
                         gn = recv_n(fds[st->conn], got, wn);
                         if (gn != wn || memcmp(got, want, wn) != 0)
-                                CASE_FAILED(failures, "%s: step %zu: got %zu "
+                                CASE_FAILED(failures,
+                                            "%s: step %zu: got %zu "
                                             "of %zu bytes, or others",
                                             t->name, k, gn, wn);
                 }
@@ -523,10 +545,13 @@ static int run_talks(const struct talk_case *cases, size_t ncases)
                 server_stop(s);
                 if (s->stats.protocol_errors != t->protocol_errors ||
                     s->stats.limit_errors != t->limit_errors)
-                        CASE_FAILED(failures, "%s: %llu protocol and %llu "
-                                    "limit errors counted", t->name,
-                                    (unsigned long long)s->stats.protocol_errors,
-                                    (unsigned long long)s->stats.limit_errors);
+                        CASE_FAILED(
+                                failures,
+                                "%s: %llu protocol and %llu "
+                                "limit errors counted",
+                                t->name,
+                                (unsigned long long)s->stats.protocol_errors,
+                                (unsigned long long)s->stats.limit_errors);
                 free(s);
         }
         return failures;
@@ -698,11 +723,11 @@ static void run_until_done(struct sync *y)
                 uv_run(y->loop, UV_RUN_ONCE);
 }
 
-#define SYNC(y, call)                                                       \
-        do {                                                                \
-                (y)->done = false;                                          \
-                assert_int_equal((call), 0);                                \
-                run_until_done(y);                                          \
+#define SYNC(y, call)                                                        \
+        do {                                                                 \
+                (y)->done = false;                                           \
+                assert_int_equal((call), 0);                                 \
+                run_until_done(y);                                           \
         } while (0)
 
 static void closed_cb(void *ctx)

@@ -28,6 +28,7 @@
 
 #include "hyperpod/common.h"
 #include "hyperpod/stream.h"
+#include "stream-private.h"
 
 #define MAX_STREAMS 8
 #define FLUSH_TIMEOUT_MS 10000
@@ -163,23 +164,31 @@ static void stream_setup(struct fixture *f, int k, int rfd, const char *data)
 
         assert_non_null(s);
         f->streams[k] = s;
-        assert_int_equal(hp_stream_init(s, &f->hub), 0);
+        char prefix[16];
+        int fd, n;
+
+        assert_int_equal(hp_stream_init(s, &f->hub,
+                                        &(struct hp_stream_opts){
+                                                .closed_cb = closed_cb,
+                                                .data = f,
+                                                .rank = k }),
+                         0);
         assert_int_equal(uv_pipe_open(&s->pipe, rfd), 0);
-        snprintf(f->paths[k], sizeof(f->paths[k]), "/tmp/hp-test-stream-%d-%d",
-                 (int)getpid(), k);
-        s->file_fd = open(f->paths[k],
-                          O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                          0600);
-        assert_true(s->file_fd >= 0);
-        s->console = &f->con;
-        s->prefix_len = (size_t)snprintf(s->prefix, sizeof(s->prefix),
-                                         "[s%d]:", k);
-        s->prefixed = true;
+        snprintf(f->paths[k], sizeof(f->paths[k]),
+                 "/tmp/hp-test-stream-%d-%d", (int)getpid(), k);
+        fd = open(f->paths[k],
+                  O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
         f->listeners[k] = (struct listener){ .stream = k, .data = data };
-        s->listener = listener_cb;
-        s->listener_ctx = &f->listeners[k];
-        s->closed_cb = closed_cb;
-        s->data = f;
+        hp_stream_set_output(s, &(struct hp_stream_output){
+                                        .file_fd = fd,
+                                        .file_path = f->paths[k],
+                                        .console = &f->con,
+                                        .prefixed = true,
+                                        .listener = listener_cb,
+                                        .listener_ctx = &f->listeners[k] });
+        n = snprintf(prefix, sizeof(prefix), "[s%d]:", k);
+        hp_stream_set_prefix(s, prefix, (size_t)n, -1);
 }
 
 static char *read_file(const char *path, size_t *len)
@@ -222,15 +231,17 @@ static void check_console(const char *out, size_t len, int count,
                 if (nl - p < 5 || memcmp(p, "[s", 2) != 0 || p[2] < '0' ||
                     p[2] >= '0' + count || memcmp(p + 3, "]:", 2) != 0)
                         fail_msg("console line without a known prefix: "
-                                 "%.*s", (int)(nl - p < 60 ? nl - p : 60), p);
+                                 "%.*s",
+                                 (int)(nl - p < 60 ? nl - p : 60), p);
                 k = p[2] - '0';
                 p += 5;
                 line_len = (size_t)(nl - p) + 1;
                 if (pos[k] + line_len > data_len[k] ||
                     memcmp(data[k] + pos[k], p, line_len) != 0)
                         fail_msg("stream %d: console line at byte %zu is "
-                                 "not the next line: %.*s", k, pos[k],
-                                 (int)(nl - p < 60 ? nl - p : 60), p);
+                                 "not the next line: %.*s",
+                                 k, pos[k], (int)(nl - p < 60 ? nl - p : 60),
+                                 p);
                 pos[k] += line_len;
                 p = nl + 1;
         }
@@ -366,7 +377,8 @@ static void run_stream_case(const struct stream_case *c, bool pipes)
 
                 if (len != data_len[k] || memcmp(file, data[k], len) != 0)
                         fail_msg("%s: stream %d's file differs (%zu of %zu "
-                                 "bytes)", c->name, k, len, data_len[k]);
+                                 "bytes)",
+                                 c->name, k, len, data_len[k]);
                 test_free(file);
                 assert_int_equal(f->streams[k]->stats.bytes, data_len[k]);
                 assert_int_equal(f->streams[k]->error, 0);
@@ -541,14 +553,21 @@ struct dup_case {
 };
 
 static const struct dup_case dup_cases[] = {
-        { "one needle", { "loss" }, { "step 1 loss=2", "step 1 acc=1" },
+        { "one needle",
+          { "loss" },
+          { "step 1 loss=2", "step 1 acc=1" },
           "[r]:step 1 loss=2\n" },
-        { "any of several", { "loss", "NCCL" },
+        { "any of several",
+          { "loss", "NCCL" },
           { "NCCL WARN x", "plain", "loss" },
           "[r]:NCCL WARN x\n[r]:loss\n" },
-        { "a comma inside a needle", { "a,b" }, { "a,b", "a b", "xa,by" },
+        { "a comma inside a needle",
+          { "a,b" },
+          { "a,b", "a b", "xa,by" },
           "[r]:a,b\n[r]:xa,by\n" },
-        { "the empty needle is in every line", { "" }, { "x", "" },
+        { "the empty needle is in every line",
+          { "" },
+          { "x", "" },
           "[r]:x\n[r]:\n" },
         { "no line matches", { "zzz" }, { "a", "b" }, "" },
 };
@@ -575,7 +594,8 @@ static void test_dup_copies_matching_lines(void **state)
                         n++;
                 }
                 assert_int_equal(hp_dup_open(d, dir_fd, dir, "f.log",
-                                             c->needles, lens, n), 0);
+                                             c->needles, lens, n),
+                                 0);
                 for (int k = 0; k < 6 && c->lines[k] != NULL; k++)
                         hp_dup_line(d, "[r]:", 4, c->lines[k],
                                     strlen(c->lines[k]));
@@ -613,7 +633,8 @@ static void test_dup_refuses_a_link(void **state)
         dir_fd = open(dir, O_DIRECTORY | O_RDONLY);
         assert_true(dir_fd >= 0);
         assert_int_equal(hp_dup_open(d, dir_fd, dir, "f.log", &needle, &len,
-                                     1), -ELOOP);
+                                     1),
+                         -ELOOP);
         hp_dup_close(d); /* nothing to close */
         close(dir_fd);
         assert_int_equal(unlink(link), 0);

@@ -17,8 +17,13 @@
 
 #include "table.h"
 
-enum { I = HP_AGENT_IDLE, P = HP_AGENT_PREFLIGHT, R = HP_AGENT_RUNNING,
-       S = HP_AGENT_STOPPING, F = HP_AGENT_FINISHED };
+enum {
+        I = HP_AGENT_IDLE,
+        P = HP_AGENT_PREFLIGHT,
+        R = HP_AGENT_RUNNING,
+        S = HP_AGENT_STOPPING,
+        F = HP_AGENT_FINISHED
+};
 
 /* Every pair of states, and whether the lifecycle allows it. */
 static const struct {
@@ -78,7 +83,8 @@ static void test_lifecycle_table(void **state)
         for (int a = 0; a < HP_AGENT_STATE_COUNT; a++)
                 for (int b = 0; b < HP_AGENT_STATE_COUNT; b++)
                         if (!seen[a][b])
-                                CASE_FAILED(failures, "%s → %s is not in the "
+                                CASE_FAILED(failures,
+                                            "%s → %s is not in the "
                                             "table",
                                             hp_agent_state_name(a),
                                             hp_agent_state_name(b));
@@ -109,7 +115,8 @@ static void test_lifecycle_paths(void **state)
                 int path[8];
                 int len;
         } paths[] = {
-                { "three stages, then success", { I, R, I, R, I, R, I, F },
+                { "three stages, then success",
+                  { I, R, I, R, I, R, I, F },
                   8 },
                 { "pre-flight, one stage", { I, P, I, R, I, F }, 6 },
                 { "a signal during a stage", { I, R, S, F }, 4 },
@@ -123,7 +130,8 @@ static void test_lifecycle_paths(void **state)
                 for (int i = 1; i < paths[k].len; i++)
                         if (!hp_agent__state_allowed(paths[k].path[i - 1],
                                                      paths[k].path[i]))
-                                CASE_FAILED(failures, "%s: step %d, %s → %s "
+                                CASE_FAILED(failures,
+                                            "%s: step %d, %s → %s "
                                             "refused",
                                             paths[k].name, i,
                                             hp_agent_state_name(
@@ -146,9 +154,13 @@ static void test_lifecycle_setter(void **state)
                 { "a stage, then the next", { R, I, R, I }, 4, I },
                 { "a signal, then the group's end", { R, S, F }, 3, F },
                 { "a group ending after finish leaves it finished",
-                  { R, F, I }, 3, F },
+                  { R, F, I },
+                  3,
+                  F },
                 { "a stage started after finish leaves it finished",
-                  { F, R }, 2, F },
+                  { F, R },
+                  2,
+                  F },
                 { "the pre-flight, then a stage", { P, I, R }, 3, R },
         };
         int failures = 0;
@@ -189,7 +201,8 @@ static void test_kill_phase_sequence(void **state)
 
         (void)state;
         for (size_t k = 0; k < HP_ARRAY_SIZE(steps); k++) {
-                assert_int_equal(hp_group__phase_after_timeout(steps[k].phase),
+                assert_int_equal(hp_group__phase_after_timeout(
+                                         steps[k].phase),
                                  steps[k].after_timeout);
                 assert_string_equal(hp_group__phase_name(steps[k].phase),
                                     steps[k].name);
@@ -204,8 +217,13 @@ static void test_kill_phase_sequence(void **state)
 
 static void test_kill_phase_table(void **state)
 {
-        enum { N = HP_KILL_NONE, Sg = HP_KILL_SIGNALLED, K = HP_KILL_KILLED,
-               Fo = HP_KILL_FORCED, G = HP_KILL_GAVE_UP };
+        enum {
+                N = HP_KILL_NONE,
+                Sg = HP_KILL_SIGNALLED,
+                K = HP_KILL_KILLED,
+                Fo = HP_KILL_FORCED,
+                G = HP_KILL_GAVE_UP
+        };
         /* allowed[from][to] */
         static const bool allowed[5][5] = {
                 /*            N     Sg     K      Fo     G */

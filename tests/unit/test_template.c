@@ -17,17 +17,15 @@
 #define SENTINEL ((char)0xad)
 
 static const struct hp_template_var vars[] = {
-        { "role_name", "trainer" },
-        { "local_rank", "3" },
-        { "rank", "11" },
-        { "empty", "" },
+        { "role_name", "trainer" }, { "local_rank", "3" },
+        { "rank", "11" },           { "empty", "" },
         { "dollar", "$x" },
 };
 
 struct expand_case {
         const char *name;
         const char *tmpl;
-        size_t len;         /* buffer size handed to the function */
+        size_t len; /* buffer size handed to the function */
         int result;
         const char *output; /* on success */
         const char *error;  /* on failure: a substring of errbuf */
@@ -46,8 +44,7 @@ static const struct expand_case expand_cases[] = {
         { "$$ is one dollar sign", "cost: $$5", 64, 0, "cost: $5", NULL },
         { "$$ before a name is not a variable", "$$rank", 64, 0, "$rank",
           NULL },
-        { "$$ between variables", "${rank}$$${rank}", 64, 0, "11$11",
-          NULL },
+        { "$$ between variables", "${rank}$$${rank}", 64, 0, "11$11", NULL },
         { "values are not expanded again", "${dollar}", 64, 0, "$x", NULL },
         { "an empty value", "<${empty}>", 64, 0, "<>", NULL },
         { "no variables at all", "plain text", 64, 0, "plain text", NULL },
@@ -58,15 +55,14 @@ static const struct expand_case expand_cases[] = {
           "'nope'" },
         { "an unknown bare variable", "[$nope]", 64, HP_ECONFIG, NULL,
           "'nope'" },
-        { "a known name followed by more name characters",
-          "$rank_name", 64, HP_ECONFIG, NULL, "'rank_name'" },
+        { "a known name followed by more name characters", "$rank_name", 64,
+          HP_ECONFIG, NULL, "'rank_name'" },
         { "an empty name in braces", "${}", 64, HP_ECONFIG, NULL,
           "unknown variable ''" },
         { "an unterminated ${", "[${rank", 64, HP_ECONFIG, NULL,
           "unterminated" },
         { "a lone $ at the end", "rank$", 64, HP_ECONFIG, NULL, "lone" },
-        { "a lone $ before a space", "$ rank", 64, HP_ECONFIG, NULL,
-          "lone" },
+        { "a lone $ before a space", "$ rank", 64, HP_ECONFIG, NULL, "lone" },
         { "a lone $ before punctuation", "[$]", 64, HP_ECONFIG, NULL,
           "lone" },
 
@@ -75,8 +71,8 @@ static const struct expand_case expand_cases[] = {
           NULL },
         { "output one byte too long", "[${rank}]", 4, HP_ETOOBIG, NULL,
           "more than 3 bytes" },
-        { "a variable value that does not fit", "${role_name}", 7,
-          HP_ETOOBIG, NULL, "more than 6 bytes" },
+        { "a variable value that does not fit", "${role_name}", 7, HP_ETOOBIG,
+          NULL, "more than 6 bytes" },
         { "plain text exactly filling the buffer", "abcd", 5, 0, "abcd",
           NULL },
         { "plain text one byte too long", "abcde", 5, HP_ETOOBIG, NULL,
@@ -118,8 +114,7 @@ static void test_expand_cases(void **state)
                                          c->name, c->tmpl, out, c->output);
                         if (out_len != strlen(c->output))
                                 fail_msg("%s: out_len %zu, expected %zu",
-                                         c->name, out_len,
-                                         strlen(c->output));
+                                         c->name, out_len, strlen(c->output));
                 } else if (c->error != NULL &&
                            strstr(errbuf, c->error) == NULL) {
                         fail_msg("%s: errbuf '%s' does not contain '%s'",
@@ -132,7 +127,10 @@ static void test_expand_cases(void **state)
 static void test_errors_name_the_template(void **state)
 {
         static const char *const bad[] = {
-                "[${nope}]", "[${rank", "rank$", "${role_name}${role_name}",
+                "[${nope}]",
+                "[${rank",
+                "rank$",
+                "${role_name}${role_name}",
         };
 
         (void)state;

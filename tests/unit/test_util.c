@@ -30,7 +30,7 @@
 #include "table.h"
 
 enum kind {
-        KIND_FILE,      /* a regular file holding size bytes */
+        KIND_FILE, /* a regular file holding size bytes */
         KIND_DIR,
         KIND_FIFO,
         KIND_MISSING,
@@ -111,9 +111,11 @@ static void test_read_file(void **state)
                         bytes_ok = out == NULL && len == 0;
                 }
                 if (r != c->result || !bytes_ok)
-                        CASE_FAILED(failures, "%s: got %d (%s), %zu bytes%s;"
-                                    " want %d", c->name, r, hp_strerror(r),
-                                    len, bytes_ok ? "" : ", wrong bytes",
+                        CASE_FAILED(failures,
+                                    "%s: got %d (%s), %zu bytes%s;"
+                                    " want %d",
+                                    c->name, r, hp_strerror(r), len,
+                                    bytes_ok ? "" : ", wrong bytes",
                                     c->result);
                 free(r == 0 ? out : NULL);
         }
@@ -124,7 +126,7 @@ static void test_read_file(void **state)
 /* What is at the path before hp_write_file_atomic() is called. */
 enum before {
         BEFORE_NOTHING,
-        BEFORE_FILE,    /* a file holding OLD_TEXT */
+        BEFORE_FILE, /* a file holding OLD_TEXT */
         BEFORE_DIR,
 };
 
@@ -132,7 +134,7 @@ enum before {
 
 struct write_case {
         const char *name;
-        const char *path;       /* under the test's directory */
+        const char *path; /* under the test's directory */
         enum before before;
         const char *data;
         unsigned flags;
@@ -212,7 +214,8 @@ static void test_write_file_atomic(void **state)
                         fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
                         assert_true(fd >= 0);
                         assert_int_equal(hp_write_all(fd, OLD_TEXT,
-                                                      strlen(OLD_TEXT)), 0);
+                                                      strlen(OLD_TEXT)),
+                                         0);
                         close(fd);
                         /* A reader that has the old file open. */
                         old_fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -239,7 +242,8 @@ static void test_write_file_atomic(void **state)
                 } else if (access(tmp, F_OK) == 0) {
                         snprintf(why, sizeof(why), "%s.tmp is left", c->path);
                 } else if (entries_in(write_dir) !=
-                           entries + (r == 0 && c->before == BEFORE_NOTHING)) {
+                           entries +
+                                   (r == 0 && c->before == BEFORE_NOTHING)) {
                         snprintf(why, sizeof(why), "%d entries, had %d",
                                  entries_in(write_dir), entries);
                 }
@@ -310,7 +314,8 @@ static void test_format_double(void **state)
                 if (strcmp(got, doubles[i].text) != 0)
                         fail_msg("case %zu: '%s', expected '%s'", i, got,
                                  doubles[i].text);
-                if (isfinite(doubles[i].v) && strtod(got, NULL) != doubles[i].v)
+                if (isfinite(doubles[i].v) &&
+                    strtod(got, NULL) != doubles[i].v)
                         fail_msg("case %zu: '%s' does not read back", i, got);
         }
 }
@@ -330,7 +335,8 @@ static void test_json_exact_numbers(void **state)
                 { "{\"w\":{\"s\":\"-1 \\\" 2\",\"k\":[true,1E+2,0.10]},"
                   "\"n\":-0.0}",
                   "{\"w\":{\"s\":\"-1 \\\" 2\",\"k\":[true,1E+2,0.10]},"
-                  "\"n\":-0}", 0 },
+                  "\"n\":-0}",
+                  0 },
                 { "{\"w\":1e400}", "{\"w\":1e400}", 0 },
                 { "{\"w\":[01]}", NULL, 6 },
                 { "{\"n\":1.,\"w\":2}", NULL, 5 },
@@ -354,8 +360,8 @@ static void test_json_exact_numbers(void **state)
                 if (numbers[i].out == NULL) {
                         if (r != -EINVAL || bad_at != numbers[i].bad_at)
                                 fail_msg("case %zu: %d at %zu, expected "
-                                         "-EINVAL at %zu", i, r, bad_at,
-                                         numbers[i].bad_at);
+                                         "-EINVAL at %zu",
+                                         i, r, bad_at, numbers[i].bad_at);
                         cJSON_Delete(doc);
                         continue;
                 }
@@ -540,40 +546,86 @@ struct trust_case {
 #define OTHER_UID 65534u
 
 static const struct trust_case trust_cases[] = {
-        { "our 0755 directory", { { "a", 0755, 0, NULL } }, 0, true, NULL,
+        { "our 0755 directory",
+          { { "a", 0755, 0, NULL } },
+          0,
+          true,
+          NULL,
           false },
-        { "our 0700 directory", { { "a", 0700, 0, NULL } }, 0, true, NULL,
+        { "our 0700 directory",
+          { { "a", 0700, 0, NULL } },
+          0,
+          true,
+          NULL,
           false },
-        { "writable by others", { { "a", 0777, 0, NULL } }, 0, false,
-          "is writable by every user (mode 0777", false },
-        { "writable by its group", { { "a", 0775, 0, NULL } }, 0, false,
-          "is writable by its group (mode 0775", false },
-        { "sticky, as the root itself", { { "a", 01777, 0, NULL } }, 0,
-          false, "mode 1777", false },
+        { "writable by others",
+          { { "a", 0777, 0, NULL } },
+          0,
+          false,
+          "is writable by every user (mode 0777",
+          false },
+        { "writable by its group",
+          { { "a", 0775, 0, NULL } },
+          0,
+          false,
+          "is writable by its group (mode 0775",
+          false },
+        { "sticky, as the root itself",
+          { { "a", 01777, 0, NULL } },
+          0,
+          false,
+          "mode 1777",
+          false },
         { "sticky, as a parent for private directories",
-          { { "a", 01777, 0, NULL } }, HP_DIR_STICKY_OK, true, NULL, false },
+          { { "a", 01777, 0, NULL } },
+          HP_DIR_STICKY_OK,
+          true,
+          NULL,
+          false },
         { "under a sticky directory",
-          { { "a", 01777, 0, NULL }, { "a/b", 0755, 0, NULL } }, 0, true,
+          { { "a", 01777, 0, NULL }, { "a/b", 0755, 0, NULL } },
+          0,
+          true,
           NULL,
           false },
         { "under a directory writable by others",
-          { { "a", 0777, 0, NULL }, { "a/b", 0755, 0, NULL } }, 0, false,
-          "without the sticky bit", false },
-        { "made where missing, under ours",
-          { { "a", 0755, 0, NULL }, { "a/b", 0, 0, NULL } }, HP_DIR_CREATE,
-          true, NULL, false },
-        { "our symlink to ours",
-          { { "a", 0755, 0, NULL }, { "l", 0, 0, "a" } }, 0, true, NULL,
+          { { "a", 0777, 0, NULL }, { "a/b", 0755, 0, NULL } },
+          0,
+          false,
+          "without the sticky bit",
           false },
-        { "another uid's directory", { { "a", 0755, OTHER_UID, NULL } }, 0,
-          false, "is owned by uid 65534 (mode 0755), not by root", true },
+        { "made where missing, under ours",
+          { { "a", 0755, 0, NULL }, { "a/b", 0, 0, NULL } },
+          HP_DIR_CREATE,
+          true,
+          NULL,
+          false },
+        { "our symlink to ours",
+          { { "a", 0755, 0, NULL }, { "l", 0, 0, "a" } },
+          0,
+          true,
+          NULL,
+          false },
+        { "another uid's directory",
+          { { "a", 0755, OTHER_UID, NULL } },
+          0,
+          false,
+          "is owned by uid 65534 (mode 0755), not by root",
+          true },
         { "under another uid's directory",
-          { { "a", 0755, OTHER_UID, NULL }, { "a/b", 0755, 0, NULL } }, 0,
-          false, "is owned by uid 65534", true },
+          { { "a", 0755, OTHER_UID, NULL }, { "a/b", 0755, 0, NULL } },
+          0,
+          false,
+          "is owned by uid 65534",
+          true },
         { "another uid's symlink in a sticky directory",
-          { { "a", 01777, 0, NULL }, { "b", 0755, 0, NULL },
-            { "a/l", 0, OTHER_UID, "../b" } }, 0, false,
-          "the symlink", true },
+          { { "a", 01777, 0, NULL },
+            { "b", 0755, 0, NULL },
+            { "a/l", 0, OTHER_UID, "../b" } },
+          0,
+          false,
+          "the symlink",
+          true },
 };
 
 static void test_dir_open_trusted(void **state)
@@ -616,8 +668,8 @@ static void test_dir_open_trusted(void **state)
                                     fd, err);
                 else if (!c->trusted && fd >= 0)
                         CASE_FAILED(failures, "%s: trusted", c->name);
-                else if (!c->trusted && (fd != HP_ECONFIG ||
-                                         strstr(err, c->says) == NULL))
+                else if (!c->trusted &&
+                         (fd != HP_ECONFIG || strstr(err, c->says) == NULL))
                         CASE_FAILED(failures, "%s: got %d, '%s', want '%s'",
                                     c->name, fd, err, c->says);
                 if (fd >= 0)
@@ -629,19 +681,21 @@ static void test_dir_open_trusted(void **state)
 
 static void test_env_get(void **state)
 {
-        static char *const envp[] = { "A=1", "AB=2", "C=", "D", "E==x",
-                                      NULL };
+        static char *const envp[] = {
+                "A=1", "AB=2", "C=", "D", "E==x", NULL
+        };
         static const struct {
                 const char *name;
                 const char *value; /* NULL: not set */
         } env_cases[] = {
-                { "A", "1" },  { "AB", "2" }, { "C", "" }, { "D", NULL },
+                { "A", "1" },  { "AB", "2" }, { "C", "" },  { "D", NULL },
                 { "E", "=x" }, { "B", NULL }, { "", NULL },
         };
         int failures = 0;
 
         (void)state;
-        for (size_t i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]); i++) {
+        for (size_t i = 0; i < sizeof(env_cases) / sizeof(env_cases[0]);
+             i++) {
                 const char *got = hp_env_get(envp, env_cases[i].name);
 
                 if ((got == NULL) != (env_cases[i].value == NULL) ||
@@ -649,7 +703,7 @@ static void test_env_get(void **state)
                         CASE_FAILED(failures, "%s: got %s, want %s",
                                     env_cases[i].name, got ? got : "(unset)",
                                     env_cases[i].value ? env_cases[i].value
-                                                   : "(unset)");
+                                                       : "(unset)");
         }
         assert_null(hp_env_get(NULL, "A"));
         assert_int_equal(failures, 0);

@@ -83,6 +83,11 @@ elif mode == "section":
                 time.sleep(period)
 elif mode == "compute":
     if attempt == 0:
+        # Set-up work before the first heartbeat, as training has: the
+        # computed initial timeout (5x this) leaves the restarted
+        # attempt's immediate first heartbeat far inside it, even on a
+        # loaded machine.
+        time.sleep(4 * period)
         for i in range(steps):
             client.send_heartbeat()
             time.sleep(period)

@@ -15,15 +15,14 @@
 #include <cjson/cJSON.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
-#include "supervise-private.h"
+#include "forensics-private.h"
 
-bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
-                               enum hp_stage stage, char *pipe, char *dump,
-                               size_t len)
+bool hp_forensics_fr_prefixes(const struct hp_forensics *f,
+                              const char *attempt_dir, char *pipe, char *dump,
+                              size_t len)
 {
-        const struct hp_agent *a = f->agent;
         const char *user_pipe = getenv("TORCH_NCCL_DEBUG_INFO_PIPE_FILE");
         /* torch reads the new name first, as here. */
         const char *user_dump = getenv("TORCH_FR_DUMP_TEMP_FILE");
@@ -33,8 +32,8 @@ bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
 
         /* The dumps go beside the report, the pipes in our private
          * directory: both need log files. */
-        if (a == NULL || a->cfg->hang_dump != HP_HANG_DUMP_FULL ||
-            f->python_dir[0] == '\0' || a->attempt_dir[stage][0] == '\0')
+        if (f == NULL || !f->open || !f->p.full || f->python_dir[0] == '\0' ||
+            attempt_dir[0] == '\0')
                 return false;
         if (user_pipe && *user_pipe)
                 snprintf(pipe, len, "%s", user_pipe);
@@ -43,7 +42,7 @@ bool hp_forensics__fr_prefixes(const struct hp_forensics *f,
         if (user_dump && *user_dump)
                 snprintf(dump, len, "%s", user_dump);
         else if (hp_snprintf(dump, len, "%s/nccl-flight-recorder-rank-",
-                             a->attempt_dir[stage]) < 0)
+                             attempt_dir) < 0)
                 return false;
         return true;
 }
@@ -61,8 +60,8 @@ static char *path_of(const char *prefix, int rank, const char *suffix)
 /* Asks one rank's ProcessGroupNCCL for its flight recorder. The pipe is
  * opened without waiting: with no reader (no flight recorder in that
  * process) the open fails at once, which is only recorded. */
-void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank,
-                     const char *pipe_prefix, const char *dump_prefix)
+void hp_nccl_fr__ask(struct hp_nccl_fr *fr, int rank, const char *pipe_prefix,
+                     const char *dump_prefix)
 {
         struct stat st;
         int fd;

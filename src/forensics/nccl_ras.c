@@ -10,9 +10,9 @@
 #include <cjson/cJSON.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
-#include "supervise-private.h"
+#include "forensics-private.h"
 
 /* NCCL's RAS client protocol (src/ras/client.cc): "CLIENT PROTOCOL 2",
  * answered by "SERVER PROTOCOL n"; then "STATUS", answered by the text
@@ -24,21 +24,20 @@
 #define RAS_MAX_REPORT (1024 * 1024)
 
 struct hp_nccl_ras {
-        bool ended;    /* the report is written: callbacks only clean up */
+        bool ended; /* the report is written: callbacks only clean up */
         uv_tcp_t tcp;
         uv_connect_t connect;
         uv_write_t write;
         char address[300];
         char *text;
         size_t len;
-        bool greeted;  /* the server's protocol line came */
+        bool greeted; /* the server's protocol line came */
         bool done;
         const char *status;
         char detail[256];
 };
 
-static void ras_finish(struct hp_nccl_ras *q, const char *status,
-                       int err)
+static void ras_finish(struct hp_nccl_ras *q, const char *status, int err)
 {
         if (q->done)
                 return;
@@ -137,8 +136,9 @@ static void ras_connected(uv_connect_t *req, int status)
         if (q->ended || q->done)
                 return;
         if (status < 0) {
-                ras_finish(q, status == UV_ECONNREFUSED ? "not available"
-                                                        : "error",
+                ras_finish(q,
+                           status == UV_ECONNREFUSED ? "not available"
+                                                     : "error",
                            status);
                 return;
         }
@@ -208,15 +208,16 @@ struct hp_nccl_ras *hp_nccl_ras__begin(uv_loop_t *loop)
         if (ras_parse(q->address, &sa) < 0) {
                 snprintf(q->detail, sizeof(q->detail),
                          "NCCL_RAS_ADDR '%.150s' (from the environment) is "
-                         "not <ip>:<port>", q->address);
+                         "not <ip>:<port>",
+                         q->address);
                 ras_finish(q, "error", 0);
                 return q;
         }
         r = uv_tcp_connect(&q->connect, &q->tcp, (struct sockaddr *)&sa,
                            ras_connected);
         if (r < 0)
-                ras_finish(q, r == UV_ECONNREFUSED ? "not available"
-                                                   : "error",
+                ras_finish(q,
+                           r == UV_ECONNREFUSED ? "not available" : "error",
                            r);
         return q;
 }
@@ -233,8 +234,9 @@ void hp_nccl_ras__end(struct hp_nccl_ras *q, cJSON *doc)
         if (q == NULL)
                 return;
         if (!q->done)
-                ras_finish(q, q->greeted && q->len > 0 ? "cut at the timeout"
-                                                       : "no answer",
+                ras_finish(q,
+                           q->greeted && q->len > 0 ? "cut at the timeout"
+                                                    : "no answer",
                            0);
         o = doc ? cJSON_AddObjectToObject(doc, "nccl_ras") : NULL;
         if (o != NULL) {

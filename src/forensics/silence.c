@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
 static int by_time(const void *pa, const void *pb)
 {
@@ -149,7 +149,8 @@ static int put_live(char *buf, size_t len, size_t *at, int r,
                 if (count > 1)
                         r = put(buf, len, at, r, ", %.1f s before the %s",
                                 (double)(ranks[1].last_ms -
-                                         ranks[0].last_ms) / 1000.0,
+                                         ranks[0].last_ms) /
+                                        1000.0,
                                 count == 2 ? "other" : "others");
                 r = put(buf, len, at, r, ")");
                 if (count == 1)
@@ -185,8 +186,7 @@ static int put_live(char *buf, size_t len, size_t *at, int r,
         r = put_ranks(buf, len, at, r, ranks, count, local);
         r = put(buf, len, at, r, " silent since ");
         r = put_time(buf, len, at, r, ranks[0].last_ms, now_ms, now_wall);
-        return put(buf, len, at, r,
-                   " (%.1f s before %s; none stopped first)",
+        return put(buf, len, at, r, " (%.1f s before %s; none stopped first)",
                    (double)(now_ms - ranks[0].last_ms) / 1000.0, event);
 }
 

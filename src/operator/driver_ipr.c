@@ -69,7 +69,7 @@ static void timer_cb(uv_timer_t *t)
 static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
 {
         struct hp_op_ipr *ipr = &op->ipr;
-        struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         uint64_t timeout = op->cfg->inprocess_timeout_ms;
         char limit[48], held[128], missing[128];
         int n;
@@ -99,15 +99,15 @@ static void begin_wait(struct hp_operator *op, enum hp_ipr_wait kind)
                           sizeof(missing));
         hp_log_info("in-process restart: local rank%s %s already at the "
                     "barrier; waiting for %s (%s)",
-                    n > 1 ? "s" : "", held,
-                    missing[0] ? missing : "none", limit);
+                    n > 1 ? "s" : "", held, missing[0] ? missing : "none",
+                    limit);
 }
 
 static void end_wait(struct hp_operator *op)
 {
         op->ipr.wait = HP_IPR_WAIT_NONE;
         op->ipr.deadline = 0;
-        hp_ipc_ranks_wait_end(&hp_agent_ipc(op->agent)->ranks);
+        hp_ipc_ranks_wait_end(&op->ipc->ranks);
         uv_timer_stop(&op->ipr.timer);
 }
 
@@ -131,13 +131,13 @@ static bool ip_table_complete(const struct hp_operator *op, char *missing,
                 return true;
         }
         ips = cJSON_GetObjectItemCaseSensitive(doc, "ips");
-        cJSON_ArrayForEach(ip, ips) {
+        cJSON_ArrayForEach (ip, ips) {
                 if (cJSON_IsNull(ip)) {
                         complete = false;
                         if (used < len)
-                                used += (size_t)snprintf(
-                                        missing + used, len - used, "%s%d",
-                                        used ? ", " : "", i);
+                                used += (size_t)snprintf(missing + used,
+                                                         len - used, "%s%d",
+                                                         used ? ", " : "", i);
                 }
                 i++;
         }
@@ -148,14 +148,14 @@ static bool ip_table_complete(const struct hp_operator *op, char *missing,
 static bool clients_missing(const struct hp_operator *op)
 {
         for (int lr = 0; lr < op->cfg->nproc; lr++)
-                if (hp_ipc_rank_clients(hp_agent_ipc(op->agent), lr) == 0)
+                if (hp_ipc_rank_clients(op->ipc, lr) == 0)
                         return true;
         return false;
 }
 
 static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         char missing[64];
 
         memset(v, 0, sizeof(*v));
@@ -174,8 +174,8 @@ static void view_of(const struct hp_operator *op, struct hp_ipr_view *v)
         /* Read from disk only when it decides something. */
         v->ip_table_complete = true;
         if (v->state == HP_OP_RUNNING && v->all_at_barrier && v->can_start)
-                v->ip_table_complete =
-                        ip_table_complete(op, missing, sizeof(missing));
+                v->ip_table_complete = ip_table_complete(op, missing,
+                                                         sizeof(missing));
 }
 
 /* ---- job_start and job_rank_info ---- */
@@ -191,9 +191,11 @@ static cJSON *rank_ips(const struct hp_operator *op)
         if (op->job.rank_ips == NULL)
                 return cJSON_CreateNull();
         list = cJSON_CreateArray();
-        cJSON_ArrayForEach(item, op->job.rank_ips) {
-                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item, "rank");
-                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item, "ip");
+        cJSON_ArrayForEach (item, op->job.rank_ips) {
+                const cJSON *r = cJSON_GetObjectItemCaseSensitive(item,
+                                                                  "rank");
+                const cJSON *ip = cJSON_GetObjectItemCaseSensitive(item,
+                                                                   "ip");
                 cJSON *out = cJSON_CreateObject();
                 int rank = 0;
 
@@ -226,10 +228,17 @@ static cJSON *rank_payload(const struct hp_operator *op,
         cJSON *agg = cJSON_AddObjectToObject(msg, "aggregate_worker_data");
         char v[11][288];
         static const char *const keys[11] = {
-                "RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE",
-                "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT", "JOB_RESTART_COUNT",
-                "TORCHELASTIC_RESTART_COUNT", "SPARE",
+                "RANK",
+                "GROUP_RANK",
+                "ROLE_RANK",
+                "WORLD_SIZE",
+                "GROUP_WORLD_SIZE",
+                "ROLE_WORLD_SIZE",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "JOB_RESTART_COUNT",
+                "TORCHELASTIC_RESTART_COUNT",
+                "SPARE",
         };
         int rank = round->base_rank + lr;
 
@@ -269,13 +278,12 @@ oom:
 static int send_rank_info(struct hp_operator *op, const char *type,
                           bool release, char *why, size_t len)
 {
-        struct hp_agent *a = op->agent;
         struct hp_rdzv_info round;
         size_t used = 0;
 
         current_round(op, &round);
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
-                if (hp_ipc_rank_clients(hp_agent_ipc(a), lr) > 0)
+                if (hp_ipc_rank_clients(op->ipc, lr) > 0)
                         continue;
                 if (used == 0)
                         used = (size_t)snprintf(why, len,
@@ -290,26 +298,26 @@ static int send_rank_info(struct hp_operator *op, const char *type,
                 return -1;
         for (int lr = 0; lr < op->cfg->nproc; lr++) {
                 cJSON *msg = rank_payload(op, &round, lr);
-                int r = msg ? hp_ipc_send_to_rank(hp_agent_ipc(a), lr, type,
-                                                  msg)
+                int r = msg ? hp_ipc_send_to_rank(op->ipc, lr, type, msg)
                             : -ENOMEM;
                 cJSON_Delete(msg);
                 if (r < 0) {
-                        snprintf(why, len, "Failed to send %s to local rank "
-                                           "%d: %s",
+                        snprintf(why, len,
+                                 "Failed to send %s to local rank "
+                                 "%d: %s",
                                  type, lr, hp_strerror(r));
                         return -1;
                 }
-                hp_ipc_ranks_set_rank_info(&hp_agent_ipc(a)->ranks, lr,
+                hp_ipc_ranks_set_rank_info(&op->ipc->ranks, lr,
                                            round.base_rank + lr,
                                            round.node_rank);
                 if (release)
-                        hp_ipc_ranks_release(&hp_agent_ipc(a)->ranks, lr);
+                        hp_ipc_ranks_release(&op->ipc->ranks, lr);
         }
         return 0;
 }
 
-int hp_op__ipr_update(struct hp_operator *op)
+static int send_update(struct hp_operator *op)
 {
         char why[256];
 
@@ -336,7 +344,7 @@ int hp_op__ipr_update(struct hp_operator *op)
 
 static void fault(struct hp_operator *op, const char *why)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         char reason[HP_OP_REASON_MAX], message[HP_OP_MESSAGE_MAX];
 
         if (hp_ipc_ranks_fault(ranks, reason, sizeof(reason), message,
@@ -353,10 +361,7 @@ static void fault(struct hp_operator *op, const char *why)
         }
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
-        if (hp_op__set_state(op, HP_OP_FAULTED, reason, message)) {
-                op->faults[hp_fault_cause_of(reason)]++;
-                hp_log_error("%s: %s", reason, message);
-        }
+        hp_op__fault(op, reason, message);
 }
 
 static void finish_full_stop(struct hp_operator *op)
@@ -369,7 +374,7 @@ static void finish_full_stop(struct hp_operator *op)
         ipr->verdict = false;
         ipr->holding = false;
         ipr->failure[0] = ipr->failure_reason[0] = '\0';
-        hp_ipc_ranks_reset(&hp_agent_ipc(op->agent)->ranks, true);
+        hp_ipc_ranks_reset(&op->ipc->ranks, true);
         /* The operator sends the IP table again. */
         op->ip_version[0] = '\0';
         op->last_failure_code = 0;
@@ -383,7 +388,7 @@ static void full_stop(struct hp_operator *op)
         op->ipr.plr_armed = false;
         if (op->ipr.wait != HP_IPR_WAIT_NONE)
                 end_wait(op);
-        hp_ipc_drop_clients(hp_agent_ipc(a));
+        hp_ipc_drop_clients(op->ipc);
         if (!hp_agent_workers_active(a)) {
                 finish_full_stop(op);
                 return;
@@ -493,13 +498,12 @@ static void send_start(struct hp_operator *op)
         struct hp_rdzv_info round;
         char why[256];
 
-        hp_ipc_ranks_reset(&hp_agent_ipc(a)->ranks, false);
+        hp_ipc_ranks_reset(&op->ipc->ranks, false);
         if (send_rank_info(op, "job_start", true, why, sizeof(why)) < 0) {
                 hp_log_error("in-process restart: job_start: %s", why);
                 snprintf(op->ipr.failure_reason,
                          sizeof(op->ipr.failure_reason), "WorkerFault");
-                snprintf(op->ipr.failure, sizeof(op->ipr.failure), "%s",
-                         why);
+                snprintf(op->ipr.failure, sizeof(op->ipr.failure), "%s", why);
                 fault(op, why);
                 return;
         }
@@ -550,7 +554,7 @@ static void pause_workers(struct hp_operator *op)
                                                    restart_count(op)) == NULL)
                 r = -ENOMEM;
         else
-                r = hp_ipc_broadcast(hp_agent_ipc(op->agent), "job_fault", msg);
+                r = hp_ipc_broadcast(op->ipc, "job_fault", msg);
         cJSON_Delete(msg);
         hp_agent_clear_rules(op->agent);
         if (r < 0) {
@@ -614,7 +618,7 @@ static void apply(struct hp_operator *op, const struct hp_ipr_decision *d)
         }
 }
 
-void hp_op__ipr_kick(struct hp_operator *op)
+static void ipr_kick(struct hp_operator *op)
 {
         struct hp_op_ipr *ipr = &op->ipr;
 
@@ -651,7 +655,7 @@ void hp_op__ipr_kick(struct hp_operator *op)
 
 /* ---- Requests ---- */
 
-void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
+static void take_spare(struct hp_operator *op, bool spare, int fault_count)
 {
         struct hp_op_ipr *ipr = &op->ipr;
 
@@ -669,7 +673,7 @@ void hp_op__ipr_spare(struct hp_operator *op, bool spare, int fault_count)
         ipr->spare = spare;
 }
 
-void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
+static void take_stop_mode(struct hp_operator *op, const char *mode)
 {
         /* The default, and the reference's other RestartMode names: no
          * local restart, nothing to say. */
@@ -689,19 +693,61 @@ void hp_op__ipr_stop_mode(struct hp_operator *op, const char *mode)
                      mode);
 }
 
+static int ipr_start(struct hp_operator *op, struct hp_op_request *body,
+                     char *err, size_t len)
+{
+        bool running;
+        int r;
+
+        r = hp_op__store_ip_table(op, body, err, len);
+        if (r < 0)
+                return r;
+        running = hp_op__set_state(op, HP_OP_RUNNING, "RunningStarted", NULL);
+        take_spare(op, body->spare, body->fault_count);
+        hp_op__store_job(op, body, false);
+        /* job_start goes once every rank is at the barrier. */
+        hp_op__kick(op);
+        if (!running)
+                hp_log_info("/start in state %s: kept; job_start goes when "
+                            "the agent is READY and a /start follows",
+                            hp_op_state_name(op->plr.state));
+        return 0;
+}
+
+static void ipr_update(struct hp_operator *op, struct hp_op_request *body)
+{
+        take_spare(op, body->spare, body->fault_count);
+        hp_op__store_job(op, body, true);
+        /* As the reference: the rank is assigned once the workers have
+         * it, else the operator sends again. */
+        if (send_update(op) == 0)
+                op->assigned_rank = op->job.rank;
+        else
+                op->ip_version[0] = '\0';
+        hp_op__kick(op);
+}
+
+static void ipr_stop(struct hp_operator *op, const struct hp_op_request *body)
+{
+        take_stop_mode(op, body->restart_mode);
+        /* A refused STOPPING still kicks: the decision may pause. */
+        hp_op__set_state(op, HP_OP_STOPPING, NULL, NULL);
+        hp_op__kick(op);
+}
+
 /* Fills the IPR keys of /status; *owned is for the caller to delete. */
-void hp_op__ipr_status(const struct hp_operator *op, struct hp_op_status *st,
+static void ipr_status(const struct hp_operator *op, struct hp_op_status *st,
                        cJSON **owned)
 {
-        const struct hp_ipc_ranks *ranks = &hp_agent_ipc(op->agent)->ranks;
+        const struct hp_ipc_ranks *ranks = &op->ipc->ranks;
         int mode = hp_ipc_ranks_operator_mode(ranks);
 
         st->inprocess = true;
         st->spare = op->ipr.spare;
         st->priority = op->ipr.priority;
-        st->restart_mode =
-                mode >= 0 ? hp_restart_mode_name((enum hp_restart_mode)mode)
-                          : NULL;
+        st->restart_mode = mode >= 0 ? hp_restart_mode_name(
+                                               (enum hp_restart_mode)mode)
+                                     : NULL;
         st->rank_labels = ranks->labels;
         *owned = hp_ipc_ranks_worker_data(ranks);
         st->worker_data = *owned;
@@ -729,8 +775,9 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                         snprintf(ipr->failure_reason,
                                  sizeof(ipr->failure_reason), "WorkerCrash");
                         if (result == HP_GROUP_FAILED)
-                                hp_agent_failure_message(a, g, ipr->failure,
-                                                         sizeof(ipr->failure));
+                                hp_agent_failure_message(
+                                        a, g, ipr->failure,
+                                        sizeof(ipr->failure));
                         else
                                 snprintf(ipr->failure, sizeof(ipr->failure),
                                          "the %s processes were stopped",
@@ -755,9 +802,8 @@ static void worker_failed(struct hp_agent *a, const struct hp_group *g,
         if (ipr->failure_reason[0] == '\0' || ipr->verdict) {
                 snprintf(ipr->failure_reason, sizeof(ipr->failure_reason),
                          "%s",
-                         failed && w.start_failed
-                                 ? "WorkerStartFailed"
-                                 : "WorkerCrash");
+                         failed && w.start_failed ? "WorkerStartFailed"
+                                                  : "WorkerCrash");
                 hp_op__failure_message(a, g, ipr->failure,
                                        sizeof(ipr->failure));
                 ipr->verdict = false;
@@ -808,7 +854,7 @@ static void preflight_passed(struct hp_agent *a, void *ctx)
         hp_op__kick(ctx);
 }
 
-static const struct hp_agent_events events = {
+static const struct hp_agent_events ipr_events = {
         .stage_ended = stage_ended,
         .rule_verdict = rule_verdict,
         .worker_failed = worker_failed,
@@ -821,7 +867,7 @@ static void ipc_changed(void *ctx)
         hp_op__kick(ctx);
 }
 
-int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
+static int ipr_open(struct hp_operator *op, char *errbuf, size_t len)
 {
         struct hp_op_ipr *ipr = &op->ipr;
         int r;
@@ -829,16 +875,16 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         memset(ipr, 0, sizeof(*ipr));
         ipr->spare = true;
         op->plr.inprocess = true;
-        r = hp_ipc_inprocess_enable(hp_agent_ipc(op->agent), ipc_changed, op);
+        r = hp_ipc_inprocess_enable(op->ipc, ipc_changed, op);
         if (r < 0) {
-                snprintf(errbuf, len, "in-process restart: the worker "
-                                      "socket's handlers: %s",
+                snprintf(errbuf, len,
+                         "in-process restart: the worker "
+                         "socket's handlers: %s",
                          hp_strerror(r));
                 return r;
         }
         uv_timer_init(hp_agent_loop(op->agent), &ipr->timer);
         ipr->timer_ready = true;
-        hp_agent_set_events(op->agent, &events, op);
         hp_log_info("in-process restart (--inprocess-restart): the "
                     "processes start now and wait at the barrier; READY "
                     "once every local rank is there, then /start releases "
@@ -847,13 +893,32 @@ int hp_op__ipr_init(struct hp_operator *op, char *errbuf, size_t len)
         return 0;
 }
 
-void hp_op__ipr_close(struct hp_operator *op)
+/* READY comes once the workers are at the barrier (ipr_kick). */
+static void ipr_ready(struct hp_operator *op)
+{
+        (void)op;
+}
+
+static void ipr_close(struct hp_operator *op)
 {
         if (!op->plr.inprocess)
-                return;
-        hp_agent_ipc(op->agent)->on_change = NULL;
+                return; /* never opened */
+        hp_ipc_inprocess_disable(op->ipc);
         if (op->ipr.timer_ready) {
                 uv_close((uv_handle_t *)&op->ipr.timer, NULL);
                 op->ipr.timer_ready = false;
         }
 }
+
+const struct hp_op_driver hp_op__driver_ipr = {
+        .mode = "inprocess",
+        .events = &ipr_events,
+        .open = ipr_open,
+        .ready = ipr_ready,
+        .start = ipr_start,
+        .update = ipr_update,
+        .stop = ipr_stop,
+        .status = ipr_status,
+        .kick = ipr_kick,
+        .close = ipr_close,
+};

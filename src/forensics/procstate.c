@@ -16,9 +16,9 @@
 #include <cjson/cJSON.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/supervise.h"
+#include "hyperpod/forensics.h"
 
-#include "supervise-private.h"
+#include "forensics-private.h"
 
 /* Bounds on what one process's entry in a report holds. */
 #define MAX_THREADS_PER_PROC 512
@@ -86,7 +86,7 @@ static int read_stat(const char *path, pid_t pid, struct hp_proc *p)
         return 0;
 }
 
-int hp_proc__read(pid_t pid, struct hp_proc *p)
+int hp_proc_read(pid_t pid, struct hp_proc *p)
 {
         char path[64];
 
@@ -94,7 +94,7 @@ int hp_proc__read(pid_t pid, struct hp_proc *p)
         return read_stat(path, pid, p);
 }
 
-bool hp_proc__live(const struct hp_proc *p)
+bool hp_proc_live(const struct hp_proc *p)
 {
         return p->state != 'Z' && p->state != 'X' && p->state != 'x';
 }
@@ -140,8 +140,8 @@ cJSON *hp_proc__threads(pid_t pid, bool kernel_stacks)
                         buf[0] = '\0';
                 cJSON_AddStringToObject(t, "wchan", buf);
                 if (kernel_stacks) {
-                        snprintf(path, sizeof(path),
-                                 "/proc/%d/task/%d/stack", (int)pid, tid);
+                        snprintf(path, sizeof(path), "/proc/%d/task/%d/stack",
+                                 (int)pid, tid);
                         if (read_small(path, buf, sizeof(buf)) >= 0)
                                 cJSON_AddStringToObject(t, "kernel_stack",
                                                         buf);
@@ -221,7 +221,7 @@ static bool blocked_by_every_thread(pid_t pid, uint64_t bit)
         return all && seen > 0;
 }
 
-bool hp_proc__takes_signal(pid_t pid, int sig)
+bool hp_proc_takes_signal(pid_t pid, int sig)
 {
         char path[64], buf[2048];
         uint64_t bit;

@@ -31,9 +31,10 @@ static int64_t message_rank(struct hp_ipc_client *cl, const cJSON *msg,
 
         if (hp_ipc__json_int(v, &rank) && rank >= 0)
                 return rank;
-        hp_ipc__conn_warn(cl->conn, "%s from local rank %d: \"rank\" is %s, "
-                                    "not a global rank; kept as unknown (-1 "
-                                    "in /status)",
+        hp_ipc__conn_warn(cl->conn,
+                          "%s from local rank %d: \"rank\" is %s, "
+                          "not a global rank; kept as unknown (-1 "
+                          "in /status)",
                           type, cl->local_rank,
                           hp_ipc__show(v, shown, sizeof(shown)));
         return -1;
@@ -49,8 +50,9 @@ static const char *message_text(struct hp_ipc_client *cl, const cJSON *msg,
         if (cJSON_IsString(v))
                 return v->valuestring;
         if (v != NULL && !cJSON_IsNull(v))
-                hp_ipc__conn_warn(cl->conn, "%s from local rank %d: \"%s\" "
-                                            "is %s, not a string; left out",
+                hp_ipc__conn_warn(cl->conn,
+                                  "%s from local rank %d: \"%s\" "
+                                  "is %s, not a string; left out",
                                   type, cl->local_rank, key,
                                   hp_ipc__show(v, shown, sizeof(shown)));
         return NULL;
@@ -74,9 +76,10 @@ static void past_barrier_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
          * the rank is no longer counted at. */
         if (hp_ipc_ranks_past_barrier(&s->ranks, cl->local_rank) < 0) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(cl->conn, "past_rcb_barrier from local "
-                                            "rank %d, which no job_start "
-                                            "released; ignored",
+                hp_ipc__conn_warn(cl->conn,
+                                  "past_rcb_barrier from local "
+                                  "rank %d, which no job_start "
+                                  "released; ignored",
                                   cl->local_rank);
                 return;
         }
@@ -91,10 +94,12 @@ static void job_data_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         int64_t rank = message_rank(cl, msg, "job_data");
 
         if (hp_ipc_ranks_set_data(&s->ranks, cl->local_rank, rank,
-                                  cJSON_GetObjectItemCaseSensitive(
-                                          msg, "data")) < 0)
-                hp_ipc__conn_warn(cl->conn, "job_data from local rank %d: "
-                                            "out of memory; data dropped",
+                                  cJSON_GetObjectItemCaseSensitive(msg,
+                                                                   "data")) <
+            0)
+                hp_ipc__conn_warn(cl->conn,
+                                  "job_data from local rank %d: "
+                                  "out of memory; data dropped",
                                   cl->local_rank);
         changed(s);
 }
@@ -110,13 +115,14 @@ static void job_fault_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         char global[32] = "";
 
         if (name != NULL && hp_restart_mode_parse(name, &mode) < 0)
-                hp_ipc__conn_warn(cl->conn, "job_fault from local rank %d: "
-                                            "restart_mode \"%.64s\" is none "
-                                            "of in_process_restart, "
-                                            "process_level_restart, "
-                                            "job_level_restart, "
-                                            "local_process_level_restart; "
-                                            "in_process_restart assumed",
+                hp_ipc__conn_warn(cl->conn,
+                                  "job_fault from local rank %d: "
+                                  "restart_mode \"%.64s\" is none "
+                                  "of in_process_restart, "
+                                  "process_level_restart, "
+                                  "job_level_restart, "
+                                  "local_process_level_restart; "
+                                  "in_process_restart assumed",
                                   cl->local_rank, name);
         /* A rank the message did not give is left out, not printed -1. */
         if (rank >= 0)
@@ -124,8 +130,8 @@ static void job_fault_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
         hp_log_warn("worker socket: local rank %d%s reported a fault (%s): "
                     "%s%s%s",
                     cl->local_rank, global, hp_restart_mode_name(mode),
-                    reason ? reason : "no reason",
-                    message ? ": " : "", message ? message : "");
+                    reason ? reason : "no reason", message ? ": " : "",
+                    message ? message : "");
         if (hp_ipc_ranks_fail(&s->ranks, cl->local_rank, rank, mode, reason,
                               message) < 0)
                 hp_log_error("worker socket: out of memory for the fault's "
@@ -142,9 +148,10 @@ static void labels_cb(struct hp_ipc_server *s, struct hp_ipc_client *cl,
 
         if (!cJSON_IsObject(labels)) {
                 s->stats.ignored++;
-                hp_ipc__conn_warn(cl->conn, "rank_labels from local rank %d: "
-                                            "\"labels\" is %s, not an "
-                                            "object; ignored",
+                hp_ipc__conn_warn(cl->conn,
+                                  "rank_labels from local rank %d: "
+                                  "\"labels\" is %s, not an "
+                                  "object; ignored",
                                   cl->local_rank,
                                   hp_ipc__show(labels, shown, sizeof(shown)));
                 return;
@@ -179,4 +186,10 @@ int hp_ipc_inprocess_enable(struct hp_ipc_server *s,
         s->on_change = on_change;
         s->change_ctx = ctx;
         return 0;
+}
+
+void hp_ipc_inprocess_disable(struct hp_ipc_server *s)
+{
+        s->on_change = NULL;
+        s->change_ctx = NULL;
 }
