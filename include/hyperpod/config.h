@@ -72,7 +72,8 @@ enum hp_std_stream {
  */
 struct hp_config {
         /* torchrun flags */
-        int nnodes;
+        int nnodes;     /* MAX of --nnodes MIN:MAX */
+        int nnodes_min; /* MIN; 0 when --nnodes is one count */
         int nproc; /* resolved from a number, gpu, cpu, auto */
         int node_rank;
         const char *master_addr;

@@ -46,6 +46,7 @@ struct hp_rdzv_options {
         int is_host;               /* 1, 0, or -1: host when the endpoint
                                     * can be bound here */
         uint64_t join_timeout_ms;
+        uint64_t last_call_timeout_ms; /* c10d, with --nnodes MIN:MAX */
         /* static, slurm, resource-config: coordinated restarts through a
          * store on node 0's agent (--rdzv-conf coordinate): 0 off, -1 on
          * at the master port + 1, or the port. */
@@ -110,10 +111,16 @@ void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded);
  * joining the next; one that leaves the job (no restart left, a signal, a
  * node fault) ends it with "exit" in hp_rdzv_close. The others learn it by
  * push: hp_rdzv_watch keeps a WAIT on the round's end key on the agent's
- * loop and calls cb once, with job_over false ("restart with the others":
- * stop the workers and run hp_rdzv_next) or true (another node left, or
- * the store went away: stop the workers and exit). */
-typedef void (*hp_rdzv_round_end_cb)(void *ctx, bool job_over,
+ * loop and calls cb once: RESTART or JOIN (stop the workers and run
+ * hp_rdzv_next; a JOIN, a node that came to a --nnodes MIN:MAX job, is no
+ * failure) or EXIT (another node left, or the store went away: stop the
+ * workers and exit). */
+enum hp_rdzv_end {
+        HP_RDZV_END_RESTART, /* a node failed: restart with it */
+        HP_RDZV_END_JOIN,    /* a node joined (MIN:MAX): no failure */
+        HP_RDZV_END_EXIT,    /* a node left the job, or the store went */
+};
+typedef void (*hp_rdzv_round_end_cb)(void *ctx, enum hp_rdzv_end end,
                                      const char *why);
 
 /* True when this backend's rounds are coordinated (the restart count is

@@ -32,8 +32,8 @@ int config__parse_nproc(const struct raw_value *v, int *out, char *errbuf,
                         size_t errlen);
 
 /* values.c: one raw value into a number, a choice or a list. */
-int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
-                         size_t errlen);
+int config__parse_nnodes(const struct raw_value *v, int *min, int *max,
+                         char *errbuf, size_t errlen);
 int config__parse_ranks_filter(const struct raw_value *v, int nproc,
                                bool strict, bool *out, char *errbuf,
                                size_t errlen);

@@ -343,7 +343,8 @@ static const char *const log_levels[] = { "critical", "error", "warning",
 static int convert_nnodes(struct hp_config *cfg, const struct raw_value *raw,
                           enum hp_option_id id, char *errbuf, size_t errlen)
 {
-        int r = config__parse_nnodes(&raw[id], &cfg->nnodes, errbuf, errlen);
+        int r = config__parse_nnodes(&raw[id], &cfg->nnodes_min, &cfg->nnodes,
+                                     errbuf, errlen);
 
         if (r < 0)
                 return r;

@@ -11,8 +11,8 @@
 #include "hyperpod/config.h"
 #include "config-private.h"
 
-int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
-                         size_t errlen)
+int config__parse_nnodes(const struct raw_value *v, int *out_min, int *out,
+                         char *errbuf, size_t errlen)
 {
         const char *colon = strchr(v->text, ':');
         char min_text[32];
@@ -24,6 +24,7 @@ int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
                             "N or MIN:MAX",
                             v->text, v->source);
                 *out = min;
+                *out_min = 0;
                 return 0;
         }
         if ((size_t)(colon - v->text) >= sizeof(min_text))
@@ -36,13 +37,11 @@ int config__parse_nnodes(const struct raw_value *v, int *out, char *errbuf,
                 ERR("invalid value '%s' for %s: expected MIN:MAX with two "
                     "node counts",
                     v->text, v->source);
-        if (min != max)
-                ERR("%s %s: an elastic cluster size is not supported "
-                    "(the c10d backend takes a fixed node count); MIN must "
-                    "equal MAX, or give one node count. A Kubeflow "
-                    "PyTorchJob without elasticPolicy runs as it is",
-                    v->source, v->text);
-        *out = min;
+        if (min > max)
+                ERR("invalid value '%s' for %s: MIN %d is above MAX %d",
+                    v->text, v->source, min, max);
+        *out = max;
+        *out_min = min == max ? 0 : min;
         return 0;
 }
 

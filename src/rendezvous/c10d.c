@@ -191,6 +191,19 @@ struct round {
         bool peer_exit; /* the round was closed by a node that left */
         int fixed_rank; /* the backend's node rank, or -1: by arrival */
         int gen;
+        /* --nnodes MIN:MAX: the round closes at nnodes (MAX) joined, or
+         * last_call_ms after MIN had; nnodes_min 0: a fixed count. */
+        int nnodes_min;
+        uint64_t last_call_ms;
+        uv_timer_t last_call;
+        bool last_call_on;
+        /* The last call's own connection: the round's has a WAIT on the
+         * wire, and a connection carries one request at a time. */
+        struct hp_store_client *closer;
+        int64_t size;   /* the nodes the round closed with */
+        bool late;      /* it closed without this agent */
+        bool find_gen;  /* read the job's current round before joining */
+        const struct hp_rdzv *rdzv;
         const char *endpoint;
         const char *run_id;
         uint64_t join_timeout_ms;
@@ -258,6 +271,7 @@ static void master_cb(void *ctx, const struct hp_store_reply *r)
 }
 
 static void after_closed(struct round *rd);
+static void round_late(struct round *rd);
 
 /* The closed key's value: "1", or "exit" when a node that left the job
  * closed the round so that nobody waits for it. */
@@ -265,12 +279,26 @@ static void closed_value_cb(void *ctx, const struct hp_store_reply *r)
 {
         struct round *rd = ctx;
 
+        char text[32];
+
         if (r->status == 0 && r->val_len == 4 &&
             memcmp(r->val, "exit", 4) == 0) {
                 rd->peer_exit = true;
                 round_fail(rd, "rendezvous '%s' at %s: another node left the "
                                "job; no next round",
                            rd->run_id, rd->endpoint);
+                return;
+        }
+        rd->size = rd->nnodes;
+        if (r->status == 0 && r->val_len > 0 && r->val_len < sizeof(text)) {
+                memcpy(text, r->val, r->val_len);
+                text[r->val_len] = '\0';
+                rd->size = strtoll(text, NULL, 10);
+        }
+        if (rd->size < 1 || rd->size > rd->nnodes)
+                rd->size = rd->nnodes;
+        if (rd->nnodes_min > 0 && rd->joined > rd->size) {
+                round_late(rd);
                 return;
         }
         after_closed(rd);
@@ -357,6 +385,96 @@ static int publish_master(struct round *rd)
                                    strlen(value), closed_set_cb, rd);
 }
 
+/* Closes the round with n nodes, unless another agent closed it first
+ * (or a node that left wrote "exit"). */
+static int close_round(struct round *rd, int64_t n)
+{
+        char text[32];
+        int len = snprintf(text, sizeof(text), "%lld", (long long)n);
+
+        return hp_store_client_compare_set(rd->client, rd->key_closed,
+                                           strlen(rd->key_closed), "", 0, text,
+                                           (size_t)len, closed_set_cb, rd);
+}
+
+static void closer_set_cb(void *ctx, const struct hp_store_reply *r)
+{
+        (void)ctx;
+        (void)r; /* a failure comes with the round's WAIT */
+}
+
+static void count_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+        int64_t n = r->num > rd->nnodes ? rd->nnodes : r->num;
+        char text[32];
+        int len;
+
+        if (r->status < 0 || rd->closer == NULL)
+                return; /* the failure comes with the WAIT's reply */
+        len = snprintf(text, sizeof(text), "%lld", (long long)n);
+        (void)hp_store_client_compare_set(rd->closer, rd->key_closed,
+                                          strlen(rd->key_closed), "", 0, text,
+                                          (size_t)len, closer_set_cb, rd);
+}
+
+static void closer_up_cb(void *ctx, const struct hp_store_reply *r)
+{
+        (void)ctx;
+        (void)r;
+}
+
+/* The last call ended: the round closes with the nodes it has. */
+static void last_call_cb(uv_timer_t *t)
+{
+        struct round *rd = hp_container_of(t, struct round, last_call);
+        int q;
+
+        if (rd->state != ROUND_WAITING || rd->closer != NULL)
+                return;
+        q = hp_store_client_connect(&rd->loop, rd->addr, rd->port,
+                                    closer_up_cb, rd, &rd->closer);
+        if (q == 0)
+                q = hp_store_client_add(rd->closer, rd->key_joined,
+                                        strlen(rd->key_joined), 0, count_cb,
+                                        rd);
+        if (q < 0)
+                round_fail(rd, "%s", hp_strerror(q));
+}
+
+/* The round closed without this agent (--nnodes MIN:MAX): it asks the
+ * running nodes to re-rendezvous, which is no failure, and comes to the
+ * next round. */
+static void late_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+
+        if (r->status < 0) {
+                round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
+                           rd->endpoint, hp_strerror(r->status));
+                return;
+        }
+        rd->late = true;
+        rd->state = ROUND_DONE;
+        uv_stop(&rd->loop);
+}
+
+static void round_late(struct round *rd)
+{
+        char end[300];
+        int q;
+
+        hp_log_info("rendezvous '%s' at %s: round %d is running without this "
+                    "node; asking its nodes to re-rendezvous",
+                    rd->run_id, rd->endpoint, rd->gen);
+        snprintf(end, sizeof(end), "/hyperpodrun/rdzv/%s/%d/end", rd->run_id,
+                 rd->gen);
+        q = hp_store_client_compare_set(rd->client, end, strlen(end), "", 0,
+                                        "join", 4, late_cb, rd);
+        if (q < 0)
+                round_fail(rd, "%s", hp_strerror(q));
+}
+
 static void joined_cb(void *ctx, const struct hp_store_reply *r)
 {
         struct round *rd = ctx;
@@ -389,6 +507,10 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
         }
+        if (rd->joined > rd->nnodes && rd->nnodes_min > 0) {
+                round_late(rd);
+                return;
+        }
         if (rd->joined > rd->nnodes) {
                 round_fail(rd, "rendezvous '%s' at %s already has its %d "
                                "nodes (--nnodes %d); this agent came as node "
@@ -403,6 +525,11 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                             "(%lld of %d)",
                             rd->run_id, rd->endpoint, rd->fixed_rank, rd->gen,
                             (long long)rd->joined, rd->nnodes);
+        else if (rd->nnodes_min > 0)
+                hp_log_info("rendezvous '%s' at %s: joined round %d as the "
+                            "%lld. node of %d to %d",
+                            rd->run_id, rd->endpoint, rd->gen,
+                            (long long)rd->joined, rd->nnodes_min, rd->nnodes);
         else
                 hp_log_info("rendezvous '%s' at %s: joined as node %lld of %d",
                             rd->run_id, rd->endpoint,
@@ -412,9 +539,14 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
         if (rd->own_store && rd->joined == 1)
                 q = publish_master(rd);
         if (q == 0 && rd->joined == rd->nnodes)
-                q = hp_store_client_set(rd->client, rd->key_closed,
-                                        strlen(rd->key_closed), "1", 1,
-                                        closed_set_cb, rd);
+                q = close_round(rd, rd->nnodes);
+        else if (q == 0 && rd->nnodes_min > 0 && rd->joined >= rd->nnodes_min &&
+                 !rd->last_call_on) {
+                /* The last call: more may come until it ends. */
+                rd->last_call_on = true;
+                uv_timer_start(&rd->last_call, last_call_cb, rd->last_call_ms,
+                               0);
+        }
         if (q == 0)
                 q = hp_store_client_wait(rd->client, keys, nkeys, 0,
                                          waited_cb, rd);
@@ -426,6 +558,32 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
 static void client_gone_cb(void *ctx)
 {
         (void)ctx;
+}
+
+static void round_keys(const struct hp_rdzv *rdzv, int gen, const char *what,
+                       char *key, size_t len);
+static void join_now(struct round *rd);
+
+/* The job's current round, for an agent that comes to a running job. */
+static void gen_cb(void *ctx, const struct hp_store_reply *r)
+{
+        struct round *rd = ctx;
+        char text[32];
+
+        if (r->status == 0 && r->val_len > 0 && r->val_len < sizeof(text)) {
+                memcpy(text, r->val, r->val_len);
+                text[r->val_len] = '\0';
+                rd->gen = (int)strtol(text, NULL, 10);
+                if (rd->gen < 0)
+                        rd->gen = 0;
+        }
+        round_keys(rd->rdzv, rd->gen, "joined", rd->key_joined,
+                   sizeof(rd->key_joined));
+        round_keys(rd->rdzv, rd->gen, "closed", rd->key_closed,
+                   sizeof(rd->key_closed));
+        round_keys(rd->rdzv, rd->gen, "master", rd->key_master,
+                   sizeof(rd->key_master));
+        join_now(rd);
 }
 
 static void connected_cb(void *ctx, const struct hp_store_reply *r)
@@ -448,7 +606,34 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
                 return;
         }
         rd->state = ROUND_JOINING;
-        q = 0;
+        if (rd->find_gen) {
+                char key[300];
+
+                snprintf(key, sizeof(key), "/hyperpodrun/rdzv/%s/round",
+                         rd->run_id);
+                q = hp_store_client_get(rd->client, key, strlen(key),
+                                        gen_cb, rd);
+                if (q < 0)
+                        round_fail(rd, "%s", hp_strerror(q));
+                return;
+        }
+        join_now(rd);
+}
+
+static void join_now(struct round *rd)
+{
+        char key[300], text[32];
+        int q = 0, len;
+
+        if (rd->nnodes_min > 0 && !rd->finishing) {
+                /* Where an agent that comes later finds the job. */
+                snprintf(key, sizeof(key), "/hyperpodrun/rdzv/%s/round",
+                         rd->run_id);
+                len = snprintf(text, sizeof(text), "%d", rd->gen);
+                q = hp_store_client_set(rd->client, key, strlen(key), text,
+                                        (size_t)len, closed_set_cb, rd);
+        }
+
         if (rd->key_prev_end[0] != '\0')
                 q = hp_store_client_compare_set(
                         rd->client, rd->key_prev_end, strlen(rd->key_prev_end),
@@ -490,8 +675,11 @@ static void deadline_cb(uv_timer_t *t)
                            rd->run_id, rd->endpoint, s);
         else
                 round_fail(rd, "rendezvous '%s' at %s: fewer than %d nodes "
-                               "(--nnodes) joined within join_timeout (%g s)",
-                           rd->run_id, rd->endpoint, rd->nnodes, s);
+                               "(--nnodes%s) joined round %d within "
+                               "join_timeout (%g s)",
+                           rd->run_id, rd->endpoint,
+                           rd->nnodes_min > 0 ? rd->nnodes_min : rd->nnodes,
+                           rd->nnodes_min > 0 ? " MIN" : "", rd->gen, s);
 }
 
 static void signal_cb(uv_poll_t *p, int status, int events)
@@ -528,6 +716,7 @@ static int run_round(struct round *rd)
                 return r;
         uv_timer_init(&rd->loop, &rd->deadline);
         uv_timer_init(&rd->loop, &rd->retry);
+        uv_timer_init(&rd->loop, &rd->last_call);
         sigemptyset(&stops);
         sigaddset(&stops, SIGTERM);
         sigaddset(&stops, SIGINT);
@@ -545,8 +734,11 @@ static int run_round(struct round *rd)
                 uv_run(&rd->loop, UV_RUN_DEFAULT);
         if (rd->client)
                 hp_store_client_close(rd->client, client_gone_cb, NULL);
+        if (rd->closer)
+                hp_store_client_close(rd->closer, client_gone_cb, NULL);
         uv_close((uv_handle_t *)&rd->deadline, nothing_cb);
         uv_close((uv_handle_t *)&rd->retry, nothing_cb);
+        uv_close((uv_handle_t *)&rd->last_call, nothing_cb);
         if (rd->sigfd >= 0)
                 uv_close((uv_handle_t *)&rd->signals, nothing_cb);
         uv_run(&rd->loop, UV_RUN_DEFAULT);
@@ -587,6 +779,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         struct round rd = { .state = ROUND_CONNECTING, .fixed_rank = -1 };
         char host[256], addr[INET6_ADDRSTRLEN], why[300];
         const char *env;
+        bool own_store;
         int r;
 
         if (hp_rdzv_parse_endpoint(cfg->rdzv_endpoint, host, sizeof(host),
@@ -632,26 +825,43 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         }
         snprintf(rdzv->store_addr, sizeof(rdzv->store_addr), "%s", addr);
         rdzv->store_port = rd.port;
-        rd.addr = addr;
-        rd.nnodes = cfg->nnodes;
-        rd.endpoint = cfg->rdzv_endpoint;
-        rd.run_id = rdzv->run_id;
-        rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
-        rd.err = errbuf;
-        rd.errlen = errlen;
-        rd.gen = rdzv->gen;
-        round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
-                   sizeof(rd.key_joined));
-        round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
-                   sizeof(rd.key_closed));
-        round_keys(rdzv, rdzv->gen, "master", rd.key_master,
-                   sizeof(rd.key_master));
-        rdzv->round_open = true;
         /* torchrun's switch back to worker rank 0 hosting the workers'
          * store, read as torchrun reads it. */
         env = getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
-        rd.own_store = env != NULL && strcmp(env, "1") == 0;
-        r = run_round(&rd);
+        own_store = env != NULL && strcmp(env, "1") == 0;
+        for (;;) {
+                rd.addr = addr;
+                rd.nnodes = cfg->nnodes;
+                rd.nnodes_min = cfg->nnodes_min;
+                rd.last_call_ms = rdzv->opt.last_call_timeout_ms;
+                rd.find_gen = cfg->nnodes_min > 0 && !rdzv->have_round &&
+                              rdzv->gen == 0;
+                rd.rdzv = rdzv;
+                rd.own_store = own_store;
+                rd.endpoint = cfg->rdzv_endpoint;
+                rd.run_id = rdzv->run_id;
+                rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
+                rd.err = errbuf;
+                rd.errlen = errlen;
+                rd.gen = rdzv->gen;
+                round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
+                           sizeof(rd.key_joined));
+                round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
+                           sizeof(rd.key_closed));
+                round_keys(rdzv, rdzv->gen, "master", rd.key_master,
+                           sizeof(rd.key_master));
+                rdzv->round_open = true;
+                r = run_round(&rd);
+                rdzv->gen = rd.gen;
+                if (r < 0 || !rd.late)
+                        break;
+                /* Late: the next round, with the nodes it made stop. */
+                rdzv->gen++;
+                rdzv->round_open = false;
+                rd = (struct round){ .state = ROUND_CONNECTING,
+                                     .fixed_rank = -1,
+                                     .port = rd.port };
+        }
         if (r < 0 && rd.peer_exit)
                 return HP_RDZV_PEER_EXIT;
         if (r < 0) {
@@ -661,7 +871,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                                  hp_strerror(r));
                 return HP_ERDZV;
         }
-        out->nnodes = cfg->nnodes;
+        out->nnodes = rd.size > 0 ? (int)rd.size : cfg->nnodes;
         out->node_rank = (int)rd.joined - 1;
         if (rd.own_store) {
                 snprintf(out->master_addr, sizeof(out->master_addr), "%s",
@@ -676,6 +886,11 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         rdzv->round = *out;
         rdzv->round.nproc = cfg->nproc;
         rdzv->round.world_size = out->nnodes * cfg->nproc;
+        if (cfg->nnodes_min > 0)
+                hp_log_info("rendezvous '%s': round %d closed with %d nodes "
+                            "(--nnodes %d:%d); this is node %d",
+                            rdzv->run_id, rdzv->gen, out->nnodes,
+                            cfg->nnodes_min, cfg->nnodes, out->node_rank);
         rdzv->round.group_world_size = out->nnodes;
         rdzv->round.base_rank = out->node_rank * cfg->nproc;
         rdzv->have_round = true;
@@ -833,13 +1048,13 @@ struct hp_rdzv_watch {
         bool fired;
 };
 
-static void watch_fire(struct hp_rdzv_watch *w, bool job_over,
+static void watch_fire(struct hp_rdzv_watch *w, enum hp_rdzv_end end,
                        const char *why)
 {
         if (w->fired)
                 return;
         w->fired = true;
-        w->cb(w->ctx, job_over, why);
+        w->cb(w->ctx, end, why);
 }
 
 static void watch_value_cb(void *ctx, const struct hp_store_reply *r)
@@ -847,12 +1062,19 @@ static void watch_value_cb(void *ctx, const struct hp_store_reply *r)
         struct hp_rdzv_watch *w = ctx;
         bool restart = r->status == 0 && r->val_len == 7 &&
                        memcmp(r->val, "restart", 7) == 0;
+        bool join = r->status == 0 && r->val_len == 4 &&
+                    memcmp(r->val, "join", 4) == 0;
 
         if (r->status == -ECANCELED)
                 return;
-        watch_fire(w, !restart,
-                   restart ? "another node ended the round"
-                           : "another node left the job");
+        if (restart)
+                watch_fire(w, HP_RDZV_END_RESTART,
+                           "another node ended the round");
+        else if (join)
+                watch_fire(w, HP_RDZV_END_JOIN,
+                           "a node joined the job (--nnodes MIN:MAX)");
+        else
+                watch_fire(w, HP_RDZV_END_EXIT, "another node left the job");
 }
 
 static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
@@ -864,7 +1086,7 @@ static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
         if (r->status < 0 ||
             hp_store_client_get(w->client, w->key, strlen(w->key),
                                 watch_value_cb, w) < 0)
-                watch_fire(w, true, "the rendezvous store went away");
+                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
 }
 
 static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
@@ -872,7 +1094,7 @@ static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
         struct hp_rdzv_watch *w = ctx;
 
         if (r->status < 0 && r->status != -ECANCELED)
-                watch_fire(w, true, "the rendezvous store went away");
+                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
 }
 
 static void watch_gone_cb(void *ctx)

@@ -13,6 +13,8 @@
 #define DEFAULT_RESOURCE_CONFIG_DIR "/opt/ml/input/config"
 /* The file HyperPod's lifecycle scripts read, where they leave it. */
 #define DEFAULT_RESOURCE_CONFIG "/opt/ml/config/resource_config.json"
+/* torchrun's c10d last_call_timeout. */
+#define DEFAULT_LAST_CALL_TIMEOUT_MS 30000
 /* torchrun's c10d join_timeout. */
 #define DEFAULT_JOIN_TIMEOUT_MS 600000
 /* Long enough for a busy slurmctld, short enough that a dead one does not
@@ -34,6 +36,7 @@ enum key_id {
         KEY_JOIN_TIMEOUT_STATIC,
         KEY_JOIN_TIMEOUT_SLURM,
         KEY_JOIN_TIMEOUT_RESOURCE_CONFIG,
+        KEY_LAST_CALL_TIMEOUT,
 };
 
 struct key_row {
@@ -58,6 +61,7 @@ static const struct key_row keys[] = {
         [KEY_JOIN_TIMEOUT_SLURM] = { "join_timeout", HP_RDZV_SLURM },
         [KEY_JOIN_TIMEOUT_RESOURCE_CONFIG] = { "join_timeout",
                                                HP_RDZV_RESOURCE_CONFIG },
+        [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout", HP_RDZV_C10D },
 };
 
 bool hp_rdzv__same_host(const char *name, const char *me)
@@ -229,6 +233,20 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                         return HP_ECONFIG;
                 }
                 return 0;
+        case KEY_LAST_CALL_TIMEOUT:
+                if (value_len >= sizeof(text))
+                        value_len = sizeof(text) - 1;
+                memcpy(text, value, value_len);
+                text[value_len] = '\0';
+                if (hp_parse_seconds_ms(text, &opt->last_call_timeout_ms) < 0) {
+                        snprintf(errbuf, errlen,
+                                 "invalid value '%s' for --rdzv-conf "
+                                 "last_call_timeout: expected seconds, e.g. "
+                                 "30 or 0.5",
+                                 text);
+                        return HP_ECONFIG;
+                }
+                return 0;
         case KEY_RESOURCE_CONFIG_DIR:
                 opt->resource_config_dir_given = true;
                 return store(opt->resource_config_dir,
@@ -249,9 +267,22 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
         memset(opt, 0, sizeof(*opt));
         opt->scontrol_timeout_ms = DEFAULT_SCONTROL_TIMEOUT_MS;
         opt->join_timeout_ms = DEFAULT_JOIN_TIMEOUT_MS;
+        opt->last_call_timeout_ms = DEFAULT_LAST_CALL_TIMEOUT_MS;
         opt->is_host = -1;
         snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
                  "%s", DEFAULT_RESOURCE_CONFIG_DIR);
+        /* MIN:MAX takes rounds that admit and drop nodes: c10d's. */
+        if (cfg->nnodes_min > 0 &&
+            (cfg->standalone || cfg->rdzv_backend != HP_RDZV_C10D)) {
+                snprintf(errbuf, errlen,
+                         "--nnodes %d:%d: an elastic node count needs "
+                         "--rdzv-backend c10d; %s takes a fixed one (give "
+                         "one count, or MIN equal to MAX)",
+                         cfg->nnodes_min, cfg->nnodes,
+                         cfg->standalone ? "--standalone"
+                                         : cfg->rdzv_backend_name);
+                return HP_ECONFIG;
+        }
         /* --standalone reads no key. */
         if (cfg->standalone)
                 return 0;

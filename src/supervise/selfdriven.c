@@ -63,25 +63,34 @@ const char *hp_selfdriven__next_name(enum hp_next what)
 
 /* Another node ended the round (the round coordinator's push): the
  * workers stop, and their end restarts with the others or exits. */
-static void round_ended(void *ctx, bool job_over, const char *why)
+static void round_ended(void *ctx, enum hp_rdzv_end end, const char *why)
 {
         struct hp_agent *a = ctx;
 
         if (a->round_ended != 0 || a->received_signal != 0)
                 return;
-        a->round_ended = job_over ? 2 : 1;
+        a->round_ended = (int)end + 1;
         if (!hp_group__active(&a->group))
                 return;
         hp_log_warn("%s: stopping the workers%s", why,
-                    job_over ? "; the job ends"
-                             : " for the next round, with every node");
+                    end == HP_RDZV_END_EXIT
+                            ? "; the job ends"
+                            : " for the next round, with every node");
         a->group.stop_requested = true;
         if (!a->group.stopping)
                 hp_group__stop(&a->group, a->cfg->shutdown_signal,
                               a->cfg->shutdown_timeout_ms);
 }
 
-static void start_attempt(struct hp_agent *a)
+/* The restarts --max-restarts has seen: job-wide rounds that ended in a
+ * failure with coordinated rounds, this node's otherwise. */
+static int restarts_used(const struct hp_agent *a)
+{
+        return hp_rdzv_coordinated(&a->rdzv) ? a->failed_rounds
+                                             : a->restart_count;
+}
+
+static void start_attempt(struct hp_agent *a, bool again)
 {
         char err[512];
         int r;
@@ -89,7 +98,7 @@ static void start_attempt(struct hp_agent *a)
         /* The first round was run by hp_agent_init, to fail before any
          * process starts; each later attempt asks again, so a replaced
          * node's address is picked up. */
-        if (a->restart_count > 0) {
+        if (again) {
                 r = hp_rdzv_next(&a->rdzv, &a->round, err, sizeof(err));
                 if (r == HP_RDZV_PEER_EXIT) {
                         hp_log_error("%s (exit status %d)", err,
@@ -120,19 +129,26 @@ static void start_attempt(struct hp_agent *a)
  * exit when it left the job. */
 static void ended_elsewhere(struct hp_agent *a)
 {
-        if (a->round_ended == 2) {
+        if (a->round_ended == HP_RDZV_END_EXIT + 1) {
                 hp_log_error("another node left the job; exit status %d",
                              HP_EXIT_PEER_FAILED);
                 hp_agent_finish(a, HP_EXIT_PEER_FAILED);
                 return;
         }
+        if (a->round_ended == HP_RDZV_END_JOIN + 1) {
+                hp_log_info("a node joined the job; re-rendezvous with every "
+                            "node (not a failure: %d of %d restarts used)",
+                            restarts_used(a), a->cfg->max_restarts);
+        } else {
+                a->failed_rounds++;
+                a->counts.restarts++;
+                hp_log_warn("another node's workers failed; restarting the "
+                            "worker group with every node (restart %d of %d)",
+                            restarts_used(a), a->cfg->max_restarts);
+        }
         a->restart_count++;
-        a->counts.restarts++;
-        hp_log_warn("another node's workers failed; restarting the worker "
-                    "group with every node (restart %d of %d)",
-                    a->restart_count, a->cfg->max_restarts);
         hp_agent_clear_rules(a);
-        start_attempt(a);
+        start_attempt(a, true);
 }
 
 static void stage_ended(struct hp_agent *a, enum hp_stage stage,
@@ -144,7 +160,7 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                 .node_fault = a->health.fault[0] != '\0',
                 .verdict = a->verdict.state != LOGMON_WAITING,
                 .more_stages = hp_agent__next_enabled(a, stage) >= 0,
-                .restart_count = a->restart_count,
+                .restart_count = restarts_used(a),
                 .max_restarts = a->cfg->max_restarts,
         };
         struct hp_next_step next;
@@ -181,19 +197,20 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                 return;
         case HP_NEXT_RESTART:
                 a->restart_count++;
+                a->failed_rounds++;
                 a->counts.restarts++;
                 if (e.verdict)
                         hp_log_warn("%s: restarting the worker group "
                                     "(restart %d of %d)",
-                                    reason, a->restart_count,
+                                    reason, restarts_used(a),
                                     a->cfg->max_restarts);
                 else
                         hp_log_warn("%s failed; restarting the worker group "
                                     "(restart %d of %d)",
-                                    hp_stage_name(stage), a->restart_count,
+                                    hp_stage_name(stage), restarts_used(a),
                                     a->cfg->max_restarts);
                 hp_agent_clear_rules(a);
-                start_attempt(a);
+                start_attempt(a, true);
                 return;
         case HP_NEXT_STAGE:
                 if (hp_agent_next_stage(a) < 0)
@@ -259,7 +276,7 @@ static void node_fault(struct hp_agent *a, void *ctx)
 static void preflight_passed(struct hp_agent *a, void *ctx)
 {
         (void)ctx;
-        start_attempt(a);
+        start_attempt(a, false);
 }
 
 /* Not the node's fault: the image lacks the libraries. */
@@ -290,7 +307,7 @@ int hp_agent_run(struct hp_agent *a)
                 hp_log_warn("received %s while starting: nothing is started",
                             hp_signal_name(a->signal_at_start));
         else if (!a->cfg->preflight_nccl)
-                start_attempt(a);
+                start_attempt(a, false);
         else if (hp_agent_preflight_start(a, err, sizeof(err)) < 0) {
                 hp_log_error("--preflight nccl: %s", err);
                 hp_agent_finish(a, 2);

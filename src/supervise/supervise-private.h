@@ -297,8 +297,10 @@ struct hp_agent {
         int received_signal; /* the signal that stops it (STOPPING) */
         int signal_at_start; /* a stop sent before the handlers existed */
         /* Self-driven, coordinated rounds: another node ended this round
-         * (1: restart with it; 2: it left the job, exit). */
+         * (enum hp_rdzv_end + 1; 0: not), and the rounds that ended in a
+         * failure, which --max-restarts counts. */
         int round_ended;
+        int failed_rounds;
         bool verdict_report; /* a hang report was started for the verdict */
         bool no_files;
         char hostname[256];

@@ -157,7 +157,8 @@ def test_too_few_agents_within_join_timeout(hpr):
                  "join_timeout=1", "--nnodes", "2", "/bin/true"], timeout=60)
     assert r.rc != 0, r.describe()
     assert (f"rendezvous 'half' at 127.0.0.1:{port}: fewer than 2 nodes "
-            "(--nnodes) joined within join_timeout (1 s)") in r.err, r.describe()
+            "(--nnodes) joined round 0 within join_timeout (1 s)") in r.err, \
+        r.describe()
 
 
 def test_an_agent_past_nnodes_is_refused(hpr, tmp_path):

@@ -20,6 +20,7 @@ from test_multinode import check_allreduce, free_port
 yaml = pytest.importorskip("yaml")
 
 MANIFEST = SOURCE_ROOT / "examples" / "kubeflow" / "pytorchjob.yaml"
+ELASTIC = SOURCE_ROOT / "examples" / "kubeflow" / "pytorchjob-elastic.yaml"
 EXAMPLE = SOURCE_ROOT / "examples" / "allreduce.py"
 CHOICE = ("rendezvous backend static: PET_MASTER_ADDR is set and no "
           "--rdzv-backend or PET_RDZV_BACKEND names a backend")
@@ -103,21 +104,46 @@ def test_two_pods_allreduce_with_kubeflow_env(hpr, tmp_path):
             r.describe()
 
 
-def test_elastic_pytorchjob_is_refused_with_what_to_use(hpr, tmp_path):
-    """An elasticPolicy's environment: c10d with MIN:MAX nodes, named with
-    what to do."""
-    job = manifest()
-    env = kubeflow_env(job, 0, 2, free_port())
-    env.update({"PET_RDZV_BACKEND": "c10d",
-                "PET_RDZV_ENDPOINT": "127.0.0.1:29400",
-                "PET_RDZV_ID": "allreduce-hyperpodrun",
-                "PET_NNODES": "1:2", "PET_MAX_RESTARTS": "3"})
-    r = hpr.run(["--tee", "3", EXAMPLE], env=env, log_dir=False)
-    assert r.rc == 2, r.describe()
-    assert ("PET_NNODES (environment) 1:2: an elastic cluster size is not "
-            "supported") in r.err, r.describe()
-    assert "without elasticPolicy runs as it is" in r.err
-    assert "attempt 0" not in r.err
+@needs_torch
+def test_elastic_pytorchjob_runs_with_c10d(hpr, tmp_path):
+    """examples/kubeflow/pytorchjob-elastic.yaml: the environment of an
+    elasticPolicy (c10d, PET_NNODES=MIN:MAX) on two pods; both join one
+    round (MAX) and all-reduce through the agents' store."""
+    job = yaml.safe_load(ELASTIC.read_text())
+    policy = job["spec"]["elasticPolicy"]
+    assert policy["rdzvBackend"] == "c10d"
+    (container,) = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"][
+        "spec"]["containers"]
+    command = container["command"]
+    assert command[0] == "hyperpodrun"
+    assert not any(a.startswith("--rdzv") for a in command)
+    nproc = int(job["spec"]["nprocPerNode"])
+    port = free_port()
+    procs = []
+    for pod in range(2):
+        env = {"PET_RDZV_BACKEND": "c10d",
+               "PET_RDZV_ENDPOINT": f"127.0.0.1:{port}",
+               "PET_RDZV_ID": job["metadata"]["name"],
+               "PET_NNODES": f"{policy['minReplicas']}:{policy['maxReplicas']}",
+               "PET_MAX_RESTARTS": str(policy["maxRestarts"]),
+               "PET_NPROC_PER_NODE": str(nproc),
+               "PYTHONUNBUFFERED": "0"}
+        args = [str(EXAMPLE) if a == "/workspace/train.py" else a
+                for a in command[1:]]
+        procs.append(hpr.start(["--log-dir", tmp_path / f"pod{pod}", *args],
+                               env=env, log_dir=False))
+    results = [p.wait(180) for p in procs]
+    world = 2 * nproc
+    for r in results:
+        assert r.rc == 0, r.describe()
+        assert "round 0 closed with 2 nodes (--nnodes 1:2)" in r.err, \
+            r.describe()
+        lines = [ln for ln in r.out.splitlines() if "all_reduce sum" in ln]
+        assert len(lines) == nproc, r.describe()
+        want = world * (world + 1) // 2
+        for ln in lines:
+            assert f"/{world} (local " in ln, r.describe()
+            assert ln.endswith(f"all_reduce sum = {want}"), r.describe()
 
 
 def test_hyperpod_backend_named_keeps_operator_mode(hpr, tmp_path):
