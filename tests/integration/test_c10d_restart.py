@@ -230,3 +230,36 @@ def test_the_store_hosts_death_ends_every_node(hpr, tmp_path):
     assert r.rc == 122, r.describe()
     assert "the rendezvous store went away: stopping the workers" in r.err, \
         r.describe()
+
+
+def test_two_jobs_on_one_endpoint_are_never_mixed(hpr, tmp_path):
+    """Two jobs (--rdzv-id a and b) of two agents each on one endpoint:
+    each job's round has its own two nodes, and a failure in job a
+    restarts job a only."""
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = []
+    for job, env in (("a", {"FAIL_RANK": "1", "FAIL_UNTIL": "1"}),
+                     ("b", {"FAIL_UNTIL": "0"})):
+        (out / job).mkdir()
+        for i in range(2):
+            procs.append(hpr.start(
+                ["--log-dir", tmp_path / f"{job}{i}", "--rdzv-backend",
+                 "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", job,
+                 "--nnodes", "2", "--nproc-per-node", "1",
+                 "--max-restarts", "1", ROUND_WORKER, out / job],
+                env={"NO_TORCH": "1", **env, "DUMP_TAG": f"{job}{i}"},
+                log_dir=False))
+    results = wait_all(procs, 180)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    found = {**records(out / "a"), **records(out / "b")}
+    for job, rounds in (("a", [0, 1]), ("b", [0])):
+        for count in rounds:
+            mine = [v for k, v in found.items()
+                    if k[0].startswith(job) and k[3] == count]
+            assert sorted(v[1] for v in mine) == [0, 1], found
+            assert {v[2] for v in mine} == {2}, found
+        assert not [k for k in found if k[0].startswith(job)
+                    and k[3] not in rounds], found
