@@ -1067,7 +1067,10 @@ static void watch_value_cb(void *ctx, const struct hp_store_reply *r)
 
         if (r->status == -ECANCELED)
                 return;
-        if (restart)
+        if (r->status < 0)
+                watch_fire(w, HP_RDZV_END_EXIT,
+                           "the rendezvous store went away");
+        else if (restart)
                 watch_fire(w, HP_RDZV_END_RESTART,
                            "another node ended the round");
         else if (join)

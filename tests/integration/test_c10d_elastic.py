@@ -6,6 +6,7 @@ nodes re-rendezvous, which --max-restarts does not count. Bad input ends
 with a message naming it."""
 
 import re
+import signal
 
 from conftest import deadline_poll, helper
 from test_c10d import free_port, wait_all
@@ -102,3 +103,50 @@ def test_fewer_than_min_within_join_timeout(hpr):
     assert (f"rendezvous 'few' at 127.0.0.1:{port}: fewer than 2 nodes "
             "(--nnodes MIN) joined round 0 within join_timeout (1 s)") \
         in r.err, r.describe()
+
+
+def test_a_stopped_agent_is_left_out_of_the_next_round(hpr, tmp_path):
+    """Three agents (--nnodes 2:3); the third is SIGSTOPped, then a worker
+    of node 0 fails: the next round closes after the last call with the two
+    agents that came (still MIN), and their job ends well. The stopped
+    agent, continued, finds its round over and the job's store gone: it
+    exits 122 and never joins the round it was left out of."""
+    out = tmp_path / "out"
+    out.mkdir()
+    gate = tmp_path / "go"
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {"FAIL_RANK": "0", "FAIL_UNTIL": "1", "FAIL_GATE": str(gate)}
+    extra = ["--max-restarts", "1", "--rdzv-conf",
+             "last_call_timeout=1,join_timeout=5"]
+    procs = []
+    for i in range(3):
+        procs.append(hpr.start(
+            ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", endpoint, "--rdzv-id", "el5",
+             "--nnodes", "2:3", "--nproc-per-node", "1", *extra,
+             ROUND_WORKER, out],
+            env={"NO_TORCH": "1", **env, "DUMP_TAG": f"agent{i}"},
+            log_dir=False))
+        if i == 0:
+            # The first hosts the store; the one stopped must not.
+            deadline_poll(lambda: b"hosting the store" in procs[0].err_path
+                          .read_bytes() or procs[0].poll() is not None,
+                          timeout=60, what="the host")
+    deadline_poll(lambda: len([p for p in out.iterdir()
+                               if p.name.endswith(".0")]) >= 3,
+                  timeout=120, what="round 0's three workers")
+    found = records(out)
+    stop = [i for i in (1, 2) if found[(f"agent{i}", 0)][0] != 0][0]
+    procs[stop].signal(signal.SIGSTOP)
+    gate.write_text("")
+    running = [p for i, p in enumerate(procs) if i != stop]
+    results = wait_all(running, 120)
+    procs[stop].signal(signal.SIGCONT)
+    stopped = procs[stop].wait(120)
+    for r in results:
+        assert r.rc == 0, r.describe()
+        assert "round 1 closed with 2 nodes (--nnodes 2:3)" in r.err, \
+            r.describe()
+    # Continued, it reads the round's end; the store went with the job.
+    assert stopped.rc == 122, stopped.describe()
+    assert "round 1 closed" not in stopped.err, stopped.describe()

@@ -6,7 +6,8 @@ store (env://). The rank named by FAIL_RANK exits FAIL_CODE while the
 restart count is below FAIL_UNTIL (FAIL_UNTIL absent: always); the other
 ranks then wait for the agent to stop them, as a collective would hang.
 Otherwise every rank exits 0 after the all-reduce. The failing rank fails
-only once every rank of the round has written its file."""
+only once every rank of the round has written its file (and FAIL_GATE,
+when set, exists)."""
 
 import os
 import sys
@@ -36,6 +37,11 @@ if env.get("NO_TORCH") != "1":
     print(f"round {count} rank {rank}: sum {int(t.item())} of "
           f"{ws * (ws + 1) // 2}", flush=True)
 
+if failing and env.get("FAIL_GATE"):
+    # It fails once the test has made the gate file (bounded).
+    end = time.monotonic() + 120
+    while not os.path.exists(env["FAIL_GATE"]) and time.monotonic() < end:
+        time.sleep(0.05)
 if failing:
     # Every rank of the round has started (its file is there) before the
     # failure, as an all-reduce would ensure; bounded.
