@@ -8,10 +8,15 @@ with a message naming it."""
 import re
 import signal
 
-from conftest import deadline_poll, helper
+import pytest
+
+from conftest import deadline_poll, have_torch, helper
 from test_c10d import free_port, wait_all
 
 ROUND_WORKER = helper("round_worker.py")
+
+needs_torch = pytest.mark.skipif(not have_torch(),
+                                 reason="/usr/bin/python3 has no torch")
 
 
 def agent(hpr, tmp_path, i, endpoint, out, nnodes, env, extra=()):
@@ -150,3 +155,38 @@ def test_a_stopped_agent_is_left_out_of_the_next_round(hpr, tmp_path):
     # Continued, it reads the round's end; the store went with the job.
     assert stopped.rc == 122, stopped.describe()
     assert "round 1 closed" not in stopped.err, stopped.describe()
+
+
+@needs_torch
+def test_scale_down_after_an_agent_is_killed(hpr, tmp_path):
+    """Three agents (--nnodes 2:3) whose workers all-reduce in a loop; one
+    agent (not the store's host) is SIGKILLed, its worker dies with it, the
+    others' collectives fail, and the next round closes after the last call
+    with the two left: a gloo job of 2 ranks runs to its end."""
+    out = tmp_path / "out"
+    out.mkdir()
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {"LOOP_UNTIL": "1", "FAIL_UNTIL": "0"}
+    procs = []
+    for i in range(3):
+        procs.append(hpr.start(
+            ["--log-dir", tmp_path / f"agent{i}", "--rdzv-backend", "c10d",
+             "--rdzv-endpoint", endpoint, "--rdzv-id", "el6",
+             "--nnodes", "2:3", "--nproc-per-node", "1", "--tee", "3",
+             "--max-restarts", "1", "--rdzv-conf", "last_call_timeout=1",
+             ROUND_WORKER, out],
+            env={**env, "DUMP_TAG": f"agent{i}"}, log_dir=False))
+        if i == 0:
+            deadline_poll(lambda: b"hosting the store" in procs[0].err_path
+                          .read_bytes() or procs[0].poll() is not None,
+                          timeout=60, what="the host")
+    deadline_poll(lambda: sum(b"round 0 rank" in p.out_path.read_bytes()
+                              for p in procs) == 3,
+                  timeout=90, what="round 0's all-reduce on every node")
+    procs[2].kill()
+    results = wait_all(procs[:2], 240)
+    for r in results:
+        assert r.rc == 0, r.describe()
+        assert "round 1 closed with 2 nodes (--nnodes 2:3)" in r.err, \
+            r.describe()
+        assert re.search(r"round 1 rank \d: sum 3 of 3", r.out), r.describe()

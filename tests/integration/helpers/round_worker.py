@@ -7,7 +7,8 @@ restart count is below FAIL_UNTIL (FAIL_UNTIL absent: always); the other
 ranks then wait for the agent to stop them, as a collective would hang.
 Otherwise every rank exits 0 after the all-reduce. The failing rank fails
 only once every rank of the round has written its file (and FAIL_GATE,
-when set, exists)."""
+when set, exists). With LOOP_UNTIL, every rank of a round below it
+all-reduces in a loop, so that a rank that dies makes the others fail."""
 
 import os
 import sys
@@ -36,6 +37,11 @@ if env.get("NO_TORCH") != "1":
     ws = int(env["WORLD_SIZE"])
     print(f"round {count} rank {rank}: sum {int(t.item())} of "
           f"{ws * (ws + 1) // 2}", flush=True)
+    if env.get("LOOP_UNTIL") and count < int(env["LOOP_UNTIL"]):
+        # All-reduces until a rank is gone, which fails this one.
+        while True:
+            dist.all_reduce(torch.tensor([1]))
+            time.sleep(0.05)
 
 if failing and env.get("FAIL_GATE"):
     # It fails once the test has made the gate file (bounded).
