@@ -560,8 +560,6 @@ static void client_gone_cb(void *ctx)
         (void)ctx;
 }
 
-static void round_keys(const struct hp_rdzv *rdzv, int gen, const char *what,
-                       char *key, size_t len);
 static void join_now(struct round *rd);
 
 /* The job's current round, for an agent that comes to a running job. */
@@ -577,11 +575,11 @@ static void gen_cb(void *ctx, const struct hp_store_reply *r)
                 if (rd->gen < 0)
                         rd->gen = 0;
         }
-        round_keys(rd->rdzv, rd->gen, "joined", rd->key_joined,
+        hp_rdzv__round_key(rd->rdzv, rd->gen, "joined", rd->key_joined,
                    sizeof(rd->key_joined));
-        round_keys(rd->rdzv, rd->gen, "closed", rd->key_closed,
+        hp_rdzv__round_key(rd->rdzv, rd->gen, "closed", rd->key_closed,
                    sizeof(rd->key_closed));
-        round_keys(rd->rdzv, rd->gen, "master", rd->key_master,
+        hp_rdzv__round_key(rd->rdzv, rd->gen, "master", rd->key_master,
                    sizeof(rd->key_master));
         join_now(rd);
 }
@@ -750,9 +748,8 @@ static int run_round(struct round *rd)
         return rd->state == ROUND_DONE ? 0 : HP_ERDZV;
 }
 
-/* The key of round gen's part: /hyperpodrun/rdzv/<id>/<gen>/<what>. */
-static void round_keys(const struct hp_rdzv *rdzv, int gen, const char *what,
-                       char *key, size_t len)
+void hp_rdzv__round_key(const struct hp_rdzv *rdzv, int gen, const char *what,
+                        char *key, size_t len)
 {
         snprintf(key, len, "/hyperpodrun/rdzv/%s/%d/%s", rdzv->run_id, gen,
                  what);
@@ -798,7 +795,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
          * watch), then joins the next. */
         if (rdzv->have_round) {
                 hp_rdzv_unwatch(rdzv);
-                round_keys(rdzv, rdzv->gen, "end", rd.key_prev_end,
+                hp_rdzv__round_key(rdzv, rdzv->gen, "end", rd.key_prev_end,
                            sizeof(rd.key_prev_end));
                 rdzv->gen++;
         } else
@@ -844,11 +841,11 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 rd.err = errbuf;
                 rd.errlen = errlen;
                 rd.gen = rdzv->gen;
-                round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
+                hp_rdzv__round_key(rdzv, rdzv->gen, "joined", rd.key_joined,
                            sizeof(rd.key_joined));
-                round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
+                hp_rdzv__round_key(rdzv, rdzv->gen, "closed", rd.key_closed,
                            sizeof(rd.key_closed));
-                round_keys(rdzv, rdzv->gen, "master", rd.key_master,
+                hp_rdzv__round_key(rdzv, rdzv->gen, "master", rd.key_master,
                            sizeof(rd.key_master));
                 rdzv->round_open = true;
                 r = run_round(&rd);
@@ -923,7 +920,7 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
                  strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, rd.port);
         if (rdzv->have_round) {
                 hp_rdzv_unwatch(rdzv);
-                round_keys(rdzv, rdzv->gen, "end", rd.key_prev_end,
+                hp_rdzv__round_key(rdzv, rdzv->gen, "end", rd.key_prev_end,
                            sizeof(rd.key_prev_end));
                 rdzv->gen++;
         }
@@ -954,9 +951,9 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         rd.join_timeout_ms = rdzv->opt.join_timeout_ms;
         rd.err = errbuf;
         rd.errlen = errlen;
-        round_keys(rdzv, rdzv->gen, "joined", rd.key_joined,
+        hp_rdzv__round_key(rdzv, rdzv->gen, "joined", rd.key_joined,
                    sizeof(rd.key_joined));
-        round_keys(rdzv, rdzv->gen, "closed", rd.key_closed,
+        hp_rdzv__round_key(rdzv, rdzv->gen, "closed", rd.key_closed,
                    sizeof(rd.key_closed));
         rdzv->round_open = true;
         r = run_round(&rd);
@@ -990,9 +987,9 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
          * as the round it was joining; a node that succeeded closes the
          * next round only, which the others reach after a failure of
          * their own. */
-        round_keys(rdzv, rdzv->gen, "end", end, sizeof(end));
-        round_keys(rdzv, rdzv->gen + 1, "closed", next, sizeof(next));
-        round_keys(rdzv, rdzv->gen, "closed", open, sizeof(open));
+        hp_rdzv__round_key(rdzv, rdzv->gen, "end", end, sizeof(end));
+        hp_rdzv__round_key(rdzv, rdzv->gen + 1, "closed", next, sizeof(next));
+        hp_rdzv__round_key(rdzv, rdzv->gen, "closed", open, sizeof(open));
         rd.exit_keys[rd.nexit_keys++] = next;
         if (!succeeded)
                 rd.exit_keys[rd.nexit_keys++] = end;
@@ -1036,121 +1033,4 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
                             "open");
         free(h);
         rdzv->c10d = NULL;
-}
-
-/* ---- the watch: a round's end, pushed to every agent ---- */
-
-struct hp_rdzv_watch {
-        struct hp_store_client *client;
-        hp_rdzv_round_end_cb cb;
-        void *ctx;
-        char key[300];
-        bool fired;
-};
-
-static void watch_fire(struct hp_rdzv_watch *w, enum hp_rdzv_end end,
-                       const char *why)
-{
-        if (w->fired)
-                return;
-        w->fired = true;
-        w->cb(w->ctx, end, why);
-}
-
-static void watch_value_cb(void *ctx, const struct hp_store_reply *r)
-{
-        struct hp_rdzv_watch *w = ctx;
-        bool restart = r->status == 0 && r->val_len == 7 &&
-                       memcmp(r->val, "restart", 7) == 0;
-        bool join = r->status == 0 && r->val_len == 4 &&
-                    memcmp(r->val, "join", 4) == 0;
-
-        if (r->status == -ECANCELED)
-                return;
-        if (r->status < 0)
-                watch_fire(w, HP_RDZV_END_EXIT,
-                           "the rendezvous store went away");
-        else if (restart)
-                watch_fire(w, HP_RDZV_END_RESTART,
-                           "another node ended the round");
-        else if (join)
-                watch_fire(w, HP_RDZV_END_JOIN,
-                           "a node joined the job (--nnodes MIN:MAX)");
-        else
-                watch_fire(w, HP_RDZV_END_EXIT, "another node left the job");
-}
-
-static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
-{
-        struct hp_rdzv_watch *w = ctx;
-
-        if (r->status == -ECANCELED)
-                return;
-        if (r->status < 0 ||
-            hp_store_client_get(w->client, w->key, strlen(w->key),
-                                watch_value_cb, w) < 0)
-                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
-}
-
-static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
-{
-        struct hp_rdzv_watch *w = ctx;
-
-        if (r->status < 0 && r->status != -ECANCELED)
-                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
-}
-
-static void watch_gone_cb(void *ctx)
-{
-        free(ctx);
-}
-
-bool hp_rdzv_coordinated(const struct hp_rdzv *rdzv)
-{
-        return rdzv->cfg != NULL &&
-               (rdzv->cfg->rdzv_backend == HP_RDZV_C10D ||
-                rdzv->opt.coordinate_port != 0);
-}
-
-int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,
-                  hp_rdzv_round_end_cb cb, void *ctx)
-{
-        struct hp_rdzv_watch *w;
-        const char *keys[1];
-        int r;
-
-        if (!hp_rdzv_coordinated(rdzv) || !rdzv->have_round)
-                return 0;
-        hp_rdzv_unwatch(rdzv);
-        w = calloc(1, sizeof(*w));
-        if (w == NULL)
-                return -ENOMEM;
-        w->cb = cb;
-        w->ctx = ctx;
-        round_keys(rdzv, rdzv->gen, "end", w->key, sizeof(w->key));
-        r = hp_store_client_connect(loop, rdzv->store_addr, rdzv->store_port,
-                                    watch_connected_cb, w, &w->client);
-        if (r < 0) {
-                free(w);
-                return r;
-        }
-        keys[0] = w->key;
-        r = hp_store_client_wait(w->client, keys, 1, 0, watch_woken_cb, w);
-        rdzv->watch = w;
-        if (r < 0) {
-                hp_rdzv_unwatch(rdzv);
-                return r;
-        }
-        return 0;
-}
-
-void hp_rdzv_unwatch(struct hp_rdzv *rdzv)
-{
-        struct hp_rdzv_watch *w = rdzv->watch;
-
-        if (w == NULL)
-                return;
-        rdzv->watch = NULL;
-        w->fired = true;
-        hp_store_client_close(w->client, watch_gone_cb, w);
 }

@@ -35,6 +35,11 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                        char *errbuf, size_t errlen);
 void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded);
 
+/* The store key of round gen's part: /hyperpodrun/rdzv/<id>/<gen>/<what>
+ * (c10d.c; coord.c watches the "end" key). */
+void hp_rdzv__round_key(const struct hp_rdzv *rdzv, int gen, const char *what,
+                        char *key, size_t len);
+
 /* --rdzv-conf coordinate with static, slurm or resource-config: a round
  * at a store that node 0's agent hosts on the master's address (port
  * coordinate=PORT, or the master port + 1), with the backend's node
