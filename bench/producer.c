@@ -162,9 +162,8 @@ static int run_lines(unsigned long count, unsigned long rate)
                         next += 10000000ull;
                         ts.tv_sec = (time_t)(next / 1000000000ull);
                         ts.tv_nsec = (long)(next % 1000000000ull);
-                        while (clock_nanosleep(CLOCK_MONOTONIC,
-                                               TIMER_ABSTIME, &ts,
-                                               NULL) == EINTR)
+                        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME,
+                                               &ts, NULL) == EINTR)
                                 ;
                 }
         }
@@ -173,7 +172,8 @@ static int run_lines(unsigned long count, unsigned long rate)
 
 static void sleep_ms(unsigned long ms)
 {
-        struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+        struct timespec ts = { (time_t)(ms / 1000),
+                               (long)(ms % 1000) * 1000000 };
 
         while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
                 ;

@@ -74,7 +74,7 @@ struct hp_config {
         /* torchrun flags */
         int nnodes;     /* MAX of --nnodes MIN:MAX */
         int nnodes_min; /* MIN; 0 when --nnodes is one count */
-        int nproc; /* resolved from a number, gpu, cpu, auto */
+        int nproc;      /* resolved from a number, gpu, cpu, auto */
         int node_rank;
         const char *master_addr;
         int master_port;

@@ -32,9 +32,9 @@ struct hp_rdzv_info {
  * hp_rdzv_init. Empty strings mean "not given". */
 struct hp_rdzv_options {
         /* slurm */
-        char scontrol[4096];       /* "off", a path, or "" for PATH */
+        char scontrol[4096]; /* "off", a path, or "" for PATH */
         uint64_t scontrol_timeout_ms;
-        bool port_from_job_id;     /* master_port=jobid */
+        bool port_from_job_id; /* master_port=jobid */
         /* resource-config */
         char resource_config[4096];
         char resource_config_source[64]; /* where the path came from */
@@ -43,7 +43,7 @@ struct hp_rdzv_options {
         char resource_config_dir[4096];
         bool resource_config_dir_given; /* by --rdzv-conf, not the default */
         /* c10d */
-        int is_host;               /* 1, 0, or -1: host when the endpoint
+        int is_host; /* 1, 0, or -1: host when the endpoint
                                     * can be bound here */
         uint64_t join_timeout_ms;
         uint64_t last_call_timeout_ms; /* c10d, with --nnodes MIN:MAX */
@@ -60,7 +60,7 @@ struct hp_rdzv {
         const struct hp_config *cfg; /* borrowed */
         char run_id[128];            /* fixed for the agent's life */
         struct hp_rdzv_options opt;
-        char hostname[256];          /* this machine's, for the self-driven
+        char hostname[256]; /* this machine's, for the self-driven
                                       * backends */
         /* c10d: the store this agent hosts (NULL when another does), and
          * the round, which restarts keep. */

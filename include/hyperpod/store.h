@@ -177,7 +177,8 @@ int hp_store_server_listen(struct hp_store_server *s, const char *host,
 /* Drops, as a protocol error with why in the log, every client that sends
  * a query on a key starting with prefix (at most 63 bytes): a client of
  * another protocol on top of this one (torchrun's c10d rendezvous keeps
- * its state at "/torch.rendezvous.<id>", as its client sends it). Call before the server runs. */
+ * its state at "/torch.rendezvous.<id>", as its client sends it). Call
+ * before the server runs. */
 void hp_store_server_refuse_prefix(struct hp_store_server *s,
                                    const char *prefix, const char *why);
 

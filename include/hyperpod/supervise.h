@@ -50,7 +50,7 @@ struct hp_env_params {
         const char *role;
         const char *master_addr;
         int master_port;
-        bool agent_store;  /* TORCHELASTIC_USE_AGENT_STORE */
+        bool agent_store; /* TORCHELASTIC_USE_AGENT_STORE */
         int restart_count;
         int max_restarts;
         const char *run_id;
@@ -97,12 +97,12 @@ void hp_argv_free(struct hp_argv *a);
 
 /* What made a verdict: a log rule, or the rank monitor (ftmon.h). */
 enum hp_verdict_kind {
-        HP_VERDICT_RULE = 0,        /* rule: the log rule */
-        HP_VERDICT_HEARTBEAT,       /* rule: "heartbeat" */
+        HP_VERDICT_RULE = 0,          /* rule: the log rule */
+        HP_VERDICT_HEARTBEAT,         /* rule: "heartbeat" */
         HP_VERDICT_INITIAL_HEARTBEAT, /* rule: "initial heartbeat" */
-        HP_VERDICT_SECTION,         /* rule: the section's name */
-        HP_VERDICT_OUT_OF_SECTION,  /* rule: "out-of-section" */
-        HP_VERDICT_STRAGGLER,       /* rule: "straggler" */
+        HP_VERDICT_SECTION,           /* rule: the section's name */
+        HP_VERDICT_OUT_OF_SECTION,    /* rule: "out-of-section" */
+        HP_VERDICT_STRAGGLER,         /* rule: "straggler" */
         HP_VERDICT_KIND_COUNT
 };
 
@@ -114,15 +114,15 @@ struct hp_verdict {
         enum hp_verdict_kind kind;
         char rule[LOGMON_NAME_MAX + 1];
         uint64_t timeout_ms; /* the rank monitor's timeout that passed */
-        double speed;       /* a straggler's speed, of the median's */
+        double speed;        /* a straggler's speed, of the median's */
         int local_rank;
-        int rank;           /* global */
-        char line[512];     /* the rule's last matching line, "" for none */
+        int rank;             /* global */
+        char line[512];       /* the rule's last matching line, "" for none */
         uint64_t deadline_ms; /* loop ms: the deadline a tick found passed,
                                * UINT64_MAX when a line made it */
-        uint64_t seen_ms;   /* loop ms: when the watch judged */
-        uint64_t latency_ms; /* seen_ms past the deadline, 0 for a line */
-        double wall;        /* wall clock at seen_ms, seconds since epoch */
+        uint64_t seen_ms;     /* loop ms: when the watch judged */
+        uint64_t latency_ms;  /* seen_ms past the deadline, 0 for a line */
+        double wall;          /* wall clock at seen_ms, seconds since epoch */
 };
 
 /* Room for any verdict's reason code and its NUL. */
@@ -132,8 +132,9 @@ struct hp_verdict {
  * "LogHang_<rule>" or "LogFault_<rule>", as logmon_stream_reason gives
  * it; for the rank monitor "RankHeartbeatTimeout",
  * "RankInitialHeartbeatTimeout", "RankSectionTimeout_<section>",
- * "RankOutOfSectionTimeout" or "RankStraggler". Cut to fit buf and terminated whenever len > 0. Returns the length
- * of the whole code (as snprintf), or -EINVAL when v holds no verdict. */
+ * "RankOutOfSectionTimeout" or "RankStraggler". Cut to fit buf and
+ * terminated whenever len > 0. Returns the length of the whole code (as
+ * snprintf), or -EINVAL when v holds no verdict. */
 int hp_verdict_reason(const struct hp_verdict *v, char *buf, size_t len);
 /* What it means, in the operator's fault message: "Log rule <rule> is
  * HANGING on local rank <r>; last matching line: <line>" (or "; no line
@@ -353,9 +354,10 @@ void hp_agent_set_restart_count(struct hp_agent *agent, int restart_count);
  * running worker's global rank becomes base_rank + its local rank, for
  * what the agent prints and reports (a negative rank is one the agent
  * does not know yet, printed as such). */
-void hp_agent_rerank(struct hp_agent *agent, const struct hp_rdzv_info *round);
-const struct hp_rdzv_options *hp_agent_rdzv_options(
-        const struct hp_agent *agent);
+void hp_agent_rerank(struct hp_agent *agent,
+                     const struct hp_rdzv_info *round);
+const struct hp_rdzv_options *
+hp_agent_rdzv_options(const struct hp_agent *agent);
 /* The stage running, or the last one that ran. */
 enum hp_stage hp_agent_stage(const struct hp_agent *agent);
 /* Whether the running group is being stopped. */
@@ -374,8 +376,8 @@ const struct hp_verdict *hp_agent_verdict(const struct hp_agent *agent);
 const char *hp_agent_node_fault(const struct hp_agent *agent,
                                 const char **line, double *wall);
 /* --preflight nccl's result once it has run, else NULL. */
-const struct hp_preflight_result *hp_agent_preflight_result(
-        const struct hp_agent *agent);
+const struct hp_preflight_result *
+hp_agent_preflight_result(const struct hp_agent *agent);
 /* The kernel log watch, or NULL when the kernel log is not watched. */
 const struct kmsg_watch *hp_agent_kmsg_watch(const struct hp_agent *agent);
 /* The rank monitor (heartbeats, sections, straggler speeds). */
@@ -410,8 +412,8 @@ enum hp_fault_cause hp_fault_cause_of(const char *reason);
 /* What the self-driven driver did, for /metrics (the operator's own
  * drivers count for themselves). */
 struct hp_agent_counts {
-        uint64_t attempts;  /* worker groups started from the first stage */
-        uint64_t restarts;  /* of those, restarts after a fault */
+        uint64_t attempts; /* worker groups started from the first stage */
+        uint64_t restarts; /* of those, restarts after a fault */
         uint64_t faults[HP_FAULT_CAUSE_COUNT]; /* attempts ended by each */
 };
 const struct hp_agent_counts *hp_agent_counts(const struct hp_agent *agent);

@@ -34,121 +34,6 @@
  * other nodes' workers (torchrun's exit_barrier_timeout). */
 #define EXIT_BARRIER_MS 300000
 
-struct hp_rdzv_c10d {
-        uv_loop_t loop; /* the store's, run by thread */
-        uv_async_t stop;
-        uv_thread_t thread;
-        struct hp_store_server *server;
-};
-
-/* ---- the store this agent hosts ---- */
-
-static void store_closed_cb(void *ctx)
-{
-        struct hp_rdzv_c10d *h = ctx;
-
-        uv_close((uv_handle_t *)&h->stop, NULL);
-}
-
-static void stop_cb(uv_async_t *a)
-{
-        struct hp_rdzv_c10d *h = hp_container_of(a, struct hp_rdzv_c10d, stop);
-
-        hp_store_server_close(h->server, store_closed_cb, h);
-}
-
-static void store_thread(void *arg)
-{
-        struct hp_rdzv_c10d *h = arg;
-
-        uv_run(&h->loop, UV_RUN_DEFAULT);
-}
-
-/* Binds host:port for the store; 0, or a negative errno with err. */
-static int host_start(struct hp_rdzv *rdzv, const char *bind_host, int port,
-                      char *err, size_t errlen)
-{
-        struct hp_rdzv_c10d *h = calloc(1, sizeof(*h));
-        int r;
-
-        if (h == NULL)
-                return -ENOMEM;
-        r = uv_loop_init(&h->loop);
-        if (r < 0) {
-                free(h);
-                return r;
-        }
-        r = hp_store_server_new(&h->loop, NULL, &h->server);
-        if (r == 0)
-                /* A torchrun agent that joins by mistake fails at once
-                 * (its store connection is dropped) rather than waiting
-                 * for a round it cannot read. torch's clients put "/"
-                 * before every key. */
-                hp_store_server_refuse_prefix(
-                        h->server, "/torch.rendezvous.",
-                        "a torchrun agent's c10d rendezvous; hyperpodrun's "
-                        "rounds are not torchrun's: run hyperpodrun on every "
-                        "node");
-        if (r == 0) {
-                r = hp_store_server_listen(h->server, bind_host, port, err,
-                                           errlen);
-                if (r < 0) {
-                        hp_store_server_close(h->server, NULL, NULL);
-                        uv_run(&h->loop, UV_RUN_DEFAULT);
-                }
-        }
-        if (r == 0) {
-                uv_async_init(&h->loop, &h->stop, stop_cb);
-                /* The thread inherits this one's signal mask: the agent
-                 * holds its signals while it starts, and they stay with
-                 * the loop thread. */
-                r = uv_thread_create(&h->thread, store_thread, h);
-                if (r < 0) {
-                        uv_close((uv_handle_t *)&h->stop, NULL);
-                        hp_store_server_close(h->server, NULL, NULL);
-                        uv_run(&h->loop, UV_RUN_DEFAULT);
-                }
-        }
-        if (r < 0) {
-                uv_loop_close(&h->loop);
-                free(h);
-                return r;
-        }
-        rdzv->c10d = h;
-        return 0;
-}
-
-/* The endpoint's address, numeric, for binding and connecting. */
-static int resolve_what(const char *what, const char *host, char *addr,
-                        size_t len, char *err, size_t errlen)
-{
-        struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
-        struct addrinfo *res;
-        int r = getaddrinfo(host, NULL, &hints, &res);
-
-        if (r != 0) {
-                snprintf(err, errlen, "cannot resolve %s '%s': %s", what,
-                         host, gai_strerror(r));
-                return HP_ERDZV;
-        }
-        r = getnameinfo(res->ai_addr, res->ai_addrlen, addr, (socklen_t)len,
-                        NULL, 0, NI_NUMERICHOST);
-        freeaddrinfo(res);
-        if (r != 0) {
-                snprintf(err, errlen, "cannot resolve %s '%s': %s", what,
-                         host, gai_strerror(r));
-                return HP_ERDZV;
-        }
-        return 0;
-}
-
-static int resolve(const char *host, char *addr, size_t len, char *err,
-                   size_t errlen)
-{
-        return resolve_what("--rdzv-endpoint host", host, addr, len, err,
-                            errlen);
-}
-
 /* ---- the round ---- */
 
 enum round_state {
@@ -200,9 +85,9 @@ struct round {
         /* The last call's own connection: the round's has a WAIT on the
          * wire, and a connection carries one request at a time. */
         struct hp_store_client *closer;
-        int64_t size;   /* the nodes the round closed with */
-        bool late;      /* it closed without this agent */
-        bool find_gen;  /* read the job's current round before joining */
+        int64_t size;  /* the nodes the round closed with */
+        bool late;     /* it closed without this agent */
+        bool find_gen; /* read the job's current round before joining */
         const struct hp_rdzv *rdzv;
         const char *endpoint;
         const char *run_id;
@@ -239,8 +124,9 @@ static void closed_set_cb(void *ctx, const struct hp_store_reply *r)
         struct round *rd = ctx;
 
         if (r->status < 0)
-                round_fail(rd, "rendezvous '%s' at %s: cannot write to the "
-                               "store: %s",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: cannot write to the "
+                           "store: %s",
                            rd->run_id, rd->endpoint, hp_strerror(r->status));
 }
 
@@ -250,8 +136,9 @@ static void master_cb(void *ctx, const struct hp_store_reply *r)
         char text[300];
 
         if (r->status < 0 || r->val_len == 0 || r->val_len >= sizeof(text)) {
-                round_fail(rd, "rendezvous '%s' at %s: node 0 published no "
-                               "master address",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: node 0 published no "
+                           "master address",
                            rd->run_id, rd->endpoint);
                 return;
         }
@@ -261,8 +148,9 @@ static void master_cb(void *ctx, const struct hp_store_reply *r)
                                    sizeof(rd->master_addr), 0,
                                    &rd->master_port) < 0 ||
             rd->master_port == 0) {
-                round_fail(rd, "rendezvous '%s' at %s: node 0 published the "
-                               "master '%s', which is no HOST:PORT",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: node 0 published the "
+                           "master '%s', which is no HOST:PORT",
                            rd->run_id, rd->endpoint, text);
                 return;
         }
@@ -284,8 +172,9 @@ static void closed_value_cb(void *ctx, const struct hp_store_reply *r)
         if (r->status == 0 && r->val_len == 4 &&
             memcmp(r->val, "exit", 4) == 0) {
                 rd->peer_exit = true;
-                round_fail(rd, "rendezvous '%s' at %s: another node left the "
-                               "job; no next round",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: another node left the "
+                           "job; no next round",
                            rd->run_id, rd->endpoint);
                 return;
         }
@@ -318,8 +207,9 @@ static void waited_cb(void *ctx, const struct hp_store_reply *r)
                 return;
         }
         if (r->status < 0) {
-                round_fail(rd, "rendezvous '%s' at %s: the store went away "
-                               "while waiting for %d nodes: %s",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: the store went away "
+                           "while waiting for %d nodes: %s",
                            rd->run_id, rd->endpoint, rd->nnodes,
                            hp_strerror(r->status));
                 return;
@@ -334,7 +224,8 @@ static void after_closed(struct round *rd)
 
         if (rd->own_store) {
                 q = hp_store_client_get(rd->client, rd->key_master,
-                                        strlen(rd->key_master), master_cb, rd);
+                                        strlen(rd->key_master), master_cb,
+                                        rd);
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
@@ -375,8 +266,8 @@ static int publish_master(struct round *rd)
                 r = free_port(&port);
         if (r < 0)
                 return r;
-        snprintf(value, sizeof(value), strchr(addr, ':') ? "[%s]:%d" : "%s:%d",
-                 addr, port);
+        snprintf(value, sizeof(value),
+                 strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
         hp_log_info("rendezvous '%s': TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
                     "worker rank 0 hosts the workers' store at %s",
                     rd->run_id, value);
@@ -393,8 +284,9 @@ static int close_round(struct round *rd, int64_t n)
         int len = snprintf(text, sizeof(text), "%lld", (long long)n);
 
         return hp_store_client_compare_set(rd->client, rd->key_closed,
-                                           strlen(rd->key_closed), "", 0, text,
-                                           (size_t)len, closed_set_cb, rd);
+                                           strlen(rd->key_closed), "", 0,
+                                           text, (size_t)len, closed_set_cb,
+                                           rd);
 }
 
 static void closer_set_cb(void *ctx, const struct hp_store_reply *r)
@@ -494,14 +386,15 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                 q = 0;
                 if (rd->joined >= rd->nnodes)
                         q = hp_store_client_set(rd->client, rd->key_closed,
-                                                strlen(rd->key_closed), "1", 1,
-                                                closed_set_cb, rd);
+                                                strlen(rd->key_closed), "1",
+                                                1, closed_set_cb, rd);
                 if (q == 0 && rd->hosting) {
                         rd->state = ROUND_WAITING;
                         q = hp_store_client_wait(rd->client, keys, 1, 0,
                                                  waited_cb, rd);
                 } else if (q == 0) {
-                        q = hp_store_client_ping(rd->client, 0, waited_cb, rd);
+                        q = hp_store_client_ping(rd->client, 0, waited_cb,
+                                                 rd);
                 }
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
@@ -512,10 +405,11 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                 return;
         }
         if (rd->joined > rd->nnodes) {
-                round_fail(rd, "rendezvous '%s' at %s already has its %d "
-                               "nodes (--nnodes %d); this agent came as node "
-                               "%lld. A second job on the same endpoint "
-                               "needs another --rdzv-id",
+                round_fail(rd,
+                           "rendezvous '%s' at %s already has its %d "
+                           "nodes (--nnodes %d); this agent came as node "
+                           "%lld. A second job on the same endpoint "
+                           "needs another --rdzv-id",
                            rd->run_id, rd->endpoint, rd->nnodes, rd->nnodes,
                            (long long)rd->joined);
                 return;
@@ -529,19 +423,21 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                 hp_log_info("rendezvous '%s' at %s: joined round %d as the "
                             "%lld. node of %d to %d",
                             rd->run_id, rd->endpoint, rd->gen,
-                            (long long)rd->joined, rd->nnodes_min, rd->nnodes);
+                            (long long)rd->joined, rd->nnodes_min,
+                            rd->nnodes);
         else
-                hp_log_info("rendezvous '%s' at %s: joined as node %lld of %d",
-                            rd->run_id, rd->endpoint,
-                            (long long)rd->joined - 1, rd->nnodes);
+                hp_log_info(
+                        "rendezvous '%s' at %s: joined as node %lld of %d",
+                        rd->run_id, rd->endpoint, (long long)rd->joined - 1,
+                        rd->nnodes);
         rd->state = ROUND_WAITING;
         q = 0;
         if (rd->own_store && rd->joined == 1)
                 q = publish_master(rd);
         if (q == 0 && rd->joined == rd->nnodes)
                 q = close_round(rd, rd->nnodes);
-        else if (q == 0 && rd->nnodes_min > 0 && rd->joined >= rd->nnodes_min &&
-                 !rd->last_call_on) {
+        else if (q == 0 && rd->nnodes_min > 0 &&
+                 rd->joined >= rd->nnodes_min && !rd->last_call_on) {
                 /* The last call: more may come until it ends. */
                 rd->last_call_on = true;
                 uv_timer_start(&rd->last_call, last_call_cb, rd->last_call_ms,
@@ -576,11 +472,11 @@ static void gen_cb(void *ctx, const struct hp_store_reply *r)
                         rd->gen = 0;
         }
         hp_rdzv__round_key(rd->rdzv, rd->gen, "joined", rd->key_joined,
-                   sizeof(rd->key_joined));
+                           sizeof(rd->key_joined));
         hp_rdzv__round_key(rd->rdzv, rd->gen, "closed", rd->key_closed,
-                   sizeof(rd->key_closed));
+                           sizeof(rd->key_closed));
         hp_rdzv__round_key(rd->rdzv, rd->gen, "master", rd->key_master,
-                   sizeof(rd->key_master));
+                           sizeof(rd->key_master));
         join_now(rd);
 }
 
@@ -609,8 +505,8 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
 
                 snprintf(key, sizeof(key), "/hyperpodrun/rdzv/%s/round",
                          rd->run_id);
-                q = hp_store_client_get(rd->client, key, strlen(key),
-                                        gen_cb, rd);
+                q = hp_store_client_get(rd->client, key, strlen(key), gen_cb,
+                                        rd);
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
@@ -633,16 +529,18 @@ static void join_now(struct round *rd)
         }
 
         if (rd->key_prev_end[0] != '\0')
-                q = hp_store_client_compare_set(
-                        rd->client, rd->key_prev_end, strlen(rd->key_prev_end),
-                        "", 0, "restart", 7, closed_set_cb, rd);
+                q = hp_store_client_compare_set(rd->client, rd->key_prev_end,
+                                                strlen(rd->key_prev_end), "",
+                                                0, "restart", 7,
+                                                closed_set_cb, rd);
         for (size_t i = 0; q == 0 && i < rd->nexit_keys; i++)
                 q = hp_store_client_set(rd->client, rd->exit_keys[i],
                                         strlen(rd->exit_keys[i]), "exit", 4,
                                         closed_set_cb, rd);
         if (q == 0)
                 q = hp_store_client_add(rd->client, rd->key_joined,
-                                strlen(rd->key_joined), 1, joined_cb, rd);
+                                        strlen(rd->key_joined), 1, joined_cb,
+                                        rd);
         if (q < 0)
                 round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
                            rd->endpoint, hp_strerror(q));
@@ -668,13 +566,15 @@ static void deadline_cb(uv_timer_t *t)
         if (rd->finishing)
                 round_fail(rd, "not every node finished within %g s", s);
         else if (rd->state == ROUND_CONNECTING)
-                round_fail(rd, "rendezvous '%s': no store answered at %s "
-                               "within join_timeout (%g s)",
+                round_fail(rd,
+                           "rendezvous '%s': no store answered at %s "
+                           "within join_timeout (%g s)",
                            rd->run_id, rd->endpoint, s);
         else
-                round_fail(rd, "rendezvous '%s' at %s: fewer than %d nodes "
-                               "(--nnodes%s) joined round %d within "
-                               "join_timeout (%g s)",
+                round_fail(rd,
+                           "rendezvous '%s' at %s: fewer than %d nodes "
+                           "(--nnodes%s) joined round %d within "
+                           "join_timeout (%g s)",
                            rd->run_id, rd->endpoint,
                            rd->nnodes_min > 0 ? rd->nnodes_min : rd->nnodes,
                            rd->nnodes_min > 0 ? " MIN" : "", rd->gen, s);
@@ -694,8 +594,9 @@ static void signal_cb(uv_poll_t *p, int status, int events)
                 else if (sigismember(&pending, SIGINT))
                         name = "SIGINT";
         }
-        round_fail(rd, "rendezvous '%s' at %s: stopped by %s while waiting "
-                       "for %d nodes",
+        round_fail(rd,
+                   "rendezvous '%s' at %s: stopped by %s while waiting "
+                   "for %d nodes",
                    rd->run_id, rd->endpoint, name, rd->nnodes);
 }
 
@@ -743,16 +644,10 @@ static int run_round(struct round *rd)
         if (rd->sigfd >= 0)
                 close(rd->sigfd);
         if (uv_loop_close(&rd->loop) != 0)
-                hp_log_warn("rendezvous: the round's loop closed with handles "
-                            "open");
+                hp_log_warn(
+                        "rendezvous: the round's loop closed with handles "
+                        "open");
         return rd->state == ROUND_DONE ? 0 : HP_ERDZV;
-}
-
-void hp_rdzv__round_key(const struct hp_rdzv *rdzv, int gen, const char *what,
-                        char *key, size_t len)
-{
-        snprintf(key, len, "/hyperpodrun/rdzv/%s/%d/%s", rdzv->run_id, gen,
-                 what);
 }
 
 /* What torchrun's c10d backend does not read either, said rather than
@@ -787,7 +682,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                          cfg->rdzv_endpoint);
                 return HP_ECONFIG;
         }
-        r = resolve(host, addr, sizeof(addr), errbuf, errlen);
+        r = hp_rdzv__resolve(host, addr, sizeof(addr), errbuf, errlen);
         if (r < 0)
                 return r;
         /* A re-rendezvous: every node comes to the next round together.
@@ -796,7 +691,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         if (rdzv->have_round) {
                 hp_rdzv_unwatch(rdzv);
                 hp_rdzv__round_key(rdzv, rdzv->gen, "end", rd.key_prev_end,
-                           sizeof(rd.key_prev_end));
+                                   sizeof(rd.key_prev_end));
                 rdzv->gen++;
         } else
                 warn_unread(cfg);
@@ -804,11 +699,13 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 /* is_host=true binds every address, as torchrun does; by
                  * default the endpoint's own, which only its machine can. */
                 const char *bind_host = rdzv->opt.is_host == 1
-                                                ? (strchr(addr, ':') ? "::"
-                                                                     : "0.0.0.0")
+                                                ? (strchr(addr, ':')
+                                                           ? "::"
+                                                           : "0.0.0.0")
                                                 : addr;
 
-                r = host_start(rdzv, bind_host, rd.port, why, sizeof(why));
+                r = hp_rdzv__host_start(rdzv, bind_host, rd.port, why,
+                                        sizeof(why));
                 if (r == 0)
                         hp_log_info("rendezvous '%s': hosting the store on "
                                     "%s:%d",
@@ -842,11 +739,11 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 rd.errlen = errlen;
                 rd.gen = rdzv->gen;
                 hp_rdzv__round_key(rdzv, rdzv->gen, "joined", rd.key_joined,
-                           sizeof(rd.key_joined));
+                                   sizeof(rd.key_joined));
                 hp_rdzv__round_key(rdzv, rdzv->gen, "closed", rd.key_closed,
-                           sizeof(rd.key_closed));
+                                   sizeof(rd.key_closed));
                 hp_rdzv__round_key(rdzv, rdzv->gen, "master", rd.key_master,
-                           sizeof(rd.key_master));
+                                   sizeof(rd.key_master));
                 rdzv->round_open = true;
                 r = run_round(&rd);
                 rdzv->gen = rd.gen;
@@ -902,8 +799,8 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         char addr[INET6_ADDRSTRLEN], endpoint[300], why[300];
         int r;
 
-        r = resolve_what("the master", out->master_addr, addr, sizeof(addr),
-                         errbuf, errlen);
+        r = hp_rdzv__resolve_what("the master", out->master_addr, addr,
+                                  sizeof(addr), errbuf, errlen);
         if (r < 0)
                 return r;
         rd.port = rdzv->opt.coordinate_port > 0 ? rdzv->opt.coordinate_port
@@ -921,14 +818,14 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         if (rdzv->have_round) {
                 hp_rdzv_unwatch(rdzv);
                 hp_rdzv__round_key(rdzv, rdzv->gen, "end", rd.key_prev_end,
-                           sizeof(rd.key_prev_end));
+                                   sizeof(rd.key_prev_end));
                 rdzv->gen++;
         }
         /* Node 0's agent hosts the store, on every address. */
         if (rdzv->c10d == NULL && rdzv->gen == 0 && out->node_rank == 0) {
                 const char *any = strchr(addr, ':') ? "::" : "0.0.0.0";
 
-                r = host_start(rdzv, any, rd.port, why, sizeof(why));
+                r = hp_rdzv__host_start(rdzv, any, rd.port, why, sizeof(why));
                 if (r < 0) {
                         snprintf(errbuf, errlen,
                                  "node 0 cannot host the restart store "
@@ -952,9 +849,9 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         rd.err = errbuf;
         rd.errlen = errlen;
         hp_rdzv__round_key(rdzv, rdzv->gen, "joined", rd.key_joined,
-                   sizeof(rd.key_joined));
+                           sizeof(rd.key_joined));
         hp_rdzv__round_key(rdzv, rdzv->gen, "closed", rd.key_closed,
-                   sizeof(rd.key_closed));
+                           sizeof(rd.key_closed));
         rdzv->round_open = true;
         r = run_round(&rd);
         if (r < 0 && rd.peer_exit)
@@ -1018,7 +915,7 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
 
 void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
 {
-        struct hp_rdzv_c10d *h = rdzv->c10d;
+        const struct hp_rdzv_c10d *h = rdzv->c10d;
 
         hp_rdzv_unwatch(rdzv);
         if (rdzv->have_round)
@@ -1026,11 +923,5 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
         rdzv->have_round = false;
         if (h == NULL)
                 return;
-        uv_async_send(&h->stop);
-        uv_thread_join(&h->thread);
-        if (uv_loop_close(&h->loop) != 0)
-                hp_log_warn("rendezvous: the store's loop closed with handles "
-                            "open");
-        free(h);
-        rdzv->c10d = NULL;
+        hp_rdzv__host_stop(rdzv);
 }

@@ -63,7 +63,8 @@ static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
         if (r->status < 0 ||
             hp_store_client_get(w->client, w->key, strlen(w->key),
                                 watch_value_cb, w) < 0)
-                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
+                watch_fire(w, HP_RDZV_END_EXIT,
+                           "the rendezvous store went away");
 }
 
 static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
@@ -71,7 +72,8 @@ static void watch_connected_cb(void *ctx, const struct hp_store_reply *r)
         struct hp_rdzv_watch *w = ctx;
 
         if (r->status < 0 && r->status != -ECANCELED)
-                watch_fire(w, HP_RDZV_END_EXIT, "the rendezvous store went away");
+                watch_fire(w, HP_RDZV_END_EXIT,
+                           "the rendezvous store went away");
 }
 
 static void watch_gone_cb(void *ctx)
@@ -127,4 +129,11 @@ void hp_rdzv_unwatch(struct hp_rdzv *rdzv)
         rdzv->watch = NULL;
         w->fired = true;
         hp_store_client_close(w->client, watch_gone_cb, w);
+}
+
+void hp_rdzv__round_key(const struct hp_rdzv *rdzv, int gen, const char *what,
+                        char *key, size_t len)
+{
+        snprintf(key, len, "/hyperpodrun/rdzv/%s/%d/%s", rdzv->run_id, gen,
+                 what);
 }

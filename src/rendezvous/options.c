@@ -48,9 +48,11 @@ static const struct key_row keys[] = {
         [KEY_SCONTROL] = { "scontrol", HP_RDZV_SLURM },
         [KEY_SCONTROL_TIMEOUT] = { "scontrol_timeout", HP_RDZV_SLURM },
         [KEY_MASTER_PORT] = { "master_port", HP_RDZV_SLURM },
-        [KEY_RESOURCE_CONFIG] = { "resource_config", HP_RDZV_RESOURCE_CONFIG },
+        [KEY_RESOURCE_CONFIG] = { "resource_config",
+                                  HP_RDZV_RESOURCE_CONFIG },
         [KEY_INSTANCE_GROUP] = { "instance_group", HP_RDZV_RESOURCE_CONFIG },
-        [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir", HP_RDZV_HYPERPOD },
+        [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir",
+                                      HP_RDZV_HYPERPOD },
         [KEY_IS_HOST] = { "is_host", HP_RDZV_C10D },
         [KEY_JOIN_TIMEOUT] = { "join_timeout", HP_RDZV_C10D },
         [KEY_COORDINATE_STATIC] = { "coordinate", HP_RDZV_STATIC },
@@ -141,13 +143,15 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
                 text[value_len] = '\0';
-                if (hp_parse_seconds_ms(text, &opt->scontrol_timeout_ms) < 0 ||
+                if (hp_parse_seconds_ms(text, &opt->scontrol_timeout_ms) <
+                            0 ||
                     opt->scontrol_timeout_ms == 0) {
-                        snprintf(errbuf, errlen,
-                                 "invalid value '%s' for --rdzv-conf "
-                                 "scontrol_timeout: expected seconds above 0, "
-                                 "e.g. 10 or 0.5",
-                                 text);
+                        snprintf(
+                                errbuf, errlen,
+                                "invalid value '%s' for --rdzv-conf "
+                                "scontrol_timeout: expected seconds above 0, "
+                                "e.g. 10 or 0.5",
+                                text);
                         return HP_ECONFIG;
                 }
                 return 0;
@@ -179,17 +183,19 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                              sizeof(opt->resource_config), value, value_len,
                              "resource_config", errbuf, errlen);
         case KEY_INSTANCE_GROUP:
-                return store(opt->instance_group,
-                             sizeof(opt->instance_group), value, value_len,
-                             "instance_group", errbuf, errlen);
+                return store(opt->instance_group, sizeof(opt->instance_group),
+                             value, value_len, "instance_group", errbuf,
+                             errlen);
         case KEY_IS_HOST:
                 /* torchrun reads it as a boolean with these spellings. */
                 if (value_len >= sizeof(text))
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
                 text[value_len] = '\0';
-                if (strcasecmp(text, "1") == 0 || strcasecmp(text, "true") == 0 ||
-                    strcasecmp(text, "t") == 0 || strcasecmp(text, "yes") == 0 ||
+                if (strcasecmp(text, "1") == 0 ||
+                    strcasecmp(text, "true") == 0 ||
+                    strcasecmp(text, "t") == 0 ||
+                    strcasecmp(text, "yes") == 0 ||
                     strcasecmp(text, "y") == 0) {
                         opt->is_host = 1;
                 } else if (strcasecmp(text, "0") == 0 ||
@@ -199,10 +205,11 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                            strcasecmp(text, "n") == 0) {
                         opt->is_host = 0;
                 } else {
-                        snprintf(errbuf, errlen,
-                                 "invalid value '%s' for --rdzv-conf is_host: "
-                                 "expected true or false (1, yes, ... 0, no)",
-                                 text);
+                        snprintf(
+                                errbuf, errlen,
+                                "invalid value '%s' for --rdzv-conf is_host: "
+                                "expected true or false (1, yes, ... 0, no)",
+                                text);
                         return HP_ECONFIG;
                 }
                 return 0;
@@ -238,7 +245,8 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
                 text[value_len] = '\0';
-                if (hp_parse_seconds_ms(text, &opt->last_call_timeout_ms) < 0) {
+                if (hp_parse_seconds_ms(text, &opt->last_call_timeout_ms) <
+                    0) {
                         snprintf(errbuf, errlen,
                                  "invalid value '%s' for --rdzv-conf "
                                  "last_call_timeout: expected seconds, e.g. "
@@ -339,8 +347,8 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
                         return HP_ECONFIG;
                 }
                 seen[i] = true;
-                r = apply_key(rdzv, (enum key_id)i, eq + 1,
-                              len - key_len - 1, errbuf, errlen);
+                r = apply_key(rdzv, (enum key_id)i, eq + 1, len - key_len - 1,
+                              errbuf, errlen);
                 if (r < 0)
                         return r;
                 p += len;
@@ -400,5 +408,37 @@ int hp_rdzv__check_flags(const struct hp_config *cfg, const char *source,
                 snprintf(errbuf, errlen, "--master-addr is too long");
                 return HP_ECONFIG;
         }
+        return 0;
+}
+
+int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
+                           int default_port, int *port)
+{
+        const char *host_start = text, *host_end, *colon;
+        size_t n;
+
+        *port = default_port;
+        if (*text == '[') {
+                host_start = text + 1;
+                host_end = strchr(host_start, ']');
+                if (host_end == NULL)
+                        return HP_ECONFIG;
+                colon = host_end[1] == ':' ? host_end + 1 : NULL;
+                if (host_end[1] != '\0' && colon == NULL)
+                        return HP_ECONFIG;
+        } else {
+                colon = strrchr(text, ':');
+                /* A bare IPv6 address has several colons and no port. */
+                if (colon != NULL && strchr(text, ':') != colon)
+                        colon = NULL;
+                host_end = colon ? colon : text + strlen(text);
+        }
+        n = (size_t)(host_end - host_start);
+        if (n == 0 || n >= host_len)
+                return HP_ECONFIG;
+        memcpy(host, host_start, n);
+        host[n] = '\0';
+        if (colon != NULL && hp_parse_int(colon + 1, 1, 65535, port) < 0)
+                return HP_ECONFIG;
         return 0;
 }

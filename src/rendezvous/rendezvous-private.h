@@ -10,11 +10,11 @@
 
 /* The error exit of a function that releases what it holds at its label
  * out: the reason into errbuf, HP_ECONFIG into r. */
-#define FAIL_OUT(...)                                                       \
-        do {                                                                \
-                snprintf(errbuf, errlen, __VA_ARGS__);                      \
-                r = HP_ECONFIG;                                             \
-                goto out;                                                   \
+#define FAIL_OUT(...)                                                        \
+        do {                                                                 \
+                snprintf(errbuf, errlen, __VA_ARGS__);                       \
+                r = HP_ECONFIG;                                              \
+                goto out;                                                    \
         } while (0)
 
 /* Parses the --rdzv-conf keys of the slurm and resource-config backends
@@ -57,5 +57,15 @@ int hp_rdzv__check_flags(const struct hp_config *cfg, const char *source,
 /* Whether a list's host name is this machine's name me: the same, or me
  * with a domain after the name ("ip-10-1-2-3.ec2.internal"). */
 bool hp_rdzv__same_host(const char *name, const char *me);
+
+/* host.c: the store on its own thread (started, then stopped and freed
+ * at the end), and an endpoint's host as a numeric address. */
+int hp_rdzv__host_start(struct hp_rdzv *rdzv, const char *bind_host, int port,
+                        char *err, size_t errlen);
+void hp_rdzv__host_stop(struct hp_rdzv *rdzv);
+int hp_rdzv__resolve_what(const char *what, const char *host, char *addr,
+                          size_t len, char *err, size_t errlen);
+int hp_rdzv__resolve(const char *host, char *addr, size_t len, char *err,
+                     size_t errlen);
 
 #endif

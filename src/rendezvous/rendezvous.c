@@ -62,38 +62,6 @@ void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded)
         hp_rdzv__c10d_close(rdzv, succeeded);
 }
 
-int hp_rdzv_parse_endpoint(const char *text, char *host, size_t host_len,
-                           int default_port, int *port)
-{
-        const char *host_start = text, *host_end, *colon;
-        size_t n;
-
-        *port = default_port;
-        if (*text == '[') {
-                host_start = text + 1;
-                host_end = strchr(host_start, ']');
-                if (host_end == NULL)
-                        return HP_ECONFIG;
-                colon = host_end[1] == ':' ? host_end + 1 : NULL;
-                if (host_end[1] != '\0' && colon == NULL)
-                        return HP_ECONFIG;
-        } else {
-                colon = strrchr(text, ':');
-                /* A bare IPv6 address has several colons and no port. */
-                if (colon != NULL && strchr(text, ':') != colon)
-                        colon = NULL;
-                host_end = colon ? colon : text + strlen(text);
-        }
-        n = (size_t)(host_end - host_start);
-        if (n == 0 || n >= host_len)
-                return HP_ECONFIG;
-        memcpy(host, host_start, n);
-        host[n] = '\0';
-        if (colon != NULL && hp_parse_int(colon + 1, 1, 65535, port) < 0)
-                return HP_ECONFIG;
-        return 0;
-}
-
 /* A port nobody listens on now, as torchrun's standalone mode picks one. */
 static int pick_free_port(int *port)
 {
@@ -129,9 +97,10 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                          "127.0.0.1");
                 r = pick_free_port(&out->master_port);
                 if (r < 0) {
-                        snprintf(errbuf, errlen,
-                                 "--standalone: no free port on 127.0.0.1: %s",
-                                 hp_strerror(r));
+                        snprintf(
+                                errbuf, errlen,
+                                "--standalone: no free port on 127.0.0.1: %s",
+                                hp_strerror(r));
                         return HP_ERDZV;
                 }
         } else if (cfg->rdzv_backend == HP_RDZV_STATIC) {

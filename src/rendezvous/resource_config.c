@@ -90,8 +90,7 @@ static void group_names(const cJSON *groups, char *buf, size_t len)
         const cJSON *g;
 
         buf[0] = '\0';
-        cJSON_ArrayForEach(g, groups)
-        {
+        cJSON_ArrayForEach (g, groups) {
                 const char *name = string_field(g, "Name");
 
                 if (buf[0] != '\0')
@@ -107,8 +106,8 @@ static void group_names(const cJSON *groups, char *buf, size_t len)
 static int check_group(const cJSON *group, const char *name, const char *path,
                        char *errbuf, size_t errlen)
 {
-        const cJSON *instances = cJSON_GetObjectItemCaseSensitive(group,
-                                                                   "Instances");
+        const cJSON *instances = cJSON_GetObjectItemCaseSensitive(
+                group, "Instances");
         int n = cJSON_GetArraySize(instances);
 
         if (!cJSON_IsArray(instances) || n == 0) {
@@ -119,8 +118,9 @@ static int check_group(const cJSON *group, const char *name, const char *path,
                 return HP_ECONFIG;
         }
         for (int i = 0; i < n; i++) {
-                const char *addr = string_field(
-                        cJSON_GetArrayItem(instances, i), "CustomerIpAddress");
+                const char *addr = string_field(cJSON_GetArrayItem(instances,
+                                                                   i),
+                                                "CustomerIpAddress");
 
                 if (addr == NULL) {
                         snprintf(errbuf, errlen,
@@ -162,9 +162,10 @@ static void syntax_error(const char *json, size_t json_len, const char *at,
                         column = 1;
                 }
         }
-        snprintf(errbuf, errlen,
-                 "resource config '%s' is not valid JSON (line %d, column %d)",
-                 path, line, column);
+        snprintf(
+                errbuf, errlen,
+                "resource config '%s' is not valid JSON (line %d, column %d)",
+                path, line, column);
 }
 
 int hp_rdzv_resource_config_place(const char *json, size_t json_len,
@@ -191,8 +192,7 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
                          path);
         }
         describe_me(me, who, sizeof(who));
-        cJSON_ArrayForEach(g, groups)
-        {
+        cJSON_ArrayForEach (g, groups) {
                 const char *name = string_field(g, "Name");
                 const cJSON *inst;
                 int i = 0;
@@ -211,8 +211,7 @@ int hp_rdzv_resource_config_place(const char *json, size_t json_len,
                 /* Without a group named, the group is the one holding
                  * this node; with one, this finds the rank. */
                 instances = cJSON_GetObjectItemCaseSensitive(g, "Instances");
-                cJSON_ArrayForEach(inst, instances)
-                {
+                cJSON_ArrayForEach (inst, instances) {
                         if (is_me(inst, me)) {
                                 rank = i;
                                 break;
@@ -297,7 +296,8 @@ static size_t local_addresses(char (*addrs)[INET6_ADDRSTRLEN], size_t max)
                         bytes = &((struct sockaddr_in *)(void *)ifa->ifa_addr)
                                          ->sin_addr;
                 else if (family == AF_INET6)
-                        bytes = &((struct sockaddr_in6 *)(void *)ifa->ifa_addr)
+                        bytes = &((struct sockaddr_in6 *)(void *)
+                                          ifa->ifa_addr)
                                          ->sin6_addr;
                 else
                         continue;

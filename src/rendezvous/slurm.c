@@ -135,6 +135,51 @@ static int rank_from_node_id(char *const *envp, const char *node_id,
         return 0;
 }
 
+/* The step's node count and its expanded host list, from the first of
+ * the variables srun or sbatch set; the names of those it read. */
+static int read_step(char *const *envp, int *nnodes, const char **count_var,
+                     const char **list_var, const char **list_text,
+                     struct hp_hostlist *hosts, char *errbuf, size_t errlen)
+{
+        const char *count_text;
+        char reason[256];
+        int r;
+
+        count_text = env_first(envp, count_vars, HP_ARRAY_SIZE(count_vars),
+                               count_var);
+        if (count_text == NULL) {
+                snprintf(
+                        errbuf, errlen,
+                        "--rdzv-backend slurm: none of SLURM_STEP_NUM_NODES, "
+                        "SLURM_NNODES, SLURM_JOB_NUM_NODES is set; run "
+                        "hyperpodrun under srun, one task per node");
+                return HP_ECONFIG;
+        }
+        if (hp_parse_int(count_text, 1, HP_HOSTLIST_MAX_HOSTS, nnodes) < 0) {
+                snprintf(errbuf, errlen,
+                         "invalid value '%s' for %s (environment): expected "
+                         "a node count from 1 to %d",
+                         count_text, *count_var, HP_HOSTLIST_MAX_HOSTS);
+                return HP_ECONFIG;
+        }
+        *list_text = env_first(envp, list_vars, HP_ARRAY_SIZE(list_vars),
+                               list_var);
+        if (*list_text == NULL) {
+                snprintf(errbuf, errlen,
+                         "--rdzv-backend slurm: none of SLURM_STEP_NODELIST, "
+                         "SLURM_JOB_NODELIST, SLURM_NODELIST is set");
+                return HP_ECONFIG;
+        }
+        r = hp_hostlist_expand(*list_text, hosts, reason, sizeof(reason));
+        if (r < 0) {
+                snprintf(errbuf, errlen,
+                         "invalid host list '%s' in %s (environment): %s",
+                         *list_text, *list_var, reason);
+                return r == -ENOMEM ? r : HP_ECONFIG;
+        }
+        return 0;
+}
+
 int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
                         const char *fresh_list, const char *fresh_source,
                         struct hp_rdzv_info *out, char *what, size_t what_len,
@@ -142,43 +187,16 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
 {
         struct hp_hostlist env_hosts = { 0 }, fresh_hosts = { 0 };
         const struct hp_hostlist *hosts = &env_hosts;
-        const char *count_var, *list_var, *count_text, *list_text, *me;
+        const char *count_var, *list_var, *list_text, *me;
         const char *node_id = hp_env_get(envp, "SLURM_NODEID");
         const char *me_source = "SLURMD_NODENAME";
         char reason[256];
         int nnodes, rank, env_rank, r;
 
-        count_text = env_first(envp, count_vars, HP_ARRAY_SIZE(count_vars),
-                               &count_var);
-        if (count_text == NULL) {
-                snprintf(errbuf, errlen,
-                         "--rdzv-backend slurm: none of SLURM_STEP_NUM_NODES, "
-                         "SLURM_NNODES, SLURM_JOB_NUM_NODES is set; run "
-                         "hyperpodrun under srun, one task per node");
-                return HP_ECONFIG;
-        }
-        if (hp_parse_int(count_text, 1, HP_HOSTLIST_MAX_HOSTS, &nnodes) < 0) {
-                snprintf(errbuf, errlen,
-                         "invalid value '%s' for %s (environment): expected "
-                         "a node count from 1 to %d",
-                         count_text, count_var, HP_HOSTLIST_MAX_HOSTS);
-                return HP_ECONFIG;
-        }
-        list_text = env_first(envp, list_vars, HP_ARRAY_SIZE(list_vars),
-                              &list_var);
-        if (list_text == NULL) {
-                snprintf(errbuf, errlen,
-                         "--rdzv-backend slurm: none of SLURM_STEP_NODELIST, "
-                         "SLURM_JOB_NODELIST, SLURM_NODELIST is set");
-                return HP_ECONFIG;
-        }
-        r = hp_hostlist_expand(list_text, &env_hosts, reason, sizeof(reason));
-        if (r < 0) {
-                snprintf(errbuf, errlen,
-                         "invalid host list '%s' in %s (environment): %s",
-                         list_text, list_var, reason);
-                return r == -ENOMEM ? r : HP_ECONFIG;
-        }
+        r = read_step(envp, &nnodes, &count_var, &list_var, &list_text,
+                      &env_hosts, errbuf, errlen);
+        if (r < 0)
+                return r;
 
         if (fresh_list != NULL) {
                 r = hp_hostlist_expand(fresh_list, &fresh_hosts, reason,
@@ -248,8 +266,7 @@ int hp_rdzv_slurm_place(char *const *envp, const char *hostname,
         out->node_rank = rank;
         if (hp_snprintf(out->master_addr, sizeof(out->master_addr), "%s",
                         hosts->names[0]) < 0) {
-                FAIL_OUT("the first host '%s' is too long",
-                         hosts->names[0]);
+                FAIL_OUT("the first host '%s' is too long", hosts->names[0]);
         }
         r = 0;
 out:
@@ -269,7 +286,7 @@ static uint64_t monotonic_ms(void)
 static int spawn_scontrol(const char *path, const char *job_id, int out_fd,
                           pid_t *pid)
 {
-        char *const argv[] = { (char *)path, (char *)"--oneliner",
+        char *const argv[] = { (char *)path,   (char *)"--oneliner",
                                (char *)"show", (char *)"job",
                                (char *)job_id, NULL };
         posix_spawn_file_actions_t actions;
@@ -284,10 +301,11 @@ static int spawn_scontrol(const char *path, const char *job_id, int out_fd,
         posix_spawnattr_init(&attr);
         posix_spawnattr_setsigdefault(&attr, &all);
         posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setflags(&attr,
-                                 POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF |
+                                                POSIX_SPAWN_SETSIGMASK);
         posix_spawn_file_actions_init(&actions);
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY,
+                                         0);
         posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
         posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
         r = posix_spawn(pid, path, &actions, &attr, argv, environ);
@@ -465,7 +483,8 @@ static int port_from_job_id(char *const *envp, int *port, char *errbuf,
         const char *name, *text;
         uint64_t id;
 
-        text = env_first(envp, job_id_vars, HP_ARRAY_SIZE(job_id_vars), &name);
+        text = env_first(envp, job_id_vars, HP_ARRAY_SIZE(job_id_vars),
+                         &name);
         if (text == NULL) {
                 snprintf(errbuf, errlen,
                          "--rdzv-conf master_port=jobid: SLURM_JOB_ID is not "
@@ -503,9 +522,9 @@ int hp_rdzv__slurm_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         r = fresh;
         if (r < 0)
                 goto out;
-        r = hp_rdzv_slurm_place(environ, rdzv->hostname,
-                                fresh ? list : NULL, source, out, what,
-                                sizeof(what), errbuf, errlen);
+        r = hp_rdzv_slurm_place(environ, rdzv->hostname, fresh ? list : NULL,
+                                source, out, what, sizeof(what), errbuf,
+                                errlen);
         if (r < 0)
                 goto out;
         r = hp_rdzv__check_flags(rdzv->cfg, what, out, errbuf, errlen);

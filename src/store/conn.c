@@ -277,7 +277,8 @@ void store__drop_log(struct hp_store_server *s, const char *fmt, ...)
 static void conn_close_cb(uv_handle_t *h);
 
 /* A connection is marked here and its records are unlinked later, by
- * store__reap(), once no walk over an entry's waiters or watchers is under way. */
+ * store__reap(), once no walk over an entry's waiters or watchers is
+ * under way. */
 void store__conn_close(struct conn *c)
 {
         if (c->closing)

@@ -342,7 +342,8 @@ static bool refused_key(const struct hp_store_server *s, const uint8_t *key,
 {
         size_t n = strlen(s->refuse_prefix);
 
-        return key != NULL && len >= n && memcmp(key, s->refuse_prefix, n) == 0;
+        return key != NULL && len >= n &&
+               memcmp(key, s->refuse_prefix, n) == 0;
 }
 
 /* Whether q names a key under the refused prefix; *it is that key. */

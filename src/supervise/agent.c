@@ -69,9 +69,8 @@ static hp_line_cb listener_for_cb(void *ctx, enum hp_stage stage,
                                   int local_rank, void **listener_ctx)
 {
         struct hp_agent *a = ctx;
-        struct hp_rulewatch__rank *m =
-                hp_rulewatch__rank(&a->rules,
-                                  hp_stage_local_rank(stage, local_rank));
+        struct hp_rulewatch__rank *m = hp_rulewatch__rank(
+                &a->rules, hp_stage_local_rank(stage, local_rank));
 
         *listener_ctx = m;
         return m != NULL ? hp_rulewatch__line_cb : NULL;
@@ -126,7 +125,8 @@ static void report_console_drops(struct hp_agent *a)
         report_console(a, 1);
 }
 
-static void add_ended_cb(void *ctx, int rank, const struct hp_stream_stats *out,
+static void add_ended_cb(void *ctx, int rank,
+                         const struct hp_stream_stats *out,
                          const struct hp_stream_stats *err)
 {
         struct hp_agent *a = ctx;
@@ -313,17 +313,17 @@ static void log_attempt(const struct hp_agent *a)
                 hp_log_info("attempt %d: %d worker%s, node %d of %d, world "
                             "size %d, master %s:%d, run id %s%s%s",
                             a->restart_count, r->nproc,
-                            r->nproc == 1 ? "" : "s", r->node_rank,
-                            r->nnodes, r->world_size, r->master_addr,
-                            r->master_port, a->rdzv.run_id,
-                            a->no_files ? "" : ", logs in ",
+                            r->nproc == 1 ? "" : "s", r->node_rank, r->nnodes,
+                            r->world_size, r->master_addr, r->master_port,
+                            a->rdzv.run_id, a->no_files ? "" : ", logs in ",
                             a->no_files ? "" : a->run_dir[HP_STAGE_TRAIN]);
 }
 
 static enum hp_stage first_stage(const struct hp_agent *a)
 {
-        return hp_agent__stage_enabled(a, HP_STAGE_PRE_TRAIN) ? HP_STAGE_PRE_TRAIN
-                                                    : HP_STAGE_TRAIN;
+        return hp_agent__stage_enabled(a, HP_STAGE_PRE_TRAIN)
+                       ? HP_STAGE_PRE_TRAIN
+                       : HP_STAGE_TRAIN;
 }
 
 int hp_agent_begin(struct hp_agent *a, const struct hp_rdzv_info *round,
@@ -519,9 +519,8 @@ static int init_consoles(struct hp_agent *a)
         }
         if (r < 0)
                 goto err_err;
-        hp_rulewatch__set_wall_offset(&a->rules,
-                                     hp_stream_hub_wall_offset_ms(
-                                             a->stream_hub));
+        hp_rulewatch__set_wall_offset(&a->rules, hp_stream_hub_wall_offset_ms(
+                                                         a->stream_hub));
         a->console_for_err = same_file(STDOUT_FILENO, STDERR_FILENO)
                                      ? a->console_out
                                      : a->console_err;
@@ -548,7 +547,8 @@ static void start_signals(struct hp_agent *a)
         for (size_t i = 0; i < HP_ARRAY_SIZE(forwarded_signals); i++) {
                 uv_signal_init(a->loop, &a->signals[i]);
                 a->signals[i].data = a;
-                uv_signal_start(&a->signals[i], signal_cb, forwarded_signals[i]);
+                uv_signal_start(&a->signals[i], signal_cb,
+                                forwarded_signals[i]);
         }
         uv_signal_init(a->loop, &a->sigchld);
         a->sigchld.data = a;
@@ -595,18 +595,19 @@ int hp_agent_init(struct hp_agent *a, uv_loop_t *loop,
                 return r;
         /* The rules first: a start refused for its rules file leaves no
          * log directory behind. */
-        r = hp_rulewatch__init(&a->rules,
-                              &(struct hp_rulewatch_params){
-                                      .loop = loop,
-                                      .nproc = a->round.nproc,
-                                      .monitored = cfg->monitored,
-                                      .rules_path = cfg->log_monitoring_config,
-                                      .strict = cfg->strict,
-                                      .read_now = rules_read_now_cb,
-                                      .commit_output = rules_commit_cb,
-                                      .on_verdict = rules_verdict_cb,
-                                      .ctx = a },
-                              errbuf, errlen);
+        r = hp_rulewatch__init(
+                &a->rules,
+                &(struct hp_rulewatch_params){
+                        .loop = loop,
+                        .nproc = a->round.nproc,
+                        .monitored = cfg->monitored,
+                        .rules_path = cfg->log_monitoring_config,
+                        .strict = cfg->strict,
+                        .read_now = rules_read_now_cb,
+                        .commit_output = rules_commit_cb,
+                        .on_verdict = rules_verdict_cb,
+                        .ctx = a },
+                errbuf, errlen);
         if (r == 0)
                 r = hp_agent__forensics_init(a, errbuf, errlen);
         if (r == 0)
@@ -803,9 +804,10 @@ static void ft_verdict_cb(void *ctx, const struct hp_ft_verdict *fv)
         if (fv->kind == HP_FT_VERDICT_STRAGGLER)
                 hp_log_warn("rank monitor verdict %s: %s", reason, msg);
         else
-                hp_log_warn("rank monitor verdict %s: %s; judged %.3f ms past "
-                            "the deadline",
-                            reason, msg, (double)fv->latency_us / 1000.0);
+                hp_log_warn(
+                        "rank monitor verdict %s: %s; judged %.3f ms past "
+                        "the deadline",
+                        reason, msg, (double)fv->latency_us / 1000.0);
         hp_agent__rule_verdict(a, &v);
 }
 

@@ -33,8 +33,9 @@ struct hp_next_step hp_selfdriven__next(const struct hp_attempt_end *e)
          * killed them. */
         if (e->verdict)
                 return restart ? (struct hp_next_step){ HP_NEXT_RESTART, 0 }
-                               : (struct hp_next_step){ HP_NEXT_EXIT,
-                                                        HP_EXIT_RULE_VERDICT };
+                               : (struct hp_next_step){
+                                         HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT
+                                 };
         switch (e->result) {
         case HP_GROUP_FAILED:
                 return restart ? (struct hp_next_step){ HP_NEXT_RESTART, 0 }
@@ -79,7 +80,7 @@ static void round_ended(void *ctx, enum hp_rdzv_end end, const char *why)
         a->group.stop_requested = true;
         if (!a->group.stopping)
                 hp_group__stop(&a->group, a->cfg->shutdown_signal,
-                              a->cfg->shutdown_timeout_ms);
+                               a->cfg->shutdown_timeout_ms);
 }
 
 /* The restarts --max-restarts has seen: job-wide rounds that ended in a
@@ -170,8 +171,8 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
         /* Stopped for another node's round end: not this node's failure
          * (a worker that failed on its own, a signal to this agent and a
          * node fault still win; the counts are the same on every node). */
-        if (a->round_ended != 0 && a->received_signal == 0 &&
-            !e.node_fault && result != HP_GROUP_FAILED) {
+        if (a->round_ended != 0 && a->received_signal == 0 && !e.node_fault &&
+            result != HP_GROUP_FAILED) {
                 ended_elsewhere(a);
                 return;
         }
@@ -222,7 +223,8 @@ static void stage_ended(struct hp_agent *a, enum hp_stage stage,
                                      "(--max-restarts %d); exit status %d",
                                      reason, a->cfg->max_restarts,
                                      next.exit_code);
-                else if (result == HP_GROUP_FAILED && a->cfg->max_restarts > 0)
+                else if (result == HP_GROUP_FAILED &&
+                         a->cfg->max_restarts > 0)
                         hp_log_error("no restarts left (--max-restarts %d)",
                                      a->cfg->max_restarts);
                 else if (result == HP_GROUP_STOPPED)
@@ -248,9 +250,9 @@ static void rule_verdict(struct hp_agent *a, const struct hp_verdict *v,
         if (hp_group__active(&a->group) && !a->group.stopping &&
             !(a->verdict_report &&
               hp_agent__defer_stop(a, cfg->shutdown_signal,
-                                      cfg->shutdown_timeout_ms)))
+                                   cfg->shutdown_timeout_ms)))
                 hp_group__stop(&a->group, cfg->shutdown_signal,
-                              cfg->shutdown_timeout_ms);
+                               cfg->shutdown_timeout_ms);
 }
 
 static void node_fault(struct hp_agent *a, void *ctx)
@@ -266,7 +268,7 @@ static void node_fault(struct hp_agent *a, void *ctx)
                 a->group.stop_requested = true;
                 if (!a->group.stopping)
                         hp_group__stop(&a->group, a->cfg->shutdown_signal,
-                                      a->cfg->shutdown_timeout_ms);
+                                       a->cfg->shutdown_timeout_ms);
         } else if (a->state == HP_AGENT_IDLE ||
                    a->state == HP_AGENT_PREFLIGHT) {
                 hp_agent__health_finish(a);

@@ -48,7 +48,7 @@ struct hp_worker {
         pid_t pid;
         int64_t exit_status;
         int term_signal;
-        bool signalled; /* we signalled it before it exited */
+        bool signalled;  /* we signalled it before it exited */
         int start_error; /* -errno when it never ran, else 0 */
         enum hp_start_step start_step;
         double exit_time; /* wall clock, seconds */
@@ -144,11 +144,11 @@ struct hp_rulewatch__rank {
 /* What the watch is started with; the callbacks run on the loop thread. */
 struct hp_rulewatch_params {
         uv_loop_t *loop;
-        int nproc;               /* local ranks */
-        const bool *monitored;   /* nproc flags, borrowed for the watch's
+        int nproc;              /* local ranks */
+        const bool *monitored;  /* nproc flags, borrowed for the watch's
                                   * life: --log-monitor-ranks */
-        const char *rules_path;  /* --log-monitoring-config, or NULL */
-        bool strict;             /* --strict, for rules_path */
+        const char *rules_path; /* --log-monitoring-config, or NULL */
+        bool strict;            /* --strict, for rules_path */
         /* Reads what the workers' pipes hold now: a line written before a
          * deadline must not be judged missing for sitting in a pipe. */
         void (*read_now)(void *ctx);
@@ -176,28 +176,28 @@ struct hp_rulewatch {
         void (*commit_output)(void *ctx);
         void (*on_verdict)(void *ctx, const struct hp_verdict *v);
         void *ctx;
-        int64_t wall_offset_ms;           /* epoch ms minus loop ms */
-        int base_rank;                    /* global rank of local rank 0 */
+        int64_t wall_offset_ms;             /* epoch ms minus loop ms */
+        int base_rank;                      /* global rank of local rank 0 */
         struct logmon_ruleset *cli_ruleset; /* --log-monitoring-config */
-        struct logmon_ruleset *ruleset;   /* in use; NULL: no rules */
-        struct hp_rulewatch__rank *ranks;  /* one per local rank */
-        uv_timer_t timer;                 /* the earliest deadline */
-        uint64_t deadline;                /* armed for, or UINT64_MAX */
-        bool fresh;                       /* cleared, not yet started */
+        struct logmon_ruleset *ruleset;     /* in use; NULL: no rules */
+        struct hp_rulewatch__rank *ranks;   /* one per local rank */
+        uv_timer_t timer;                   /* the earliest deadline */
+        uint64_t deadline;                  /* armed for, or UINT64_MAX */
+        bool fresh;                         /* cleared, not yet started */
         /* Rule threads for floods, local rank r on thread r % count; each
          * NULL until its first flood. */
         struct hp_rule_thread *threads[HP_RULE_THREADS_MAX];
         int thread_count;
-        uv_async_t wake;                  /* from the rule threads */
-        uv_check_t check;                 /* once per loop iteration */
-        unsigned inline_lines;            /* lines this iteration */
-        uint64_t inline_start;            /* uv_hrtime() of the first */
-        uint64_t inline_off_until;        /* loop ms: none inline */
-        uint64_t report_at;               /* loop ms: next look */
-        uint64_t skipped_reported;        /* lines the rules missed */
-        uint64_t limit_reported;          /* PCRE2 limit hits */
-        bool thread_failed;               /* could not start one */
-        bool judged;                      /* verdict holds this attempt's */
+        uv_async_t wake;           /* from the rule threads */
+        uv_check_t check;          /* once per loop iteration */
+        unsigned inline_lines;     /* lines this iteration */
+        uint64_t inline_start;     /* uv_hrtime() of the first */
+        uint64_t inline_off_until; /* loop ms: none inline */
+        uint64_t report_at;        /* loop ms: next look */
+        uint64_t skipped_reported; /* lines the rules missed */
+        uint64_t limit_reported;   /* PCRE2 limit hits */
+        bool thread_failed;        /* could not start one */
+        bool judged;               /* verdict holds this attempt's */
         struct hp_verdict verdict;
 };
 
@@ -205,12 +205,12 @@ struct hp_rulewatch {
  * (the operator may send rules later). On failure errbuf says why; the
  * watch must be closed either way. */
 int hp_rulewatch__init(struct hp_rulewatch *w,
-                      const struct hp_rulewatch_params *p, char *errbuf,
-                      size_t errlen);
+                       const struct hp_rulewatch_params *p, char *errbuf,
+                       size_t errlen);
 /* The wall clock for the watch's log lines and verdicts: epoch ms minus
  * loop ms, the consoles' own (hp_stream_hub.wall_offset_ms). */
 void hp_rulewatch__set_wall_offset(struct hp_rulewatch *w,
-                                  int64_t wall_offset_ms);
+                                   int64_t wall_offset_ms);
 /* Watches the next attempt with rs (a reference is taken), or with the
  * rules file's when rs is NULL. Rule state starts fresh. */
 int hp_rulewatch__use(struct hp_rulewatch *w, struct logmon_ruleset *rs);
@@ -234,15 +234,16 @@ uint64_t hp_rulewatch__lines_skipped(const struct hp_rulewatch *w);
 /* The listener context for local rank's stdout, or NULL when no rule
  * watches it. */
 struct hp_rulewatch__rank *hp_rulewatch__rank(struct hp_rulewatch *w,
-                                            int local_rank);
+                                              int local_rank);
 /* The line listener (struct hp_stream's) for a hp_rulewatch__rank. */
 void hp_rulewatch__line_cb(void *ctx, const char *line, size_t len,
-                          enum hp_line_end end);
+                           enum hp_line_end end);
 /* The rules in use, or NULL; and local rank's rule stream, or NULL. Read
  * them only after hp_rulewatch__settle, on the loop thread. */
-const struct logmon_ruleset *hp_rulewatch__ruleset(const struct hp_rulewatch *w);
+const struct logmon_ruleset *
+hp_rulewatch__ruleset(const struct hp_rulewatch *w);
 const struct logmon_stream *hp_rulewatch__stream(const struct hp_rulewatch *w,
-                                                int local_rank);
+                                                 int local_rank);
 /* Reports what the rules missed, stops the threads, frees everything and
  * closes the handles (the loop must run once for them). */
 void hp_rulewatch__close(struct hp_rulewatch *w);
@@ -253,16 +254,16 @@ struct hp_node_health {
         struct hp_agent *agent;
         struct kmsg_watch watch;
         bool watching;
-        char fault[256];        /* "NodeFault_<reason>", or "" */
-        char fault_line[1024];  /* the kernel's line(s) */
-        double fault_wall;      /* when it was read, wall clock seconds */
-        uint64_t temporary;     /* temporary rules' hits */
+        char fault[256];       /* "NodeFault_<reason>", or "" */
+        char fault_line[1024]; /* the kernel's line(s) */
+        double fault_wall;     /* when it was read, wall clock seconds */
+        uint64_t temporary;    /* temporary rules' hits */
         /* --node-fault-action: scontrol, bounded by scontrol_timeout. */
         uv_process_t action_proc;
         uv_timer_t action_timer;
         bool action_running;
         bool action_timer_ready;
-        bool finish_pending;    /* exit once the action has ended */
+        bool finish_pending;     /* exit once the action has ended */
         char action_result[256]; /* "" until it ran */
         /* --preflight nccl */
         struct hp_preflight preflight;
@@ -283,7 +284,7 @@ struct hp_agent {
          * when fds 1 and 2 are one file or pipe, whose two writer threads
          * could otherwise cut each other's lines. */
         struct hp_console *console_for_err;
-        uint64_t console_reported[2];           /* lines lost, as logged */
+        uint64_t console_reported[2];     /* lines lost, as logged */
         struct hp_stream_hub *stream_hub; /* batches the streams' writes */
         uv_signal_t signals[6];
         uv_signal_t sigchld;
@@ -305,9 +306,9 @@ struct hp_agent {
         bool no_files;
         char hostname[256];
         char log_root[PATH_MAX];
-        const struct hp_agent_events *events;   /* the driver's; never NULL */
+        const struct hp_agent_events *events; /* the driver's; never NULL */
         void *events_ctx;
-        struct hp_rulewatch rules;              /* the log rules */
+        struct hp_rulewatch rules; /* the log rules */
         struct hp_verdict verdict; /* this attempt's; state WAITING: none */
         char run_dir[HP_STAGE_COUNT][PATH_MAX]; /* "" when the stage is off */
         char attempt_dir[HP_STAGE_COUNT][PATH_MAX];
@@ -333,9 +334,9 @@ struct hp_agent {
          * for itself: what the workers get (nofile_known: it was read). */
         struct rlimit nofile;
         bool nofile_known;
-        struct hp_forensics *forensics;         /* --hang-dump */
-        struct hp_node_health health;           /* --node-problem-config */
-        struct hp_agent_counts counts;          /* the self-driven driver's */
+        struct hp_forensics *forensics; /* --hang-dump */
+        struct hp_node_health health;   /* --node-problem-config */
+        struct hp_agent_counts counts;  /* the self-driven driver's */
         /* Verdicts by rule name (hp_agent_verdict_counts). */
         struct hp_verdict_count {
                 char rule[LOGMON_NAME_MAX + 1];
@@ -408,7 +409,8 @@ const char *hp_worker__rank_text(const struct hp_worker *w, char *buf,
  * HP_STD_ERR), per torchrun's -r/-t and the console filter: its log file
  * opened, its console and listener picked. */
 int hp_worker__setup_stream(const struct hp_group_params *p,
-                            struct hp_worker *w, struct hp_stream *s, int bit);
+                            struct hp_worker *w, struct hp_stream *s,
+                            int bit);
 /* The stream's console prefix, which may name the pid: once spawned. */
 void hp_worker__set_prefix(const struct hp_group_params *p,
                            struct hp_worker *w, struct hp_stream *s);
@@ -467,7 +469,8 @@ struct hp_spawn_options {
  * the clone, from a step before the exec, or from the exec itself (the
  * child is then reaped already). *pid is set when the exec itself
  * failed, and 0 when no process got that far. */
-int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid, int *pidfd);
+int hp_spawn__start(const struct hp_spawn_options *opts, pid_t *pid,
+                    int *pidfd);
 /* Whether hp_spawn__start can clone into a cgroup on this architecture. */
 bool hp_spawn__can_join_cgroup(void);
 /* Clones a child that exits at once into the cgroup: 0 if the kernel and
@@ -479,7 +482,8 @@ int hp_spawn__probe(int cgroup_fd);
 int hp_spawn__reap(int pidfd, int64_t *exit_status, int *term_signal);
 
 /* Whether the lifecycle allows from → to (pure; see enum hp_agent_state). */
-bool hp_agent__state_allowed(enum hp_agent_state from, enum hp_agent_state to);
+bool hp_agent__state_allowed(enum hp_agent_state from,
+                             enum hp_agent_state to);
 /* The one way the agent's state changes: logs from → why → to at debug,
  * and a transition the table does not allow as a bug. FINISHED is
  * final: a change asked for after it is ignored. */
@@ -567,7 +571,7 @@ void hp_scope__root_close(struct hp_scope_root *r);
 /* The group's cgroup root/name when the root has a cgroup, else the
  * agent's descendants. */
 void hp_scope__open(struct hp_scope_root *r, struct hp_scope *s,
-                   const char *name);
+                    const char *name);
 void hp_scope__close(struct hp_scope *s);
 /* The live processes of the scope. */
 int hp_scope__list(const struct hp_scope *s, struct hp_procs *out);
@@ -591,7 +595,7 @@ void hp_watcher__stop(struct hp_watcher *w);
  * its log directory '/logs/.../attempt_0/3': no space left on device
  * (ENOSPC)". */
 void hp_worker__start_failure(const struct hp_worker *w, char *buf,
-                             size_t len);
+                              size_t len);
 
 /* Monitored lines evaluated on the loop thread per loop iteration; past
  * that, in the same iteration, they go to the rank's rule thread
@@ -638,10 +642,10 @@ void hp_rulewatch__thread_publish(struct hp_rule_thread *w);
 /* Waits until every queued line is fed, taking each verdict on the way;
  * says whether a line moved a deadline before the armed one. Past the
  * wait budget the lines not fed yet are skipped and counted instead. */
-void hp_rulewatch__thread_settle(struct hp_rule_thread *w,
-                                 void (*on_verdict)(struct hp_rulewatch *watch,
-                                                    int rank),
-                                 bool *deadline_earlier);
+void hp_rulewatch__thread_settle(
+        struct hp_rule_thread *w,
+        void (*on_verdict)(struct hp_rulewatch *watch, int rank),
+        bool *deadline_earlier);
 /* What the thread compares with: the armed deadline, and whether a verdict
  * is already taken. Call while idle or settled. */
 void hp_rulewatch__thread_set(struct hp_rule_thread *w, uint64_t armed,

@@ -123,36 +123,63 @@ static int parse_argv(struct hp_config *cfg, const char *const *args,
 
 /* ---- Fields as text ---- */
 
-#define INT_FIELDS(X)                                                        \
-        X(nnodes)                                                            \
-        X(nproc)                                                             \
-        X(node_rank) X(master_port) X(max_restarts) X(server_port)           \
-                X(metrics_port) X(script_argc) X(ft_nsections)               \
-                        X(straggler_windows)
+/* One field a line, as the lists grow. */
+/* clang-format off */
+#define INT_FIELDS(X) \
+        X(nnodes) \
+        X(nproc) \
+        X(node_rank) \
+        X(master_port) \
+        X(max_restarts) \
+        X(server_port) \
+        X(metrics_port) \
+        X(script_argc) \
+        X(ft_nsections) \
+        X(straggler_windows)
 
-#define BOOL_FIELDS(X)                                                       \
-        X(master_port_given)                                                 \
-        X(standalone)                                                        \
-        X(module) X(no_python) X(log_to_devnull) X(console_filter_set)       \
-                X(show_help) X(show_version) X(inprocess_restart)            \
-                        X(metrics_port_given) X(straggler_verdict)
+#define BOOL_FIELDS(X) \
+        X(master_port_given) \
+        X(standalone) \
+        X(module) \
+        X(no_python) \
+        X(log_to_devnull) \
+        X(console_filter_set) \
+        X(show_help) \
+        X(show_version) \
+        X(inprocess_restart) \
+        X(metrics_port_given) \
+        X(straggler_verdict)
 
-#define U64_FIELDS(X)                                                        \
-        X(monitor_interval_ms)                                               \
-        X(shutdown_timeout_ms)                                               \
-        X(server_shutdown_timeout_ms) X(inprocess_timeout_ms)                \
-                X(ft_initial_hb_ms) X(ft_hb_ms) X(ft_oos_ms)                 \
-                        X(straggler_window_ms)
+#define U64_FIELDS(X) \
+        X(monitor_interval_ms) \
+        X(shutdown_timeout_ms) \
+        X(server_shutdown_timeout_ms) \
+        X(inprocess_timeout_ms) \
+        X(ft_initial_hb_ms) \
+        X(ft_hb_ms) \
+        X(ft_oos_ms) \
+        X(straggler_window_ms)
 
-#define STRING_FIELDS(X)                                                     \
-        X(master_addr)                                                       \
-        X(rdzv_backend_name)                                                 \
-        X(rdzv_endpoint) X(rdzv_id) X(rdzv_conf) X(start_method) X(role)     \
-                X(log_dir) X(prefix_template) X(local_addr)                  \
-                        X(pre_train_script) X(pre_train_args)                \
-                                X(post_train_script) X(post_train_args)      \
-                                        X(server_host) X(server_log_level)   \
-                                                X(python_exec) X(script)
+#define STRING_FIELDS(X) \
+        X(master_addr) \
+        X(rdzv_backend_name) \
+        X(rdzv_endpoint) \
+        X(rdzv_id) \
+        X(rdzv_conf) \
+        X(start_method) \
+        X(role) \
+        X(log_dir) \
+        X(prefix_template) \
+        X(local_addr) \
+        X(pre_train_script) \
+        X(pre_train_args) \
+        X(post_train_script) \
+        X(post_train_args) \
+        X(server_host) \
+        X(server_log_level) \
+        X(python_exec) \
+        X(script)
+/* clang-format on */
 
 static void join_ranks(const uint8_t *values, int n, char *buf, size_t len)
 {

@@ -633,13 +633,28 @@ static void test_resource_config_place(void **state)
  * that the machine running the tests may have: each case starts without
  * them. */
 static const char *const case_variables[] = {
-        "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES",
-        "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-        "SLURM_NODEID", "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_JOBID",
-        "SAGEMAKER_RESOURCE_CONFIG_PATH", "PET_NNODES", "PET_NODE_RANK",
-        "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_BACKEND",
-        "PET_RDZV_ENDPOINT", "PET_RDZV_ID", "PET_RDZV_CONF", "PET_STANDALONE",
-        "PET_LOCAL_ADDR", "PET_NPROC_PER_NODE",
+        "SLURM_STEP_NUM_NODES",
+        "SLURM_NNODES",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+        "SLURM_NODEID",
+        "SLURMD_NODENAME",
+        "SLURM_JOB_ID",
+        "SLURM_JOBID",
+        "SAGEMAKER_RESOURCE_CONFIG_PATH",
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+        "PET_RDZV_BACKEND",
+        "PET_RDZV_ENDPOINT",
+        "PET_RDZV_ID",
+        "PET_RDZV_CONF",
+        "PET_STANDALONE",
+        "PET_LOCAL_ADDR",
+        "PET_NPROC_PER_NODE",
 };
 
 static void unset_case_variables(void)
@@ -728,9 +743,9 @@ static void expect_failure(struct round *t, bool at_init, const char *mention)
                 fail_msg("the message '%s' lacks '%s'", t->errbuf, mention);
 }
 
-#define STEP_ENV                                                            \
-        "SLURM_STEP_NUM_NODES=4", "SLURM_STEP_NODELIST=n[1-4]",             \
-                "SLURM_NODEID=2", "SLURMD_NODENAME=n3",                     \
+#define STEP_ENV                                                             \
+        "SLURM_STEP_NUM_NODES=4", "SLURM_STEP_NODELIST=n[1-4]",              \
+                "SLURM_NODEID=2", "SLURMD_NODENAME=n3",                      \
                 "SLURM_JOB_ID=123456"
 
 static void test_slurm_rounds(void **state)
@@ -772,10 +787,9 @@ static void test_slurm_rounds(void **state)
 static void test_slurm_bad_flags_and_keys(void **state)
 {
         static const char *const env[] = { STEP_ENV, NULL };
-        static const char *const no_job_env[] = {
-                "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NODELIST=n1",
-                "SLURM_NODEID=0", NULL
-        };
+        static const char *const no_job_env[] = { "SLURM_STEP_NUM_NODES=1",
+                                                  "SLURM_STEP_NODELIST=n1",
+                                                  "SLURM_NODEID=0", NULL };
         static const struct {
                 const char *argv[12];
                 const char *const *env;
@@ -784,102 +798,127 @@ static void test_slurm_bad_flags_and_keys(void **state)
         } cases[] = {
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol=off", "--nnodes", "2", "t.py" },
-                  env, false,
+                  env,
+                  false,
                   "--nnodes 2 disagrees with SLURM_STEP_NODELIST=n[1-4], "
                   "which has 4 nodes" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol=off", "--node-rank", "0", "t.py" },
-                  env, false,
+                  env,
+                  false,
                   "--node-rank 0 disagrees with SLURM_STEP_NODELIST=n[1-4], "
                   "which makes this node rank 2" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "colour=blue", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "--rdzv-conf key 'colour' is not one of the slurm "
                   "backend's: scontrol, scontrol_timeout, master_port" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "instance_group=x", "t.py" },
-                  env, true, "key 'instance_group' is not one of the slurm" },
+                  env,
+                  true,
+                  "key 'instance_group' is not one of the slurm" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol=off,scontrol=off", "t.py" },
-                  env, true, "--rdzv-conf key 'scontrol' is given twice" },
+                  env,
+                  true,
+                  "--rdzv-conf key 'scontrol' is given twice" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol=", "t.py" },
-                  env, true, "--rdzv-conf scontrol: the value must be" },
+                  env,
+                  true,
+                  "--rdzv-conf scontrol: the value must be" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol_timeout=0", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value '0' for --rdzv-conf scontrol_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol_timeout=soon", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value 'soon' for --rdzv-conf scontrol_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "master_port=29501", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value '29501' for --rdzv-conf master_port: the "
                   "only value is jobid" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "master_port=jobid", "--master-port", "29501", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "--rdzv-conf master_port=jobid and --master-port 29501 "
                   "both choose the port" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "master_port=jobid,scontrol=off", "t.py" },
-                  no_job_env, false,
+                  no_job_env,
+                  false,
                   "--rdzv-conf master_port=jobid: SLURM_JOB_ID is not set" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "scontrol=/nonexistent/scontrol", "t.py" },
-                  env, false,
+                  env,
+                  false,
                   "--rdzv-conf scontrol '/nonexistent/scontrol' cannot be "
                   "run" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
                     "colour=blue", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "--rdzv-conf key 'colour' is not one of the c10d "
                   "backend's: is_host, join_timeout, last_call_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
                     "is_host=maybe", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value 'maybe' for --rdzv-conf is_host" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
                     "join_timeout=0", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value '0' for --rdzv-conf join_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "static", "--nnodes",
                     "1:2", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "--nnodes 1:2: an elastic node count needs "
                   "--rdzv-backend c10d; static takes a fixed one" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
                     "last_call_timeout=soon", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value 'soon' for --rdzv-conf last_call_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "coordinate=maybe", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value 'maybe' for --rdzv-conf coordinate: "
                   "expected on, off or a port (1 to 65535)" },
                 { { "hyperpodrun", "--rdzv-backend", "slurm", "--rdzv-conf",
                     "coordinate=65536", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value '65536' for --rdzv-conf coordinate" },
                 { { "hyperpodrun", "--rdzv-backend", "resource-config",
                     "--rdzv-conf", "coordinate=0", "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value '0' for --rdzv-conf coordinate" },
                 { { "hyperpodrun", "--rdzv-backend", "static", "--nnodes",
                     "2", "--rdzv-conf", "colour=blue,join_timeout=soon",
                     "t.py" },
-                  env, true,
+                  env,
+                  true,
                   "invalid value 'soon' for --rdzv-conf join_timeout" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1:bad", "t.py" },
-                  env, false,
+                  env,
+                  false,
                   "invalid --rdzv-endpoint '127.0.0.1:bad'" },
         };
 
@@ -943,21 +982,25 @@ static void test_slurm_asks_scontrol(void **state)
         struct fake_dir d;
         char conf[256];
         struct round *t;
-        const char *argv[] = { "hyperpodrun", "--rdzv-backend", "slurm",
-                               "--rdzv-conf", conf, "t.py", NULL };
+        const char *argv[] = { "hyperpodrun", "--rdzv-backend",
+                               "slurm",       "--rdzv-conf",
+                               conf,          "t.py",
+                               NULL };
 
         (void)state;
         fake_dir_make(&d);
         snprintf(conf, sizeof(conf), "scontrol=%s", d.script);
 
         /* n2 was replaced by n7: scontrol knows, the environment not. */
-        fake_write(&d, "echo 'JobId=123456 JobName=train ReqNodeList=(null) "
-                       "ExcNodeList=(null) NodeList=n[1,3-4,7] BatchHost=n1'");
+        fake_write(&d,
+                   "echo 'JobId=123456 JobName=train ReqNodeList=(null) "
+                   "ExcNodeList=(null) NodeList=n[1,3-4,7] BatchHost=n1'");
         t = round_setup(argv, env);
         expect_round(t, 4, 1, 1, "n1", 29500);
 
         /* The next round asks again: a restart sees the new list. */
-        fake_write(&d, "echo 'JobId=123456 NodeList=n[3-4,7-8] BatchHost=n3'");
+        fake_write(&d,
+                   "echo 'JobId=123456 NodeList=n[3-4,7-8] BatchHost=n3'");
         expect_round(t, 4, 0, 1, "n3", 29500);
 
         /* A failing scontrol: the environment serves. */
@@ -966,7 +1009,8 @@ static void test_slurm_asks_scontrol(void **state)
         expect_round(t, 4, 2, 1, "n1", 29500);
 
         /* An answer without a node list: the environment serves. */
-        fake_write(&d, "echo 'JobId=123456 JobState=PENDING NodeList=(null)'");
+        fake_write(&d,
+                   "echo 'JobId=123456 JobState=PENDING NodeList=(null)'");
         expect_round(t, 4, 2, 1, "n1", 29500);
         round_free(t);
 
@@ -997,15 +1041,18 @@ static void test_slurm_asks_scontrol(void **state)
  * is read whole, and the list it gives is used. */
 static void test_slurm_long_node_list(void **state)
 {
-        static const char *const env[] = {
-                "SLURM_STEP_NUM_NODES=1500", "SLURM_STEP_NODELIST=n[1-1500]",
-                "SLURM_NODEID=2", "SLURMD_NODENAME=n3", "SLURM_JOB_ID=123456",
-                NULL
-        };
+        static const char *const env[] = { "SLURM_STEP_NUM_NODES=1500",
+                                           "SLURM_STEP_NODELIST=n[1-1500]",
+                                           "SLURM_NODEID=2",
+                                           "SLURMD_NODENAME=n3",
+                                           "SLURM_JOB_ID=123456",
+                                           NULL };
         size_t len = 64 + 1500 * 8, used;
         char *body = test_malloc(len), conf[256];
-        const char *argv[] = { "hyperpodrun", "--rdzv-backend", "slurm",
-                               "--rdzv-conf", conf, "t.py", NULL };
+        const char *argv[] = { "hyperpodrun", "--rdzv-backend",
+                               "slurm",       "--rdzv-conf",
+                               conf,          "t.py",
+                               NULL };
         struct fake_dir d;
         struct round *t;
 
@@ -1043,8 +1090,9 @@ static void test_slurm_finds_scontrol_in_path(void **state)
                                           "slurm", "t.py", NULL },
                         env);
         /* SLURMD_NODENAME n3 is not in m[1-4]: the fresh list was used. */
-        expect_failure(t, false, "not in the job's current node list "
-                                 "'m[1-4]'");
+        expect_failure(t, false,
+                       "not in the job's current node list "
+                       "'m[1-4]'");
         round_free(t);
 
         /* Without scontrol in PATH the environment serves. */
@@ -1064,8 +1112,8 @@ static void test_slurm_finds_scontrol_in_path(void **state)
 static void test_resource_config_rounds(void **state)
 {
         static const char *const fixture_env[] = {
-                "SAGEMAKER_RESOURCE_CONFIG_PATH="
-                FIXTURE("resource_config_4node.json"),
+                "SAGEMAKER_RESOURCE_CONFIG_PATH=" FIXTURE(
+                        "resource_config_4node.json"),
                 NULL
         };
         static const char *const missing_env[] = {
@@ -1074,16 +1122,16 @@ static void test_resource_config_rounds(void **state)
         struct round *t;
 
         (void)state;
-        t = round_setup((const char *[]){
-                                "hyperpodrun", "--rdzv-backend",
-                                "resource-config", "--rdzv-conf",
-                                "resource_config="
-                                FIXTURE("resource_config_4node.json")
-                                ",instance_group=worker-group-1",
-                                "--local-addr", "10.1.1.11",
-                                "--nproc-per-node", "2", "--master-port",
-                                "29600", "t.py", NULL },
-                        NULL);
+        t = round_setup(
+                (const char *[]){
+                        "hyperpodrun", "--rdzv-backend", "resource-config",
+                        "--rdzv-conf",
+                        "resource_config=" FIXTURE(
+                                "resource_config_4node.json") ",instance_group="
+                                                              "worker-group-1",
+                        "--local-addr", "10.1.1.11", "--nproc-per-node", "2",
+                        "--master-port", "29600", "t.py", NULL },
+                NULL);
         expect_round(t, 4, 1, 2, "10.1.1.13", 29600);
         round_free(t);
 
@@ -1096,12 +1144,12 @@ static void test_resource_config_rounds(void **state)
         round_free(t);
 
         /* The key wins over the variable. */
-        t = round_setup((const char *[]){ "hyperpodrun", "--rdzv-backend",
-                                          "resource-config", "--rdzv-conf",
-                                          "resource_config=/nonexistent/k.json",
-                                          "--local-addr", "10.1.1.12", "t.py",
-                                          NULL },
-                        fixture_env);
+        t = round_setup(
+                (const char *[]){ "hyperpodrun", "--rdzv-backend",
+                                  "resource-config", "--rdzv-conf",
+                                  "resource_config=/nonexistent/k.json",
+                                  "--local-addr", "10.1.1.12", "t.py", NULL },
+                fixture_env);
         expect_failure(t, false,
                        "cannot read resource config '/nonexistent/k.json' "
                        "(from --rdzv-conf resource_config): no such file or "
@@ -1122,8 +1170,9 @@ static void test_resource_config_rounds(void **state)
                                           "resource_config=" HP_TEST_FIXTURES,
                                           "t.py", NULL },
                         NULL);
-        expect_failure(t, false, "(from --rdzv-conf resource_config): a "
-                                 "directory");
+        expect_failure(t, false,
+                       "(from --rdzv-conf resource_config): a "
+                       "directory");
         round_free(t);
 
         /* With neither, the path HyperPod uses. The test machine is no
@@ -1157,8 +1206,9 @@ static void test_resource_config_rounds(void **state)
                                           "resource-config", "--local-addr",
                                           "10.9.9.9", "t.py", NULL },
                         fixture_env);
-        expect_failure(t, false, "this node (--local-addr 10.9.9.9) is in no "
-                                 "instance group");
+        expect_failure(t, false,
+                       "this node (--local-addr 10.9.9.9) is in no "
+                       "instance group");
         round_free(t);
 
         t = round_setup((const char *[]){ "hyperpodrun", "--rdzv-backend",
@@ -1169,7 +1219,6 @@ static void test_resource_config_rounds(void **state)
         expect_failure(t, false, "--nnodes 8 disagrees with resource config");
         round_free(t);
 }
-
 
 /* ---- The restart policy ---- */
 
@@ -1184,51 +1233,80 @@ static const struct {
         int exit_code;
 } policy_cases[] = {
         { "success with a stage left",
-          { .result = OK, .more_stages = true }, HP_NEXT_STAGE, 0 },
+          { .result = OK, .more_stages = true },
+          HP_NEXT_STAGE,
+          0 },
         { "success of the last stage", { .result = OK }, HP_NEXT_EXIT, 0 },
         { "a failure with restarts left",
-          { .result = FAILED, .restart_count = 0, .max_restarts = 2,
+          { .result = FAILED,
+            .restart_count = 0,
+            .max_restarts = 2,
             .failure_exit = 3 },
-          HP_NEXT_RESTART, 0 },
+          HP_NEXT_RESTART,
+          0 },
         { "a failure on the last restart",
-          { .result = FAILED, .restart_count = 2, .max_restarts = 2,
+          { .result = FAILED,
+            .restart_count = 2,
+            .max_restarts = 2,
             .failure_exit = 3 },
-          HP_NEXT_EXIT, 3 },
+          HP_NEXT_EXIT,
+          3 },
         { "a failure without --max-restarts: the root cause's status",
-          { .result = FAILED, .failure_exit = 137 }, HP_NEXT_EXIT, 137 },
+          { .result = FAILED, .failure_exit = 137 },
+          HP_NEXT_EXIT,
+          137 },
         { "a failure in pre-train with more stages: no next stage",
           { .result = FAILED, .more_stages = true, .failure_exit = 1 },
-          HP_NEXT_EXIT, 1 },
+          HP_NEXT_EXIT,
+          1 },
         { "a verdict with restarts left",
           { .result = STOPPED, .verdict = true, .max_restarts = 1 },
-          HP_NEXT_RESTART, 0 },
+          HP_NEXT_RESTART,
+          0 },
         { "a verdict with none left: timeout(1)'s status",
-          { .result = STOPPED, .verdict = true, .restart_count = 1,
+          { .result = STOPPED,
+            .verdict = true,
+            .restart_count = 1,
             .max_restarts = 1 },
-          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+          HP_NEXT_EXIT,
+          HP_EXIT_RULE_VERDICT },
         { "a verdict whatever the workers' statuses say",
           { .result = FAILED, .verdict = true, .failure_exit = 1 },
-          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+          HP_NEXT_EXIT,
+          HP_EXIT_RULE_VERDICT },
         { "a verdict on a stage that succeeded still fails the attempt",
           { .result = OK, .verdict = true, .more_stages = true },
-          HP_NEXT_EXIT, HP_EXIT_RULE_VERDICT },
+          HP_NEXT_EXIT,
+          HP_EXIT_RULE_VERDICT },
         { "a node fault: no restart even with restarts left",
           { .result = STOPPED, .node_fault = true, .max_restarts = 5 },
-          HP_NEXT_NODE_FAULT, HP_EXIT_NODE_FAULT },
+          HP_NEXT_NODE_FAULT,
+          HP_EXIT_NODE_FAULT },
         { "a node fault wins over a verdict",
-          { .result = FAILED, .node_fault = true, .verdict = true,
+          { .result = FAILED,
+            .node_fault = true,
+            .verdict = true,
             .max_restarts = 5 },
-          HP_NEXT_NODE_FAULT, HP_EXIT_NODE_FAULT },
-        { "a stop nobody asked for", { .result = STOPPED }, HP_NEXT_EXIT,
+          HP_NEXT_NODE_FAULT,
+          HP_EXIT_NODE_FAULT },
+        { "a stop nobody asked for",
+          { .result = STOPPED },
+          HP_NEXT_EXIT,
           128 },
         { "SIGTERM to the agent: 128+15, no restart",
-          { .result = FAILED, .signal = 15, .max_restarts = 3,
+          { .result = FAILED,
+            .signal = 15,
+            .max_restarts = 3,
             .failure_exit = 1 },
-          HP_NEXT_EXIT, 143 },
+          HP_NEXT_EXIT,
+          143 },
         { "SIGINT wins over a node fault and a verdict",
-          { .result = STOPPED, .signal = 2, .node_fault = true,
+          { .result = STOPPED,
+            .signal = 2,
+            .node_fault = true,
             .verdict = true },
-          HP_NEXT_EXIT, 130 },
+          HP_NEXT_EXIT,
+          130 },
 };
 
 /* A c10d round of one node hosts the store on the endpoint, and a
@@ -1240,14 +1318,22 @@ static void test_c10d_rounds(void **state)
         struct sockaddr_in a = { .sin_family = AF_INET,
                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
         socklen_t alen = sizeof(a);
-        const char *one[] = { "hyperpodrun", "--rdzv-backend", "c10d",
-                              "--rdzv-endpoint", NULL, "--rdzv-id", "j1",
-                              "--nproc-per-node", "3", "t.py", NULL };
-        const char *none[] = { "hyperpodrun", "--rdzv-backend", "c10d",
-                               "--rdzv-endpoint", "127.0.0.1:1",
-                               "--rdzv-id", "j",
-                               "--rdzv-conf", "is_host=false,join_timeout=0.3",
-                               "t.py", NULL };
+        const char *one[] = {
+                "hyperpodrun", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                NULL,          "--rdzv-id",      "j1",   "--nproc-per-node",
+                "3",           "t.py",           NULL
+        };
+        const char *none[] = { "hyperpodrun",
+                               "--rdzv-backend",
+                               "c10d",
+                               "--rdzv-endpoint",
+                               "127.0.0.1:1",
+                               "--rdzv-id",
+                               "j",
+                               "--rdzv-conf",
+                               "is_host=false,join_timeout=0.3",
+                               "t.py",
+                               NULL };
         char endpoint[64];
         struct round *t;
         int fd, port, r;
@@ -1274,8 +1360,8 @@ static void test_c10d_rounds(void **state)
         r = round_next(t);
         assert_int_equal(r, HP_ERDZV);
         assert_string_equal(t->errbuf, "rendezvous 'j': no store answered at "
-                                        "127.0.0.1:1 within join_timeout "
-                                        "(0.3 s)");
+                                       "127.0.0.1:1 within join_timeout "
+                                       "(0.3 s)");
         assert_null(t->rdzv.c10d);
         round_free(t);
 }
@@ -1286,8 +1372,8 @@ static void test_restart_policy(void **state)
 
         (void)state;
         for (size_t k = 0; k < HP_ARRAY_SIZE(policy_cases); k++) {
-                struct hp_next_step got =
-                        hp_selfdriven__next(&policy_cases[k].end);
+                struct hp_next_step got = hp_selfdriven__next(
+                        &policy_cases[k].end);
 
                 bool exits = got.what == HP_NEXT_EXIT ||
                              got.what == HP_NEXT_NODE_FAULT;
@@ -1297,8 +1383,10 @@ static void test_restart_policy(void **state)
                         CASE_FAILED(failures,
                                     "%s: %s with %d, expected %s with %d",
                                     policy_cases[k].name,
-                                    hp_selfdriven__next_name(got.what), got.exit_code,
-                                    hp_selfdriven__next_name(policy_cases[k].what),
+                                    hp_selfdriven__next_name(got.what),
+                                    got.exit_code,
+                                    hp_selfdriven__next_name(
+                                            policy_cases[k].what),
                                     policy_cases[k].exit_code);
         }
         assert_int_equal(failures, 0);
@@ -1324,28 +1412,85 @@ static const struct {
         const char *trace;
         int exit_code;
 } runs[] = {
-        { "three stages succeed", true, true, 0,
-          { { .result = OK }, { .result = OK }, { .result = OK } }, 3, "pre train post", 0 },
-        { "train only", false, false, 0, { { .result = OK } }, 1, "train", 0 },
-        { "train fails once, then succeeds", false, true, 1,
-          { { .result = FAILED, .failure_exit = 1 }, { .result = OK }, { .result = OK } }, 3,
-          "train | train post", 0 },
-        { "a restart starts over from pre-train", true, false, 2,
-          { { .result = OK }, { .result = FAILED, .failure_exit = 1 }, { .result = OK }, { .result = OK } }, 4,
-          "pre train | pre train", 0 },
-        { "restarts run out", false, false, 2,
-          { { .result = FAILED, .failure_exit = 7 }, { .result = FAILED, .failure_exit = 7 },
+        { "three stages succeed",
+          true,
+          true,
+          0,
+          { { .result = OK }, { .result = OK }, { .result = OK } },
+          3,
+          "pre train post",
+          0 },
+        { "train only",
+          false,
+          false,
+          0,
+          { { .result = OK } },
+          1,
+          "train",
+          0 },
+        { "train fails once, then succeeds",
+          false,
+          true,
+          1,
+          { { .result = FAILED, .failure_exit = 1 },
+            { .result = OK },
+            { .result = OK } },
+          3,
+          "train | train post",
+          0 },
+        { "a restart starts over from pre-train",
+          true,
+          false,
+          2,
+          { { .result = OK },
+            { .result = FAILED, .failure_exit = 1 },
+            { .result = OK },
+            { .result = OK } },
+          4,
+          "pre train | pre train",
+          0 },
+        { "restarts run out",
+          false,
+          false,
+          2,
+          { { .result = FAILED, .failure_exit = 7 },
+            { .result = FAILED, .failure_exit = 7 },
             { .result = FAILED, .failure_exit = 9 } },
-          3, "train | train | train", 9 },
-        { "post-train fails with no restarts", false, true, 0,
-          { { .result = OK }, { .result = FAILED, .failure_exit = 2 } }, 2, "train post", 2 },
-        { "a hang restarts, then the job succeeds", false, false, 1,
-          { { .result = STOPPED, .verdict = true }, { .result = OK } }, 2, "train | train", 0 },
-        { "hangs until no restart is left", false, false, 1,
-          { { .result = STOPPED, .verdict = true }, { .result = STOPPED, .verdict = true } }, 2,
-          "train | train", HP_EXIT_RULE_VERDICT },
-        { "a node fault in train ends the job at once", true, true, 3,
-          { { .result = OK }, { .result = STOPPED, .node_fault = true } }, 2, "pre train",
+          3,
+          "train | train | train",
+          9 },
+        { "post-train fails with no restarts",
+          false,
+          true,
+          0,
+          { { .result = OK }, { .result = FAILED, .failure_exit = 2 } },
+          2,
+          "train post",
+          2 },
+        { "a hang restarts, then the job succeeds",
+          false,
+          false,
+          1,
+          { { .result = STOPPED, .verdict = true }, { .result = OK } },
+          2,
+          "train | train",
+          0 },
+        { "hangs until no restart is left",
+          false,
+          false,
+          1,
+          { { .result = STOPPED, .verdict = true },
+            { .result = STOPPED, .verdict = true } },
+          2,
+          "train | train",
+          HP_EXIT_RULE_VERDICT },
+        { "a node fault in train ends the job at once",
+          true,
+          true,
+          3,
+          { { .result = OK }, { .result = STOPPED, .node_fault = true } },
+          2,
+          "pre train",
           HP_EXIT_NODE_FAULT },
 };
 
@@ -1399,13 +1544,15 @@ static void test_restart_runs(void **state)
                         }
                 }
                 if (exit_code < 0 || i != runs[k].nends)
-                        CASE_FAILED(failures, "%s: ended after %d of %d "
+                        CASE_FAILED(failures,
+                                    "%s: ended after %d of %d "
                                     "stages with %d",
                                     runs[k].name, i, runs[k].nends,
                                     exit_code);
                 else if (strcmp(trace, runs[k].trace) != 0 ||
                          exit_code != runs[k].exit_code)
-                        CASE_FAILED(failures, "%s: '%s', exit %d; expected "
+                        CASE_FAILED(failures,
+                                    "%s: '%s', exit %d; expected "
                                     "'%s', exit %d",
                                     runs[k].name, trace, exit_code,
                                     runs[k].trace, runs[k].exit_code);

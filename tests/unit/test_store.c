@@ -571,13 +571,17 @@ static const struct talk_case refusals[] = {
           { { 0, "01 " L3 "'/tr' " L0 L1 "'x'", NULL, true },
             { 1, "06", "0000000000000000", false },
             END },
-          1, 0 },
+          1,
+          0 },
         { "a wait naming a refused key among others is dropped",
-          { { 0, "05 " L2 L1 "'a' " L3 "'/tr'", NULL, true }, END }, 1, 0 },
+          { { 0, "05 " L2 L1 "'a' " L3 "'/tr'", NULL, true }, END },
+          1,
+          0 },
         { "other keys are served",
           { { 0, "00 " L2 "'/a' " L1 "'1' 02 " L2 "'/a'", L1 "'1'", false },
             END },
-          0, 0 },
+          0,
+          0 },
 };
 
 static void test_refused_prefix(void **state)
