@@ -946,8 +946,8 @@ int config__convert_values(struct hp_config *cfg, struct raw_value *raw,
                 ERR("%s only applies with --inprocess-restart",
                     raw[HP_OPT_INPROCESS_TIMEOUT].source);
         if (cfg->standalone && cfg->nnodes != 1)
-                ERR("--standalone runs a single node, but --nnodes is %d",
-                    cfg->nnodes);
+                ERR("--standalone runs a single node, but %s is '%s'",
+                    raw[HP_OPT_NNODES].source, raw[HP_OPT_NNODES].text);
         if (!cfg->standalone && cfg->rdzv_backend == HP_RDZV_C10D &&
             cfg->rdzv_endpoint[0] == '\0')
                 ERR("--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]: "

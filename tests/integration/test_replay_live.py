@@ -91,6 +91,16 @@ def replay(hpr, rules, log, *args):
     return lines[:-1], lines[-1]["summary"], r.stderr.decode()
 
 
+def replay_expect(hpr, rules, log, path, expectation):
+    """--replay log --expect (expectation written to path), as a CI
+    check runs it: the completed process."""
+    path.write_text(expectation)
+    return subprocess.run([HYPERPODRUN, "--replay", log,
+                           "--log-monitoring-config", rules, "--expect",
+                           path], capture_output=True, env=hpr.env,
+                          timeout=60)
+
+
 def kubectl_timestamps(console):
     """Every line behind the time the runtime read it, with nanoseconds,
     as kubectl logs --timestamps writes it."""
@@ -141,12 +151,8 @@ def check_formats(hpr, tmp_path, rules, console, live, stdout_log):
             assert summary["pending"] == [], (name, summary)
             if not clocked:  # --expect refuses timed rules there
                 continue
-            expect = tmp_path / "no-pending.expect.json"
-            expect.write_text('{"state": "HEALTHY", "pending_deadline": false}')
-            p = subprocess.run([HYPERPODRUN, "--replay", log,
-                                "--log-monitoring-config", rules, "--expect",
-                                expect], capture_output=True, env=hpr.env,
-                               timeout=60)
+            p = replay_expect(hpr, rules, log, tmp_path / "none.expect",
+                              '{"state": "HEALTHY", "pending_deadline": false}')
             assert p.returncode == 0, (name, p.stdout.decode(),
                                        p.stderr.decode())
             continue
@@ -169,12 +175,8 @@ def check_formats(hpr, tmp_path, rules, console, live, stdout_log):
     if live is not None and live["state"] == "SLOW":
         assert (summary["verdict"]["rule"], summary["verdict"]["line"]) == (
             live["rule"], live["last_line"])
-    expect = tmp_path / "healthy.expect.json"
-    expect.write_text('{"state": "HEALTHY"}')
-    p = subprocess.run([HYPERPODRUN, "--replay", stdout_log,
-                        "--log-monitoring-config", rules, "--expect",
-                        expect], capture_output=True, env=hpr.env,
-                       timeout=60)
+    p = replay_expect(hpr, rules, stdout_log, tmp_path / "healthy.expect",
+                      '{"state": "HEALTHY"}')
     assert p.returncode == 2, p.stderr.decode()
     assert ("rule 0 (JobStart) has a time limit, but no line of "
             f"{stdout_log} has a timestamp") in p.stderr.decode()
