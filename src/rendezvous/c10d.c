@@ -53,6 +53,9 @@ struct round {
         struct hp_store_client *client;
         enum round_state state;
         const char *addr; /* numeric */
+        /* Where this agent may still host the store, while nobody answers
+         * on the endpoint (its port's holder may be gone); or NULL. */
+        const char *bind_host;
         int port;
         int nnodes;
         int64_t joined; /* this agent's place, 1-based */
@@ -88,7 +91,7 @@ struct round {
         int64_t size;  /* the nodes the round closed with */
         bool late;     /* it closed without this agent */
         bool find_gen; /* read the job's current round before joining */
-        const struct hp_rdzv *rdzv;
+        struct hp_rdzv *rdzv;
         const char *endpoint;
         const char *run_id;
         uint64_t join_timeout_ms;
@@ -493,10 +496,25 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
                 return;
         }
         if (r->status < 0) {
-                /* Not there yet: the host's agent may start later. */
+                /* Not there yet: the host's agent may start later. Or the
+                 * endpoint's port was held when this agent tried it, by
+                 * something now gone: then it hosts after all, or every
+                 * agent would wait out join_timeout for a host. */
+                char why[256];
+                int delay = RETRY_MS;
+
                 hp_store_client_close(rd->client, client_gone_cb, NULL);
                 rd->client = NULL;
-                uv_timer_start(&rd->retry, retry_cb, RETRY_MS, 0);
+                if (rd->bind_host != NULL && rd->rdzv->c10d == NULL &&
+                    hp_rdzv__host_start(rd->rdzv, rd->bind_host, rd->port,
+                                        why, sizeof(why)) == 0) {
+                        hp_log_info("rendezvous '%s': hosting the store on "
+                                    "%s:%d (nobody answered there)",
+                                    rd->run_id, rd->bind_host, rd->port);
+                        rd->bind_host = NULL;
+                        delay = 0;
+                }
+                uv_timer_start(&rd->retry, retry_cb, delay, 0);
                 return;
         }
         rd->state = ROUND_JOINING;
@@ -670,7 +688,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         const struct hp_config *cfg = rdzv->cfg;
         struct round rd = { .state = ROUND_CONNECTING, .fixed_rank = -1 };
         char host[256], addr[INET6_ADDRSTRLEN], why[300];
-        const char *env;
+        const char *env, *retry_bind = NULL;
         bool own_store;
         int r;
 
@@ -714,8 +732,10 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                         snprintf(errbuf, errlen,
                                  "--rdzv-conf is_host=true: %s", why);
                         return HP_ERDZV;
-                } else
+                } else {
                         hp_log_debug("rendezvous: not hosting: %s", why);
+                        retry_bind = bind_host;
+                }
         }
         snprintf(rdzv->store_addr, sizeof(rdzv->store_addr), "%s", addr);
         rdzv->store_port = rd.port;
@@ -725,6 +745,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         own_store = env != NULL && strcmp(env, "1") == 0;
         for (;;) {
                 rd.addr = addr;
+                rd.bind_host = retry_bind;
                 rd.nnodes = cfg->nnodes;
                 rd.nnodes_min = cfg->nnodes_min;
                 rd.last_call_ms = rdzv->opt.last_call_timeout_ms;

@@ -308,3 +308,29 @@ def test_torch_disable_share_rdzv_tcp_store(hpr, tmp_path):
         by_rank = worker_lines(r.stdout)
         assert by_rank.get(0) == [
             f"rank {node * 2}/4 (local 0): all_reduce sum = 10".encode()]
+
+
+def test_a_port_held_at_start_is_hosted_once_it_is_free(hpr, tmp_path):
+    """Every agent finds the endpoint's port held (bound, not listening)
+    when it tries to host: none hosts, nobody answers. Once the holder
+    lets go, one agent hosts after all and the job runs, rather than all
+    waiting out join_timeout for a host."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    procs = [hpr.start(["--log-dir", tmp_path / f"agent{i}",
+                        "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                        f"127.0.0.1:{port}", "--rdzv-id", "job7",
+                        "--nnodes", "2", "--nproc-per-node", "1",
+                        "--no-python", "/bin/true"],
+                       env={"LOGLEVEL": "DEBUG"}, log_dir=False)
+             for i in range(2)]
+    deadline_poll(lambda: all(b"rendezvous: not hosting" in p.console_err()
+                              for p in procs), 60,
+                  what="both agents to find the port held")
+    holder.close()
+    results = wait_all(procs, 120)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    hosts = [r for r in results if "(nobody answered there)" in r.err]
+    assert len(hosts) == 1, [r.describe() for r in results]
