@@ -221,6 +221,12 @@ struct hp_store_reply {
 
 typedef void (*hp_store_reply_cb)(void *ctx, const struct hp_store_reply *r);
 
+/* The next value of a MULTI_GET reply, from *off (start at 0); an absent
+ * key's value is empty. Returns true and advances *off, or false after
+ * the last. */
+bool hp_store_reply_item(const struct hp_store_reply *r, size_t *off,
+                         const uint8_t **val, size_t *val_len);
+
 /*
  * Connects to host:port (a numeric address) on loop; the connection
  * speaks the validated dialect and sends VALIDATE and a PING first; cb
