@@ -50,7 +50,8 @@ struct round {
         uv_timer_t retry;
         uv_poll_t signals;
         int sigfd;
-        struct hp_store_client *client;
+        const struct hp_rdzv_kv_ops *kv; /* the store's ops */
+        struct hp_rdzv_kv *client;
         enum round_state state;
         const char *addr; /* numeric */
         /* Where this agent may still host the store, while nobody answers
@@ -90,7 +91,7 @@ struct round {
         bool last_call_on;
         /* The last call's own connection: the round's has a WAIT on the
          * wire, and a connection carries one request at a time. */
-        struct hp_store_client *closer;
+        struct hp_rdzv_kv *closer;
         int64_t size;  /* the nodes the round closed with */
         bool late;     /* it closed without this agent */
         bool find_gen; /* read the job's current round before joining */
@@ -205,9 +206,8 @@ static void waited_cb(void *ctx, const struct hp_store_reply *r)
         int q;
 
         if (r->status == 0 && !rd->finishing) {
-                q = hp_store_client_get(rd->client, rd->key_closed,
-                                        strlen(rd->key_closed),
-                                        closed_value_cb, rd);
+                q = rd->kv->get(rd->client, rd->key_closed, closed_value_cb,
+                                rd);
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
@@ -229,9 +229,7 @@ static void after_closed(struct round *rd)
         int q;
 
         if (rd->own_store) {
-                q = hp_store_client_get(rd->client, rd->key_master,
-                                        strlen(rd->key_master), master_cb,
-                                        rd);
+                q = rd->kv->get(rd->client, rd->key_master, master_cb, rd);
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
@@ -267,7 +265,7 @@ static int publish_master(struct round *rd)
         char addr[INET6_ADDRSTRLEN], value[INET6_ADDRSTRLEN + 16];
         int port = 0, r;
 
-        r = hp_store_client_local_addr(rd->client, addr, sizeof(addr));
+        r = rd->kv->local_addr(rd->client, addr, sizeof(addr));
         if (r == 0)
                 r = free_port(&port);
         if (r < 0)
@@ -277,9 +275,8 @@ static int publish_master(struct round *rd)
         hp_log_info("rendezvous '%s': TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
                     "worker rank 0 hosts the workers' store at %s",
                     rd->run_id, value);
-        return hp_store_client_set(rd->client, rd->key_master,
-                                   strlen(rd->key_master), value,
-                                   strlen(value), closed_set_cb, rd);
+        return rd->kv->set(rd->client, rd->key_master, value, strlen(value),
+                           closed_set_cb, rd);
 }
 
 /* Closes the round with n nodes, unless another agent closed it first
@@ -289,10 +286,8 @@ static int close_round(struct round *rd, int64_t n)
         char text[32];
         int len = snprintf(text, sizeof(text), "%lld", (long long)n);
 
-        return hp_store_client_compare_set(rd->client, rd->key_closed,
-                                           strlen(rd->key_closed), "", 0,
-                                           text, (size_t)len, closed_set_cb,
-                                           rd);
+        return rd->kv->compare_set(rd->client, rd->key_closed, "", 0, text,
+                                   (size_t)len, closed_set_cb, rd);
 }
 
 static void closer_set_cb(void *ctx, const struct hp_store_reply *r)
@@ -311,9 +306,8 @@ static void count_cb(void *ctx, const struct hp_store_reply *r)
         if (r->status < 0 || rd->closer == NULL)
                 return; /* the failure comes with the WAIT's reply */
         len = snprintf(text, sizeof(text), "%lld", (long long)n);
-        (void)hp_store_client_compare_set(rd->closer, rd->key_closed,
-                                          strlen(rd->key_closed), "", 0, text,
-                                          (size_t)len, closer_set_cb, rd);
+        (void)rd->kv->compare_set(rd->closer, rd->key_closed, "", 0, text,
+                                  (size_t)len, closer_set_cb, rd);
 }
 
 static void closer_up_cb(void *ctx, const struct hp_store_reply *r)
@@ -330,12 +324,10 @@ static void last_call_cb(uv_timer_t *t)
 
         if (rd->state != ROUND_WAITING || rd->closer != NULL)
                 return;
-        q = hp_store_client_connect(&rd->loop, rd->addr, rd->port,
-                                    closer_up_cb, rd, &rd->closer);
+        q = rd->kv->connect(&rd->loop, rd->addr, rd->port, closer_up_cb, rd,
+                            &rd->closer);
         if (q == 0)
-                q = hp_store_client_add(rd->closer, rd->key_joined,
-                                        strlen(rd->key_joined), 0, count_cb,
-                                        rd);
+                q = rd->kv->add(rd->closer, rd->key_joined, 0, count_cb, rd);
         if (q < 0)
                 round_fail(rd, "%s", hp_strerror(q));
 }
@@ -367,8 +359,8 @@ static void round_late(struct round *rd)
                     rd->run_id, rd->endpoint, rd->gen);
         snprintf(end, sizeof(end), "/hyperpodrun/rdzv/%s/%d/end", rd->run_id,
                  rd->gen);
-        q = hp_store_client_compare_set(rd->client, end, strlen(end), "", 0,
-                                        "join", 4, late_cb, rd);
+        q = rd->kv->compare_set(rd->client, end, "", 0, "join", 4, late_cb,
+                                rd);
         if (q < 0)
                 round_fail(rd, "%s", hp_strerror(q));
 }
@@ -391,16 +383,13 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                  * holds the store waits for it. */
                 q = 0;
                 if (rd->joined >= rd->nnodes)
-                        q = hp_store_client_set(rd->client, rd->key_closed,
-                                                strlen(rd->key_closed), "1",
-                                                1, closed_set_cb, rd);
+                        q = rd->kv->set(rd->client, rd->key_closed, "1", 1,
+                                        closed_set_cb, rd);
                 if (q == 0 && rd->hosting) {
                         rd->state = ROUND_WAITING;
-                        q = hp_store_client_wait(rd->client, keys, 1, 0,
-                                                 waited_cb, rd);
+                        q = rd->kv->wait(rd->client, keys, 1, waited_cb, rd);
                 } else if (q == 0) {
-                        q = hp_store_client_ping(rd->client, 0, waited_cb,
-                                                 rd);
+                        q = rd->kv->ping(rd->client, waited_cb, rd);
                 }
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
@@ -450,8 +439,7 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                                0);
         }
         if (q == 0)
-                q = hp_store_client_wait(rd->client, keys, nkeys, 0,
-                                         waited_cb, rd);
+                q = rd->kv->wait(rd->client, keys, nkeys, waited_cb, rd);
         if (q < 0)
                 round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
                            rd->endpoint, hp_strerror(q));
@@ -506,7 +494,7 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
                 char why[256];
                 int delay = RETRY_MS;
 
-                hp_store_client_close(rd->client, client_gone_cb, NULL);
+                rd->client->ops->close(rd->client, client_gone_cb, NULL);
                 rd->client = NULL;
                 if (rd->bind_host != NULL && rd->rdzv->c10d == NULL &&
                     hp_rdzv__host_start(rd->rdzv, rd->bind_host, rd->port,
@@ -526,8 +514,7 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
 
                 snprintf(key, sizeof(key), "/hyperpodrun/rdzv/%s/round",
                          rd->run_id);
-                q = hp_store_client_get(rd->client, key, strlen(key), gen_cb,
-                                        rd);
+                q = rd->kv->get(rd->client, key, gen_cb, rd);
                 if (q < 0)
                         round_fail(rd, "%s", hp_strerror(q));
                 return;
@@ -545,8 +532,8 @@ static void join_now(struct round *rd)
                 snprintf(key, sizeof(key), "/hyperpodrun/rdzv/%s/round",
                          rd->run_id);
                 len = snprintf(text, sizeof(text), "%d", rd->gen);
-                q = hp_store_client_set(rd->client, key, strlen(key), text,
-                                        (size_t)len, closed_set_cb, rd);
+                q = rd->kv->set(rd->client, key, text, (size_t)len,
+                                closed_set_cb, rd);
         }
 
         if (rd->key_prev_end[0] != '\0') {
@@ -554,23 +541,17 @@ static void join_now(struct round *rd)
                 const char *why = rd->rdzv->lost_node ? "lost" : "restart";
 
                 rd->rdzv->lost_node = false;
-                q = hp_store_client_compare_set(rd->client, rd->key_prev_end,
-                                                strlen(rd->key_prev_end), "",
-                                                0, why, strlen(why),
-                                                closed_set_cb, rd);
+                q = rd->kv->compare_set(rd->client, rd->key_prev_end, "", 0,
+                                        why, strlen(why), closed_set_cb, rd);
         }
         if (q == 0 && rd->key_done[0] != '\0')
-                q = hp_store_client_set(rd->client, rd->key_done,
-                                        strlen(rd->key_done), "done", 4,
-                                        closed_set_cb, rd);
+                q = rd->kv->set(rd->client, rd->key_done, "done", 4,
+                                closed_set_cb, rd);
         for (size_t i = 0; q == 0 && i < rd->nexit_keys; i++)
-                q = hp_store_client_set(rd->client, rd->exit_keys[i],
-                                        strlen(rd->exit_keys[i]), "exit", 4,
-                                        closed_set_cb, rd);
+                q = rd->kv->set(rd->client, rd->exit_keys[i], "exit", 4,
+                                closed_set_cb, rd);
         if (q == 0)
-                q = hp_store_client_add(rd->client, rd->key_joined,
-                                        strlen(rd->key_joined), 1, joined_cb,
-                                        rd);
+                q = rd->kv->add(rd->client, rd->key_joined, 1, joined_cb, rd);
         if (q < 0)
                 round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
                            rd->endpoint, hp_strerror(q));
@@ -578,8 +559,8 @@ static void join_now(struct round *rd)
 
 static void connect_now(struct round *rd)
 {
-        int r = hp_store_client_connect(&rd->loop, rd->addr, rd->port,
-                                        connected_cb, rd, &rd->client);
+        int r = rd->kv->connect(&rd->loop, rd->addr, rd->port, connected_cb,
+                                rd, &rd->client);
 
         if (r < 0) {
                 rd->client = NULL;
@@ -662,9 +643,9 @@ static int run_round(struct round *rd)
             rd->state == ROUND_WAITING)
                 uv_run(&rd->loop, UV_RUN_DEFAULT);
         if (rd->client)
-                hp_store_client_close(rd->client, client_gone_cb, NULL);
+                rd->client->ops->close(rd->client, client_gone_cb, NULL);
         if (rd->closer)
-                hp_store_client_close(rd->closer, client_gone_cb, NULL);
+                rd->closer->ops->close(rd->closer, client_gone_cb, NULL);
         uv_close((uv_handle_t *)&rd->deadline, nothing_cb);
         uv_close((uv_handle_t *)&rd->retry, nothing_cb);
         uv_close((uv_handle_t *)&rd->last_call, nothing_cb);
@@ -764,6 +745,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 rd.find_gen = cfg->nnodes_min > 0 && !rdzv->have_round &&
                               rdzv->gen == 0;
                 rd.rdzv = rdzv;
+                rd.kv = hp_rdzv__kv_ops(rdzv);
                 rd.own_store = own_store;
                 rd.endpoint = cfg->rdzv_endpoint;
                 rd.run_id = rdzv->run_id;
@@ -875,6 +857,7 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         rdzv->store_port = rd.port;
         rd.addr = addr;
         rd.rdzv = rdzv;
+        rd.kv = &hp_rdzv__kv_store;
         rd.nnodes = out->nnodes;
         rd.fixed_rank = out->node_rank;
         rd.gen = rdzv->gen;
@@ -941,6 +924,7 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
         rd.port = rdzv->store_port;
         rd.addr = rdzv->store_addr;
         rd.rdzv = rdzv;
+        rd.kv = hp_rdzv__kv_ops(rdzv);
         rd.hosting = rdzv->c10d != NULL && succeeded;
         rd.nnodes = rdzv->round.nnodes;
         rd.endpoint = endpoint;

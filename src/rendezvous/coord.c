@@ -21,11 +21,11 @@
 #include <uv.h>
 
 #include "hyperpod/common.h"
-#include "hyperpod/store.h"
 #include "rendezvous-private.h"
 
 struct hp_rdzv_watch {
-        struct hp_store_client *client;
+        const struct hp_rdzv_kv_ops *kv; /* the store's ops */
+        struct hp_rdzv_kv *client;
         struct hp_rdzv *rdzv;
         hp_rdzv_round_end_cb cb;
         void *ctx;
@@ -33,7 +33,7 @@ struct hp_rdzv_watch {
         bool fired;
         /* The keep-alive: its connection, its timer, the round's beat
          * keys (one string each, in keys_buf) and what was seen of them. */
-        struct hp_store_client *beat;
+        struct hp_rdzv_kv *beat;
         uv_timer_t timer;
         int closing; /* handles not yet closed */
         struct hp_rdzv_beats beats;
@@ -154,8 +154,7 @@ static void watch_woken_cb(void *ctx, const struct hp_store_reply *r)
         if (r->status == -ECANCELED)
                 return;
         if (r->status < 0 ||
-            hp_store_client_get(w->client, w->key, strlen(w->key),
-                                watch_value_cb, w) < 0)
+            w->kv->get(w->client, w->key, watch_value_cb, w) < 0)
                 store_gone(w, "the rendezvous store went away");
 }
 
@@ -241,9 +240,9 @@ static void beat_added_cb(void *ctx, const struct hp_store_reply *r)
 
         if (r->status == -ECANCELED)
                 return;
-        if (r->status < 0 || hp_store_client_multi_get(w->beat, w->keys,
-                                                       (size_t)w->beats.nodes,
-                                                       beats_read_cb, w) < 0)
+        if (r->status < 0 ||
+            w->kv->multi_get(w->beat, w->keys, (size_t)w->beats.nodes,
+                             beats_read_cb, w) < 0)
                 store_gone(w, "the rendezvous store went away");
 }
 
@@ -269,8 +268,7 @@ static void beat_cb(uv_timer_t *t)
                 return;
         }
         w->in_flight = true;
-        if (hp_store_client_add(w->beat, mine, strlen(mine), 1, beat_added_cb,
-                                w) < 0)
+        if (w->kv->add(w->beat, mine, 1, beat_added_cb, w) < 0)
                 store_gone(w, "the rendezvous store went away");
 }
 
@@ -307,8 +305,8 @@ static int keep_alive_start(struct hp_rdzv *rdzv, struct hp_rdzv_watch *w,
         snprintf(w->store, sizeof(w->store),
                  strchr(rdzv->store_addr, ':') ? "[%s]:%d" : "%s:%d",
                  rdzv->store_addr, rdzv->store_port);
-        r = hp_store_client_connect(loop, rdzv->store_addr, rdzv->store_port,
-                                    watch_connected_cb, w, &w->beat);
+        r = w->kv->connect(loop, rdzv->store_addr, rdzv->store_port,
+                           watch_connected_cb, w, &w->beat);
         if (r < 0) {
                 w->beat = NULL;
                 return r;
@@ -339,14 +337,15 @@ int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,
         if (w == NULL)
                 return -ENOMEM;
         w->rdzv = rdzv;
+        w->kv = hp_rdzv__kv_ops(rdzv);
         w->cb = cb;
         w->ctx = ctx;
         uv_timer_init(loop, &w->timer);
         w->closing = 1;
         hp_rdzv__round_key(rdzv, rdzv->gen, "end", w->key, sizeof(w->key));
         rdzv->watch = w;
-        r = hp_store_client_connect(loop, rdzv->store_addr, rdzv->store_port,
-                                    watch_connected_cb, w, &w->client);
+        r = w->kv->connect(loop, rdzv->store_addr, rdzv->store_port,
+                           watch_connected_cb, w, &w->client);
         if (r < 0) {
                 w->client = NULL;
                 hp_rdzv_unwatch(rdzv);
@@ -354,7 +353,7 @@ int hp_rdzv_watch(struct hp_rdzv *rdzv, uv_loop_t *loop,
         }
         w->closing++;
         keys[0] = w->key;
-        r = hp_store_client_wait(w->client, keys, 1, 0, watch_woken_cb, w);
+        r = w->kv->wait(w->client, keys, 1, watch_woken_cb, w);
         if (r == 0)
                 r = keep_alive_start(rdzv, w, loop);
         if (r < 0) {
@@ -373,9 +372,9 @@ void hp_rdzv_unwatch(struct hp_rdzv *rdzv)
         rdzv->watch = NULL;
         w->fired = true;
         if (w->client != NULL)
-                hp_store_client_close(w->client, watch_gone_cb, w);
+                w->client->ops->close(w->client, watch_gone_cb, w);
         if (w->beat != NULL)
-                hp_store_client_close(w->beat, watch_gone_cb, w);
+                w->beat->ops->close(w->beat, watch_gone_cb, w);
         uv_close((uv_handle_t *)&w->timer, timer_closed_cb);
 }
 

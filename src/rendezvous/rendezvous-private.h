@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <uv.h>
+
 #include "hyperpod/rendezvous.h"
+#include "hyperpod/store.h"
 
 /* The error exit of a function that releases what it holds at its label
  * out: the reason into errbuf, HP_ECONFIG into r. */
@@ -88,5 +91,60 @@ int hp_rdzv__resolve_what(const char *what, const char *host, char *addr,
                           size_t len, char *err, size_t errlen);
 int hp_rdzv__resolve(const char *host, char *addr, size_t len, char *err,
                      size_t errlen);
+
+/* ---- The key-value store the rounds and the watch talk to ----
+ *
+ * c10d.c and coord.c reach their store only through these ops: the
+ * TCPStore client (kv_store.c) for c10d and --rdzv-conf coordinate, etcd's
+ * v2 keys API (etcd.c) for etcd-v2. Every request answers once through
+ * cb with a struct hp_store_reply (status 0 or a negative errno; val for
+ * get and compare_set, num for add, count and items for multi_get, read
+ * with hp_store_reply_item; an absent key reads as empty). Requests on
+ * one connection are answered in order, one at a time; a wait holds its
+ * connection until a key is set. Keys are NUL-terminated, values copied.
+ * close answers every request not yet answered with -ECANCELED, then
+ * calls close_cb(ctx) once its handles are closed. */
+struct hp_rdzv_kv;
+struct hp_rdzv_kv_ops {
+        const char *what; /* "store", "etcd": for the messages */
+        int (*connect)(uv_loop_t *loop, const char *addr, int port,
+                       hp_store_reply_cb cb, void *ctx,
+                       struct hp_rdzv_kv **out);
+        int (*set)(struct hp_rdzv_kv *kv, const char *key, const void *val,
+                   size_t len, hp_store_reply_cb cb, void *ctx);
+        int (*get)(struct hp_rdzv_kv *kv, const char *key,
+                   hp_store_reply_cb cb, void *ctx);
+        int (*add)(struct hp_rdzv_kv *kv, const char *key, int64_t delta,
+                   hp_store_reply_cb cb, void *ctx);
+        /* Sets key to desired when it holds expected (empty: absent);
+         * val is then desired, or else what the key holds. */
+        int (*compare_set)(struct hp_rdzv_kv *kv, const char *key,
+                           const void *expected, size_t expected_len,
+                           const void *desired, size_t desired_len,
+                           hp_store_reply_cb cb, void *ctx);
+        /* Answers once one of the n keys is set. */
+        int (*wait)(struct hp_rdzv_kv *kv, const char *const *keys, size_t n,
+                    hp_store_reply_cb cb, void *ctx);
+        int (*multi_get)(struct hp_rdzv_kv *kv, const char *const *keys,
+                         size_t n, hp_store_reply_cb cb, void *ctx);
+        /* A round trip that changes nothing. */
+        int (*ping)(struct hp_rdzv_kv *kv, hp_store_reply_cb cb, void *ctx);
+        /* This end's numeric address of the connection. */
+        int (*local_addr)(const struct hp_rdzv_kv *kv, char *addr,
+                          size_t len);
+        void (*close)(struct hp_rdzv_kv *kv, void (*close_cb)(void *ctx),
+                      void *ctx);
+};
+struct hp_rdzv_kv {
+        const struct hp_rdzv_kv_ops *ops;
+        /* Why the last request failed, in the server's words ("" when
+         * the errno says it all). */
+        char why[256];
+};
+extern const struct hp_rdzv_kv_ops hp_rdzv__kv_store;
+extern const struct hp_rdzv_kv_ops hp_rdzv__kv_etcd;
+
+/* The ops of rdzv's backend: etcd's for etcd-v2, the TCPStore's else. */
+const struct hp_rdzv_kv_ops *hp_rdzv__kv_ops(const struct hp_rdzv *rdzv);
 
 #endif
