@@ -14,6 +14,8 @@
 /* --rdzv-backend c10d's endpoint port when --rdzv-endpoint has none
  * (torchrun's). */
 #define HP_RDZV_C10D_PORT 29400
+/* --rdzv-backend etcd-v2's endpoint port when none is given (etcd's). */
+#define HP_RDZV_ETCD_PORT 2379
 /* --ft-rank-section-timeouts: sections named, and a name's length. */
 #define HP_FT_SECTIONS_MAX 16
 #define HP_FT_SECTION_NAME_MAX 63
@@ -26,8 +28,10 @@ enum hp_rdzv_backend {
         HP_RDZV_STATIC, /* torchrun static: flags give everything */
         HP_RDZV_SLURM,  /* self-driven from the Slurm step */
         HP_RDZV_RESOURCE_CONFIG, /* self-driven from resource_config.json */
-        HP_RDZV_C10D             /* self-driven: the agents meet at a
+        HP_RDZV_C10D,            /* self-driven: the agents meet at a
                                  * TCPStore one of them hosts */
+        HP_RDZV_ETCD_V2          /* self-driven: c10d's rounds at an etcd
+                                 * server (its v2 keys API) */
 };
 
 /* Bits of -r/--redirects and -t/--tee. */

@@ -386,11 +386,11 @@ static int convert_rdzv_backend(struct hp_config *cfg,
                                 enum hp_option_id id, char *errbuf,
                                 size_t errlen)
 {
-        /* The order is enum hp_rdzv_backend's; the etcd ones are refused
-         * with a reason. */
+        /* The order is enum hp_rdzv_backend's; torchrun's older etcd
+         * backend, last, is refused with a reason. */
         static const char *const backends[] = {
-                "hyperpod", "static", "slurm",   "resource-config",
-                "c10d",     "etcd",   "etcd-v2",
+                "hyperpod", "static",  "slurm", "resource-config",
+                "c10d",     "etcd-v2", "etcd",
         };
         int r, index;
 
@@ -398,13 +398,15 @@ static int convert_rdzv_backend(struct hp_config *cfg,
                                  &index, errbuf, errlen);
         if (r < 0)
                 return r;
-        if (index > HP_RDZV_C10D)
-                ERR("%s %s is not supported: hyperpodrun does not speak "
-                    "etcd; use c10d (with --rdzv-endpoint), static (with "
-                    "--nnodes N, --node-rank, --master-addr), slurm, "
-                    "resource-config or --standalone. A Kubeflow "
-                    "PyTorchJob without elasticPolicy runs as it is: its "
-                    "PET_MASTER_ADDR selects static",
+        if (index > HP_RDZV_ETCD_V2)
+                ERR("%s %s is not supported: torchrun's older etcd "
+                    "rendezvous is not spoken; use etcd-v2 (the same etcd "
+                    "server and --rdzv-endpoint), c10d (with "
+                    "--rdzv-endpoint), static (with --nnodes N, "
+                    "--node-rank, --master-addr), slurm, resource-config "
+                    "or --standalone. A Kubeflow PyTorchJob without "
+                    "elasticPolicy runs as it is: its PET_MASTER_ADDR "
+                    "selects static",
                     raw[id].source, raw[id].text);
         cfg->rdzv_backend = (enum hp_rdzv_backend)index;
         cfg->rdzv_backend_name = backends[index];
@@ -954,6 +956,12 @@ int config__convert_values(struct hp_config *cfg, struct raw_value *raw,
                     "the address where the agents meet (port %d when not "
                     "given)",
                     HP_RDZV_C10D_PORT);
+        if (!cfg->standalone && cfg->rdzv_backend == HP_RDZV_ETCD_V2 &&
+            cfg->rdzv_endpoint[0] == '\0')
+                ERR("--rdzv-backend etcd-v2 needs --rdzv-endpoint "
+                    "HOST[:PORT]: the etcd server where the agents meet "
+                    "(port %d when not given)",
+                    HP_RDZV_ETCD_PORT);
         if (!cfg->standalone && cfg->node_rank >= cfg->nnodes &&
             cfg->rdzv_backend == HP_RDZV_STATIC)
                 ERR("%s %d is out of range: --nnodes is %d, so node ranks "

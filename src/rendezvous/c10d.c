@@ -272,9 +272,13 @@ static int publish_master(struct round *rd)
                 return r;
         snprintf(value, sizeof(value),
                  strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
-        hp_log_info("rendezvous '%s': TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
-                    "worker rank 0 hosts the workers' store at %s",
-                    rd->run_id, value);
+        hp_log_info("rendezvous '%s': %s: worker rank 0 hosts the workers' "
+                    "store at %s",
+                    rd->run_id,
+                    rd->kv == &hp_rdzv__kv_etcd
+                            ? "etcd-v2"
+                            : "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+                    value);
         return rd->kv->set(rd->client, rd->key_master, value, strlen(value),
                            closed_set_cb, rd);
 }
@@ -482,8 +486,17 @@ static void connected_cb(void *ctx, const struct hp_store_reply *r)
         if (rd->state != ROUND_CONNECTING)
                 return;
         if (r->status < 0 && rd->finishing) {
-                round_fail(rd, "no store at %s: %s", rd->endpoint,
+                round_fail(rd, "no %s at %s: %s", rd->kv->what, rd->endpoint,
                            hp_strerror(r->status));
+                return;
+        }
+        if (rd->kv == &hp_rdzv__kv_etcd &&
+            (r->status == -EPROTO || r->status == HP_ETOOBIG)) {
+                /* Something answers there, but not as the store does. */
+                round_fail(rd, "rendezvous '%s' at %s: %s", rd->run_id,
+                           rd->endpoint,
+                           rd->client->why[0] ? rd->client->why
+                                              : hp_strerror(r->status));
                 return;
         }
         if (r->status < 0) {
@@ -578,9 +591,9 @@ static void deadline_cb(uv_timer_t *t)
                 round_fail(rd, "not every node finished within %g s", s);
         else if (rd->state == ROUND_CONNECTING)
                 round_fail(rd,
-                           "rendezvous '%s': no store answered at %s "
+                           "rendezvous '%s': no %s answered at %s "
                            "within join_timeout (%g s)",
-                           rd->run_id, rd->endpoint, s);
+                           rd->run_id, rd->kv->what, rd->endpoint, s);
         else
                 round_fail(rd,
                            "rendezvous '%s' at %s: fewer than %d nodes "
@@ -666,10 +679,16 @@ static int run_round(struct round *rd)
 static void warn_unread(const struct hp_config *cfg)
 {
         if (cfg->node_rank_given)
-                hp_log_warn("--node-rank %d is not read by the c10d backend: "
+                hp_log_warn("--node-rank %d is not read by the %s backend: "
                             "node ranks go by order of arrival",
-                            cfg->node_rank);
-        if (cfg->master_addr_given || cfg->master_port_given)
+                            cfg->node_rank, cfg->rdzv_backend_name);
+        if ((cfg->master_addr_given || cfg->master_port_given) &&
+            cfg->rdzv_backend == HP_RDZV_ETCD_V2)
+                hp_log_warn("--master-addr and --master-port are not read by "
+                            "the etcd-v2 backend: the workers' MASTER_ADDR:"
+                            "MASTER_PORT is the store node 0's worker rank 0 "
+                            "hosts, at an address node 0 publishes");
+        else if (cfg->master_addr_given || cfg->master_port_given)
                 hp_log_warn("--master-addr and --master-port are not read by "
                             "the c10d backend: the workers' MASTER_ADDR:"
                             "MASTER_PORT is the store on --rdzv-endpoint");
@@ -682,15 +701,27 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         struct round rd = { .state = ROUND_CONNECTING, .fixed_rank = -1 };
         char host[256], addr[INET6_ADDRSTRLEN], why[300];
         const char *env, *retry_bind = NULL;
-        bool own_store;
+        bool own_store, etcd = cfg->rdzv_backend == HP_RDZV_ETCD_V2;
         int r;
 
         if (hp_rdzv_parse_endpoint(cfg->rdzv_endpoint, host, sizeof(host),
-                                   HP_RDZV_C10D_PORT, &rd.port) < 0) {
+                                   etcd ? HP_RDZV_ETCD_PORT
+                                        : HP_RDZV_C10D_PORT,
+                                   &rd.port) < 0) {
                 snprintf(errbuf, errlen,
                          "invalid --rdzv-endpoint '%s': expected HOST[:PORT] "
                          "or [IPV6]:PORT",
                          cfg->rdzv_endpoint);
+                return HP_ECONFIG;
+        }
+        if (etcd && (rdzv->run_id[0] == '_' || rdzv->run_id[0] == '.')) {
+                /* etcd hides keys that start with '_' from listings, and
+                 * takes "." and ".." for path steps. */
+                snprintf(errbuf, errlen,
+                         "--rdzv-id '%s' cannot name an etcd directory: "
+                         "with --rdzv-backend etcd-v2 it must not start "
+                         "with '_' or '.'",
+                         rdzv->run_id);
                 return HP_ECONFIG;
         }
         r = hp_rdzv__resolve(host, addr, sizeof(addr), errbuf, errlen);
@@ -706,7 +737,8 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                 rdzv->gen++;
         } else
                 warn_unread(cfg);
-        if (rdzv->c10d == NULL && rdzv->gen == 0 && rdzv->opt.is_host != 0) {
+        if (!etcd && rdzv->c10d == NULL && rdzv->gen == 0 &&
+            rdzv->opt.is_host != 0) {
                 /* is_host=true binds every address, as torchrun does; by
                  * default the endpoint's own, which only its machine can. */
                 const char *bind_host = rdzv->opt.is_host == 1
@@ -735,7 +767,7 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         /* torchrun's switch back to worker rank 0 hosting the workers'
          * store, read as torchrun reads it. */
         env = getenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE");
-        own_store = env != NULL && strcmp(env, "1") == 0;
+        own_store = etcd || (env != NULL && strcmp(env, "1") == 0);
         for (;;) {
                 rd.addr = addr;
                 rd.bind_host = retry_bind;

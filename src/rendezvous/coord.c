@@ -320,6 +320,7 @@ bool hp_rdzv_coordinated(const struct hp_rdzv *rdzv)
 {
         return rdzv->cfg != NULL &&
                (rdzv->cfg->rdzv_backend == HP_RDZV_C10D ||
+                rdzv->cfg->rdzv_backend == HP_RDZV_ETCD_V2 ||
                 rdzv->opt.coordinate_port != 0);
 }
 

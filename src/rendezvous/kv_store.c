@@ -132,6 +132,7 @@ const struct hp_rdzv_kv_ops hp_rdzv__kv_store = {
 
 const struct hp_rdzv_kv_ops *hp_rdzv__kv_ops(const struct hp_rdzv *rdzv)
 {
-        (void)rdzv;
+        if (rdzv->cfg != NULL && rdzv->cfg->rdzv_backend == HP_RDZV_ETCD_V2)
+                return &hp_rdzv__kv_etcd;
         return &hp_rdzv__kv_store;
 }

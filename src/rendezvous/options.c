@@ -46,11 +46,11 @@ enum key_id {
 };
 
 #define B(backend) (1u << (backend))
-/* The backends whose rounds run at a store: c10d's, and the coordinated
- * restarts of the others (--rdzv-conf coordinate). */
+/* The backends whose rounds run at a store: c10d's and etcd-v2's, and
+ * the coordinated restarts of the others (--rdzv-conf coordinate). */
 #define B_STORE                                                              \
-        (B(HP_RDZV_C10D) | B(HP_RDZV_STATIC) | B(HP_RDZV_SLURM) |            \
-         B(HP_RDZV_RESOURCE_CONFIG))
+        (B(HP_RDZV_C10D) | B(HP_RDZV_ETCD_V2) | B(HP_RDZV_STATIC) |          \
+         B(HP_RDZV_SLURM) | B(HP_RDZV_RESOURCE_CONFIG))
 
 struct key_row {
         const char *name;
@@ -68,7 +68,8 @@ static const struct key_row keys[] = {
         [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir",
                                       B(HP_RDZV_HYPERPOD) },
         [KEY_IS_HOST] = { "is_host", B(HP_RDZV_C10D) },
-        [KEY_COORDINATE] = { "coordinate", B_STORE & ~B(HP_RDZV_C10D) },
+        [KEY_COORDINATE] = { "coordinate", B_STORE & ~B(HP_RDZV_C10D) &
+                                                   ~B(HP_RDZV_ETCD_V2) },
         [KEY_JOIN_TIMEOUT] = { "join_timeout", B_STORE },
         [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout", B(HP_RDZV_C10D) },
         [KEY_KEEP_ALIVE_INTERVAL] = { "keep_alive_interval", B_STORE },

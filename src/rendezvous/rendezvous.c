@@ -131,7 +131,8 @@ int hp_rdzv_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out, char *errbuf,
                 r = hp_rdzv__resource_config_next(rdzv, out, errbuf, errlen);
                 if (r < 0)
                         return r;
-        } else if (cfg->rdzv_backend == HP_RDZV_C10D) {
+        } else if (cfg->rdzv_backend == HP_RDZV_C10D ||
+                   cfg->rdzv_backend == HP_RDZV_ETCD_V2) {
                 r = hp_rdzv__c10d_next(rdzv, out, errbuf, errlen);
                 if (r < 0)
                         return r;
