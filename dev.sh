@@ -36,6 +36,9 @@ time python3-matplotlib python3-yaml"
 # promtool and the Prometheus server: tests/integration/test_metrics.py
 # and the alerting rules' unit tests (examples/monitoring).
 PACKAGES="$PACKAGES prometheus"
+# etcd with its v2 API: tests/integration/test_etcd.py starts one for
+# --rdzv-backend etcd-v2.
+PACKAGES="$PACKAGES etcd-server"
 # clang with libFuzzer, for the fuzz targets of tests/fuzz.
 PACKAGES="$PACKAGES clang-14 libclang-rt-14-dev"
 # clang-format: the house style check (tools/check_format.sh, .clang-format).
