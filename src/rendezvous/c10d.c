@@ -386,7 +386,17 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                 /* The last agent to finish says so; only the one that
                  * holds the store waits for it. */
                 q = 0;
-                if (rd->joined >= rd->nnodes)
+                if (rd->joined >= rd->nnodes && rd->kv->remove != NULL) {
+                        /* A store nobody hosts keeps the keys: the last
+                         * to finish removes the job's, so that its run id
+                         * can run again. */
+                        char dir[300];
+
+                        snprintf(dir, sizeof(dir), "/hyperpodrun/rdzv/%s",
+                                 rd->run_id);
+                        q = rd->kv->remove(rd->client, dir, closed_set_cb,
+                                           rd);
+                } else if (rd->joined >= rd->nnodes)
                         q = rd->kv->set(rd->client, rd->key_closed, "1", 1,
                                         closed_set_cb, rd);
                 if (q == 0 && rd->hosting) {

@@ -17,7 +17,8 @@
  *   waitIndex=X+1 on the key (or the common directory, recursive), X the
  *   X-Etcd-Index of that read, then the read again (index cleared: 401,
  *   the same);
- * - ping: GET /version.
+ * - remove: DELETE ?recursive=true (absent: done);
+ * - ping: GET /v2/keys/hyperpodrun (absent or not: a round trip).
  * A response body over ETCD_BODY_MAX ends the connection with HP_ETOOBIG
  * and says so. */
 #include <errno.h>
@@ -48,6 +49,7 @@ enum req_kind {
         REQ_CAS,
         REQ_MULTI_GET,
         REQ_WAIT,
+        REQ_REMOVE,
 };
 
 struct req {
@@ -491,6 +493,9 @@ static int issue(struct etcd_kv *e, struct req *q)
                 return issue_read(e, q, false);
         case REQ_WAIT:
                 return issue_read(e, q, q->step == 1);
+        case REQ_REMOVE:
+                return build(e, "DELETE", q->keys[0], "recursive=true", NULL,
+                             0);
         }
         return -EINVAL;
 }
@@ -666,6 +671,11 @@ static int answer(struct etcd_kv *e, struct req *q, const cJSON *root,
                 v = status == 200 && q->kind == REQ_GET ? node_value(node)
                                                         : "";
                 reply_simple(q, 0, v, strlen(v), 0);
+                return 0;
+        case REQ_REMOVE:
+                if (status != 200 && !absent)
+                        break;
+                reply_simple(q, 0, NULL, 0, 0);
                 return 0;
         case REQ_SET:
                 if (status != 200 && status != 201)
@@ -902,6 +912,14 @@ static int kv_multi_get(struct hp_rdzv_kv *kv, const char *const *keys,
         return q ? submit(kv, q) : -ENOMEM;
 }
 
+static int kv_remove(struct hp_rdzv_kv *kv, const char *key,
+                     hp_store_reply_cb cb, void *ctx)
+{
+        struct req *q = req_new(REQ_REMOVE, &key, 1, NULL, 0, cb, ctx);
+
+        return q ? submit(kv, q) : -ENOMEM;
+}
+
 static int kv_ping(struct hp_rdzv_kv *kv, hp_store_reply_cb cb, void *ctx)
 {
         struct req *q = req_new(REQ_PING, NULL, 0, NULL, 0, cb, ctx);
@@ -943,6 +961,7 @@ const struct hp_rdzv_kv_ops hp_rdzv__kv_etcd = {
         .compare_set = kv_compare_set,
         .wait = kv_wait,
         .multi_get = kv_multi_get,
+        .remove = kv_remove,
         .ping = kv_ping,
         .local_addr = kv_local_addr,
         .close = kv_close,

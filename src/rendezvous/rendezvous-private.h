@@ -127,6 +127,10 @@ struct hp_rdzv_kv_ops {
                     hp_store_reply_cb cb, void *ctx);
         int (*multi_get)(struct hp_rdzv_kv *kv, const char *const *keys,
                          size_t n, hp_store_reply_cb cb, void *ctx);
+        /* Removes key and every key under it (NULL: a store that ends
+         * with the job keeps no keys past it). */
+        int (*remove)(struct hp_rdzv_kv *kv, const char *key,
+                      hp_store_reply_cb cb, void *ctx);
         /* A round trip that changes nothing. */
         int (*ping)(struct hp_rdzv_kv *kv, hp_store_reply_cb cb, void *ctx);
         /* This end's numeric address of the connection. */

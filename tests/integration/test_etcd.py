@@ -68,12 +68,13 @@ class Etcd:
         except (urllib.error.URLError, OSError):
             return False
 
-    def get(self, key):
-        """The value at key, or None when absent."""
+    def node(self, key):
+        """etcd's node at key (with its children), or None when absent."""
         try:
-            with urllib.request.urlopen(f"{self.url}/v2/keys{key}",
-                                        timeout=10) as r:
-                return json.load(r)["node"].get("value")
+            with urllib.request.urlopen(
+                    f"{self.url}/v2/keys{key}?recursive=true",
+                    timeout=10) as r:
+                return json.load(r)["node"]
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 return None
@@ -145,10 +146,9 @@ def test_the_workers_environment(hpr, tmp_path, etcd):
         assert env["GROUP_WORLD_SIZE"] == "2"
         assert env["TORCHELASTIC_RUN_ID"] == "envjob"
         assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
-    # The round is etcd's: its keys are there, and node 0 published the
-    # workers' master.
-    assert etcd.get("/hyperpodrun/rdzv/envjob/0/joined") == "2"
-    assert etcd.get("/hyperpodrun/rdzv/envjob/0/master") == f"{addr}:{port}"
+    # Node 0 published the workers' master, and the last agent to finish
+    # removed the job's keys.
+    assert etcd.node("/hyperpodrun/rdzv/envjob") is None
     host = results[nodes.index(0)]
     assert (f"rendezvous 'envjob': etcd-v2: worker rank 0 hosts the "
             f"workers' store at {addr}:{port}") in host.err, host.describe()
@@ -214,9 +214,7 @@ def test_a_worker_failure_restarts_every_node(hpr, tmp_path, etcd):
               in r.err]
     assert len(restarted) == 1 and len(failed) == 1, \
         [r.describe() for r in results]
-    # Round 1 ran at etcd: its own keys.
-    assert etcd.get("/hyperpodrun/rdzv/restart/0/end") == "restart"
-    assert etcd.get("/hyperpodrun/rdzv/restart/1/joined") == "2"
+    assert etcd.node("/hyperpodrun/rdzv/restart") is None
     if have_torch():
         for r in results:
             text = r.stdout.decode()
@@ -298,8 +296,35 @@ def test_two_run_ids_on_one_etcd_never_mix(hpr, tmp_path, etcd):
         mine = {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in found.values()}
         assert len(mine) == 1, found
         masters[run_id] = mine.pop()
-        assert etcd.get(f"/hyperpodrun/rdzv/{run_id}/0/joined") == "2"
     assert masters["jobA"] != masters["jobB"]
+
+
+def test_a_run_id_runs_again_once_every_node_finished(hpr, tmp_path, etcd):
+    """The keys stay at etcd while the job runs, and go with its end,
+    failed or not: the same id then runs again from round 0. Node 1's
+    worker fails once the test made the gate file; node 0's runs until its
+    agent stops it."""
+    gate = tmp_path / "gate"
+    procs = start_agents(hpr, tmp_path, etcd, "again", 2, 1,
+                         ["--no-python", "/bin/sh", "-c",
+                          f'while [ ! -e {gate} ]; do sleep 0.1; done; '
+                          '[ "$GROUP_RANK" = 1 ] && exit 3; '
+                          "while :; do sleep 1; done"])
+    node = deadline_poll(lambda: etcd.node("/hyperpodrun/rdzv/again/0/beat"),
+                         timeout=120, interval=0.1, what="the job's beats")
+    assert len(node["nodes"]) == 2, node
+    assert etcd.node("/hyperpodrun/rdzv/again/0/joined")["value"] == "2"
+    gate.touch()
+    results = wait_all(procs, 120)
+    assert sorted(r.rc for r in results) == [3, 122], \
+        [r.describe() for r in results]
+    assert etcd.node("/hyperpodrun/rdzv/again") is None
+    again = wait_all(start_agents(hpr, tmp_path / "b", etcd, "again", 2, 1,
+                                  ["--no-python", "/bin/true"]), 120)
+    for r in again:
+        assert r.rc == 0, r.describe()
+        assert re.search(r"rendezvous 'again' at \S+: joined as node \d of 2",
+                         r.err), r.describe()
 
 
 def test_an_id_etcd_would_hide_is_refused(hpr, etcd):
