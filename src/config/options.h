@@ -65,15 +65,17 @@
             .first = 8),                                                      \
            "hyperpod (default: wait for the HyperPod\n"                       \
            "operator), static, slurm, resource-config or\n"                   \
-           "c10d (the agents meet at a store one hosts);\n"                   \
+           "c10d (the agents meet at a store one hosts),\n"                   \
+           "etcd-v2 (c10d's rounds at an etcd server);\n"                     \
            "with none named and PET_MASTER_ADDR or\n"                         \
            "PET_RDZV_ENDPOINT set (a Kubeflow PyTorchJob):\n"                 \
-           "static; etcd, etcd-v2 are refused")                               \
+           "static; etcd is refused")                                         \
         XX(RDZV_ENDPOINT, "rdzv-endpoint", 0, "HOST[:PORT]",                  \
            "PET_RDZV_ENDPOINT", STRING,                                       \
            (FIELD(rdzv_endpoint)),                                            \
            "static: master address and port; c10d: where\n"                   \
-           "the agents' store is (port 29400)")                               \
+           "the agents' store is (port 29400); etcd-v2:\n"                    \
+           "the etcd server (port 2379)")                                     \
         XX(RDZV_ID, "rdzv-id", 0, "ID", "PET_RDZV_ID", FUNC,                  \
            (.fn = convert_rdzv_id),                                           \
            "run id: TORCHELASTIC_RUN_ID and the log\n"                        \
@@ -85,7 +87,8 @@
            "resource-config: resource_config=PATH,\n"                         \
            "instance_group=NAME; c10d: is_host=BOOL,\n"                       \
            "join_timeout=SECS (600), last_call_timeout=SECS\n"                \
-           "(30); rounds at a store (c10d, coordinate=on):\n"                 \
+           "(30); rounds at a store (c10d, etcd-v2,\n"                        \
+           "coordinate=on):\n"                                                \
            "keep_alive_interval=SECS (5),\n"                                  \
            "keep_alive_max_attempt=N (3), close_timeout=SECS")                \
         XX(STANDALONE, "standalone", 0, NULL, "PET_STANDALONE", FLAG,         \
