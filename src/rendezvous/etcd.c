@@ -13,7 +13,7 @@
  *   says what the key holds;
  * - multi_get: a GET of the key, or a recursive GET of the keys' common
  *   directory, read for each key;
- * - wait: the keys' multi_get; when none is set, a GET ?wait=true&
+ * - wait: the keys' multi_get; until every one is set, a GET ?wait=true&
  *   waitIndex=X+1 on the key (or the common directory, recursive), X the
  *   X-Etcd-Index of that read, then the read again (index cleared: 401,
  *   the same);
@@ -563,7 +563,8 @@ static void reply_bad(struct etcd_kv *e, struct req *q, const cJSON *root)
         reply_simple(q, -EPROTO, NULL, 0, 0);
 }
 
-/* multi_get's answer, or whether wait's keys are set (1) or not (0). */
+/* multi_get's answer, or whether every one of wait's keys is set (1) or
+ * not yet (0). */
 static int read_keys(struct etcd_kv *e, struct req *q, const cJSON *root,
                      bool reply)
 {
@@ -571,18 +572,18 @@ static int read_keys(struct etcd_kv *e, struct req *q, const cJSON *root,
         const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "node");
         size_t cap = 0, used = 0;
         uint8_t *items = NULL;
-        int set = 0;
+        int all = 1;
 
         for (size_t i = 0; i < q->n; i++) {
                 const cJSON *node = top ? find_node(top, q->keys[i]) : NULL;
                 const char *v = node ? node_value(node) : "";
                 uint64_t len = strlen(v);
 
-                set |= len > 0;
+                all &= len > 0;
                 cap += 8 + len;
         }
         if (!reply)
-                return set;
+                return all;
         items = malloc(cap + 1);
         if (items == NULL) {
                 reply_simple(q, -ENOMEM, NULL, 0, 0);

@@ -122,7 +122,8 @@ struct hp_rdzv_kv_ops {
                            const void *expected, size_t expected_len,
                            const void *desired, size_t desired_len,
                            hp_store_reply_cb cb, void *ctx);
-        /* Answers once one of the n keys is set. */
+        /* Answers once every one of the n keys is set (TCPStore's
+         * WAIT). */
         int (*wait)(struct hp_rdzv_kv *kv, const char *const *keys, size_t n,
                     hp_store_reply_cb cb, void *ctx);
         int (*multi_get)(struct hp_rdzv_kv *kv, const char *const *keys,

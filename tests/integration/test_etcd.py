@@ -258,6 +258,19 @@ def test_nobody_answers_within_join_timeout(hpr):
     assert time.monotonic() - t0 < 30
 
 
+def test_too_few_agents_within_join_timeout(hpr, etcd):
+    """One agent of two: the round does not close, no worker starts."""
+    r = hpr.run(["--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+                 f"127.0.0.1:{etcd.port}", "--rdzv-id", "half", "--rdzv-conf",
+                 "join_timeout=2", "--nnodes", "2", "--no-python", "/bin/sh",
+                 "-c", "echo worker ran"], timeout=60)
+    assert r.rc != 0, r.describe()
+    assert (f"rendezvous 'half' at 127.0.0.1:{etcd.port}: fewer than 2 "
+            "nodes (--nnodes) joined round 0 within join_timeout (2 s)"
+            ) in r.err, r.describe()
+    assert b"worker ran" not in r.stdout, r.describe()
+
+
 def test_a_server_that_is_no_etcd_v2_is_named(hpr, etcd):
     """etcd's peer port answers HTTP, but not the v2 keys API."""
     r = hpr.run(["--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
