@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -41,6 +42,7 @@ needs_torch = pytest.mark.skipif(not have_torch(),
 
 class Etcd:
     def __init__(self, tmp):
+        tmp.mkdir(parents=True, exist_ok=True)
         self.port, self.peer = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         peer_url = f"http://127.0.0.1:{self.peer}"
@@ -244,6 +246,65 @@ def test_restarts_exhausted_the_other_node_exits_122(hpr, tmp_path, etcd):
     for i in range(2):
         counts = sorted(k[3] for k in found if k[0] == f"exhaust-agent{i}")
         assert counts == [0, 1], found
+
+
+def test_a_stopped_agent_that_comes_back_rejoins(hpr, tmp_path, etcd):
+    """The keep-alive through etcd: agent 1 is SIGSTOPped while round 0
+    runs; agent 0 finds its count standing still, stops its workers and
+    waits for two nodes in round 1; continued, agent 1 reads that its
+    round ended and follows, and the job ends well on both."""
+    out = tmp_path / "out"
+    out.mkdir()
+    procs = start_agents(
+        hpr, tmp_path, etcd, "ka", 2, 1, [ROUND_WORKER, out],
+        env={"NO_TORCH": "1", "FAIL_UNTIL": "1"},
+        extra=["--max-restarts", "1", "--rdzv-conf",
+               "keep_alive_interval=0.2,keep_alive_max_attempt=5,"
+               "join_timeout=120"])
+    deadline_poll(lambda: len([p for p in out.iterdir()
+                               if p.name.endswith(".0")]) >= 2,
+                  timeout=120, what="round 0's workers")
+    procs[1].signal(signal.SIGSTOP)
+    try:
+        deadline_poll(lambda: b"sent no keep-alive" in
+                      procs[0].err_path.read_bytes(),
+                      timeout=60, what="the keep-alive's verdict")
+    finally:
+        procs[1].signal(signal.SIGCONT)
+    results = wait_all(procs, 120)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    assert re.search(r"node \d sent no keep-alive for 1 s", results[0].err), \
+        results[0].describe()
+    assert "another node found a node gone silent" in results[1].err, \
+        results[1].describe()
+    found = {p.name.split(".")[0] + "." + p.name.split(".")[3]
+             for p in out.iterdir()}
+    assert found == {"ka-agent0.0", "ka-agent0.1", "ka-agent1.0",
+                     "ka-agent1.1"}, found
+
+
+def test_etcd_going_away_ends_every_agent(hpr, tmp_path):
+    """An etcd of its own, killed while the workers run: every agent's
+    watch loses its connection, and each stops its workers and exits 122
+    at once."""
+    server = Etcd(tmp_path / "own")
+    try:
+        out = tmp_path / "out"
+        out.mkdir()
+        procs = start_agents(hpr, tmp_path, server, "gone", 2, 1,
+                             [ROUND_WORKER, out],
+                             env={"NO_TORCH": "1", "FAIL_UNTIL": "1"})
+        deadline_poll(lambda: len([p for p in out.iterdir()
+                                   if p.name.endswith(".0")]) >= 2,
+                      timeout=120, what="round 0's workers")
+    finally:
+        server.proc.kill()
+        server.proc.wait(30)
+    results = wait_all(procs, 120)
+    for r in results:
+        assert r.rc == 122, r.describe()
+        assert "the rendezvous store went away" in r.err, r.describe()
 
 
 def test_nobody_answers_within_join_timeout(hpr):
