@@ -37,7 +37,7 @@
 #define HP_OPTION_TABLE(XX)                                                   \
         XX(NNODES, "nnodes", 0, "N", "PET_NNODES", FUNC,                      \
            (.fn = convert_nnodes),                                            \
-           "number of nodes, or MIN:MAX with c10d\n"                          \
+           "number of nodes, or MIN:MAX with c10d, etcd-v2\n"                 \
            "(default 1)")                                                     \
         XX(NPROC_PER_NODE, "nproc-per-node", 0, "N|gpu|neuron|cpu|auto",      \
            "PET_NPROC_PER_NODE", FUNC,                                        \

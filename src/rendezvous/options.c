@@ -71,7 +71,8 @@ static const struct key_row keys[] = {
         [KEY_COORDINATE] = { "coordinate", B_STORE & ~B(HP_RDZV_C10D) &
                                                    ~B(HP_RDZV_ETCD_V2) },
         [KEY_JOIN_TIMEOUT] = { "join_timeout", B_STORE },
-        [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout", B(HP_RDZV_C10D) },
+        [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout",
+                                    B(HP_RDZV_C10D) | B(HP_RDZV_ETCD_V2) },
         [KEY_KEEP_ALIVE_INTERVAL] = { "keep_alive_interval", B_STORE },
         [KEY_KEEP_ALIVE_MAX_ATTEMPT] = { "keep_alive_max_attempt", B_STORE },
         [KEY_CLOSE_TIMEOUT] = { "close_timeout", B_STORE },
@@ -301,12 +302,15 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
         opt->is_host = -1;
         snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
                  "%s", DEFAULT_RESOURCE_CONFIG_DIR);
-        /* MIN:MAX takes rounds that admit and drop nodes: c10d's. */
+        /* MIN:MAX takes rounds that admit and drop nodes: c10d's (also
+         * at etcd). */
         if (cfg->nnodes_min > 0 &&
-            (cfg->standalone || cfg->rdzv_backend != HP_RDZV_C10D)) {
+            (cfg->standalone || (cfg->rdzv_backend != HP_RDZV_C10D &&
+                                 cfg->rdzv_backend != HP_RDZV_ETCD_V2))) {
                 snprintf(errbuf, errlen,
                          "--nnodes %d:%d: an elastic node count needs "
-                         "--rdzv-backend c10d; %s takes a fixed one (give "
+                         "--rdzv-backend c10d (or etcd-v2); %s takes a "
+                         "fixed one (give "
                          "one count, or MIN equal to MAX)",
                          cfg->nnodes_min, cfg->nnodes,
                          cfg->standalone ? "--standalone"

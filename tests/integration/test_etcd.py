@@ -101,12 +101,13 @@ def etcd(tmp_path_factory):
 def start_agents(hpr, tmp_path, etcd, run_id, n, nproc, worker, env=None,
                  extra=()):
     procs = []
+    nnodes = [] if "--nnodes" in extra else ["--nnodes", str(n)]
     for i in range(n):
         procs.append(hpr.start(
             ["--log-dir", tmp_path / f"{run_id}-agent{i}",
              "--rdzv-backend", "etcd-v2",
              "--rdzv-endpoint", f"127.0.0.1:{etcd.port}",
-             "--rdzv-id", run_id, "--nnodes", str(n),
+             "--rdzv-id", run_id, *nnodes,
              "--nproc-per-node", str(nproc), "--tee", "3", *extra, *worker],
             env={**(env or {}), "DUMP_TAG": f"{run_id}-agent{i}"},
             log_dir=False))
@@ -305,6 +306,58 @@ def test_etcd_going_away_ends_every_agent(hpr, tmp_path):
     for r in results:
         assert r.rc == 122, r.describe()
         assert "the rendezvous store went away" in r.err, r.describe()
+
+
+def test_min_nodes_close_the_round_after_the_last_call(hpr, tmp_path, etcd):
+    """--nnodes 2:4: two agents come, and the round closes with them once
+    last_call_timeout passed."""
+    out = tmp_path / "out"
+    out.mkdir()
+    results = wait_all(start_agents(
+        hpr, tmp_path, etcd, "el", 2, 1, [ROUND_WORKER, out],
+        env={"NO_TORCH": "1", "FAIL_UNTIL": "0"},
+        extra=["--nnodes", "2:4", "--rdzv-conf", "last_call_timeout=1"]),
+        120)
+    for r in results:
+        assert r.rc == 0, r.describe()
+        assert "round 0 closed with 2 nodes (--nnodes 2:4)" in r.err, \
+            r.describe()
+    found = records(out)
+    assert sorted(v[1] for v in found.values()) == [0, 1], found
+    assert {v[2] for v in found.values()} == {2}, found
+
+
+def test_a_late_joiner_is_admitted_at_the_next_round(hpr, tmp_path, etcd):
+    """--nnodes 2:3: two agents run round 0 (their workers wait); a third
+    comes, the two stop their workers and the three run round 1 together;
+    with --max-restarts 0 a join is no failure."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {"NO_TORCH": "1", "FAIL_UNTIL": "1"}
+    extra = ["--nnodes", "2:3", "--rdzv-conf", "last_call_timeout=1"]
+    first = start_agents(hpr, tmp_path, etcd, "late", 2, 1,
+                         [ROUND_WORKER, out], env=env, extra=extra)
+    deadline_poll(lambda: len(list(out.iterdir())) >= 2, timeout=120,
+                  what="round 0's workers")
+    late = hpr.start(
+        ["--log-dir", tmp_path / "late-agent2", "--rdzv-backend", "etcd-v2",
+         "--rdzv-endpoint", f"127.0.0.1:{etcd.port}", "--rdzv-id", "late",
+         "--nproc-per-node", "1", *extra, ROUND_WORKER, out],
+        env={**env, "DUMP_TAG": "late-agent2"}, log_dir=False)
+    results = wait_all([*first, late], 180)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    found = records(out)
+    rounds = {(k[0], k[3]) for k in found}
+    for i in range(2):
+        assert {(f"late-agent{i}", 0), (f"late-agent{i}", 1)} <= rounds, found
+        assert ("a node joined the job; re-rendezvous with every node (not "
+                "a failure: 0 of 0 restarts used)") in results[i].err, \
+            results[i].describe()
+    assert ("late-agent2", 0) not in rounds, found
+    assert ("late-agent2", 1) in rounds, found
+    assert sorted(v[1] for k, v in found.items() if k[3] == 1) == [0, 1, 2]
+    assert etcd.node("/hyperpodrun/rdzv/late") is None
 
 
 def test_nobody_answers_within_join_timeout(hpr):

@@ -886,7 +886,8 @@ static void test_slurm_bad_flags_and_keys(void **state)
                   env,
                   true,
                   "--nnodes 1:2: an elastic node count needs "
-                  "--rdzv-backend c10d; static takes a fixed one" },
+                  "--rdzv-backend c10d (or etcd-v2); static takes a "
+                  "fixed one" },
                 { { "hyperpodrun", "--rdzv-backend", "c10d",
                     "--rdzv-endpoint", "127.0.0.1", "--rdzv-conf",
                     "last_call_timeout=soon", "t.py" },
