@@ -90,8 +90,11 @@ struct hp_store_limits {
                                   * values, queues, waits, buffers): 1 GiB */
         size_t out_max;      /* replies and callbacks queued for one
                                   * client that does not read: 32 MiB */
-        int connections_max; /* open connections: 4096 (a torch 1.x
-                                  * client opens two) */
+        int connections_max; /* open connections: 64 Ki, so that a
+                              * 1,024-node job of 8 torch 1.x workers per
+                              * node (two connections each) and its
+                              * agents (two each) fit; memory_max bounds
+                              * what they hold */
         size_t watches_max;  /* WATCH_KEY per connection: 4096 */
 };
 
