@@ -7,7 +7,8 @@ hosts (TORCHELASTIC_USE_AGENT_STORE=False), through which a gloo
 all-reduce runs. A worker failure restarts every node together; with no
 restart left the other node exits 122. An endpoint where nobody answers
 ends within join_timeout, one that is no etcd v2 at once, with a message
-that names it; two run ids on one etcd never mix."""
+that names it; two run ids on one etcd never mix. The keep-alive, the
+elastic rounds, etcd restarted or gone mid-job are run too."""
 
 import json
 import os
@@ -43,14 +44,20 @@ needs_torch = pytest.mark.skipif(not have_torch(),
 class Etcd:
     def __init__(self, tmp):
         tmp.mkdir(parents=True, exist_ok=True)
+        self.tmp = tmp
         self.port, self.peer = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        peer_url = f"http://127.0.0.1:{self.peer}"
         self.log = tmp / "etcd.log"
-        with open(self.log, "wb") as log:
+        self.start()
+
+    def start(self):
+        """Starts etcd on its ports and data directory (again, after a
+        stop: the same member with its keys)."""
+        peer_url = f"http://127.0.0.1:{self.peer}"
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [ETCD, "--name", "hp", "--enable-v2=true",
-                 "--data-dir", str(tmp / "data"),
+                 "--data-dir", str(self.tmp / "data"),
                  "--listen-client-urls", self.url,
                  "--advertise-client-urls", self.url,
                  "--listen-peer-urls", peer_url,
@@ -287,8 +294,8 @@ def test_a_stopped_agent_that_comes_back_rejoins(hpr, tmp_path, etcd):
 
 def test_etcd_going_away_ends_every_agent(hpr, tmp_path):
     """An etcd of its own, killed while the workers run: every agent's
-    watch loses its connection, and each stops its workers and exits 122
-    at once."""
+    watch loses its connection and, once its tries to connect again have
+    run out, each stops its workers and exits 122."""
     server = Etcd(tmp_path / "own")
     try:
         out = tmp_path / "out"
@@ -358,6 +365,37 @@ def test_a_late_joiner_is_admitted_at_the_next_round(hpr, tmp_path, etcd):
     assert ("late-agent2", 1) in rounds, found
     assert sorted(v[1] for k, v in found.items() if k[3] == 1) == [0, 1, 2]
     assert etcd.node("/hyperpodrun/rdzv/late") is None
+
+
+def test_etcd_restarted_mid_job_the_job_goes_on(hpr, tmp_path):
+    """An etcd of its own, stopped and started again (same member, same
+    keys) while the workers run: the agents connect again, their watch
+    and keep-alive go on, and the job ends well on both nodes, in one
+    round."""
+    server = Etcd(tmp_path / "own")
+    gate = tmp_path / "gate"
+    try:
+        procs = start_agents(hpr, tmp_path, server, "bounce", 2, 1,
+                             ["--no-python", "/bin/sh", "-c",
+                              f"echo $TORCHELASTIC_RESTART_COUNT; "
+                              f"while [ ! -e {gate} ]; do sleep 0.1; done"])
+        deadline_poll(lambda: all(b"attempt 0:" in p.err_path.read_bytes()
+                                  for p in procs),
+                      timeout=120, what="both agents' workers")
+        server.stop()
+        server.start()
+        deadline_poll(lambda: all(b"connected again" in p.err_path
+                                  .read_bytes() for p in procs),
+                      timeout=60, what="both agents back at etcd")
+        gate.touch()
+        results = wait_all(procs, 120)
+    finally:
+        server.stop()
+    for r in results:
+        assert r.rc == 0, r.describe()
+        assert "the connection broke" in r.err, r.describe()
+        assert "attempt 1" not in r.err, r.describe()
+        assert worker_lines(r.stdout).get(0) == [b"0"], r.describe()
 
 
 def test_nobody_answers_within_join_timeout(hpr):
