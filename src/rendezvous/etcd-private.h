@@ -120,4 +120,12 @@ int hp_rdzv__etcd_local_addr(const struct hp_rdzv_kv *kv, char *addr,
 void hp_rdzv__etcd_close(struct hp_rdzv_kv *kv, void (*close_cb)(void *ctx),
                          void *ctx);
 
+/* etcd_ops.c's pure parts, exposed for tests. The keys' common
+ * directory: the longest prefix of all that ends before a '/' ("" for
+ * none; NULL without memory). The value of key in an answer's (parsed,
+ * perhaps recursive) tree: "" for a directory, NULL when absent. */
+char *hp_rdzv__etcd_common_dir(char *const *keys, size_t n);
+struct cJSON;
+const char *hp_rdzv__etcd_value(const struct cJSON *root, const char *key);
+
 #endif

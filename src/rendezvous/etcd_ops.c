@@ -36,9 +36,7 @@
 
 /* ---- the exchanges of each request ---- */
 
-/* The keys' common directory: the longest prefix of every key that ends
- * before a '/'. */
-static char *common_dir(char *const *keys, size_t n)
+char *hp_rdzv__etcd_common_dir(char *const *keys, size_t n)
 {
         size_t len = strlen(keys[0]);
 
@@ -168,6 +166,14 @@ static const char *node_value(const cJSON *node)
         return cJSON_IsString(v) ? v->valuestring : "";
 }
 
+const char *hp_rdzv__etcd_value(const cJSON *root, const char *key)
+{
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "node");
+        const cJSON *node = top ? find_node(top, key) : NULL;
+
+        return node ? node_value(node) : NULL;
+}
+
 static int error_code(const cJSON *root)
 {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "errorCode");
@@ -200,15 +206,13 @@ static int read_keys(struct etcd_kv *e, struct req *q, const cJSON *root,
                      bool reply)
 {
         struct hp_store_reply r = { .status = 0 };
-        const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "node");
         size_t cap = 0, used = 0;
         uint8_t *items = NULL;
         int all = 1;
 
         for (size_t i = 0; i < q->n; i++) {
-                const cJSON *node = top ? find_node(top, q->keys[i]) : NULL;
-                const char *v = node ? node_value(node) : "";
-                uint64_t len = strlen(v);
+                const char *v = hp_rdzv__etcd_value(root, q->keys[i]);
+                uint64_t len = v ? strlen(v) : 0;
 
                 all &= len > 0;
                 cap += 8 + len;
@@ -221,13 +225,13 @@ static int read_keys(struct etcd_kv *e, struct req *q, const cJSON *root,
                 return 0;
         }
         for (size_t i = 0; i < q->n; i++) {
-                const cJSON *node = top ? find_node(top, q->keys[i]) : NULL;
-                const char *v = node ? node_value(node) : "";
-                uint64_t len = strlen(v);
+                const char *v = hp_rdzv__etcd_value(root, q->keys[i]);
+                uint64_t len = v ? strlen(v) : 0;
 
                 for (int b = 0; b < 8; b++)
                         items[used++] = (uint8_t)(len >> (8 * b));
-                memcpy(items + used, v, len);
+                if (len > 0)
+                        memcpy(items + used, v, len);
                 used += len;
         }
         r.op = HP_STORE_OP_MULTI_GET;
@@ -388,7 +392,7 @@ static struct req *req_new(enum req_kind kind, const char *const *keys,
                 q->n = i + 1;
         }
         if (ok && n > 1) {
-                q->dir = common_dir(q->keys, n);
+                q->dir = hp_rdzv__etcd_common_dir(q->keys, n);
                 ok = q->dir != NULL;
         }
         if (ok && val != NULL) {
