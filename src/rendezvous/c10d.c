@@ -418,9 +418,9 @@ static void joined_cb(void *ctx, const struct hp_store_reply *r)
                            "rendezvous '%s' at %s already has its %d "
                            "nodes (--nnodes %d); this agent came as node "
                            "%lld. A second job on the same endpoint "
-                           "needs another --rdzv-id",
+                           "needs another --rdzv-id%s",
                            rd->run_id, rd->endpoint, rd->nnodes, rd->nnodes,
-                           (long long)rd->joined);
+                           (long long)rd->joined, rd->kv->leftover);
                 return;
         }
         if (rd->fixed_rank >= 0)
@@ -722,16 +722,6 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
                          "invalid --rdzv-endpoint '%s': expected HOST[:PORT] "
                          "or [IPV6]:PORT",
                          cfg->rdzv_endpoint);
-                return HP_ECONFIG;
-        }
-        if (etcd && (rdzv->run_id[0] == '_' || rdzv->run_id[0] == '.')) {
-                /* etcd hides keys that start with '_' from listings, and
-                 * takes "." and ".." for path steps. */
-                snprintf(errbuf, errlen,
-                         "--rdzv-id '%s' cannot name an etcd directory: "
-                         "with --rdzv-backend etcd-v2 it must not start "
-                         "with '_' or '.'",
-                         rdzv->run_id);
                 return HP_ECONFIG;
         }
         r = hp_rdzv__resolve(host, addr, sizeof(addr), errbuf, errlen);

@@ -118,6 +118,7 @@ static void kv_close(struct hp_rdzv_kv *kv, void (*close_cb)(void *ctx),
 
 const struct hp_rdzv_kv_ops hp_rdzv__kv_store = {
         .what = "store",
+        .leftover = "",
         .connect = kv_connect,
         .set = kv_set,
         .get = kv_get,

@@ -107,6 +107,9 @@ int hp_rdzv__resolve(const char *host, char *addr, size_t len, char *err,
 struct hp_rdzv_kv;
 struct hp_rdzv_kv_ops {
         const char *what; /* "store", "etcd": for the messages */
+        /* Said when a round is already full: how to clear what a killed
+         * job left at a store that outlives it ("" for none). */
+        const char *leftover;
         int (*connect)(uv_loop_t *loop, const char *addr, int port,
                        hp_store_reply_cb cb, void *ctx,
                        struct hp_rdzv_kv **out);

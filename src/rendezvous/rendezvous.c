@@ -51,6 +51,17 @@ int hp_rdzv_init(struct hp_rdzv *rdzv, const struct hp_config *cfg,
                          cfg->rdzv_id);
                 return HP_ECONFIG;
         }
+        if (cfg->rdzv_backend == HP_RDZV_ETCD_V2 && !cfg->standalone &&
+            (rdzv->run_id[0] == '_' || rdzv->run_id[0] == '.')) {
+                /* etcd hides keys that start with '_' from listings, and
+                 * takes "." and ".." for path steps. */
+                snprintf(errbuf, errlen,
+                         "--rdzv-id '%s' cannot name an etcd directory: "
+                         "with --rdzv-backend etcd-v2 it must not start "
+                         "with '_' or '.'",
+                         rdzv->run_id);
+                return HP_ECONFIG;
+        }
         if (gethostname(rdzv->hostname, sizeof(rdzv->hostname) - 1) < 0)
                 rdzv->hostname[0] = '\0';
         rdzv->hostname[sizeof(rdzv->hostname) - 1] = '\0';

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -88,6 +89,14 @@ class Etcd:
             if e.code == 404:
                 return None
             raise
+
+    def put(self, key, value):
+        req = urllib.request.Request(
+            f"{self.url}/v2/keys{key}", method="PUT",
+            data=urllib.parse.urlencode({"value": value}).encode(),
+            headers={"Content-Type": "application/x-www-form-urlencoded"})
+        with urllib.request.urlopen(req, timeout=10):
+            pass
 
     def stop(self):
         self.proc.terminate()
@@ -490,6 +499,21 @@ def test_a_run_id_runs_again_once_every_node_finished(hpr, tmp_path, etcd):
         assert r.rc == 0, r.describe()
         assert re.search(r"rendezvous 'again' at \S+: joined as node \d of 2",
                          r.err), r.describe()
+
+
+def test_a_round_a_killed_job_left_is_named(hpr, etcd):
+    """Keys a killed job left (its round full) refuse the next agent with
+    that id, and the message says how to remove them."""
+    etcd.put("/hyperpodrun/rdzv/stale/0/joined", "2")
+    r = hpr.run(["--rdzv-backend", "etcd-v2", "--rdzv-endpoint",
+                 f"127.0.0.1:{etcd.port}", "--rdzv-id", "stale",
+                 "--nnodes", "2", "/bin/true"], timeout=60)
+    assert r.rc != 0, r.describe()
+    assert (f"rendezvous 'stale' at 127.0.0.1:{etcd.port} already has its 2 "
+            "nodes (--nnodes 2); this agent came as node 3") in r.err, \
+        r.describe()
+    assert ("curl -X DELETE 'http://HOST:PORT/v2/keys/hyperpodrun/rdzv/ID"
+            "?recursive=true'") in r.err, r.describe()
 
 
 def test_an_id_etcd_would_hide_is_refused(hpr, etcd):
