@@ -21,9 +21,10 @@
 /* A connection that broke after it had been up (etcd restarted, a proxy
  * dropped it) is made again every ETCD_RETRY_MS for ETCD_RECONNECT_MS,
  * and the request on the wire sent again from its first exchange, unless
- * it may not be repeated. */
+ * it may not be repeated. The waits above it bound it sooner: the
+ * keep-alive's window, join_timeout, close_timeout. */
 #define ETCD_RETRY_MS 200
-#define ETCD_RECONNECT_MS 10000
+#define ETCD_RECONNECT_MS 60000
 
 enum req_kind {
         REQ_CONNECT,

@@ -303,15 +303,17 @@ def test_a_stopped_agent_that_comes_back_rejoins(hpr, tmp_path, etcd):
 
 def test_etcd_going_away_ends_every_agent(hpr, tmp_path):
     """An etcd of its own, killed while the workers run: every agent's
-    watch loses its connection and, once its tries to connect again have
-    run out, each stops its workers and exits 122."""
+    watch loses its connection and tries again; once the keep-alive's
+    window (1.5 s here) passed with no beat answered, each stops its
+    workers and exits 122."""
     server = Etcd(tmp_path / "own")
     try:
         out = tmp_path / "out"
         out.mkdir()
         procs = start_agents(hpr, tmp_path, server, "gone", 2, 1,
                              [ROUND_WORKER, out],
-                             env={"NO_TORCH": "1", "FAIL_UNTIL": "1"})
+                             env={"NO_TORCH": "1", "FAIL_UNTIL": "1"},
+                             extra=["--rdzv-conf", "keep_alive_interval=0.5"])
         deadline_poll(lambda: len([p for p in out.iterdir()
                                    if p.name.endswith(".0")]) >= 2,
                       timeout=120, what="round 0's workers")
@@ -321,7 +323,8 @@ def test_etcd_going_away_ends_every_agent(hpr, tmp_path):
     results = wait_all(procs, 120)
     for r in results:
         assert r.rc == 122, r.describe()
-        assert "the rendezvous store went away" in r.err, r.describe()
+        assert re.search(r"the rendezvous store at 127\.0\.0\.1:\d+ answered "
+                         r"no keep-alive for 1\.5 s", r.err), r.describe()
 
 
 def test_min_nodes_close_the_round_after_the_last_call(hpr, tmp_path, etcd):
@@ -384,18 +387,23 @@ def test_etcd_restarted_mid_job_the_job_goes_on(hpr, tmp_path):
     server = Etcd(tmp_path / "own")
     gate = tmp_path / "gate"
     try:
+        # A keep-alive window (100 s) longer than a restart on a loaded
+        # machine.
         procs = start_agents(hpr, tmp_path, server, "bounce", 2, 1,
                              ["--no-python", "/bin/sh", "-c",
                               f"echo $TORCHELASTIC_RESTART_COUNT; "
-                              f"while [ ! -e {gate} ]; do sleep 0.1; done"])
+                              f"while [ ! -e {gate} ]; do sleep 0.1; done"],
+                             extra=["--rdzv-conf",
+                                    "keep_alive_max_attempt=20"])
         deadline_poll(lambda: all(b"attempt 0:" in p.err_path.read_bytes()
                                   for p in procs),
                       timeout=120, what="both agents' workers")
         server.stop()
         server.start()
         deadline_poll(lambda: all(b"connected again" in p.err_path
-                                  .read_bytes() for p in procs),
-                      timeout=60, what="both agents back at etcd")
+                                  .read_bytes() or p.poll() is not None
+                                  for p in procs),
+                      timeout=120, what="both agents back at etcd")
         gate.touch()
         results = wait_all(procs, 120)
     finally:
