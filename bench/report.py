@@ -31,7 +31,7 @@ SERIES = [  # tool, label, colour, marker
 def load(results):
     out = {}
     for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
-                 "ft", "store", "rdzv"):
+                 "ft", "store", "rdzv", "rdzvscale"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -699,6 +699,62 @@ def rdzv_section(res):
     return out
 
 
+def rdzvscale_section(res):
+    cases = res["cases"]
+    rss = res["agent_rss_kb"]
+    reps = {n: max(len(v["runs"]) for v in c.values() if isinstance(v, dict) and "runs" in v)
+            for n, c in cases.items()}
+    def runs(r):
+        return "one run" if r == 1 else f"the median of {r} runs"
+
+    reps_text = (runs(next(iter(reps.values()))).capitalize() if len(set(reps.values())) == 1
+                 else "; ".join(f"{runs(r)} at {n} agents" for n, r in reps.items()).capitalize())
+    out = ["## 11. Rendezvous as agents grow (c10d)", "",
+           "N agents on loopback meet with --rdzv-backend c10d (torchrun: its own c10d "
+           "backend, --monitor_interval 0.1), each with one trivial worker that stamps "
+           "CLOCK_MONOTONIC on entry and exits 0 (`producer start`). The rendezvous time "
+           "runs from just before the first agent is spawned to the moment the last of "
+           "the N workers runs its first instruction, so it includes spawning the agents "
+           "and their own startup; every agent must then exit 0. The CPU time is the "
+           "agents' over the same span, per agent: when the last worker's stamp appears "
+           "the bench sums the run time of every thread of every agent "
+           "(/proc/PID/task/*/schedstat; an agent that has already exited counts "
+           "through wait4, its one worker included). Agent CPU over the whole life "
+           "(startup, rendezvous, the worker, the exit barrier) is in the results file. "
+           f"{reps_text}. The machine's {res['machine']['usable_cores']} cores run all N "
+           "agents.", "",
+           commands_block(res), "",
+           "| agents | hyperpodrun | torchrun | torchrun / hyperpodrun | "
+           "hyperpodrun CPU per agent | torchrun CPU per agent | torchrun / hyperpodrun |",
+           "|---|---|---|---|---|---|---|"]
+    skipped = []
+    for n, c in cases.items():
+        h, t = c["hyperpodrun"], c.get("torchrun", {})
+        if "skipped" in t:
+            skipped.append(f"at {n} agents: {t['skipped']['why']}")
+            tms = tcpu = "not run"
+        else:
+            tms = with_unit(t.get("rdzv_ms"), "ms")
+            tcpu = with_unit(None if "rdzv_cpu_s_per_agent" not in t
+                             else t["rdzv_cpu_s_per_agent"] * 1e3, "ms")
+        out.append(f"| {n} | {with_unit(h['rdzv_ms'], 'ms')} | {tms} | {times(c['ratio'])} | "
+                   f"{with_unit(h['rdzv_cpu_s_per_agent'] * 1e3, 'ms')} | {tcpu} | "
+                   f"{times(c['cpu_ratio'])} |")
+    out += ["", "Of hyperpodrun's figures, spawning the agents (the bench's Popen, one "
+            "after the other) took "
+            + ", ".join(f"{f(c['hyperpodrun']['spawn_ms'])} ms at {n} agents"
+                        for n, c in cases.items())
+            + ". One agent alone in a round of one peaks at "
+            f"{f(rss['hyperpodrun'] / 1024)} MiB RSS for hyperpodrun"
+            + (f", {f(rss['torchrun'] / 1024)} MiB for torchrun" if "torchrun" in rss else "")
+            + "."]
+    if skipped:
+        out += ["", "torchrun was not run where its agents would not fit in half of the "
+                "memory available at the time (peak RSS of one agent × N against "
+                "MemAvailable / 2): " + "; ".join(skipped) + "."]
+    return out
+
+
 def steady_section(res, bare_ns=None):
     tools = res["tools"]
     out = ["## 5. Overhead of a steady job", "",
@@ -765,7 +821,8 @@ def document(data, plot_rel):
                 ("hang", hang_section), ("restart", restart_section),
                 ("steady", steady_section), ("static", static_section),
                 ("ipr", ipr_section), ("ft", ft_section),
-                ("store", store_section), ("rdzv", rdzv_section)]
+                ("store", store_section), ("rdzv", rdzv_section),
+                ("rdzvscale", rdzvscale_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]
