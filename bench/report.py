@@ -650,28 +650,48 @@ def ft_section(res):
 def store_section(res):
     cases = res["cases"]
     reps = max(len(c["runs"]) for c in cases.values())
+    per_client = {c.get("count", res["count"]) for c in cases.values()}
+    if len(per_client) == 1:
+        keys_text = f"sets {f(res['count'])} keys of its own"
+    else:
+        keys_text = (f"sets {f(res['count'])} keys of its own (fewer past "
+                     f"{f(res['max_ops'] // res['count'])} clients, so that all of them "
+                     f"together set at most {f(res['max_ops'])}: the table says how many)")
     out = ["## 9. TCPStore throughput", "",
            "The C store server (src/store, run alone as hp-store-server) beside "
            f"torch {res.get('torch') or ''}'s own (torch.distributed.TCPStore with "
            "is_master=True, a process of its own), with the same clients: one "
-           "process per client, each a torch TCPStore client that sets "
-           f"{f(res['count'])} keys of its own ({res['value_bytes']}-byte values) and "
+           f"process per client, each a torch TCPStore client that {keys_text} "
+           f"({res['value_bytes']}-byte values) and "
            "then gets them, all clients started together. ops/s is every client's "
            "operations over the first start to the last end of the phase; torch "
            "1.13's get() is two round trips (WAIT, then GET), its set() one query "
            "with no answer. The server's CPU time per operation covers both phases. "
-           f"Median of {reps} runs.", "",
-           commands_block(res), "",
-           "| clients | server | SET/s | GET/s | server CPU per op |",
-           "|---|---|---|---|---|"]
+           f"Median of {reps} runs.", ""]
+    launcher = [c["launcher_rss_kb"] for c in cases.values() if c.get("launcher_rss_kb")]
+    if launcher:
+        most = max(c["clients"] for c in cases.values())
+        own = bl.median([c["client_private_kb"] for c in cases.values()])
+        text = (f"The clients are forked from one process that imported torch "
+                f"(bench/store_client.py): such a process holds "
+                f"{f(bl.median(launcher) / 1024)} MiB RSS, so {most} clients launched "
+                f"one by one would hold {f(most * bl.median(launcher) / 1048576)} GiB")
+        if res.get("mem_available_kb"):
+            text += f" (MemAvailable was {f(res['mem_available_kb'] / 1048576)} GiB)"
+        out += [text + f"; a forked client owns {f(own / 1024)} MiB of its own and "
+                "shares the rest. Each is still a process with its own connection.", ""]
+    out += [commands_block(res), "",
+            "| clients | keys per client | server | SET/s | GET/s | server CPU per op |",
+            "|---|---|---|---|---|---|"]
     for c in cases.values():
-        out.append(f"| {c['clients']} | {c['server']} | {f(c['set_ops_per_s'])} | "
+        keys = f(c.get("count", res["count"]))
+        out.append(f"| {c['clients']} | {keys} | {c['server']} | {f(c['set_ops_per_s'])} | "
                    f"{f(c['get_ops_per_s'])} | "
                    f"{with_unit(c['server_cpu_us_per_op'], 'µs')} |")
         if c["server"] == "torch":
             mine = cases.get(f"hyperpodrun/{c['clients']}", {})
             if mine.get("set_ratio"):
-                out.append(f"| {c['clients']} | C / torch | {times(mine['set_ratio'])} | "
+                out.append(f"| {c['clients']} | | C / torch | {times(mine['set_ratio'])} | "
                            f"{times(mine['get_ratio'])} | torch / C: "
                            f"{times(mine['cpu_ratio'])} |")
     return out
