@@ -239,8 +239,9 @@ static int run_crash_once(unsigned long after_ms, const char *file)
 
 static int usage(void)
 {
-        fprintf(stderr, "usage: producer lines N [RATE] | hang MS COUNT FILE "
-                        "| crash MS FILE | crash-once MS FILE | start FILE\n");
+        fprintf(stderr,
+                "usage: producer lines N [RATE] | hang MS COUNT FILE "
+                "| crash MS FILE | crash-once MS FILE | start FILE\n");
         return 2;
 }
 
