@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Benchmark 11, rendezvous as agents grow: 8, 64 and 256 agents (c10d).
+"""Benchmark 11, rendezvous as agents grow: 8 to 256 agents (c10d).
 
 N agents on loopback meet with --rdzv-backend c10d, each with one trivial
 worker (bench/producer.c `start`: it stamps CLOCK_MONOTONIC on entry and
@@ -200,9 +200,11 @@ def summary(runs):
 def main():
     p = bl.arg_parser(__doc__.splitlines()[0])
     p.add_argument("--agents", default=None,
-                   help="comma-separated agent counts (default 8,64,256; 4 with --smoke)")
+                   help="comma-separated agent counts (default 8,32,64,256; 4 with "
+                        "--smoke)")
     args = p.parse_args()
-    counts = [int(x) for x in (args.agents or ("4" if args.smoke else "8,64,256")).split(",")]
+    counts = [int(x) for x in
+              (args.agents or ("4" if args.smoke else "8,32,64,256")).split(",")]
     raise_fd_limit(max(counts))
     hpr = bl.hyperpodrun_path()
     producer = bl.producer_path()
