@@ -188,9 +188,10 @@ def fits(n, rss_kb):
     if need <= avail // 2:
         return None
     return {"why": f"{n} agents × {rss_kb / 1024:.0f} MiB peak RSS = "
-                   f"{need / 1048576:.1f} GiB, more than half of MemAvailable "
-                   f"({avail / 1048576:.1f} GiB)",
-            "need_mib": need / 1024, "mem_available_mib": avail / 1024}
+                   f"{need / 1048576:.1f} GiB, more than half of the "
+                   f"{avail / 1048576:.1f} GiB MemAvailable",
+            "rss_mib": rss_kb / 1024, "need_mib": need / 1024,
+            "mem_available_mib": avail / 1024}
 
 
 def summary(runs):

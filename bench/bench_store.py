@@ -78,10 +78,14 @@ def one_run(server_argv, clients, count, env):
     server, port = start_server(server_argv, env)
     launcher = None
     try:
+        # A process group of their own, to be killed as one, in the bench's
+        # session: with the kernel's autogroups a session of their own would
+        # give the clients a share of the CPU of their own, apart from the
+        # server's, and change what is measured.
         launcher = subprocess.Popen(
             [bl.PYTHON, str(bl.BENCH / "store_client.py"), "127.0.0.1", str(port), "0",
              str(clients), str(count), str(VALUE_BYTES)],
-            env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            env=env, stdout=subprocess.PIPE, text=True, process_group=0)
         # The clients are connected once each has added one to "ready";
         # "go" then starts them together, and the server's CPU is read
         # from there.

@@ -324,7 +324,7 @@ def _kill_tree(pid):
 
 
 def kill_trees(pids):
-    """_kill_tree for many session leaders at once: SIGTERM to every
+    """_kill_tree for many group leaders at once: SIGTERM to every
     group, a second for them to go, then SIGKILL to what is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = False

@@ -749,9 +749,13 @@ def rdzvscale_section(res):
            "|---|---|---|---|---|---|---|"]
     skipped = []
     for n, c in cases.items():
-        h, t = c["hyperpodrun"], c.get("torchrun", {})
+        t_name = "torchrun"
+        h, t = c["hyperpodrun"], c.get(t_name, {})
         if "skipped" in t:
-            skipped.append(f"at {n} agents: {t['skipped']['why']}")
+            why = t["skipped"]
+            skipped.append(f"{n} agents × {f(rss[t_name] / 1024)} MiB = "
+                           f"{f(why['need_mib'] / 1024)} GiB, where half of MemAvailable "
+                           f"was {f(why['mem_available_mib'] / 2048)} GiB")
             tms = tcpu = "not run"
         else:
             tms = with_unit(t.get("rdzv_ms"), "ms")
@@ -770,7 +774,7 @@ def rdzvscale_section(res):
             + "."]
     if skipped:
         out += ["", "torchrun was not run where its agents would not fit in half of the "
-                "memory available at the time (peak RSS of one agent × N against "
+                "memory available at the time (one agent's peak RSS × N against "
                 "MemAvailable / 2): " + "; ".join(skipped) + "."]
     return out
 
