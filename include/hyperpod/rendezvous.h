@@ -47,6 +47,18 @@ struct hp_rdzv_options {
                                     * can be bound here */
         uint64_t join_timeout_ms;
         uint64_t last_call_timeout_ms; /* c10d, with --nnodes MIN:MAX */
+        /* Every agent of a round at a store adds to its beat key every
+         * keep_alive_interval; a node whose key stood still for
+         * keep_alive_max_attempt intervals is gone, and so is a store
+         * that answered none of that many beats. */
+        uint64_t keep_alive_interval_ms;
+        int keep_alive_max_attempt;
+        /* How long an agent that does not host spends telling the store
+         * it has finished (torchrun's close_timeout); read_timeout is
+         * accepted and checked, and bounds nothing the waits above do not
+         * (the docs say so). */
+        uint64_t close_timeout_ms;
+        uint64_t read_timeout_ms;
         /* static, slurm, resource-config: coordinated restarts through a
          * store on node 0's agent (--rdzv-conf coordinate): 0 off, -1 on
          * at the master port + 1, or the port. */
@@ -76,6 +88,12 @@ struct hp_rdzv {
         char store_addr[64];
         int store_port;
         struct hp_rdzv_watch *watch;
+        /* The watch found the store gone or silent: the end says nothing
+         * more to it. */
+        bool store_lost;
+        /* This agent's keep-alive found a node gone: the next round ends
+         * this one with "lost", which the others take for LOST too. */
+        bool lost_node;
 };
 
 /* hp_rdzv_next's answer when another node left the job (failed with no
@@ -113,12 +131,17 @@ void hp_rdzv_close(struct hp_rdzv *rdzv, bool succeeded);
  * push: hp_rdzv_watch keeps a WAIT on the round's end key on the agent's
  * loop and calls cb once: RESTART or JOIN (stop the workers and run
  * hp_rdzv_next; a JOIN, a node that came to a --nnodes MIN:MAX job, is no
- * failure) or EXIT (another node left, or the store went away: stop the
- * workers and exit). */
+ * failure), LOST (a node's keep-alive stood still for
+ * keep_alive_interval × keep_alive_max_attempt: stop the workers and run
+ * hp_rdzv_next, which ends the round for the others, as after a failure
+ * of this node's) or EXIT (another node left, or the store went away or
+ * stopped answering the keep-alive: stop the workers and exit). */
 enum hp_rdzv_end {
         HP_RDZV_END_RESTART, /* a node failed: restart with it */
         HP_RDZV_END_JOIN,    /* a node joined (MIN:MAX): no failure */
         HP_RDZV_END_EXIT,    /* a node left the job, or the store went */
+        HP_RDZV_END_LOST,    /* a node sent no keep-alive: restart
+                              * without it, as after a failure */
 };
 typedef void (*hp_rdzv_round_end_cb)(void *ctx, enum hp_rdzv_end end,
                                      const char *why);

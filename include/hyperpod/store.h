@@ -90,8 +90,11 @@ struct hp_store_limits {
                                   * values, queues, waits, buffers): 1 GiB */
         size_t out_max;      /* replies and callbacks queued for one
                                   * client that does not read: 32 MiB */
-        int connections_max; /* open connections: 4096 (a torch 1.x
-                                  * client opens two) */
+        int connections_max; /* open connections: 64 Ki, so that a
+                              * 1,024-node job of 8 torch 1.x workers per
+                              * node (two connections each) and its
+                              * agents (two each) fit; memory_max bounds
+                              * what they hold */
         size_t watches_max;  /* WATCH_KEY per connection: 4096 */
 };
 
@@ -220,6 +223,12 @@ struct hp_store_reply {
 };
 
 typedef void (*hp_store_reply_cb)(void *ctx, const struct hp_store_reply *r);
+
+/* The next value of a MULTI_GET reply, from *off (start at 0); an absent
+ * key's value is empty. Returns true and advances *off, or false after
+ * the last. */
+bool hp_store_reply_item(const struct hp_store_reply *r, size_t *off,
+                         const uint8_t **val, size_t *val_len);
 
 /*
  * Connects to host:port (a numeric address) on loop; the connection

@@ -148,7 +148,7 @@ static void put_rows(struct help_buf *b, bool torchrun)
 
 const char *hp_config_help(void)
 {
-        static char text[16384];
+        static char text[20480];
         struct help_buf b = { text, 0, sizeof(text) };
 
         if (text[0] != '\0')

@@ -84,7 +84,10 @@
            "scontrol_timeout=SECS, master_port=jobid;\n"                      \
            "resource-config: resource_config=PATH,\n"                         \
            "instance_group=NAME; c10d: is_host=BOOL,\n"                       \
-           "join_timeout=SECS (600)")                                         \
+           "join_timeout=SECS (600), last_call_timeout=SECS\n"                \
+           "(30); rounds at a store (c10d, coordinate=on):\n"                 \
+           "keep_alive_interval=SECS (5),\n"                                  \
+           "keep_alive_max_attempt=N (3), close_timeout=SECS")                \
         XX(STANDALONE, "standalone", 0, NULL, "PET_STANDALONE", FLAG,         \
            (FIELD(standalone)),                                               \
            "single node: a free master port on 127.0.0.1\n"                   \

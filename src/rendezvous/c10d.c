@@ -75,6 +75,9 @@ struct round {
          * next rounds' closed keys, so that nobody waits for this node. */
         char key_prev_end[300];
         const char *exit_keys[3];
+        /* At the end of a job that succeeded: this node's beat key, set
+         * to "done" (the keep-alive's sign that it finished). */
+        char key_done[300];
         size_t nexit_keys;
         bool peer_exit; /* the round was closed by a node that left */
         int fixed_rank; /* the backend's node rank, or -1: by arrival */
@@ -546,11 +549,20 @@ static void join_now(struct round *rd)
                                         (size_t)len, closed_set_cb, rd);
         }
 
-        if (rd->key_prev_end[0] != '\0')
+        if (rd->key_prev_end[0] != '\0') {
+                /* "lost": this node found another gone silent. */
+                const char *why = rd->rdzv->lost_node ? "lost" : "restart";
+
+                rd->rdzv->lost_node = false;
                 q = hp_store_client_compare_set(rd->client, rd->key_prev_end,
                                                 strlen(rd->key_prev_end), "",
-                                                0, "restart", 7,
+                                                0, why, strlen(why),
                                                 closed_set_cb, rd);
+        }
+        if (q == 0 && rd->key_done[0] != '\0')
+                q = hp_store_client_set(rd->client, rd->key_done,
+                                        strlen(rd->key_done), "done", 4,
+                                        closed_set_cb, rd);
         for (size_t i = 0; q == 0 && i < rd->nexit_keys; i++)
                 q = hp_store_client_set(rd->client, rd->exit_keys[i],
                                         strlen(rd->exit_keys[i]), "exit", 4,
@@ -802,10 +814,11 @@ int hp_rdzv__c10d_next(struct hp_rdzv *rdzv, struct hp_rdzv_info *out,
         rdzv->round.nproc = cfg->nproc;
         rdzv->round.world_size = out->nnodes * cfg->nproc;
         if (cfg->nnodes_min > 0)
-                hp_log_info("rendezvous '%s': round %d closed with %d nodes "
-                            "(--nnodes %d:%d); this is node %d",
+                hp_log_info("rendezvous '%s': round %d closed with %d "
+                            "node%s (--nnodes %d:%d); this is node %d",
                             rdzv->run_id, rdzv->gen, out->nnodes,
-                            cfg->nnodes_min, cfg->nnodes, out->node_rank);
+                            out->nnodes == 1 ? "" : "s", cfg->nnodes_min,
+                            cfg->nnodes, out->node_rank);
         rdzv->round.group_world_size = out->nnodes;
         rdzv->round.base_rank = out->node_rank * cfg->nproc;
         rdzv->have_round = true;
@@ -861,6 +874,7 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
         snprintf(rdzv->store_addr, sizeof(rdzv->store_addr), "%s", addr);
         rdzv->store_port = rd.port;
         rd.addr = addr;
+        rd.rdzv = rdzv;
         rd.nnodes = out->nnodes;
         rd.fixed_rank = out->node_rank;
         rd.gen = rdzv->gen;
@@ -884,6 +898,7 @@ int hp_rdzv__coord_round(struct hp_rdzv *rdzv, const struct hp_rdzv_info *out,
                 return HP_ERDZV;
         }
         rdzv->round.nnodes = out->nnodes;
+        rdzv->round.node_rank = out->node_rank;
         rdzv->have_round = true;
         rdzv->round_open = false;
         return 0;
@@ -898,7 +913,7 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
 {
         struct round rd = { .state = ROUND_CONNECTING, .finishing = true };
         char endpoint[300], err[512];
-        char end[300], next[300], open[300];
+        char end[300], next[300], open[300], beat[32];
 
         /* Nobody waits for this node: a failed job ends the round it ran
          * (the others exit too) and closes the next with "exit", as well
@@ -908,6 +923,13 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
         hp_rdzv__round_key(rdzv, rdzv->gen, "end", end, sizeof(end));
         hp_rdzv__round_key(rdzv, rdzv->gen + 1, "closed", next, sizeof(next));
         hp_rdzv__round_key(rdzv, rdzv->gen, "closed", open, sizeof(open));
+        /* A node whose job succeeded stops beating: it says so, or the
+         * others' keep-alive would take it for lost. */
+        snprintf(beat, sizeof(beat), "beat/%d", rdzv->round.node_rank);
+        if (succeeded && !rdzv->round_open) {
+                hp_rdzv__round_key(rdzv, rdzv->gen, beat, rd.key_done,
+                                   sizeof(rd.key_done));
+        }
         rd.exit_keys[rd.nexit_keys++] = next;
         if (!succeeded)
                 rd.exit_keys[rd.nexit_keys++] = end;
@@ -918,11 +940,15 @@ static void exit_barrier(struct hp_rdzv *rdzv, bool succeeded)
                  rdzv->store_addr, rdzv->store_port);
         rd.port = rdzv->store_port;
         rd.addr = rdzv->store_addr;
+        rd.rdzv = rdzv;
         rd.hosting = rdzv->c10d != NULL && succeeded;
         rd.nnodes = rdzv->round.nnodes;
         rd.endpoint = endpoint;
         rd.run_id = rdzv->run_id;
-        rd.join_timeout_ms = EXIT_BARRIER_MS;
+        /* Only the host waits for the others; an agent that does not
+         * host spends at most close_timeout telling it. */
+        rd.join_timeout_ms = rd.hosting ? EXIT_BARRIER_MS
+                                        : rdzv->opt.close_timeout_ms;
         rd.err = err;
         rd.errlen = sizeof(err);
         snprintf(rd.key_joined, sizeof(rd.key_joined),
@@ -939,7 +965,7 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded)
         const struct hp_rdzv_c10d *h = rdzv->c10d;
 
         hp_rdzv_unwatch(rdzv);
-        if (rdzv->have_round)
+        if (rdzv->have_round && !rdzv->store_lost)
                 exit_barrier(rdzv, succeeded);
         rdzv->have_round = false;
         if (h == NULL)

@@ -17,6 +17,13 @@
 #define DEFAULT_LAST_CALL_TIMEOUT_MS 30000
 /* torchrun's c10d join_timeout. */
 #define DEFAULT_JOIN_TIMEOUT_MS 600000
+/* torchrun's c10d keep-alive: a beat every 5 s, a node that missed 3 is
+ * gone. */
+#define DEFAULT_KEEP_ALIVE_INTERVAL_MS 5000
+#define DEFAULT_KEEP_ALIVE_MAX_ATTEMPT 3
+/* torchrun's c10d close_timeout and read_timeout. */
+#define DEFAULT_CLOSE_TIMEOUT_MS 30000
+#define DEFAULT_READ_TIMEOUT_MS 60000
 /* Long enough for a busy slurmctld, short enough that a dead one does not
  * hold the job for long before the environment's list is used. */
 #define DEFAULT_SCONTROL_TIMEOUT_MS 10000
@@ -29,41 +36,45 @@ enum key_id {
         KEY_INSTANCE_GROUP,
         KEY_RESOURCE_CONFIG_DIR,
         KEY_IS_HOST,
+        KEY_COORDINATE,
         KEY_JOIN_TIMEOUT,
-        KEY_COORDINATE_STATIC,
-        KEY_COORDINATE_SLURM,
-        KEY_COORDINATE_RESOURCE_CONFIG,
-        KEY_JOIN_TIMEOUT_STATIC,
-        KEY_JOIN_TIMEOUT_SLURM,
-        KEY_JOIN_TIMEOUT_RESOURCE_CONFIG,
         KEY_LAST_CALL_TIMEOUT,
+        KEY_KEEP_ALIVE_INTERVAL,
+        KEY_KEEP_ALIVE_MAX_ATTEMPT,
+        KEY_CLOSE_TIMEOUT,
+        KEY_READ_TIMEOUT,
 };
+
+#define B(backend) (1u << (backend))
+/* The backends whose rounds run at a store: c10d's, and the coordinated
+ * restarts of the others (--rdzv-conf coordinate). */
+#define B_STORE                                                              \
+        (B(HP_RDZV_C10D) | B(HP_RDZV_STATIC) | B(HP_RDZV_SLURM) |            \
+         B(HP_RDZV_RESOURCE_CONFIG))
 
 struct key_row {
         const char *name;
-        enum hp_rdzv_backend backend;
+        unsigned backends; /* B(backend) bits */
 };
 
 static const struct key_row keys[] = {
-        [KEY_SCONTROL] = { "scontrol", HP_RDZV_SLURM },
-        [KEY_SCONTROL_TIMEOUT] = { "scontrol_timeout", HP_RDZV_SLURM },
-        [KEY_MASTER_PORT] = { "master_port", HP_RDZV_SLURM },
+        [KEY_SCONTROL] = { "scontrol", B(HP_RDZV_SLURM) },
+        [KEY_SCONTROL_TIMEOUT] = { "scontrol_timeout", B(HP_RDZV_SLURM) },
+        [KEY_MASTER_PORT] = { "master_port", B(HP_RDZV_SLURM) },
         [KEY_RESOURCE_CONFIG] = { "resource_config",
-                                  HP_RDZV_RESOURCE_CONFIG },
-        [KEY_INSTANCE_GROUP] = { "instance_group", HP_RDZV_RESOURCE_CONFIG },
+                                  B(HP_RDZV_RESOURCE_CONFIG) },
+        [KEY_INSTANCE_GROUP] = { "instance_group",
+                                 B(HP_RDZV_RESOURCE_CONFIG) },
         [KEY_RESOURCE_CONFIG_DIR] = { "resource_config_dir",
-                                      HP_RDZV_HYPERPOD },
-        [KEY_IS_HOST] = { "is_host", HP_RDZV_C10D },
-        [KEY_JOIN_TIMEOUT] = { "join_timeout", HP_RDZV_C10D },
-        [KEY_COORDINATE_STATIC] = { "coordinate", HP_RDZV_STATIC },
-        [KEY_COORDINATE_SLURM] = { "coordinate", HP_RDZV_SLURM },
-        [KEY_COORDINATE_RESOURCE_CONFIG] = { "coordinate",
-                                             HP_RDZV_RESOURCE_CONFIG },
-        [KEY_JOIN_TIMEOUT_STATIC] = { "join_timeout", HP_RDZV_STATIC },
-        [KEY_JOIN_TIMEOUT_SLURM] = { "join_timeout", HP_RDZV_SLURM },
-        [KEY_JOIN_TIMEOUT_RESOURCE_CONFIG] = { "join_timeout",
-                                               HP_RDZV_RESOURCE_CONFIG },
-        [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout", HP_RDZV_C10D },
+                                      B(HP_RDZV_HYPERPOD) },
+        [KEY_IS_HOST] = { "is_host", B(HP_RDZV_C10D) },
+        [KEY_COORDINATE] = { "coordinate", B_STORE & ~B(HP_RDZV_C10D) },
+        [KEY_JOIN_TIMEOUT] = { "join_timeout", B_STORE },
+        [KEY_LAST_CALL_TIMEOUT] = { "last_call_timeout", B(HP_RDZV_C10D) },
+        [KEY_KEEP_ALIVE_INTERVAL] = { "keep_alive_interval", B_STORE },
+        [KEY_KEEP_ALIVE_MAX_ATTEMPT] = { "keep_alive_max_attempt", B_STORE },
+        [KEY_CLOSE_TIMEOUT] = { "close_timeout", B_STORE },
+        [KEY_READ_TIMEOUT] = { "read_timeout", B_STORE },
 };
 
 bool hp_rdzv__same_host(const char *name, const char *me)
@@ -79,7 +90,7 @@ static void list_keys(enum hp_rdzv_backend backend, char *buf, size_t len)
 {
         buf[0] = '\0';
         for (size_t i = 0; i < HP_ARRAY_SIZE(keys); i++) {
-                if (keys[i].backend != backend)
+                if (!(keys[i].backends & B(backend)))
                         continue;
                 if (buf[0] != '\0')
                         strncat(buf, ", ", len - strlen(buf) - 1);
@@ -128,6 +139,28 @@ static int parse_coordinate(const char *text, int *port, char *errbuf,
         return 0;
 }
 
+/* A key whose value is seconds ("600", "0.5"); above 0 unless zero_ok. */
+static int seconds_key(const char *value, size_t value_len, const char *key,
+                       bool zero_ok, uint64_t *out_ms, char *errbuf,
+                       size_t errlen)
+{
+        char text[64];
+
+        if (value_len >= sizeof(text))
+                value_len = sizeof(text) - 1;
+        memcpy(text, value, value_len);
+        text[value_len] = '\0';
+        if (hp_parse_seconds_ms(text, out_ms) < 0 ||
+            (*out_ms == 0 && !zero_ok)) {
+                snprintf(errbuf, errlen,
+                         "invalid value '%s' for --rdzv-conf %s: expected "
+                         "seconds%s, e.g. 30 or 0.5",
+                         text, key, zero_ok ? "" : " above 0");
+                return HP_ECONFIG;
+        }
+        return 0;
+}
+
 static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                      size_t value_len, char *errbuf, size_t errlen)
 {
@@ -139,22 +172,9 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                 return store(opt->scontrol, sizeof(opt->scontrol), value,
                              value_len, "scontrol", errbuf, errlen);
         case KEY_SCONTROL_TIMEOUT:
-                if (value_len >= sizeof(text))
-                        value_len = sizeof(text) - 1;
-                memcpy(text, value, value_len);
-                text[value_len] = '\0';
-                if (hp_parse_seconds_ms(text, &opt->scontrol_timeout_ms) <
-                            0 ||
-                    opt->scontrol_timeout_ms == 0) {
-                        snprintf(
-                                errbuf, errlen,
-                                "invalid value '%s' for --rdzv-conf "
-                                "scontrol_timeout: expected seconds above 0, "
-                                "e.g. 10 or 0.5",
-                                text);
-                        return HP_ECONFIG;
-                }
-                return 0;
+                return seconds_key(value, value_len, "scontrol_timeout",
+                                   false, &opt->scontrol_timeout_ms, errbuf,
+                                   errlen);
         case KEY_MASTER_PORT:
                 if (value_len != 5 || memcmp(value, "jobid", 5) != 0) {
                         snprintf(errbuf, errlen,
@@ -213,9 +233,7 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                         return HP_ECONFIG;
                 }
                 return 0;
-        case KEY_COORDINATE_STATIC:
-        case KEY_COORDINATE_SLURM:
-        case KEY_COORDINATE_RESOURCE_CONFIG:
+        case KEY_COORDINATE:
                 if (value_len >= sizeof(text))
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
@@ -223,34 +241,33 @@ static int apply_key(struct hp_rdzv *rdzv, enum key_id id, const char *value,
                 return parse_coordinate(text, &opt->coordinate_port, errbuf,
                                         errlen);
         case KEY_JOIN_TIMEOUT:
-        case KEY_JOIN_TIMEOUT_STATIC:
-        case KEY_JOIN_TIMEOUT_SLURM:
-        case KEY_JOIN_TIMEOUT_RESOURCE_CONFIG:
-                if (value_len >= sizeof(text))
-                        value_len = sizeof(text) - 1;
-                memcpy(text, value, value_len);
-                text[value_len] = '\0';
-                if (hp_parse_seconds_ms(text, &opt->join_timeout_ms) < 0 ||
-                    opt->join_timeout_ms == 0) {
-                        snprintf(errbuf, errlen,
-                                 "invalid value '%s' for --rdzv-conf "
-                                 "join_timeout: expected seconds above 0, "
-                                 "e.g. 600 or 0.5",
-                                 text);
-                        return HP_ECONFIG;
-                }
-                return 0;
+                return seconds_key(value, value_len, "join_timeout", false,
+                                   &opt->join_timeout_ms, errbuf, errlen);
         case KEY_LAST_CALL_TIMEOUT:
+                return seconds_key(value, value_len, "last_call_timeout",
+                                   true, &opt->last_call_timeout_ms, errbuf,
+                                   errlen);
+        case KEY_KEEP_ALIVE_INTERVAL:
+                return seconds_key(value, value_len, "keep_alive_interval",
+                                   false, &opt->keep_alive_interval_ms,
+                                   errbuf, errlen);
+        case KEY_CLOSE_TIMEOUT:
+                return seconds_key(value, value_len, "close_timeout", false,
+                                   &opt->close_timeout_ms, errbuf, errlen);
+        case KEY_READ_TIMEOUT:
+                return seconds_key(value, value_len, "read_timeout", false,
+                                   &opt->read_timeout_ms, errbuf, errlen);
+        case KEY_KEEP_ALIVE_MAX_ATTEMPT:
                 if (value_len >= sizeof(text))
                         value_len = sizeof(text) - 1;
                 memcpy(text, value, value_len);
                 text[value_len] = '\0';
-                if (hp_parse_seconds_ms(text, &opt->last_call_timeout_ms) <
-                    0) {
+                if (hp_parse_int(text, 1, 1000,
+                                 &opt->keep_alive_max_attempt) < 0) {
                         snprintf(errbuf, errlen,
                                  "invalid value '%s' for --rdzv-conf "
-                                 "last_call_timeout: expected seconds, e.g. "
-                                 "30 or 0.5",
+                                 "keep_alive_max_attempt: expected a count "
+                                 "from 1 to 1000",
                                  text);
                         return HP_ECONFIG;
                 }
@@ -276,6 +293,10 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
         opt->scontrol_timeout_ms = DEFAULT_SCONTROL_TIMEOUT_MS;
         opt->join_timeout_ms = DEFAULT_JOIN_TIMEOUT_MS;
         opt->last_call_timeout_ms = DEFAULT_LAST_CALL_TIMEOUT_MS;
+        opt->keep_alive_interval_ms = DEFAULT_KEEP_ALIVE_INTERVAL_MS;
+        opt->keep_alive_max_attempt = DEFAULT_KEEP_ALIVE_MAX_ATTEMPT;
+        opt->close_timeout_ms = DEFAULT_CLOSE_TIMEOUT_MS;
+        opt->read_timeout_ms = DEFAULT_READ_TIMEOUT_MS;
         opt->is_host = -1;
         snprintf(opt->resource_config_dir, sizeof(opt->resource_config_dir),
                  "%s", DEFAULT_RESOURCE_CONFIG_DIR);
@@ -304,7 +325,7 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
                 int r;
 
                 for (i = 0; i < HP_ARRAY_SIZE(keys); i++)
-                        if (keys[i].backend == cfg->rdzv_backend &&
+                        if ((keys[i].backends & B(cfg->rdzv_backend)) &&
                             strlen(keys[i].name) == key_len &&
                             memcmp(keys[i].name, p, key_len) == 0)
                                 break;
@@ -330,7 +351,7 @@ int hp_rdzv__options_parse(struct hp_rdzv *rdzv, char *errbuf, size_t errlen)
                         continue;
                 }
                 if (i == HP_ARRAY_SIZE(keys) || eq == NULL) {
-                        char known[256];
+                        char known[512];
 
                         list_keys(cfg->rdzv_backend, known, sizeof(known));
                         snprintf(errbuf, errlen,

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "hyperpod/rendezvous.h"
 
@@ -39,6 +40,26 @@ void hp_rdzv__c10d_close(struct hp_rdzv *rdzv, bool succeeded);
  * (c10d.c; coord.c watches the "end" key). */
 void hp_rdzv__round_key(const struct hp_rdzv *rdzv, int gen, const char *what,
                         char *key, size_t len);
+
+/* The keep-alive's judge (coord.c): the beat counts of a round's nodes
+ * as this agent last read them, and since when (its own clock, ms). */
+/* The count of a node whose job succeeded: it beats no more, and is not
+ * lost. */
+#define HP_RDZV_BEAT_DONE INT64_MAX
+struct hp_rdzv_beats {
+        int nodes;
+        int self;
+        uint64_t window_ms; /* keep_alive_interval × keep_alive_max_attempt */
+        int64_t *seen;      /* -1: no beat read yet */
+        uint64_t *since;
+};
+int hp_rdzv__beats_init(struct hp_rdzv_beats *b, int nodes, int self,
+                        uint64_t window_ms, uint64_t now);
+/* Takes the counts read at now; returns the first node whose count stood
+ * still for window_ms, or -1. */
+int hp_rdzv__beats_update(struct hp_rdzv_beats *b, const int64_t *counts,
+                          uint64_t now);
+void hp_rdzv__beats_free(struct hp_rdzv_beats *b);
 
 /* --rdzv-conf coordinate with static, slurm or resource-config: a round
  * at a store that node 0's agent hosts on the master's address (port

@@ -642,6 +642,23 @@ int hp_store_client_append(struct hp_store_client *c, const void *key,
                          cb, ctx);
 }
 
+bool hp_store_reply_item(const struct hp_store_reply *r, size_t *off,
+                         const uint8_t **val, size_t *val_len)
+{
+        uint64_t n;
+
+        /* parse_reply checked every length against items_len. */
+        if (r->items == NULL || *off + 8 > r->items_len)
+                return false;
+        n = hp_store__get_u64(r->items + *off);
+        if (n > r->items_len - *off - 8)
+                return false;
+        *val = r->items + *off + 8;
+        *val_len = (size_t)n;
+        *off += 8 + (size_t)n;
+        return true;
+}
+
 int hp_store_client_multi_get(struct hp_store_client *c,
                               const char *const *keys, size_t n,
                               hp_store_reply_cb cb, void *ctx)

@@ -17,7 +17,7 @@
 #define HP_STORE_KEYS_MAX ((size_t)1024 * 1024)
 #define HP_STORE_MEMORY_MAX ((size_t)1024 * 1024 * 1024)
 #define HP_STORE_OUT_MAX ((size_t)32 * 1024 * 1024)
-#define HP_STORE_CONNECTIONS_MAX 4096
+#define HP_STORE_CONNECTIONS_MAX 65536
 #define HP_STORE_WATCHES_MAX ((size_t)4096)
 
 uint64_t hp_store__get_u64(const uint8_t *p);

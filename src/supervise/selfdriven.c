@@ -74,9 +74,11 @@ static void round_ended(void *ctx, enum hp_rdzv_end end, const char *why)
         if (!hp_group__active(&a->group))
                 return;
         hp_log_warn("%s: stopping the workers%s", why,
-                    end == HP_RDZV_END_EXIT
-                            ? "; the job ends"
-                            : " for the next round, with every node");
+                    end == HP_RDZV_END_EXIT ? "; the job ends"
+                    : end == HP_RDZV_END_LOST
+                            ? " for the next round, without it"
+                            : " for the next round, with "
+                              "every node");
         a->group.stop_requested = true;
         if (!a->group.stopping)
                 hp_group__stop(&a->group, a->cfg->shutdown_signal,
@@ -136,9 +138,24 @@ static void ended_elsewhere(struct hp_agent *a)
                 hp_agent_finish(a, HP_EXIT_PEER_FAILED);
                 return;
         }
+        if (a->round_ended == HP_RDZV_END_LOST + 1 &&
+            restarts_used(a) >= a->cfg->max_restarts) {
+                /* Leaving ends the round for the others with "exit". */
+                hp_log_error("a node was lost and no restarts are left "
+                             "(--max-restarts %d); exit status %d",
+                             a->cfg->max_restarts, HP_EXIT_PEER_FAILED);
+                hp_agent_finish(a, HP_EXIT_PEER_FAILED);
+                return;
+        }
         if (a->round_ended == HP_RDZV_END_JOIN + 1) {
                 hp_log_info("a node joined the job; re-rendezvous with every "
                             "node (not a failure: %d of %d restarts used)",
+                            restarts_used(a), a->cfg->max_restarts);
+        } else if (a->round_ended == HP_RDZV_END_LOST + 1) {
+                a->failed_rounds++;
+                a->counts.restarts++;
+                hp_log_warn("restarting the worker group with the nodes "
+                            "left (restart %d of %d)",
                             restarts_used(a), a->cfg->max_restarts);
         } else {
                 a->failed_rounds++;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests for the rendezvous module (src/rendezvous/rendezvous.c): the
- * endpoint parser and the backends that need no network peer. */
+ * endpoint parser, the backends that need no network peer, and the
+ * keep-alive's judge. */
 #include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,8 @@
 #include "hyperpod/common.h"
 #include "hyperpod/config.h"
 #include "hyperpod/rendezvous.h"
+#include "rendezvous-private.h"
+#include "table.h"
 
 extern char **environ;
 
@@ -445,6 +448,117 @@ static void test_run_id_too_long(void **state)
         clear_config_env();
 }
 
+/* ---- The keep-alive's judge ----
+ *
+ * Three nodes, this one node 1, a window of 1000 ms: each step reads the
+ * counts at now and expects the node judged lost, or -1. */
+
+#define DONE HP_RDZV_BEAT_DONE
+
+struct beat_step {
+        uint64_t now;
+        int64_t counts[3];
+        int lost;
+};
+
+struct beat_case {
+        const char *what;
+        struct beat_step steps[6];
+        size_t nsteps;
+};
+
+static const struct beat_case beat_cases[] = {
+        { "everyone beats",
+          {
+                  { 0, { -1, -1, -1 }, -1 },
+                  { 400, { 1, 1, 1 }, -1 },
+                  { 1300, { 2, 1, 2 }, -1 },
+                  { 2200, { 3, 1, 3 }, -1 },
+          },
+          4 },
+        { "node 2 stops: lost a window after its last change",
+          {
+                  { 0, { 1, 1, 1 }, -1 },
+                  { 500, { 2, 1, 1 }, -1 },
+                  { 999, { 3, 1, 1 }, -1 },
+                  { 1000, { 4, 1, 1 }, 2 },
+          },
+          4 },
+        { "a node that never beat is lost a window after the start",
+          {
+                  { 100, { -1, 1, 1 }, -1 },
+                  { 900, { -1, 1, 2 }, -1 },
+                  { 1100, { -1, 1, 3 }, 0 },
+          },
+          3 },
+        { "this node's own count is never judged",
+          {
+                  { 0, { 1, 1, 1 }, -1 },
+                  { 5000, { 2, 1, 2 }, -1 },
+          },
+          2 },
+        { "a late reader sees counts moved and judges nobody",
+          {
+                  { 0, { 1, 1, 1 }, -1 },
+                  { 60000, { 90, 1, 80 }, -1 },
+                  { 60200, { 91, 1, 81 }, -1 },
+          },
+          3 },
+        { "a node that finished is never lost",
+          {
+                  { 0, { 1, 1, 1 }, -1 },
+                  { 500, { DONE, 1, 2 }, -1 },
+                  { 9000, { DONE, 1, 3 }, -1 },
+          },
+          3 },
+        { "the first of two silent nodes is named",
+          {
+                  { 0, { 1, 1, 1 }, -1 },
+                  { 1000, { 1, 1, 1 }, 0 },
+          },
+          2 },
+};
+
+static void test_keep_alive_judge(void **state)
+{
+        int failures = 0;
+
+        (void)state;
+        for (size_t i = 0; i < HP_ARRAY_SIZE(beat_cases); i++) {
+                const struct beat_case *c = &beat_cases[i];
+                struct hp_rdzv_beats b;
+
+                assert_int_equal(hp_rdzv__beats_init(&b, 3, 1, 1000,
+                                                     c->steps[0].now),
+                                 0);
+                for (size_t k = 0; k < c->nsteps; k++) {
+                        const struct beat_step *s = &c->steps[k];
+                        int got = hp_rdzv__beats_update(&b, s->counts,
+                                                        s->now);
+
+                        if (got != s->lost)
+                                CASE_FAILED(failures,
+                                            "%s: step %zu at %llu ms: "
+                                            "lost %d, expected %d",
+                                            c->what, k,
+                                            (unsigned long long)s->now, got,
+                                            s->lost);
+                }
+                hp_rdzv__beats_free(&b);
+        }
+        assert_int_equal(failures, 0);
+}
+
+static void test_keep_alive_judge_refuses_a_bad_round(void **state)
+{
+        struct hp_rdzv_beats b;
+
+        (void)state;
+        assert_int_equal(hp_rdzv__beats_init(&b, 0, 0, 1000, 0), -EINVAL);
+        assert_int_equal(hp_rdzv__beats_init(&b, 2, 2, 1000, 0), -EINVAL);
+        assert_int_equal(hp_rdzv__beats_init(&b, 2, -1, 1000, 0), -EINVAL);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -455,6 +569,8 @@ int main(void)
                 cmocka_unit_test(test_standalone_backend),
                 cmocka_unit_test(test_backends_not_available_say_so),
                 cmocka_unit_test(test_run_id_too_long),
+                cmocka_unit_test(test_keep_alive_judge),
+                cmocka_unit_test(test_keep_alive_judge_refuses_a_bad_round),
         };
 
         return cmocka_run_group_tests(tests, NULL, NULL);
