@@ -160,8 +160,8 @@ def main():
         "hyperpodrun": [store_server_path(), "--host", "127.0.0.1", "--port", "0"],
         "torch": [bl.PYTHON, "-c", TORCH_SERVER],
     }
-    result = bl.result_header(args, "store", bl.hyperpodrun_path(),
-                              {name: argv for name, argv in servers.items()})
+    cmds = dict(servers, hyperpodrun=["hp-store-server"] + servers["hyperpodrun"][1:])
+    result = bl.result_header(args, "store", bl.hyperpodrun_path(), cmds)
     cases = {}
     for n in counts:
         keys = max(1, min(count, args.max_ops // n))

@@ -651,19 +651,18 @@ def store_section(res):
     cases = res["cases"]
     reps = max(len(c["runs"]) for c in cases.values())
     per_client = {c.get("count", res["count"]) for c in cases.values()}
-    if len(per_client) == 1:
-        keys_text = f"sets {f(res['count'])} keys of its own"
-    else:
-        keys_text = (f"sets {f(res['count'])} keys of its own (fewer past "
-                     f"{f(res['max_ops'] // res['count'])} clients, so that all of them "
-                     f"together set at most {f(res['max_ops'])}: the table says how many)")
+    fewer = ""
+    if len(per_client) > 1:
+        fewer = (f" Past {f(res['max_ops'] // res['count'])} clients each sets fewer, so "
+                 f"that all of them together set at most {f(res['max_ops'])} (the table "
+                 "says how many).")
     out = ["## 9. TCPStore throughput", "",
            "The C store server (src/store, run alone as hp-store-server) beside "
            f"torch {res.get('torch') or ''}'s own (torch.distributed.TCPStore with "
            "is_master=True, a process of its own), with the same clients: one "
-           f"process per client, each a torch TCPStore client that {keys_text} "
-           f"({res['value_bytes']}-byte values) and "
-           "then gets them, all clients started together. ops/s is every client's "
+           "process per client, each a torch TCPStore client that sets "
+           f"{f(res['count'])} keys of its own ({res['value_bytes']}-byte values) and "
+           f"then gets them, all clients started together.{fewer} ops/s is every client's "
            "operations over the first start to the last end of the phase; torch "
            "1.13's get() is two round trips (WAIT, then GET), its set() one query "
            "with no answer. The server's CPU time per operation covers both phases. "
@@ -680,7 +679,10 @@ def store_section(res):
             text += f" (MemAvailable was {f(res['mem_available_kb'] / 1048576)} GiB)"
         out += [text + f"; a forked client owns {f(own / 1024)} MiB of its own and "
                 "shares the rest. Each is still a process with its own connection.", ""]
-    out += [commands_block(res), "",
+    # The server binary by its name, not by where the tree was built.
+    cmds = {k: ([os.path.basename(v[0])] + v[1:] if k == "hyperpodrun" else v)
+            for k, v in res["commands"].items()}
+    out += [commands_block({"commands": cmds}), "",
             "| clients | keys per client | server | SET/s | GET/s | server CPU per op |",
             "|---|---|---|---|---|---|"]
     for c in cases.values():
