@@ -323,6 +323,23 @@ def _kill_tree(pid):
         time.sleep(1)
 
 
+def kill_trees(pids):
+    """_kill_tree for many group leaders at once: SIGTERM to every
+    group, a second for them to go, then SIGKILL to what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = False
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+                alive = True
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        if sig == signal.SIGTERM:
+            time.sleep(1)
+
+
 def time_v_maxrss(argv, env=None):
     """Peak RSS in KiB as /usr/bin/time -v reports it."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as out:

@@ -17,6 +17,8 @@
  *   producer crash-once MS FILE as crash, across nodes: rank 0 also makes
  *                               FILE.crashed, and a rank that finds it
  *                               stamps its start and exits 0.
+ *   producer start FILE         stamps its start and exits 0: the trivial
+ *                               worker of a rendezvous.
  *
  * It must never be the bottleneck of what it measures: lines are formatted
  * into a 1 MiB buffer with a hand-rolled counter, so the producer spends
@@ -237,13 +239,20 @@ static int run_crash_once(unsigned long after_ms, const char *file)
 
 static int usage(void)
 {
-        fprintf(stderr, "usage: producer lines N [RATE] | hang MS COUNT FILE "
-                        "| crash MS FILE | crash-once MS FILE\n");
+        fprintf(stderr,
+                "usage: producer lines N [RATE] | hang MS COUNT FILE "
+                "| crash MS FILE | crash-once MS FILE | start FILE\n");
         return 2;
 }
 
 int main(int argc, char **argv)
 {
+        /* First, so that the stamp is as near the first instruction as a
+         * process gets. */
+        if (argc == 3 && strcmp(argv[1], "start") == 0) {
+                stamp(argv[2], "start");
+                return 0;
+        }
         if (argc >= 3 && strcmp(argv[1], "lines") == 0)
                 return run_lines(strtoul(argv[2], NULL, 10),
                                  argc > 3 ? strtoul(argv[3], NULL, 10) : 0);

@@ -31,7 +31,7 @@ SERIES = [  # tool, label, colour, marker
 def load(results):
     out = {}
     for name in ("launch", "pipeline", "hang", "restart", "steady", "static", "ipr",
-                 "ft", "store", "rdzv"):
+                 "ft", "store", "rdzv", "rdzvscale"):
         path = Path(results, f"{name}.json")
         if path.exists():
             out[name] = json.loads(path.read_text())
@@ -650,28 +650,50 @@ def ft_section(res):
 def store_section(res):
     cases = res["cases"]
     reps = max(len(c["runs"]) for c in cases.values())
+    per_client = {c.get("count", res["count"]) for c in cases.values()}
+    fewer = ""
+    if len(per_client) > 1:
+        fewer = (f" Past {f(res['max_ops'] // res['count'])} clients each sets fewer, so "
+                 f"that all of them together set at most {f(res['max_ops'])} (the table "
+                 "says how many).")
     out = ["## 9. TCPStore throughput", "",
            "The C store server (src/store, run alone as hp-store-server) beside "
            f"torch {res.get('torch') or ''}'s own (torch.distributed.TCPStore with "
            "is_master=True, a process of its own), with the same clients: one "
            "process per client, each a torch TCPStore client that sets "
            f"{f(res['count'])} keys of its own ({res['value_bytes']}-byte values) and "
-           "then gets them, all clients started together. ops/s is every client's "
+           f"then gets them, all clients started together.{fewer} ops/s is every client's "
            "operations over the first start to the last end of the phase; torch "
            "1.13's get() is two round trips (WAIT, then GET), its set() one query "
            "with no answer. The server's CPU time per operation covers both phases. "
-           f"Median of {reps} runs.", "",
-           commands_block(res), "",
-           "| clients | server | SET/s | GET/s | server CPU per op |",
-           "|---|---|---|---|---|"]
+           f"Median of {reps} runs.", ""]
+    launcher = [c["launcher_rss_kb"] for c in cases.values() if c.get("launcher_rss_kb")]
+    if launcher:
+        most = max(c["clients"] for c in cases.values())
+        own = bl.median([c["client_private_kb"] for c in cases.values()])
+        text = (f"The clients are forked from one process that imported torch "
+                f"(bench/store_client.py): such a process holds "
+                f"{f(bl.median(launcher) / 1024)} MiB RSS, so {most} clients launched "
+                f"one by one would hold {f(most * bl.median(launcher) / 1048576)} GiB")
+        if res.get("mem_available_kb"):
+            text += f" (MemAvailable was {f(res['mem_available_kb'] / 1048576)} GiB)"
+        out += [text + f"; a forked client owns {f(own / 1024)} MiB of its own and "
+                "shares the rest. Each is still a process with its own connection.", ""]
+    # The server binary by its name, not by where the tree was built.
+    cmds = {k: ([os.path.basename(v[0])] + v[1:] if k == "hyperpodrun" else v)
+            for k, v in res["commands"].items()}
+    out += [commands_block({"commands": cmds}), "",
+            "| clients | keys per client | server | SET/s | GET/s | server CPU per op |",
+            "|---|---|---|---|---|---|"]
     for c in cases.values():
-        out.append(f"| {c['clients']} | {c['server']} | {f(c['set_ops_per_s'])} | "
+        keys = f(c.get("count", res["count"]))
+        out.append(f"| {c['clients']} | {keys} | {c['server']} | {f(c['set_ops_per_s'])} | "
                    f"{f(c['get_ops_per_s'])} | "
                    f"{with_unit(c['server_cpu_us_per_op'], 'µs')} |")
         if c["server"] == "torch":
             mine = cases.get(f"hyperpodrun/{c['clients']}", {})
             if mine.get("set_ratio"):
-                out.append(f"| {c['clients']} | C / torch | {times(mine['set_ratio'])} | "
+                out.append(f"| {c['clients']} | | C / torch | {times(mine['set_ratio'])} | "
                            f"{times(mine['get_ratio'])} | torch / C: "
                            f"{times(mine['cpu_ratio'])} |")
     return out
@@ -696,6 +718,66 @@ def rdzv_section(res):
         t = c.get("torchrun", {}).get("restart_ms")
         out.append(f"| {n} | {f(c['hyperpodrun']['restart_ms'])} ms | "
                    f"{'—' if t is None else f(t) + ' ms'} | {times(c['ratio'])} |")
+    return out
+
+
+def rdzvscale_section(res):
+    cases = res["cases"]
+    rss = res["agent_rss_kb"]
+    reps = {n: max(len(v["runs"]) for v in c.values() if isinstance(v, dict) and "runs" in v)
+            for n, c in cases.items()}
+    def runs(r):
+        return "one run" if r == 1 else f"the median of {r} runs"
+
+    reps_text = (runs(next(iter(reps.values()))).capitalize() if len(set(reps.values())) == 1
+                 else "; ".join(f"{runs(r)} at {n} agents" for n, r in reps.items()).capitalize())
+    out = ["## 11. Rendezvous as agents grow (c10d)", "",
+           "N agents on loopback meet with --rdzv-backend c10d (torchrun: its own c10d "
+           "backend, --monitor_interval 0.1), each with one trivial worker that stamps "
+           "CLOCK_MONOTONIC on entry and exits 0 (`producer start`). The rendezvous time "
+           "runs from just before the first agent is spawned to the moment the last of "
+           "the N workers runs its first instruction, so it includes spawning the agents "
+           "and their own startup; every agent must then exit 0. The CPU time is the "
+           "agents' over the same span, per agent: when the last worker's stamp appears "
+           "the bench sums the run time of every thread of every agent "
+           "(/proc/PID/task/*/schedstat; an agent that has already exited counts "
+           "through wait4, its one worker included). Agent CPU over the whole life "
+           "(startup, rendezvous, the worker, the exit barrier) is in the results file. "
+           f"{reps_text}. The machine's {res['machine']['usable_cores']} cores run all N "
+           "agents.", "",
+           commands_block(res), "",
+           "| agents | hyperpodrun | torchrun | torchrun / hyperpodrun | "
+           "hyperpodrun CPU per agent | torchrun CPU per agent | torchrun / hyperpodrun |",
+           "|---|---|---|---|---|---|---|"]
+    skipped = []
+    for n, c in cases.items():
+        t_name = "torchrun"
+        h, t = c["hyperpodrun"], c.get(t_name, {})
+        if "skipped" in t:
+            why = t["skipped"]
+            skipped.append(f"{n} agents × {f(rss[t_name] / 1024)} MiB = "
+                           f"{f(why['need_mib'] / 1024)} GiB, where half of MemAvailable "
+                           f"was {f(why['mem_available_mib'] / 2048)} GiB")
+            tms = tcpu = "not run"
+        else:
+            tms = with_unit(t.get("rdzv_ms"), "ms")
+            tcpu = with_unit(None if "rdzv_cpu_s_per_agent" not in t
+                             else t["rdzv_cpu_s_per_agent"] * 1e3, "ms")
+        out.append(f"| {n} | {with_unit(h['rdzv_ms'], 'ms')} | {tms} | {times(c['ratio'])} | "
+                   f"{with_unit(h['rdzv_cpu_s_per_agent'] * 1e3, 'ms')} | {tcpu} | "
+                   f"{times(c['cpu_ratio'])} |")
+    out += ["", "Of hyperpodrun's figures, spawning the agents (the bench's Popen, one "
+            "after the other) took "
+            + ", ".join(f"{f(c['hyperpodrun']['spawn_ms'])} ms at {n} agents"
+                        for n, c in cases.items())
+            + ". One agent alone in a round of one peaks at "
+            f"{f(rss['hyperpodrun'] / 1024)} MiB RSS for hyperpodrun"
+            + (f", {f(rss['torchrun'] / 1024)} MiB for torchrun" if "torchrun" in rss else "")
+            + "."]
+    if skipped:
+        out += ["", "torchrun was not run where its agents would not fit in half of the "
+                "memory available at the time (one agent's peak RSS × N against "
+                "MemAvailable / 2): " + "; ".join(skipped) + "."]
     return out
 
 
@@ -765,7 +847,8 @@ def document(data, plot_rel):
                 ("hang", hang_section), ("restart", restart_section),
                 ("steady", steady_section), ("static", static_section),
                 ("ipr", ipr_section), ("ft", ft_section),
-                ("store", store_section), ("rdzv", rdzv_section)]
+                ("store", store_section), ("rdzv", rdzv_section),
+                ("rdzvscale", rdzvscale_section)]
     for name, fn in sections:
         if name not in data:
             out += [f"## {name}", "", "Not run: no results file.", ""]

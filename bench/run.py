@@ -26,7 +26,9 @@ from pathlib import Path
 import benchlib as bl
 
 BENCHMARKS = ["launch", "pipeline", "hang", "restart", "steady", "static", "ipr", "ft",
-              "store", "rdzv"]
+              "store", "rdzv", "rdzvscale"]
+# A benchmark whose script is not bench_NAME.py.
+SCRIPTS = {"rdzvscale": "bench_rdzv_scale.py"}
 
 
 def main():
@@ -52,7 +54,8 @@ def main():
     bl.producer_path()
     passed = failed = 0
     for name in names:
-        cmd = [bl.PYTHON, str(bl.BENCH / f"bench_{name}.py"), "--out", str(out)]
+        script = SCRIPTS.get(name, f"bench_{name}.py")
+        cmd = [bl.PYTHON, str(bl.BENCH / script), "--out", str(out)]
         if args.smoke:
             cmd.append("--smoke")
         print(f"==> bench {name}: {' '.join(cmd[1:])}", flush=True)
