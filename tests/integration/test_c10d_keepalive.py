@@ -54,6 +54,22 @@ def start_agents(hpr, tmp_path, n, out, nnodes, conf, extra=()):
     return procs
 
 
+def stop_until_dropped(procs):
+    """SIGSTOPs procs[1] until procs[0] has judged it lost, continues it,
+    and returns both ends, which must be good: it came back in time."""
+    procs[1].signal(signal.SIGSTOP)
+    try:
+        deadline_poll(lambda: b"sent no keep-alive" in
+                      procs[0].err_path.read_bytes(),
+                      timeout=60, what="the keep-alive's verdict")
+    finally:
+        procs[1].signal(signal.SIGCONT)
+    results = wait_all(procs, 120)
+    for r in results:
+        assert r.rc == 0, r.describe()
+    return results
+
+
 def test_a_stopped_agent_is_dropped_and_the_others_go_on(hpr, tmp_path):
     """Three agents (--nnodes 2:3); one that does not host is SIGSTOPped
     while round 0 runs. The other two stop their workers a keep-alive
@@ -100,16 +116,7 @@ def test_a_stopped_agent_that_comes_back_rejoins(hpr, tmp_path):
     out.mkdir()
     procs = start_agents(hpr, tmp_path, 2, out, "2", "join_timeout=120",
                          ["--max-restarts", "1"])
-    procs[1].signal(signal.SIGSTOP)
-    try:
-        deadline_poll(lambda: b"sent no keep-alive" in
-                      procs[0].err_path.read_bytes(),
-                      timeout=60, what="the keep-alive's verdict")
-    finally:
-        procs[1].signal(signal.SIGCONT)
-    results = wait_all(procs, 120)
-    for r in results:
-        assert r.rc == 0, r.describe()
+    results = stop_until_dropped(procs)
     assert "node 1 sent no keep-alive for 1 s" in results[0].err, \
         results[0].describe()
     assert "another node found a node gone silent" in results[1].err, \
@@ -155,16 +162,7 @@ def test_coordinated_static_rounds_keep_alive_too(hpr, tmp_path):
     deadline_poll(lambda: len([p for p in out.iterdir()
                                if p.name.endswith(".0")]) >= 2,
                   timeout=120, what="round 0's workers")
-    procs[1].signal(signal.SIGSTOP)
-    try:
-        deadline_poll(lambda: b"sent no keep-alive" in
-                      procs[0].err_path.read_bytes(),
-                      timeout=60, what="the keep-alive's verdict")
-    finally:
-        procs[1].signal(signal.SIGCONT)
-    results = wait_all(procs, 120)
-    for r in results:
-        assert r.rc == 0, r.describe()
+    results = stop_until_dropped(procs)
     assert "node 1 sent no keep-alive for 1 s" in results[0].err, \
         results[0].describe()
     found = sorted(p.name for p in out.iterdir())
@@ -216,8 +214,11 @@ def test_bad_keep_alive_values_are_refused(hpr, key, value, message):
 # ---- a real partition, in network namespaces ----
 
 def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True,
-                          check=check, timeout=30)
+    r = subprocess.run(["ip", *args], capture_output=True, text=True,
+                       timeout=30)
+    if check and r.returncode != 0:
+        pytest.fail(f"ip {' '.join(args)}: exit {r.returncode}: {r.stderr}")
+    return r
 
 
 @pytest.fixture

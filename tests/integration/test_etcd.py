@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -26,6 +25,7 @@ import pytest
 from conftest import SOURCE_ROOT, deadline_poll, have_torch, helper, \
     worker_lines
 from test_c10d import free_port, wait_all
+from test_c10d_keepalive import stop_until_dropped
 
 ETCD = shutil.which("etcd") or "/usr/sbin/etcd"
 if not os.access(ETCD, os.X_OK):
@@ -281,16 +281,7 @@ def test_a_stopped_agent_that_comes_back_rejoins(hpr, tmp_path, etcd):
     deadline_poll(lambda: len([p for p in out.iterdir()
                                if p.name.endswith(".0")]) >= 2,
                   timeout=120, what="round 0's workers")
-    procs[1].signal(signal.SIGSTOP)
-    try:
-        deadline_poll(lambda: b"sent no keep-alive" in
-                      procs[0].err_path.read_bytes(),
-                      timeout=60, what="the keep-alive's verdict")
-    finally:
-        procs[1].signal(signal.SIGCONT)
-    results = wait_all(procs, 120)
-    for r in results:
-        assert r.rc == 0, r.describe()
+    results = stop_until_dropped(procs)
     assert re.search(r"node \d sent no keep-alive for 1 s", results[0].err), \
         results[0].describe()
     assert "another node found a node gone silent" in results[1].err, \
