@@ -15,8 +15,8 @@ come from wait4, their one trivial worker included.
 
 torchrun's c10d agents (--monitor_interval 0.1) run the same where the
 machine holds them: one torchrun agent's peak RSS is measured first, and a
-size whose agents would need more than half of MemAvailable is skipped,
-with the figures that say so in the results.
+size whose agents would need more than --memory-share (0.5) of
+MemAvailable is skipped, with the figures that say so in the results.
 """
 
 import os
@@ -180,18 +180,18 @@ def agent_rss_kb(tool, hpr, producer, scratch):
     return kb
 
 
-def fits(n, rss_kb):
-    """None when n agents of rss_kb fit in half of MemAvailable, else why
+def fits(n, rss_kb, share):
+    """None when n agents of rss_kb fit in share of MemAvailable, else why
     not, with the figures."""
     avail = mem_available_kb()
     need = n * rss_kb
-    if need <= avail // 2:
+    if need <= avail * share:
         return None
     return {"why": f"{n} agents × {rss_kb / 1024:.0f} MiB peak RSS = "
-                   f"{need / 1048576:.1f} GiB, more than half of the "
+                   f"{need / 1048576:.1f} GiB, more than {share:g} of the "
                    f"{avail / 1048576:.1f} GiB MemAvailable",
             "rss_mib": rss_kb / 1024, "need_mib": need / 1024,
-            "mem_available_mib": avail / 1024}
+            "mem_available_mib": avail / 1024, "memory_share": share}
 
 
 def summary(runs):
@@ -203,7 +203,15 @@ def main():
     p.add_argument("--agents", default=None,
                    help="comma-separated agent counts (default 8,32,64,256; 4 with "
                         "--smoke)")
+    p.add_argument("--memory-share", type=float, default=0.5,
+                   help="run a tool at a size only when its agents' peak RSS "
+                        "fits in this share of MemAvailable (default 0.5: "
+                        "the machine has no swap, and an OOM kill would end "
+                        "more than the bench)")
     args = p.parse_args()
+    if not 0 < args.memory_share <= 0.9:
+        p.error(f"--memory-share {args.memory_share}: expected above 0 and "
+                "at most 0.9")
     counts = [int(x) for x in
               (args.agents or ("4" if args.smoke else "8,32,64,256")).split(",")]
     raise_fd_limit(max(counts))
@@ -221,7 +229,7 @@ def main():
     try:
         rss = {t: agent_rss_kb(t, hpr, producer, scratch) for t in tools}
         for n in counts:
-            skipped = {t: fits(n, rss[t]) for t in tools}
+            skipped = {t: fits(n, rss[t], args.memory_share) for t in tools}
             run_tools = [t for t in tools if skipped[t] is None]
             runs = {t: [] for t in run_tools}
             for _ in range(reps):

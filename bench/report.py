@@ -755,9 +755,11 @@ def rdzvscale_section(res):
         h, t = c["hyperpodrun"], c.get(t_name, {})
         if "skipped" in t:
             why = t["skipped"]
+            share = why.get("memory_share", 0.5)
             skipped.append(f"{n} agents × {f(rss[t_name] / 1024)} MiB = "
-                           f"{f(why['need_mib'] / 1024)} GiB, where half of MemAvailable "
-                           f"was {f(why['mem_available_mib'] / 2048)} GiB")
+                           f"{f(why['need_mib'] / 1024)} GiB, where {share:g} of "
+                           f"MemAvailable was "
+                           f"{f(why['mem_available_mib'] * share / 1024)} GiB")
             tms = tcpu = "not run"
         else:
             tms = with_unit(t.get("rdzv_ms"), "ms")
@@ -775,9 +777,10 @@ def rdzvscale_section(res):
             + (f", {f(rss['torchrun'] / 1024)} MiB for torchrun" if "torchrun" in rss else "")
             + "."]
     if skipped:
-        out += ["", "torchrun was not run where its agents would not fit in half of the "
-                "memory available at the time (one agent's peak RSS × N against "
-                "MemAvailable / 2): " + "; ".join(skipped) + "."]
+        out += ["", "torchrun was not run where its agents would not fit in a share of "
+                "the memory available at the time (one agent's peak RSS × N against "
+                "MemAvailable × --memory-share; the machine has no swap): "
+                + "; ".join(skipped) + "."]
     return out
 
 
