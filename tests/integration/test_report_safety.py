@@ -299,8 +299,11 @@ d = os.environ["WORK"]
 
 
 def mark(name):
-    with open(os.path.join(d, f"{name}{rank}"), "w") as f:
+    # Written whole, then renamed: the test reads the pid once it sees it.
+    path = os.path.join(d, f"{name}{rank}")
+    with open(path + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.rename(path + ".tmp", path)
 
 
 def wait_file(name):
