@@ -15,7 +15,7 @@ come from wait4, their one trivial worker included.
 
 torchrun's c10d agents (--monitor_interval 0.1) run the same where the
 machine holds them: one torchrun agent's peak RSS is measured first, and a
-size whose agents would need more than --memory-share (0.5) of
+size whose agents would need more than --memory-share (0.75) of
 MemAvailable is skipped, with the figures that say so in the results.
 """
 
@@ -203,11 +203,12 @@ def main():
     p.add_argument("--agents", default=None,
                    help="comma-separated agent counts (default 8,32,64,256; 4 with "
                         "--smoke)")
-    p.add_argument("--memory-share", type=float, default=0.5,
+    p.add_argument("--memory-share", type=float, default=0.75,
                    help="run a tool at a size only when its agents' peak RSS "
-                        "fits in this share of MemAvailable (default 0.5: "
-                        "the machine has no swap, and an OOM kill would end "
-                        "more than the bench)")
+                        "fits in this share of MemAvailable (default 0.75: "
+                        "a quarter is left to the rest of a machine that may "
+                        "have no swap, where an OOM kill would end more than "
+                        "the bench)")
     args = p.parse_args()
     if not 0 < args.memory_share <= 0.9:
         p.error(f"--memory-share {args.memory_share}: expected above 0 and "
