@@ -344,15 +344,22 @@ time.sleep(1000)
     pid = int(deadline_poll(lambda: (out / "pid").exists() and
                             (out / "pid").read_text(), 60, what="the pid"))
 
+    bit = lambda sig: 1 << (sig - 1)
+
     def masks():
         found = {}
         for tid in os.listdir(f"/proc/{pid}/task"):
             status = open(f"/proc/{pid}/task/{tid}/status").read()
             found[int(tid)] = int(re.search(r"SigBlk:\s*([0-9a-f]+)",
                                             status).group(1), 16)
-        return found if len(found) >= 2 else None
-    found = deadline_poll(masks, 60, what="the stacks thread")
-    bit = lambda sig: 1 << (sig - 1)
+        # glibc starts a thread with every signal blocked and sets its own
+        # mask a moment later (seen on a loaded machine): wait for that,
+        # which leaves SIGSEGV open.
+        if len(found) < 2 or any(m & bit(signal.SIGSEGV)
+                                 for tid, m in found.items() if tid != pid):
+            return None
+        return found
+    found = deadline_poll(masks, 60, what="the stacks thread's own mask")
     assert found[pid] & bit(signal.SIGTERM) == 0
     others = [m for tid, m in found.items() if tid != pid]
     assert len(others) == 1, found
