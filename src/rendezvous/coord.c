@@ -15,6 +15,7 @@
  *
  * The rounds themselves are c10d.c's. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +40,10 @@ struct hp_rdzv_watch {
         struct hp_rdzv_beats beats;
         const char **keys;
         char *keys_buf;
-        int64_t *counts; /* the last read, one per node */
-        bool in_flight;  /* a beat's ADD or read not answered yet */
-        int unanswered;  /* ticks that found it so */
+        int64_t *counts;     /* the last read, one per node */
+        bool in_flight;      /* a beat's write or read not answered yet */
+        uint64_t beat_count; /* this agent's, with beat_by_set */
+        int unanswered;      /* ticks that found it so */
         uint64_t interval_ms;
         int max_attempt;
         char store[80]; /* ADDR:PORT, for the messages */
@@ -251,7 +253,8 @@ static void beat_cb(uv_timer_t *t)
         struct hp_rdzv_watch *w = hp_container_of(t, struct hp_rdzv_watch,
                                                   timer);
         const char *mine = w->keys[w->beats.self];
-        char why[300];
+        char why[300], text[32];
+        int len, q;
 
         /* One beat on the wire at a time: one that is still there is a
          * tick the store did not answer. */
@@ -268,7 +271,15 @@ static void beat_cb(uv_timer_t *t)
                 return;
         }
         w->in_flight = true;
-        if (w->kv->add(w->beat, mine, 1, beat_added_cb, w) < 0)
+        if (w->kv->beat_by_set) {
+                len = snprintf(text, sizeof(text), "%" PRIu64,
+                               ++w->beat_count);
+                q = w->kv->set(w->beat, mine, text, (size_t)len,
+                               beat_added_cb, w);
+        } else {
+                q = w->kv->add(w->beat, mine, 1, beat_added_cb, w);
+        }
+        if (q < 0)
                 store_gone(w, "the rendezvous store went away");
 }
 

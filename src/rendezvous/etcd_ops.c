@@ -515,6 +515,7 @@ static int kv_connect(uv_loop_t *loop, const char *addr, int port,
 
 const struct hp_rdzv_kv_ops hp_rdzv__kv_etcd = {
         .what = "etcd",
+        .beat_by_set = true,
         .leftover = ", or the keys a killed agent left at etcd removed "
                     "(curl -X DELETE "
                     "'http://HOST:PORT/v2/keys/hyperpodrun/rdzv/ID"

@@ -110,6 +110,10 @@ struct hp_rdzv_kv_ops {
         /* Said when a round is already full: how to clear what a killed
          * job left at a store that outlives it ("" for none). */
         const char *leftover;
+        /* The keep-alive writes its own count with set instead of add:
+         * a store whose client sends a set again after a lost connection
+         * (etcd's) but not an add, which could count twice. */
+        bool beat_by_set;
         int (*connect)(uv_loop_t *loop, const char *addr, int port,
                        hp_store_reply_cb cb, void *ctx,
                        struct hp_rdzv_kv **out);
